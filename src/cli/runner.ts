@@ -1,0 +1,73 @@
+import { userInfo } from 'node:os';
+import pino from 'pino';
+import { loadConfig, type Config } from '../config/config.js';
+import type { Database } from '../db/client.js';
+import { connect } from '../db/connect.js';
+import { isAppError } from '../shared/app-error.js';
+import type { Actor } from '../modules/audit/audit.repository.js';
+
+export type CommandContext = { config: Config; database: Database; actor: Actor };
+
+/** Logs go to stderr so stdout carries exactly one JSON document. */
+export function cliLogger(config: Config) {
+  return pino({ level: config.logLevel === 'info' ? 'warn' : config.logLevel }, pino.destination(2));
+}
+
+export function printJson(value: unknown): void {
+  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+}
+
+export function fail(error: unknown): never {
+  if (isAppError(error)) {
+    const issues = (error.details as { issues?: Record<string, string[]> } | undefined)?.issues;
+    const detail = issues
+      ? Object.entries(issues)
+          .map(([field, messages]) => `  ${field}: ${messages.join(' ')}`)
+          .join('\n')
+      : '';
+    process.stderr.write(`error: ${error.message}${detail ? `\n${detail}` : ''}\n`);
+  } else {
+    process.stderr.write(`error: ${error instanceof Error ? error.message : String(error)}\n`);
+  }
+  process.exit(1);
+}
+
+/** Runs one operator command against the configured (or embedded) database and prints its result. */
+export async function runCommand(work: (context: CommandContext) => Promise<unknown>): Promise<void> {
+  let config: Config;
+  try {
+    config = loadConfig();
+  } catch (error) {
+    return fail(error);
+  }
+  const logger = cliLogger(config);
+  let connection: Awaited<ReturnType<typeof connect>> | undefined;
+  try {
+    connection = await connect(config, { info: (message) => logger.info(message) });
+    const result = await work({
+      config,
+      database: connection.database,
+      actor: { type: 'operator', id: `cli:${userInfo().username}` },
+    });
+    await connection.close();
+    printJson(result);
+  } catch (error) {
+    await connection?.close().catch(() => {});
+    fail(error);
+  }
+}
+
+export function parseList(value: string | undefined): string[] | undefined {
+  if (value === undefined) return undefined;
+  return value
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean);
+}
+
+export function parseInteger(name: string) {
+  return (value: string): number => {
+    if (!/^-?\d+$/.test(value)) throw new Error(`${name} must be a whole number, got "${value}"`);
+    return Number(value);
+  };
+}

@@ -1,0 +1,130 @@
+import { z } from 'zod';
+import ipaddr from 'ipaddr.js';
+
+const booleanFlag = (fallback: boolean) =>
+  z
+    .enum(['true', 'false', '1', '0', 'on', 'off', 'yes', 'no'], {
+      error: 'must be one of true, false, on, off, 1, 0, yes, no',
+    })
+    .optional()
+    .transform((value) => (value === undefined ? fallback : ['true', '1', 'on', 'yes'].includes(value)));
+
+const positiveInt = (fallback: number) =>
+  z.coerce
+    .number({ error: 'must be a whole number' })
+    .int('must be a whole number')
+    .positive('must be greater than zero')
+    .default(fallback);
+
+const trustedProxyList = z
+  .string()
+  .optional()
+  .transform((value, ctx) => {
+    if (value === undefined || value.trim() === '') return [] as string[];
+    const entries = value.split(',').map((part) => part.trim()).filter(Boolean);
+    for (const entry of entries) {
+      if (entry === 'true' || entry === '*') {
+        ctx.addIssue({ code: 'custom', message: 'must list proxy addresses or CIDR ranges, never a blanket "true"' });
+        return z.NEVER;
+      }
+      const valid = entry.includes('/') ? isCidr(entry) : ipaddr.isValid(entry);
+      if (!valid) {
+        ctx.addIssue({ code: 'custom', message: `"${entry}" is not an IP address or CIDR range` });
+        return z.NEVER;
+      }
+    }
+    return entries;
+  });
+
+function isCidr(value: string): boolean {
+  try {
+    ipaddr.parseCIDR(value);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const environmentSchema = z.object({
+  PORT: z.coerce.number({ error: 'must be a port number' }).int().min(0).max(65535, 'must be at most 65535').default(8080),
+  HOST: z.string().min(1).default('0.0.0.0'),
+  DATABASE_URL: z
+    .string()
+    .optional()
+    .refine((value) => value === undefined || value === '' || /^postgres(ql)?:\/\//.test(value), {
+      message: 'must be a postgres:// or postgresql:// connection URL',
+    })
+    .transform((value) => (value === '' ? undefined : value)),
+  DATA_DIR: z.string().min(1).default('./data'),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  PUBLIC_BASE_URL: z.url({ error: 'must be an absolute http(s) URL' }).optional(),
+  TRUST_PROXY: trustedProxyList,
+  RATE_LIMIT_BURST: positiveInt(25),
+  RATE_LIMIT_DAILY: positiveInt(100_000),
+  SMTP_URL: z
+    .string()
+    .optional()
+    .refine((value) => value === undefined || value === '' || /^smtps?:\/\//.test(value), {
+      message: 'must be an smtp:// or smtps:// URL',
+    })
+    .transform((value) => (value === '' ? undefined : value)),
+  SMTP_FROM: z.string().default('Verification <no-reply@verification.local>'),
+  WEBHOOK_WORKER: booleanFlag(true),
+  WEBHOOK_ALLOW_PRIVATE_URLS: z.enum(['true', 'false', '1', '0', 'on', 'off', 'yes', 'no'], {
+    error: 'must be one of true, false, on, off, 1, 0, yes, no',
+  }).optional(),
+  DATABASE_POOL_SIZE: positiveInt(10),
+});
+
+export type Config = {
+  port: number;
+  host: string;
+  databaseUrl: string | undefined;
+  dataDir: string;
+  logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL'];
+  publicBaseUrl: string;
+  trustProxy: string[];
+  rateLimit: { burst: number; daily: number };
+  smtpUrl: string | undefined;
+  smtpFrom: string;
+  webhookWorker: boolean;
+  webhookAllowPrivateUrls: boolean;
+  databasePoolSize: number;
+};
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`Invalid configuration:\n${problems.map((problem) => `  - ${problem}`).join('\n')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+/** Parses the environment once; every bad variable is named with what is wrong with it. */
+export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config {
+  const parsed = environmentSchema.safeParse(environment);
+  if (!parsed.success) {
+    throw new ConfigError(
+      parsed.error.issues.map((issue) => `${issue.path.join('.') || 'environment'}: ${issue.message}`),
+    );
+  }
+  const env = parsed.data;
+  const allowPrivate = env.WEBHOOK_ALLOW_PRIVATE_URLS;
+  return {
+    port: env.PORT,
+    host: env.HOST,
+    databaseUrl: env.DATABASE_URL,
+    dataDir: env.DATA_DIR,
+    logLevel: env.LOG_LEVEL,
+    publicBaseUrl: (env.PUBLIC_BASE_URL ?? `http://localhost:${env.PORT}`).replace(/\/+$/, ''),
+    trustProxy: env.TRUST_PROXY,
+    rateLimit: { burst: env.RATE_LIMIT_BURST, daily: env.RATE_LIMIT_DAILY },
+    smtpUrl: env.SMTP_URL,
+    smtpFrom: env.SMTP_FROM,
+    webhookWorker: env.WEBHOOK_WORKER,
+    // The embedded development database implies a local setup, where webhook receivers on
+    // localhost are the norm; with a real DATABASE_URL private targets stay blocked unless asked.
+    webhookAllowPrivateUrls:
+      allowPrivate === undefined ? env.DATABASE_URL === undefined : ['true', '1', 'on', 'yes'].includes(allowPrivate),
+    databasePoolSize: env.DATABASE_POOL_SIZE,
+  };
+}

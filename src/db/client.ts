@@ -1,0 +1,56 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import pg from 'pg';
+import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
+import * as schema from './schema.js';
+
+export type Schema = typeof schema;
+export type Db = NodePgDatabase<Schema>;
+export type Tx = Parameters<Parameters<Db['transaction']>[0]>[0];
+/** Anything a repository can run a query on: the pool-backed database or an open transaction. */
+export type Executor = Db | Tx;
+
+// Parse timestamptz as Date and bigint counters as numbers; dates (`date`) stay ISO strings.
+pg.types.setTypeParser(pg.types.builtins.INT8, (value) => Number(value));
+
+export type Database = {
+  db: Db;
+  pool: pg.Pool;
+  /**
+   * Runs `work` in a transaction. When one is already open in this async context (the idempotency
+   * layer opens one around a handler), `work` joins it, so the change, its audit and outbox rows and
+   * the stored idempotent response commit together.
+   */
+  transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>;
+  /** The transaction of this async context, if any, else the pool-backed database. */
+  current(): Executor;
+  close(): Promise<void>;
+};
+
+export function createDatabase(connectionString: string, options: { poolSize?: number } = {}): Database {
+  const pool = new pg.Pool({
+    connectionString,
+    max: options.poolSize ?? 10,
+    connectionTimeoutMillis: 5_000,
+    idleTimeoutMillis: 30_000,
+  });
+  // An idle client losing its connection (database restart) must not crash the process.
+  pool.on('error', () => {});
+  const db = drizzle(pool, { schema });
+  const ambient = new AsyncLocalStorage<Tx>();
+
+  return {
+    db,
+    pool,
+    async transaction(work) {
+      const open = ambient.getStore();
+      if (open) return work(open);
+      return db.transaction((tx) => ambient.run(tx, () => work(tx)));
+    },
+    current() {
+      return ambient.getStore() ?? db;
+    },
+    async close() {
+      await pool.end();
+    },
+  };
+}

@@ -1,0 +1,43 @@
+import type { Config } from '../config/config.js';
+import { createDatabase, type Database } from './client.js';
+import { resolveEmbeddedDatabase } from './embedded-postgres.js';
+import { runMigrations } from './migrate.js';
+
+export type Connection = {
+  database: Database;
+  url: string;
+  embedded: boolean;
+  /** Closes the pool and stops the embedded server when this process started it. */
+  close(): Promise<void>;
+};
+
+type Logger = { info(message: string): void };
+
+/** DESIGN.md §2: DATABASE_URL when set, else the embedded default; migrations applied under a lock. */
+export async function connect(config: Config, logger: Logger, options: { migrate?: boolean } = {}): Promise<Connection> {
+  const resolved = config.databaseUrl
+    ? { url: config.databaseUrl, embedded: false, stop: async () => {} }
+    : await resolveEmbeddedDatabase(config.dataDir, logger);
+  try {
+    if (options.migrate !== false) {
+      const { applied } = await runMigrations(resolved.url);
+      if (applied > 0) logger.info(`applied ${applied} migration(s)`);
+    }
+  } catch (error) {
+    await resolved.stop();
+    throw error;
+  }
+  const database = createDatabase(resolved.url, { poolSize: config.databasePoolSize });
+  let closed = false;
+  return {
+    database,
+    url: resolved.url,
+    embedded: resolved.embedded,
+    async close() {
+      if (closed) return;
+      closed = true;
+      await database.close();
+      await resolved.stop();
+    },
+  };
+}

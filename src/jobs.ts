@@ -1,0 +1,55 @@
+import type { Logger } from 'pino';
+import type { Config } from './config/config.js';
+import type { Database } from './db/client.js';
+import { createIdempotencyRepository } from './plugins/idempotency.repository.js';
+
+export type BackgroundJobs = { stop(): Promise<void> };
+
+type Job = { stop(): Promise<void> };
+
+/** A periodic task that never overlaps itself and is stopped with the process. */
+export function every(intervalMs: number, task: () => Promise<void>, onError: (error: unknown) => void): Job {
+  let running: Promise<void> | undefined;
+  const timer = setInterval(() => {
+    if (running) return;
+    running = task()
+      .catch(onError)
+      .finally(() => {
+        running = undefined;
+      });
+  }, intervalMs);
+  timer.unref();
+  return {
+    async stop() {
+      clearInterval(timer);
+      await running;
+    },
+  };
+}
+
+export function startBackgroundJobs(deps: {
+  config: Config;
+  database: Database;
+  logger: Logger;
+  webhookWorker: boolean;
+}): BackgroundJobs {
+  const { database, logger } = deps;
+  const idempotency = createIdempotencyRepository(database.db);
+  const jobs: Job[] = [
+    // Expired idempotency records are ignored on lookup anyway; this only keeps the table small.
+    every(
+      60_000,
+      async () => {
+        while ((await idempotency.deleteExpired(1000)) === 1000) {
+          /* keep deleting in small batches */
+        }
+      },
+      (error) => logger.warn({ err: error }, 'idempotency cleanup failed'),
+    ),
+  ];
+  return {
+    async stop() {
+      await Promise.all(jobs.map((job) => job.stop()));
+    },
+  };
+}

@@ -1,0 +1,121 @@
+import ipaddr from 'ipaddr.js';
+import type { Database } from '../../db/client.js';
+import { AppError } from '../../shared/app-error.js';
+import { isUuid } from '../../shared/ids.js';
+import { SCOPES, type Scope } from '../../plugins/route-scopes.js';
+import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
+import { displayPrefix, generateApiKey, hashApiKey } from './api-key-secret.js';
+import { createApiKeysRepository, type ApiKeyRecord } from './api-keys.repository.js';
+
+export type ApiKeyDto = {
+  id: string;
+  org_id: string;
+  label: string | null;
+  prefix: string;
+  scopes: string[];
+  allowed_ips: string[];
+  burst_limit: number | null;
+  daily_limit: number | null;
+  expires_at: string | null;
+  revoked_at: string | null;
+  last_used_at: string | null;
+  created_at: string;
+};
+
+export type CreateApiKeyInput = {
+  orgId: string;
+  scopes: string[];
+  label?: string;
+  expiresAt?: Date;
+  allowIps?: string[];
+  burstLimit?: number;
+  dailyLimit?: number;
+};
+
+export function toApiKeyDto(row: ApiKeyRecord): ApiKeyDto {
+  return {
+    id: row.id,
+    org_id: row.orgId,
+    label: row.label,
+    prefix: row.displayPrefix,
+    scopes: row.scopes,
+    allowed_ips: row.allowedIps,
+    burst_limit: row.burstLimit,
+    daily_limit: row.dailyLimit,
+    expires_at: row.expiresAt?.toISOString() ?? null,
+    revoked_at: row.revokedAt?.toISOString() ?? null,
+    last_used_at: row.lastUsedAt?.toISOString() ?? null,
+    created_at: row.createdAt.toISOString(),
+  };
+}
+
+/** Normalizes an address or CIDR range ("10.0.0.0/8", "2001:db8::/32", "192.0.2.7") to CIDR form. */
+export function normalizeCidr(value: string): string {
+  const trimmed = value.trim();
+  try {
+    if (trimmed.includes('/')) {
+      const [address, bits] = ipaddr.parseCIDR(trimmed);
+      return `${address.toString()}/${bits}`;
+    }
+    const address = ipaddr.process(trimmed);
+    return `${address.toString()}/${address.kind() === 'ipv4' ? 32 : 128}`;
+  } catch {
+    throw AppError.field('allowIps', `"${trimmed}" is not an IPv4/IPv6 address or CIDR range.`);
+  }
+}
+
+export function createApiKeysService(deps: { database: Database }) {
+  const { database } = deps;
+  const keys = createApiKeysRepository(database.db);
+  const organisations = createOrganisationsRepository(database.db);
+
+  return {
+    /** Issues a key; the plaintext is returned here and never again. */
+    async create(input: CreateApiKeyInput): Promise<ApiKeyDto & { key: string }> {
+      const scopes = [...new Set(input.scopes.map((scope) => scope.trim()).filter(Boolean))];
+      const unknown = scopes.filter((scope) => !SCOPES.includes(scope as Scope));
+      if (scopes.length === 0) throw AppError.field('scopes', `At least one scope is required (${SCOPES.join(', ')}).`);
+      if (unknown.length) throw AppError.field('scopes', `Unknown scope(s): ${unknown.join(', ')}. Valid: ${SCOPES.join(', ')}.`);
+      for (const [field, value] of [['burstLimit', input.burstLimit], ['dailyLimit', input.dailyLimit]] as const) {
+        if (value !== undefined && (!Number.isInteger(value) || value < 1)) {
+          throw AppError.field(field, 'Must be a whole number greater than zero.');
+        }
+      }
+      if (input.expiresAt && Number.isNaN(input.expiresAt.getTime())) {
+        throw AppError.field('expiresAt', 'Must be an ISO 8601 date-time.');
+      }
+      const allowedIps = [...new Set((input.allowIps ?? []).filter((ip) => ip.trim() !== '').map(normalizeCidr))];
+      return database.transaction(async (tx) => {
+        if (!isUuid(input.orgId) || !(await organisations.findById(input.orgId, tx))) throw AppError.notFound('Organisation');
+        const plaintext = generateApiKey();
+        const row = await keys.insert(
+          {
+            orgId: input.orgId,
+            label: input.label ?? null,
+            displayPrefix: displayPrefix(plaintext),
+            keyHash: hashApiKey(plaintext),
+            scopes,
+            allowedIps,
+            burstLimit: input.burstLimit ?? null,
+            dailyLimit: input.dailyLimit ?? null,
+            expiresAt: input.expiresAt ?? null,
+          },
+          tx,
+        );
+        return { ...toApiKeyDto(row), key: plaintext };
+      });
+    },
+
+    async list(orgId: string): Promise<ApiKeyDto[]> {
+      if (!isUuid(orgId) || !(await organisations.findById(orgId))) throw AppError.notFound('Organisation');
+      return (await keys.listByOrg(orgId)).map(toApiKeyDto);
+    },
+
+    async revoke(id: string): Promise<ApiKeyDto> {
+      const row = isUuid(id) ? await keys.revoke(id) : undefined;
+      if (!row) throw AppError.notFound('API key');
+      return toApiKeyDto(row);
+    },
+  };
+}
+export type ApiKeysService = ReturnType<typeof createApiKeysService>;

@@ -1,0 +1,120 @@
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
+import { AppError, isAppError } from '../shared/app-error.js';
+
+export type ErrorEnvelope = { error: { code: string; message: string; details?: Record<string, unknown> } };
+
+/** `['contact', 'email']` → `contact.email`; `['designatedServices', 1]` → `designatedServices[1]`. */
+export function formatFieldPath(segments: ReadonlyArray<PropertyKey>): string {
+  let path = '';
+  for (const segment of segments) {
+    if (typeof segment === 'number') path += `[${segment}]`;
+    else path += path === '' ? String(segment) : `.${String(segment)}`;
+  }
+  return path;
+}
+
+type ValidationItem = { instancePath: string; message?: string; keyword?: string; params?: Record<string, unknown> };
+
+function issuesFromValidation(items: ValidationItem[], context: string | undefined): Record<string, string[]> {
+  const issues: Record<string, string[]> = {};
+  const add = (path: string, message: string) => {
+    (issues[path] ??= []).push(message);
+  };
+  for (const item of items) {
+    const segments = item.instancePath
+      .split('/')
+      .filter((part) => part !== '')
+      .map((part) => (/^\d+$/.test(part) ? Number(part) : part));
+    const base = formatFieldPath(segments);
+    if (item.keyword === 'unrecognized_keys' && Array.isArray(item.params?.keys)) {
+      for (const key of item.params.keys as string[]) add(base ? `${base}.${key}` : key, 'Unknown property.');
+      continue;
+    }
+    add(base || context || 'body', item.message ?? 'Invalid value.');
+  }
+  return issues;
+}
+
+function toAppError(error: FastifyError): AppError | undefined {
+  if (isAppError(error)) return error;
+  if (hasZodFastifySchemaValidationErrors(error)) {
+    const context = (error as FastifyError & { validationContext?: string }).validationContext;
+    return AppError.validation(issuesFromValidation(error.validation as ValidationItem[], context));
+  }
+  switch (error.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new AppError('payload_too_large', 413, 'The request body exceeds the 1 MiB limit.');
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new AppError('unsupported_media_type', 415, 'Request bodies must be sent as application/json.');
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return AppError.validation({ body: ['The body is empty but the content type is application/json.'] });
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      return new AppError('invalid_json', 400, 'The request body is not valid JSON.');
+    default:
+      break;
+  }
+  if (error instanceof SyntaxError && error.statusCode === 400) {
+    return new AppError('invalid_json', 400, 'The request body is not valid JSON.');
+  }
+  if (error.validation) {
+    return AppError.validation(issuesFromValidation(error.validation as ValidationItem[], error.validationContext));
+  }
+  if (error.statusCode === 404) return AppError.notFound('Route');
+  return undefined;
+}
+
+export function errorEnvelope(error: AppError): ErrorEnvelope {
+  const body: ErrorEnvelope = { error: { code: error.code, message: error.message } };
+  if (error.details !== undefined) body.error.details = error.details;
+  return body;
+}
+
+export function renderError(reply: FastifyReply, error: AppError): FastifyReply {
+  const body = errorEnvelope(error);
+  if (error.status === 401) reply.header('WWW-Authenticate', 'Bearer');
+  return reply.code(error.status).type('application/json; charset=utf-8').send(body);
+}
+
+/** One handler renders every error, including Fastify's own, as the spec's envelope. */
+export const errorsPlugin = fp(
+  async (app: FastifyInstance) => {
+    app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+      const appError = toAppError(error);
+      if (appError) {
+        if (appError.status >= 500) request.log.error({ err: error }, 'request failed');
+        return renderError(reply, appError);
+      }
+      if (isDatabaseUnavailable(error)) {
+        request.log.error({ err: error }, 'database unavailable');
+        reply.header('Retry-After', '1');
+        return renderError(reply, new AppError('service_unavailable', 503, 'The service is temporarily unavailable; retry shortly.'));
+      }
+      request.log.error({ err: error }, 'unhandled error');
+      return renderError(reply, new AppError('internal', 500, 'An internal error occurred. Quote the request id to support.', {
+        request_id: request.id,
+      }));
+    });
+
+    app.setNotFoundHandler((request, reply) => {
+      renderError(reply, new AppError('not_found', 404, `No route for ${request.method} ${request.url.split('?')[0]}.`));
+    });
+  },
+  { name: 'errors' },
+);
+
+const CONNECTION_ERROR_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', '57P01', '57P02', '57P03', '08000', '08003', '08006']);
+
+function isDatabaseUnavailable(error: unknown): boolean {
+  let current: unknown = error;
+  for (let depth = 0; current && depth < 5; depth += 1) {
+    const candidate = current as { code?: string; message?: string; cause?: unknown };
+    if (candidate.code && CONNECTION_ERROR_CODES.has(candidate.code)) return true;
+    if (typeof candidate.message === 'string' && /Connection terminated|timeout exceeded when trying to connect/i.test(candidate.message)) {
+      return true;
+    }
+    current = candidate.cause;
+  }
+  return false;
+}

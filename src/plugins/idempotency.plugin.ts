@@ -1,0 +1,84 @@
+import { createHash } from 'node:crypto';
+import type { FastifyInstance, FastifyReply, FastifyRequest, RouteHandlerMethod } from 'fastify';
+import fp from 'fastify-plugin';
+import stableStringify from 'safe-stable-stringify';
+import { AppError, isAppError } from '../shared/app-error.js';
+import { errorEnvelope } from './errors.plugin.js';
+import { createIdempotencyRepository } from './idempotency.repository.js';
+
+const IDEMPOTENT_METHODS = new Set(['POST', 'PATCH', 'PUT']);
+/** Handler errors that are answers about the caller's access, not about the request: never stored. */
+const UNSTORED_STATUSES = new Set([401, 403, 429]);
+const JSON_TYPE = 'application/json; charset=utf-8';
+
+export function requestFingerprint(method: string, path: string, body: unknown): string {
+  return createHash('sha256')
+    .update(`${method} ${path}\n${stableStringify(body ?? null)}`)
+    .digest('hex');
+}
+
+type Outcome = { kind: 'sent'; status: number; body: string; replayed: boolean } | { kind: 'error'; error: AppError };
+
+/**
+ * `Idempotency-Key` on POST/PATCH/PUT under /v1. The handler runs inside a transaction that first
+ * claims the key; the handler's own transaction joins it, so the change, its side records and the
+ * stored response commit (or roll back) together. A concurrent duplicate blocks on the claim until
+ * the first commits, then replays its response.
+ */
+export const idempotencyPlugin = fp(
+  async (app: FastifyInstance) => {
+    const { database } = app.deps;
+    const records = createIdempotencyRepository(database.db);
+
+    app.addHook('onRoute', (route) => {
+      const methods = Array.isArray(route.method) ? route.method : [route.method];
+      if (!route.url.startsWith('/v1/') || !methods.some((method) => IDEMPOTENT_METHODS.has(method))) return;
+      const original = route.handler as RouteHandlerMethod;
+
+      route.handler = async function idempotentHandler(this: FastifyInstance, request: FastifyRequest, reply: FastifyReply) {
+        const header = request.headers['idempotency-key'];
+        if (header === undefined) return original.call(this, request, reply);
+        const key = Array.isArray(header) ? header[0] ?? '' : header;
+        if (key.length === 0 || key.length > 255) {
+          throw AppError.field('Idempotency-Key', 'Must be between 1 and 255 characters.');
+        }
+        const { apiKeyId, orgId } = request.auth;
+        const fingerprint = requestFingerprint(request.method, request.url.split('?')[0]!, request.body);
+
+        const outcome = await database.transaction(async (tx): Promise<Outcome> => {
+          if (!(await records.claim({ apiKeyId, key, orgId, fingerprint }, tx))) {
+            const existing = await records.find(apiKeyId, key, tx);
+            if (!existing || existing.fingerprint !== fingerprint) {
+              throw new AppError(
+                'idempotency_conflict',
+                409,
+                'This Idempotency-Key was already used with a different request; use a new key for a new request.',
+              );
+            }
+            return { kind: 'sent', status: existing.responseStatus!, body: existing.responseBody!, replayed: true };
+          }
+          try {
+            // A savepoint, so a handler-produced 4xx can undo its work while the claim and the stored
+            // error response still commit.
+            const payload = await tx.transaction(async () => original.call(this, request, reply));
+            const status = reply.statusCode;
+            const body = typeof payload === 'string' ? payload : String(reply.serialize(payload));
+            await records.storeResponse(apiKeyId, key, status, body, tx);
+            return { kind: 'sent', status, body, replayed: false };
+          } catch (error) {
+            if (isAppError(error) && error.status < 500 && !UNSTORED_STATUSES.has(error.status)) {
+              await records.storeResponse(apiKeyId, key, error.status, JSON.stringify(errorEnvelope(error)), tx);
+              return { kind: 'error', error };
+            }
+            throw error;
+          }
+        });
+
+        if (outcome.kind === 'error') throw outcome.error;
+        if (outcome.replayed) reply.header('Idempotent-Replayed', 'true');
+        return reply.code(outcome.status).type(JSON_TYPE).send(outcome.body);
+      };
+    });
+  },
+  { name: 'idempotency', dependencies: ['auth'] },
+);

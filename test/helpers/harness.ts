@@ -1,0 +1,105 @@
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
+import { loadConfig, type Config } from '../../src/config/config.js';
+import { buildApp } from '../../src/app.js';
+import { createDatabase, type Database } from '../../src/db/client.js';
+import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
+import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
+import { FEATURES, type Feature, type Payer } from '../../src/modules/organisations/organisations.schemas.js';
+import { SCOPES } from '../../src/plugins/route-scopes.js';
+import { createTestDatabase } from './database.js';
+
+export const ALL_SCOPES = [...SCOPES];
+
+export type TestOrg = { id: string; key: string; keyId: string };
+
+export type RequestOptions = {
+  key?: string | null;
+  body?: unknown;
+  headers?: Record<string, string>;
+  query?: Record<string, string>;
+  remoteAddress?: string;
+};
+
+export type TestContext = {
+  app: FastifyInstance;
+  database: Database;
+  databaseUrl: string;
+  config: Config;
+  /** A second app instance on the same database, as a second server behind a load balancer would be. */
+  buildInstance(overrides?: Partial<Config>): Promise<FastifyInstance>;
+  createOrg(options?: { features?: Feature[]; credits?: number; defaultPayer?: Payer; scopes?: string[] }): Promise<TestOrg>;
+  createKey(orgId: string, options?: { scopes?: string[]; expiresAt?: Date; allowIps?: string[]; burstLimit?: number; dailyLimit?: number }): Promise<{ id: string; key: string }>;
+  request(method: string, url: string, options?: RequestOptions, app?: FastifyInstance): Promise<LightMyRequestResponse>;
+  close(): Promise<void>;
+};
+
+export function testConfig(overrides: Partial<Config> = {}): Config {
+  return {
+    ...loadConfig({ LOG_LEVEL: 'silent', PUBLIC_BASE_URL: 'https://app.example.test', RATE_LIMIT_BURST: '10000', RATE_LIMIT_DAILY: '1000000' }),
+    ...overrides,
+  };
+}
+
+/** A real app on a real, fresh Postgres database of this test file's own. */
+export async function createTestContext(overrides: Partial<Config> = {}): Promise<TestContext> {
+  const testDatabase = await createTestDatabase();
+  const config = testConfig({ ...overrides, databaseUrl: testDatabase.url });
+  const database = createDatabase(testDatabase.url, { poolSize: 20 });
+  const instances: FastifyInstance[] = [];
+  const instanceDatabases: Database[] = [];
+
+  const build = async (instanceOverrides: Partial<Config> = {}, db: Database = database) => {
+    const instance = await buildApp({ config: { ...config, ...instanceOverrides }, database: db, logger: false });
+    await instance.ready();
+    instances.push(instance);
+    return instance;
+  };
+  const app = await build();
+  const organisations = createOrganisationsService({ database });
+  const keys = createApiKeysService({ database });
+
+  const context: TestContext = {
+    app,
+    database,
+    databaseUrl: testDatabase.url,
+    config,
+    async buildInstance(instanceOverrides = {}) {
+      const own = createDatabase(testDatabase.url, { poolSize: 20 });
+      instanceDatabases.push(own);
+      return build(instanceOverrides, own);
+    },
+    async createOrg(options = {}) {
+      const org = await organisations.create({
+        name: `Org ${Math.random().toString(36).slice(2, 8)}`,
+        features: options.features ?? [...FEATURES],
+        credits: options.credits ?? 100,
+        defaultPayer: options.defaultPayer ?? 'organization',
+      });
+      const key = await keys.create({ orgId: org.id, scopes: options.scopes ?? ALL_SCOPES });
+      return { id: org.id, key: key.key, keyId: key.id };
+    },
+    async createKey(orgId, options = {}) {
+      const key = await keys.create({ orgId, scopes: options.scopes ?? ALL_SCOPES, ...options });
+      return { id: key.id, key: key.key };
+    },
+    async request(method, url, options = {}, target = app) {
+      const headers: Record<string, string> = { ...(options.headers ?? {}) };
+      if (options.key) headers.authorization = `Bearer ${options.key}`;
+      return target.inject({
+        method: method as 'GET',
+        url,
+        query: options.query,
+        headers,
+        remoteAddress: options.remoteAddress,
+        ...(options.body !== undefined ? { payload: options.body as object } : {}),
+      });
+    },
+    async close() {
+      for (const instance of instances) await instance.close();
+      for (const db of instanceDatabases) await db.close();
+      await database.close();
+      await testDatabase.drop();
+    },
+  };
+  return context;
+}
