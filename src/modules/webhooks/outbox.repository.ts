@@ -1,0 +1,46 @@
+import { randomUUID } from 'node:crypto';
+import { sql } from 'drizzle-orm';
+import type { Executor } from '../../db/client.js';
+
+export const EVENT_TYPES = ['customer.kyc_completed', 'aml.review_completed', 'customer.updated'] as const;
+export type EventType = (typeof EVENT_TYPES)[number];
+
+export type OutboxEvent = {
+  orgId: string;
+  type: EventType | 'webhook.test';
+  customerId: string | null;
+  /** The public DTO of the record at the moment of the change. */
+  customer: unknown;
+};
+
+export function createOutboxRepository(db: Executor) {
+  return {
+    /**
+     * Writes the event in the caller's transaction together with one pending delivery per enabled
+     * endpoint of the organisation that subscribes to its type, and wakes the delivery workers at
+     * commit (NOTIFY is transactional). Returns the event id.
+     */
+    async record(event: OutboxEvent, tx: Executor = db): Promise<string> {
+      const id = randomUUID();
+      const created = new Date().toISOString();
+      const payload = JSON.stringify({ id, type: event.type, created, data: { customer: event.customer } });
+      await tx.execute(sql`
+        WITH event AS (
+          INSERT INTO outbox_events (id, org_id, type, customer_id, payload, created_at)
+          VALUES (${id}, ${event.orgId}, ${event.type}, ${event.customerId}, ${payload}, ${created})
+          RETURNING id, org_id, type
+        )
+        INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id)
+        SELECT event.org_id, event.id, endpoint.id
+          FROM event
+          JOIN webhook_endpoints endpoint
+            ON endpoint.org_id = event.org_id
+           AND endpoint.enabled
+           AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types))
+      `);
+      await tx.execute(sql`SELECT pg_notify('webhook_deliveries', ${event.orgId})`);
+      return id;
+    },
+  };
+}
+export type OutboxRepository = ReturnType<typeof createOutboxRepository>;
