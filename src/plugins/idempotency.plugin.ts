@@ -61,6 +61,10 @@ export const idempotencyPlugin = fp(
             // A savepoint, so a handler-produced 4xx can undo its work while the claim and the stored
             // error response still commit.
             const payload = await tx.transaction(async () => original.call(this, request, reply));
+            if (reply.sent || payload === reply) {
+              // The response must leave only after the commit, so idempotent handlers return their payload.
+              throw new Error(`${request.routeOptions.url}: handlers of idempotent routes must return the payload, not call reply.send()`);
+            }
             const status = reply.statusCode;
             const body = typeof payload === 'string' ? payload : String(reply.serialize(payload));
             await records.storeResponse(apiKeyId, key, status, body, tx);

@@ -1,0 +1,382 @@
+import type { Database, Executor } from '../../db/client.js';
+import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
+import { AppError } from '../../shared/app-error.js';
+import { systemClock, type Clock } from '../../shared/clock.js';
+import { Issues, todayIso } from '../../shared/issues.js';
+import type { Actor } from '../audit/audit.repository.js';
+import { normalizeServiceCodes } from '../designated-services/catalog.js';
+import { checkBusinessRegister, type BusinessRegister } from './business-register.js';
+import { changedColumns, createCustomerChangeRecorder } from './customer-changes.js';
+import { toAmlBlock, toIndividualDto } from './customer-dto.js';
+import { createCustomersRepository, type CustomerKind, type ListFilters } from './customers.repository.js';
+import type { IndividualDto, PatchCustomerBody, UpsertCustomerBody } from './customers.schemas.js';
+import { designatedFlag, initialStatus, statusAfterServicesChange, type KycStatus, type PreCommencementAssessment } from './due-diligence.js';
+import { decodeCursor, encodeCursor, filterFingerprint } from './list-cursor.js';
+import { classifyClient, rateRisk, type RiskAnswers } from './risk-model.js';
+
+/** Who is asking, in which organisation. Every query is scoped by `orgId`. */
+export type RequestContext = { orgId: string; actor: Actor };
+
+/** Provenance ranks of structured name parts: a correction from a higher rank is never overwritten. */
+export const NAME_PROVENANCE = { INTEGRATION: 10, OFFICER: 20, VERIFICATION_PROVIDER: 30 } as const;
+const UPSERT_ATTEMPTS = 5;
+/** The latest calendar date anywhere on Earth (UTC+14): "not in the future" for every caller. */
+const LATEST_OFFSET_MS = 14 * 3_600_000;
+
+export type ListQuery = {
+  limit?: number;
+  cursor?: string;
+  status?: string;
+  aml_status?: string;
+  updated_since?: string;
+  external_id?: string;
+  include?: string;
+  type?: string;
+};
+
+export type ListResult<T> = {
+  object: 'list';
+  data: T[];
+  has_more: boolean;
+  next_cursor: string | null;
+  limit: number;
+  total_count?: number;
+};
+
+/** Shared by customers and entities: the list envelope, cursor and filter rules. */
+export async function listCustomerRecords<T>(
+  repository: ReturnType<typeof createCustomersRepository>,
+  orgId: string,
+  kind: CustomerKind,
+  query: ListQuery,
+  toDto: (rows: CustomerRow[]) => Promise<T[]> | T[],
+): Promise<ListResult<T>> {
+  const limit = query.limit ?? 50;
+  const filters: ListFilters = {
+    kind,
+    kycStatus: query.status,
+    amlStatus: query.aml_status,
+    updatedSince: query.updated_since ? new Date(query.updated_since) : undefined,
+    externalId: query.external_id,
+    type: query.type,
+  };
+  const fingerprint = filterFingerprint({
+    kind,
+    status: query.status ?? null,
+    aml_status: query.aml_status ?? null,
+    updated_since: filters.updatedSince?.toISOString() ?? null,
+    external_id: query.external_id ?? null,
+    type: query.type ?? null,
+  });
+  if (query.cursor) filters.after = decodeCursor(query.cursor, fingerprint);
+  const rows = await repository.list(orgId, filters, limit + 1);
+  const page = rows.slice(0, limit);
+  const hasMore = rows.length > limit;
+  const last = page[page.length - 1];
+  const result: ListResult<T> = {
+    object: 'list',
+    data: await toDto(page),
+    has_more: hasMore,
+    next_cursor: hasMore && last ? encodeCursor(last, fingerprint) : null,
+    limit,
+  };
+  if (query.include?.split(',').some((part) => part.trim() === 'total_count')) {
+    result.total_count = await repository.count(orgId, filters);
+  }
+  return result;
+}
+
+/** Risk rating, classification and status after a change to services, flag or answers. */
+export function dueDiligenceColumns(input: {
+  status: KycStatus;
+  services: string[];
+  preExistingServices: string[];
+  flag: boolean | null;
+  answers: RiskAnswers;
+}): Pick<NewCustomerRow, 'riskRating' | 'clientClassification'> {
+  const rating = rateRisk(input.services, input.answers, input.preExistingServices);
+  return {
+    riskRating: rating,
+    clientClassification: classifyClient({
+      rating,
+      designated: input.flag === true || input.services.length > 0,
+      dueDiligenceOwed: input.status !== 'NOT_REQUIRED',
+    }),
+  };
+}
+
+/**
+ * Rules of the pre-commencement fields and the services list that hold for individuals and entities
+ * alike. `answers` are the effective risk answers (stored ones overlaid with the request's).
+ */
+export function checkDueDiligenceInputs(
+  body: {
+    clientSinceDate?: string;
+    preCommencementAssessment?: PreCommencementAssessment;
+    preExistingServices?: string[];
+    designatedServices?: string[];
+    risk?: RiskAnswers;
+  },
+  answers: RiskAnswers,
+  now: Date,
+  issues: Issues,
+): void {
+  const existingClient = answers.isNewCustomer === false;
+  const requiresExisting = 'Requires risk.isNewCustomer: false (an existing client).';
+  if (body.clientSinceDate !== undefined) {
+    if (!existingClient) issues.add('clientSinceDate', requiresExisting);
+    if (body.clientSinceDate > todayIso(new Date(now.getTime() + LATEST_OFFSET_MS))) issues.add('clientSinceDate', 'Must not be in the future.');
+  }
+  if (body.preCommencementAssessment !== undefined) {
+    if (!existingClient) issues.add('preCommencementAssessment', requiresExisting);
+    if (!body.designatedServices || body.designatedServices.length === 0) {
+      issues.add('preCommencementAssessment', 'Requires a non-empty designatedServices.');
+    }
+    const assessedAt = body.preCommencementAssessment.assessedAt;
+    if (assessedAt && assessedAt > todayIso(new Date(now.getTime() + LATEST_OFFSET_MS))) {
+      issues.add('preCommencementAssessment.assessedAt', 'Must not be in the future.');
+    }
+  }
+  if (body.preExistingServices !== undefined) {
+    if (!existingClient) issues.add('preExistingServices', requiresExisting);
+    if (body.designatedServices && body.designatedServices.length > 0) {
+      issues.add('preExistingServices', 'Cannot be combined with a non-empty designatedServices.');
+    }
+  }
+  const flag = body.risk?.isDesignatedService;
+  if (body.designatedServices !== undefined && flag !== undefined && flag !== body.designatedServices.length > 0) {
+    issues.add('risk.isDesignatedService', `Disagrees with designatedServices (${body.designatedServices.length > 0 ? 'non-empty' : 'empty'}); send one or make them agree.`);
+  }
+}
+
+/** The services/flag/status/risk columns after a request that may touch them. */
+export function servicesUpdate(
+  existing: CustomerRow | undefined,
+  body: { designatedServices?: string[]; preExistingServices?: string[]; risk?: RiskAnswers; preCommencementAssessment?: PreCommencementAssessment },
+  answers: RiskAnswers,
+): Pick<NewCustomerRow, 'designatedServices' | 'preExistingServices' | 'isDesignatedService' | 'kycStatus' | 'riskRating' | 'clientClassification'> {
+  const services = body.designatedServices ? normalizeServiceCodes(body.designatedServices) : (existing?.designatedServices ?? []);
+  const preExisting = body.preExistingServices ? normalizeServiceCodes(body.preExistingServices) : (existing?.preExistingServices ?? []);
+  const flag =
+    body.designatedServices !== undefined
+      ? services.length > 0
+      : body.risk?.isDesignatedService !== undefined
+        ? body.risk.isDesignatedService
+        : designatedFlag(services, existing?.isDesignatedService);
+  const status: KycStatus = existing
+    ? statusAfterServicesChange({
+        status: existing.kycStatus as KycStatus,
+        previousServices: existing.designatedServices,
+        nextServices: services,
+        previousFlag: existing.isDesignatedService,
+        nextFlag: flag,
+      })
+    : initialStatus({
+        designatedServices: body.designatedServices ? services : undefined,
+        risk: { ...answers, ...(body.risk?.isDesignatedService !== undefined ? { isDesignatedService: body.risk.isDesignatedService } : {}) },
+        assessment: body.preCommencementAssessment,
+      });
+  return {
+    designatedServices: services,
+    preExistingServices: preExisting,
+    isDesignatedService: flag,
+    kycStatus: status,
+    ...dueDiligenceColumns({ status, services, preExistingServices: preExisting, flag, answers }),
+  };
+}
+
+function isUniqueViolation(error: unknown): boolean {
+  return (error as { code?: string; cause?: { code?: string } }).code === '23505' || (error as { cause?: { code?: string } }).cause?.code === '23505';
+}
+
+export function createCustomersService(deps: { database: Database; clock?: Clock; businessRegister?: BusinessRegister }) {
+  const { database } = deps;
+  const clock = deps.clock ?? systemClock;
+  const repository = createCustomersRepository(database.db);
+  const changes = createCustomerChangeRecorder(database.db);
+
+  async function requireIndividual(ctx: RequestContext, ref: string, tx: Executor, forUpdate = false): Promise<CustomerRow> {
+    const row = await repository.findByRef(ctx.orgId, 'individual', ref, tx, { forUpdate });
+    if (!row) throw AppError.notFound('Customer');
+    return row;
+  }
+
+  /** Finds the record an upsert applies to, per the spec's matching table. */
+  async function matchForUpsert(ctx: RequestContext, body: UpsertCustomerBody, tx: Executor) {
+    if (body.externalId) {
+      const byExternalId = await repository.findByExternalId(ctx.orgId, body.externalId, tx, { forUpdate: true });
+      if (byExternalId) {
+        if (byExternalId.kind !== 'individual') {
+          throw AppError.conflict('This externalId belongs to an entity; use POST /v1/entities for it.', { field: 'externalId' });
+        }
+        return { row: byExternalId, adopt: false };
+      }
+    }
+    if (body.fullName && body.email) {
+      const byNameAndEmail = await repository.findIndividualByNameAndEmail(ctx.orgId, body.fullName, body.email, tx, { forUpdate: true });
+      if (byNameAndEmail) {
+        if (body.externalId && byNameAndEmail.externalId !== null) {
+          throw AppError.conflict('A customer with this full name and email already exists under another externalId.', {
+            field: 'externalId',
+          });
+        }
+        return { row: byNameAndEmail, adopt: body.externalId !== undefined };
+      }
+    }
+    return undefined;
+  }
+
+  /** Column values for a create (existing undefined) or an update of `existing` from the upsert body. */
+  function upsertColumns(ctx: RequestContext, existing: CustomerRow | undefined, body: UpsertCustomerBody, registerStatus: string | undefined) {
+    const issues = new Issues();
+    const now = clock.now();
+    const type = body.type ?? (existing?.type as UpsertCustomerBody['type']) ?? 'INDIVIDUAL';
+    const answers: RiskAnswers = { ...((existing?.riskAnswers as RiskAnswers | undefined) ?? {}), ...(body.risk ?? {}) };
+
+    if (!existing) {
+      if (!body.fullName) issues.add('fullName', 'Required when creating a customer.');
+      if (!body.email) issues.add('email', 'Required when creating a customer.');
+    }
+    if ((body.firstName === undefined) !== (body.lastName === undefined)) {
+      issues.add(body.firstName === undefined ? 'firstName' : 'lastName', 'Send firstName and lastName together, or neither.');
+    }
+    if (body.middleName !== undefined && body.firstName === undefined) issues.add('middleName', 'Requires firstName and lastName.');
+    if (type === 'INDIVIDUAL') {
+      if (body.businessName !== undefined) issues.add('businessName', 'Only for SOLE_TRADER customers.');
+      if (body.abn !== undefined) issues.add('abn', 'Only for SOLE_TRADER customers.');
+    }
+    if (existing?.kycStatus === 'VERIFIED') {
+      if (body.fullName !== undefined && body.fullName !== existing.name) issues.add('fullName', 'Frozen after KYC verification.');
+      if (body.email !== undefined && body.email.toLowerCase() !== existing.email?.toLowerCase()) issues.add('email', 'Frozen after KYC verification.');
+    }
+    checkDueDiligenceInputs(body, answers, now, issues);
+    issues.throwIfAny();
+
+    const values: Partial<NewCustomerRow> = {
+      type,
+      name: body.fullName,
+      email: body.email,
+      phone: body.phone,
+      riskAnswers: answers,
+      clientSinceDate: body.clientSinceDate,
+      preExistingServiceSince: body.preExistingServiceSince,
+      preCommencementAssessment: body.preCommencementAssessment,
+      representativeName: body.representative?.fullName,
+      representativeEmail: body.representative?.email,
+      ...servicesUpdate(existing, body, answers),
+    };
+    if (body.firstName !== undefined && (existing?.nameProvenanceRank ?? 0) <= NAME_PROVENANCE.INTEGRATION) {
+      Object.assign(values, {
+        firstName: body.firstName,
+        middleName: body.middleName ?? null,
+        lastName: body.lastName,
+        nameProvenanceRank: NAME_PROVENANCE.INTEGRATION,
+      });
+    }
+    if (type === 'SOLE_TRADER') {
+      if (body.businessName !== undefined) values.businessName = body.businessName;
+      if (body.abn !== undefined) Object.assign(values, { abn: body.abn, businessRegisterStatus: registerStatus ?? 'NOT_CHECKED' });
+    } else if (existing && existing.type === 'SOLE_TRADER') {
+      Object.assign(values, { businessName: null, abn: null, businessRegisterStatus: null });
+    }
+    if (!existing) {
+      Object.assign(values, { orgId: ctx.orgId, kind: 'individual', externalId: body.externalId ?? null, addedVia: 'INTEGRATION' });
+    }
+    return values;
+  }
+
+  return {
+    /** POST /customers: create or update per the matching table; never starts KYC, emails or charges. */
+    async upsert(ctx: RequestContext, body: UpsertCustomerBody): Promise<{ created: boolean; customer: IndividualDto }> {
+      const registerStatus =
+        body.abn !== undefined && body.type !== 'INDIVIDUAL' ? await checkBusinessRegister(deps.businessRegister, body.abn) : undefined;
+      try {
+        return await database.transaction(async (tx) => {
+          for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
+            const match = await matchForUpsert(ctx, body, tx);
+            if (match) {
+              const values = upsertColumns(ctx, match.row, body, registerStatus);
+              if (match.adopt) values.externalId = body.externalId;
+              const diff = changedColumns(match.row, values);
+              if (Object.keys(diff).length === 0) return { created: false, customer: toIndividualDto(match.row) };
+              const updated = await repository.update(ctx.orgId, match.row.id, diff, tx);
+              const dto = toIndividualDto(updated);
+              await changes.record({ actor: ctx.actor, action: 'customer.upserted', before: match.row, after: updated, dto }, tx);
+              return { created: false, customer: dto };
+            }
+            const inserted = await repository.insertIfAbsent(upsertColumns(ctx, undefined, body, registerStatus) as NewCustomerRow, tx);
+            if (inserted) {
+              const dto = toIndividualDto(inserted);
+              await changes.record({ actor: ctx.actor, action: 'customer.created', before: undefined, after: inserted, dto }, tx);
+              return { created: true, customer: dto };
+            }
+            // A concurrent request inserted a matching record first; match again and update it.
+          }
+          throw AppError.conflict('The customer changed concurrently; retry the request.');
+        });
+      } catch (error) {
+        if (isUniqueViolation(error)) throw AppError.conflict('Another customer already has this full name and email.');
+        throw error;
+      }
+    },
+
+    async get(ctx: RequestContext, ref: string): Promise<IndividualDto> {
+      return toIndividualDto(await requireIndividual(ctx, ref, database.current()));
+    },
+
+    async getAml(ctx: RequestContext, ref: string) {
+      return toAmlBlock(await requireIndividual(ctx, ref, database.current()));
+    },
+
+    async patch(ctx: RequestContext, ref: string, body: PatchCustomerBody): Promise<IndividualDto> {
+      try {
+        return await database.transaction(async (tx) => {
+          const row = await requireIndividual(ctx, ref, tx, true);
+          const issues = new Issues();
+          if (row.kycStatus === 'VERIFIED') {
+            if (body.fullName !== undefined && body.fullName !== row.name) issues.add('fullName', 'Frozen after KYC verification.');
+            if (body.email !== undefined && body.email.toLowerCase() !== row.email?.toLowerCase()) issues.add('email', 'Frozen after KYC verification.');
+          }
+          issues.throwIfAny();
+          const answers: RiskAnswers = { ...(row.riskAnswers as RiskAnswers), ...(body.risk ?? {}) };
+          const values: Partial<NewCustomerRow> = {
+            name: body.fullName,
+            email: body.email,
+            phone: body.phone,
+            riskAnswers: answers,
+            ...(body.risk ? servicesUpdate(row, { risk: body.risk }, answers) : {}),
+          };
+          const diff = changedColumns(row, values);
+          if (Object.keys(diff).length === 0) return toIndividualDto(row);
+          const updated = await repository.update(ctx.orgId, row.id, diff, tx);
+          const dto = toIndividualDto(updated);
+          await changes.record({ actor: ctx.actor, action: 'customer.patched', before: row, after: updated, dto }, tx);
+          return dto;
+        });
+      } catch (error) {
+        if (isUniqueViolation(error)) throw AppError.conflict('Another customer already has this full name and email.');
+        throw error;
+      }
+    },
+
+    /** PUT /customers/{id}/designated-services: replace, dedupe, derive the flag, re-rate, audit. */
+    async replaceDesignatedServices(ctx: RequestContext, ref: string, codes: string[]): Promise<IndividualDto> {
+      return database.transaction(async (tx) => {
+        const row = await requireIndividual(ctx, ref, tx, true);
+        const answers = row.riskAnswers as RiskAnswers;
+        const diff = changedColumns(row, servicesUpdate(row, { designatedServices: codes }, answers));
+        const updated = Object.keys(diff).length === 0 ? row : await repository.update(ctx.orgId, row.id, diff, tx);
+        const dto = toIndividualDto(updated);
+        if (updated !== row) {
+          await changes.record({ actor: ctx.actor, action: 'customer.designated_services_replaced', before: row, after: updated, dto }, tx);
+        }
+        return { ...dto, designated_services: updated.designatedServices };
+      });
+    },
+
+    async list(ctx: RequestContext, query: ListQuery): Promise<ListResult<IndividualDto>> {
+      return listCustomerRecords(repository, ctx.orgId, 'individual', query, (rows) => rows.map(toIndividualDto));
+    },
+  };
+}
+export type CustomersService = ReturnType<typeof createCustomersService>;

@@ -1,0 +1,28 @@
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { errorResponses } from '../../shared/error-responses.js';
+import { DESIGNATED_SERVICES } from './catalog.js';
+
+const catalogResponse = z.object({
+  object: z.literal('list'),
+  data: z.array(z.object({ code: z.string(), group: z.string(), name: z.string(), description: z.string() })),
+});
+
+export async function designatedServicesRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<ZodTypeProvider>();
+  const body = { object: 'list' as const, data: DESIGNATED_SERVICES.map((entry) => ({ ...entry })) };
+  app.get(
+    '/designated-services',
+    {
+      schema: {
+        operationId: 'listDesignatedServices',
+        tags: ['Catalog'],
+        summary: 'The designated-service catalog',
+        description: 'The read-only catalog of stable codes used in designatedServices, preExistingServices and service_codes. Any valid key.',
+        response: { 200: catalogResponse, ...errorResponses(401, 429) },
+      },
+    },
+    async () => body,
+  );
+}
