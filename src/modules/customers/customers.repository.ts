@@ -1,4 +1,4 @@
-import { and, asc, eq, gt, or, sql, type SQL } from 'drizzle-orm';
+import { and, asc, eq, gt, inArray, or, sql, type SQL } from 'drizzle-orm';
 import type { Executor } from '../../db/client.js';
 import { customers, type CustomerRow, type NewCustomerRow } from '../../db/schema.js';
 import { isUuid } from '../../shared/ids.js';
@@ -118,7 +118,7 @@ export function createCustomersRepository(db: Executor) {
       return tx
         .select()
         .from(customers)
-        .where(and(eq(customers.orgId, orgId), sql`${customers.id} = ANY(${ids}::uuid[])`));
+        .where(and(eq(customers.orgId, orgId), inArray(customers.id, ids)));
     },
   };
 }

@@ -1,0 +1,65 @@
+import { and, asc, eq, sql } from 'drizzle-orm';
+import type { Executor } from '../../db/client.js';
+import { beneficialOwners, customers, type CustomerRow } from '../../db/schema.js';
+
+export type BeneficialOwnerWithPerson = {
+  owner: typeof beneficialOwners.$inferSelect;
+  person: CustomerRow;
+};
+
+/** Entity-specific lookups; generic customer reads and writes live in the customers repository. */
+export function createEntitiesRepository(db: Executor) {
+  async function firstEntity(tx: Executor, orgId: string, condition: ReturnType<typeof sql>) {
+    const [row] = await tx
+      .select()
+      .from(customers)
+      .where(and(eq(customers.orgId, orgId), eq(customers.kind, 'entity'), condition))
+      .for('update');
+    return row;
+  }
+
+  return {
+    findByAbn: (orgId: string, abn: string, tx: Executor = db) => firstEntity(tx, orgId, sql`${customers.abn} = ${abn}`),
+    findByAcn: (orgId: string, acn: string, tx: Executor = db) => firstEntity(tx, orgId, sql`${customers.acn} = ${acn}`),
+    findByNameAndType: (orgId: string, name: string, type: string, tx: Executor = db) =>
+      firstEntity(tx, orgId, sql`lower(${customers.name}) = lower(${name}) AND ${customers.type} = ${type}`),
+
+    async listOwners(orgId: string, entityId: string, tx: Executor = db): Promise<BeneficialOwnerWithPerson[]> {
+      return tx
+        .select({ owner: beneficialOwners, person: customers })
+        .from(beneficialOwners)
+        .innerJoin(customers, and(eq(customers.id, beneficialOwners.customerId), eq(customers.orgId, beneficialOwners.orgId)))
+        .where(and(eq(beneficialOwners.orgId, orgId), eq(beneficialOwners.entityId, entityId)))
+        .orderBy(asc(beneficialOwners.createdAt), asc(beneficialOwners.id));
+    },
+
+    async findOwner(orgId: string, entityId: string, ownerId: string, tx: Executor = db): Promise<BeneficialOwnerWithPerson | undefined> {
+      const [row] = await tx
+        .select({ owner: beneficialOwners, person: customers })
+        .from(beneficialOwners)
+        .innerJoin(customers, and(eq(customers.id, beneficialOwners.customerId), eq(customers.orgId, beneficialOwners.orgId)))
+        .where(and(eq(beneficialOwners.orgId, orgId), eq(beneficialOwners.entityId, entityId), eq(beneficialOwners.id, ownerId)));
+      return row;
+    },
+
+    /** Adds the person as an owner of the entity, or updates their holding when already one. */
+    async upsertOwner(values: typeof beneficialOwners.$inferInsert, tx: Executor = db) {
+      const [row] = await tx
+        .insert(beneficialOwners)
+        .values(values)
+        .onConflictDoUpdate({
+          target: [beneficialOwners.orgId, beneficialOwners.entityId, beneficialOwners.customerId],
+          set: {
+            holderType: values.holderType,
+            roleTypes: values.roleTypes,
+            percentageHeld: values.percentageHeld,
+            kycRequired: values.kycRequired,
+            updatedAt: sql`clock_timestamp()`,
+          },
+        })
+        .returning();
+      return row!;
+    },
+  };
+}
+export type EntitiesRepository = ReturnType<typeof createEntitiesRepository>;

@@ -1,0 +1,304 @@
+import type { Database, Executor } from '../../db/client.js';
+import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
+import { AppError } from '../../shared/app-error.js';
+import { systemClock, type Clock } from '../../shared/clock.js';
+import { Issues } from '../../shared/issues.js';
+import { createAuditRepository } from '../audit/audit.repository.js';
+import { changedColumns, createCustomerChangeRecorder } from '../customers/customer-changes.js';
+import { toAmlBlock, toIndividualDto } from '../customers/customer-dto.js';
+import { createCustomersRepository } from '../customers/customers.repository.js';
+import {
+  checkDueDiligenceInputs,
+  listCustomerRecords,
+  servicesUpdate,
+  type ListQuery,
+  type ListResult,
+  type RequestContext,
+} from '../customers/customers.service.js';
+import type { RiskAnswers } from '../customers/risk-model.js';
+import { createEntitiesRepository } from './entities.repository.js';
+import type { AddOwnersBody, ContactInput, EntityDto, PatchEntityBody, UpsertEntityBody } from './entities.schemas.js';
+import { toBeneficialOwnerDto, toEntityDto } from './entity-dto.js';
+
+const UPSERT_ATTEMPTS = 5;
+const FROZEN_MESSAGE = 'Frozen after KYB verification.';
+
+export function createEntitiesService(deps: { database: Database; clock?: Clock }) {
+  const { database } = deps;
+  const clock = deps.clock ?? systemClock;
+  const customers = createCustomersRepository(database.db);
+  const entities = createEntitiesRepository(database.db);
+  const changes = createCustomerChangeRecorder(database.db);
+  const audit = createAuditRepository(database.db);
+
+  async function dtoOf(row: CustomerRow, tx: Executor): Promise<EntityDto> {
+    const contact = row.contactCustomerId ? await customers.findById(row.orgId, row.contactCustomerId, tx) : undefined;
+    return toEntityDto(row, contact);
+  }
+
+  async function requireEntity(ctx: RequestContext, ref: string, tx: Executor, forUpdate = false): Promise<CustomerRow> {
+    const row = await customers.findByRef(ctx.orgId, 'entity', ref, tx, { forUpdate });
+    if (!row) throw AppError.notFound('Entity');
+    return row;
+  }
+
+  /**
+   * An individual by exact (case-insensitive) name + email, or a new one created for the role
+   * (contact person or beneficial owner). Concurrency-safe through the name+email unique index.
+   */
+  async function findOrCreatePerson(ctx: RequestContext, person: { fullName: string; email: string; kycRequired: boolean }, tx: Executor) {
+    for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
+      const existing = await customers.findIndividualByNameAndEmail(ctx.orgId, person.fullName, person.email, tx);
+      if (existing) return existing;
+      const created = await customers.insertIfAbsent(
+        {
+          orgId: ctx.orgId,
+          kind: 'individual',
+          type: 'INDIVIDUAL',
+          name: person.fullName,
+          email: person.email,
+          isContactOnly: true,
+          addedVia: 'INTEGRATION',
+          // The person's own KYC is intended (kycRequired) but nothing is started or charged.
+          kycStatus: person.kycRequired ? 'NOT_STARTED' : 'NOT_REQUIRED',
+        },
+        tx,
+      );
+      if (created) {
+        await changes.record({ actor: ctx.actor, action: 'customer.created', before: undefined, after: created, dto: toIndividualDto(created) }, tx);
+        return created;
+      }
+    }
+    throw AppError.conflict('The person changed concurrently; retry the request.');
+  }
+
+  async function resolveContact(ctx: RequestContext, contact: ContactInput, tx: Executor) {
+    const issues = new Issues();
+    const inline = contact.fullName !== undefined || contact.email !== undefined;
+    if (contact.customerId !== undefined && inline) issues.add('contact', 'Send either customerId or fullName plus email, not both.');
+    if (contact.customerId === undefined && !inline) issues.add('contact', 'Send customerId, or fullName plus email.');
+    if (contact.customerId === undefined && inline) {
+      if (contact.fullName === undefined) issues.add('contact.fullName', 'Required with contact.email.');
+      if (contact.email === undefined) issues.add('contact.email', 'Required with contact.fullName.');
+    }
+    issues.throwIfAny();
+    const kycRequired = contact.kycRequired ?? true;
+    if (contact.customerId !== undefined) {
+      const person = await customers.findByRef(ctx.orgId, 'individual', contact.customerId, tx);
+      if (!person) throw AppError.field('contact.customerId', 'No individual customer with this id or external_id.');
+      return { contactCustomerId: person.id, contactKycRequired: kycRequired };
+    }
+    const person = await findOrCreatePerson(ctx, { fullName: contact.fullName!, email: contact.email!, kycRequired }, tx);
+    return { contactCustomerId: person.id, contactKycRequired: kycRequired };
+  }
+
+  /** The spec's matching order: externalId, then ABN, then ACN, then legal name + type. */
+  async function matchForUpsert(ctx: RequestContext, body: UpsertEntityBody, tx: Executor): Promise<CustomerRow | undefined> {
+    let match: CustomerRow | undefined;
+    if (body.externalId) {
+      const byExternalId = await customers.findByExternalId(ctx.orgId, body.externalId, tx, { forUpdate: true });
+      if (byExternalId && byExternalId.kind !== 'entity') {
+        throw AppError.conflict('This externalId belongs to an individual customer; use POST /v1/customers for it.', { field: 'externalId' });
+      }
+      match = byExternalId;
+    }
+    if (!match) {
+      const candidate =
+        (body.abn ? await entities.findByAbn(ctx.orgId, body.abn, tx) : undefined) ??
+        (body.acn ? await entities.findByAcn(ctx.orgId, body.acn, tx) : undefined) ??
+        (body.name && body.type ? await entities.findByNameAndType(ctx.orgId, body.name, body.type, tx) : undefined);
+      if (candidate && body.externalId && candidate.externalId !== null && candidate.externalId !== body.externalId) {
+        throw AppError.conflict('A matching entity already exists under another externalId.', { field: 'externalId', match: candidate.id });
+      }
+      match = candidate;
+    }
+    if (match) {
+      if (body.type !== undefined && body.type !== match.type) {
+        throw AppError.conflict(`The stored type is ${match.type}; type is immutable (create a new record for another type).`, { field: 'type' });
+      }
+      if (body.origin !== undefined && body.origin !== match.origin) {
+        throw AppError.conflict(`The stored origin is ${match.origin}; origin is immutable.`, { field: 'origin' });
+      }
+    }
+    return match;
+  }
+
+  function identityRules(origin: string, fields: { abn?: unknown; acn?: unknown; countryOfFormation?: unknown; registrationNumber?: unknown }, issues: Issues) {
+    if (origin === 'INTERNATIONAL') {
+      if (fields.abn !== undefined && fields.abn !== null) issues.add('abn', 'Only for AUSTRALIAN entities.');
+      if (fields.acn !== undefined && fields.acn !== null) issues.add('acn', 'Only for AUSTRALIAN entities.');
+    } else {
+      if (fields.countryOfFormation !== undefined) issues.add('countryOfFormation', 'Only for INTERNATIONAL entities (Australian ones are AUS).');
+      if (fields.registrationNumber !== undefined && fields.registrationNumber !== null) issues.add('registrationNumber', 'Only for INTERNATIONAL entities.');
+    }
+  }
+
+  async function upsertColumns(ctx: RequestContext, existing: CustomerRow | undefined, body: UpsertEntityBody, tx: Executor) {
+    const issues = new Issues();
+    const origin = body.origin ?? existing?.origin ?? 'AUSTRALIAN';
+    const answers: RiskAnswers = { ...((existing?.riskAnswers as RiskAnswers | undefined) ?? {}), ...(body.risk ?? {}) };
+    if (!existing) {
+      if (!body.type) issues.add('type', 'Required when creating an entity.');
+      if (!body.name) issues.add('name', 'Required when creating an entity.');
+      if (origin === 'INTERNATIONAL' && !body.countryOfFormation) issues.add('countryOfFormation', 'Required for INTERNATIONAL entities.');
+    }
+    identityRules(origin, body, issues);
+    if (existing?.kycStatus === 'VERIFIED') {
+      if (body.name !== undefined && body.name !== existing.name) issues.add('name', FROZEN_MESSAGE);
+      if (body.abn !== undefined && body.abn !== existing.abn) issues.add('abn', FROZEN_MESSAGE);
+      if (body.acn !== undefined && body.acn !== existing.acn) issues.add('acn', FROZEN_MESSAGE);
+      if (body.countryOfFormation !== undefined && body.countryOfFormation !== existing.countryOfFormation) {
+        issues.add('countryOfFormation', FROZEN_MESSAGE);
+      }
+    }
+    checkDueDiligenceInputs(body, answers, clock.now(), issues);
+    issues.throwIfAny();
+
+    const values: Partial<NewCustomerRow> = {
+      name: body.name,
+      abn: body.abn,
+      acn: body.acn,
+      address: body.address,
+      countryOfFormation: origin === 'AUSTRALIAN' ? 'AUS' : body.countryOfFormation,
+      registrationNumber: body.registrationNumber,
+      riskAnswers: answers,
+      clientSinceDate: body.clientSinceDate,
+      preExistingServiceSince: body.preExistingServiceSince,
+      // The assessment only decides the status of a new record.
+      preCommencementAssessment: existing ? undefined : body.preCommencementAssessment,
+      ...servicesUpdate(existing, existing ? { ...body, preCommencementAssessment: undefined } : body, answers),
+      ...(body.contact ? await resolveContact(ctx, body.contact, tx) : {}),
+    };
+    if (!existing) {
+      Object.assign(values, { orgId: ctx.orgId, kind: 'entity', type: body.type, origin, externalId: body.externalId ?? null, addedVia: 'INTEGRATION' });
+    } else if (body.externalId && existing.externalId === null) {
+      values.externalId = body.externalId;
+    }
+    return values;
+  }
+
+  async function save(ctx: RequestContext, action: string, row: CustomerRow, values: Partial<NewCustomerRow>, tx: Executor): Promise<EntityDto> {
+    const diff = changedColumns(row, values);
+    if (Object.keys(diff).length === 0) return dtoOf(row, tx);
+    const updated = await customers.update(ctx.orgId, row.id, diff, tx);
+    const dto = await dtoOf(updated, tx);
+    await changes.record({ actor: ctx.actor, action, before: row, after: updated, dto }, tx);
+    return dto;
+  }
+
+  return {
+    /** POST /entities: create or update per the matching order; never starts KYB, emails or charges. */
+    async upsert(ctx: RequestContext, body: UpsertEntityBody): Promise<{ created: boolean; entity: EntityDto }> {
+      return database.transaction(async (tx) => {
+        for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
+          const match = await matchForUpsert(ctx, body, tx);
+          if (match) return { created: false, entity: await save(ctx, 'entity.upserted', match, await upsertColumns(ctx, match, body, tx), tx) };
+          const inserted = await customers.insertIfAbsent((await upsertColumns(ctx, undefined, body, tx)) as NewCustomerRow, tx);
+          if (inserted) {
+            const dto = await dtoOf(inserted, tx);
+            await changes.record({ actor: ctx.actor, action: 'entity.created', before: undefined, after: inserted, dto }, tx);
+            return { created: true, entity: dto };
+          }
+          // A concurrent request created a matching entity first; match again.
+        }
+        throw AppError.conflict('The entity changed concurrently; retry the request.');
+      });
+    },
+
+    async get(ctx: RequestContext, ref: string): Promise<EntityDto> {
+      const tx = database.current();
+      return dtoOf(await requireEntity(ctx, ref, tx), tx);
+    },
+
+    async getAml(ctx: RequestContext, ref: string) {
+      return toAmlBlock(await requireEntity(ctx, ref, database.current()));
+    },
+
+    async patch(ctx: RequestContext, ref: string, body: PatchEntityBody): Promise<EntityDto> {
+      return database.transaction(async (tx) => {
+        const row = await requireEntity(ctx, ref, tx, true);
+        const issues = new Issues();
+        identityRules(row.origin ?? 'AUSTRALIAN', body, issues);
+        if (row.kycStatus === 'VERIFIED') {
+          for (const [field, column] of [['name', 'name'], ['abn', 'abn'], ['acn', 'acn'], ['registrationNumber', 'registrationNumber']] as const) {
+            if (body[field] !== undefined && body[field] !== row[column]) issues.add(field, FROZEN_MESSAGE);
+          }
+        }
+        issues.throwIfAny();
+        const answers: RiskAnswers = { ...(row.riskAnswers as RiskAnswers), ...(body.risk ?? {}) };
+        const values: Partial<NewCustomerRow> = {
+          name: body.name,
+          abn: body.abn,
+          acn: body.acn,
+          address: body.address,
+          registrationNumber: body.registrationNumber,
+          riskAnswers: answers,
+          ...(body.risk ? servicesUpdate(row, { risk: body.risk }, answers) : {}),
+          ...(body.contact ? await resolveContact(ctx, body.contact, tx) : {}),
+        };
+        try {
+          return await save(ctx, 'entity.patched', row, values, tx);
+        } catch (error) {
+          if ((error as { code?: string }).code === '23505' || (error as { cause?: { code?: string } }).cause?.code === '23505') {
+            throw AppError.conflict('Another entity already has this ABN, ACN or legal name and type.');
+          }
+          throw error;
+        }
+      });
+    },
+
+    async list(ctx: RequestContext, query: ListQuery): Promise<ListResult<EntityDto>> {
+      const tx = database.current();
+      return listCustomerRecords(customers, ctx.orgId, 'entity', query, async (rows) => {
+        const contactIds = [...new Set(rows.map((row) => row.contactCustomerId).filter((id): id is string => id !== null))];
+        const contacts = new Map((await customers.findManyByIds(ctx.orgId, contactIds, tx)).map((row) => [row.id, row]));
+        return rows.map((row) => toEntityDto(row, row.contactCustomerId ? contacts.get(row.contactCustomerId) : undefined));
+      });
+    },
+
+    async listOwners(ctx: RequestContext, ref: string) {
+      const tx = database.current();
+      const entity = await requireEntity(ctx, ref, tx);
+      return { ubos: (await entities.listOwners(ctx.orgId, entity.id, tx)).map(toBeneficialOwnerDto) };
+    },
+
+    /** POST /entities/{id}/ubos: links or creates each person; nothing is emailed or charged. */
+    async addOwners(ctx: RequestContext, ref: string, body: AddOwnersBody) {
+      return database.transaction(async (tx) => {
+        const entity = await requireEntity(ctx, ref, tx, true);
+        for (const owner of body.owners) {
+          const person = await findOrCreatePerson(ctx, owner, tx);
+          const saved = await entities.upsertOwner(
+            {
+              orgId: ctx.orgId,
+              entityId: entity.id,
+              customerId: person.id,
+              holderType: owner.holderType,
+              roleTypes: [...new Set(owner.roleTypes)],
+              percentageHeld: owner.percentageHeld,
+              kycRequired: owner.kycRequired,
+              addedVia: 'INTEGRATION',
+            },
+            tx,
+          );
+          await audit.record(
+            {
+              orgId: ctx.orgId,
+              actor: ctx.actor,
+              action: 'entity.beneficial_owner_saved',
+              subjectType: 'beneficial_owner',
+              subjectId: saved.id,
+              before: null,
+              after: saved,
+            },
+            tx,
+          );
+        }
+        return { ubos: (await entities.listOwners(ctx.orgId, entity.id, tx)).map(toBeneficialOwnerDto) };
+      });
+    },
+
+    dtoOf,
+  };
+}
+export type EntitiesService = ReturnType<typeof createEntitiesService>;
