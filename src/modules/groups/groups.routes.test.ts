@@ -141,13 +141,15 @@ describe('GET /v1/group-templates', () => {
     await expect(deployed.createGroup(caller, { name: 'Fund', templateId: retired.id })).rejects.toMatchObject({ code: 'not_found' });
   });
 
-  it('when a curated copy was altered behind a running process, a newly started instance restores it', async () => {
+  it('when a curated copy was altered behind a running process, that process keeps its memo and a newly started instance restores it', async () => {
     const org = await ctx.createOrg({ features: ['groups'] });
     await templatesOf(org);
     await ctx.database.db
       .update(groupTemplates)
       .set({ name: 'stale', roles: [] })
       .where(and(eq(groupTemplates.orgId, org.id), eq(groupTemplates.code, 'PB-TRUST-ESTABLISHMENT')));
+    // The running instance does not re-sync on every request.
+    expect((await templatesOf(org)).find((template) => template.code === 'PB-TRUST-ESTABLISHMENT')).toMatchObject({ name: 'stale' });
 
     const restarted = await ctx.buildInstance();
     const response = await ctx.request('GET', '/v1/group-templates', { key: org.key }, restarted);
@@ -313,6 +315,7 @@ describe('POST /v1/groups', () => {
     expect(response.statusCode).toBe(422);
     const issues = response.json().error.details.issues;
     expect(Object.keys(issues).sort()).toEqual(['colour', 'name', 'reference', 'templateId']);
+    expect(issues.name).toEqual(['is required']);
 
     const badParty = await ctx.request('POST', '/v1/groups', {
       key: org.key,

@@ -6,7 +6,9 @@ export const TEMPLATE_SOURCES = ['PRE_BUILT', 'CUSTOM'] as const;
 export const MAX_GROUP_PARTIES = 100;
 export const MAX_TEMPLATE_ROLES = 50;
 
-const text = (max: number) => z.string().trim().min(1, 'must not be empty').max(max, `must be at most ${max} characters`);
+const requiredString = () =>
+  z.string({ error: (issue) => (issue.input === undefined ? 'is required' : 'must be a string') });
+const text = (max: number) => requiredString().trim().min(1, 'must not be empty').max(max, `must be at most ${max} characters`);
 
 // ---------------------------------------------------------------------------------------------
 // POST /groups
@@ -104,8 +106,7 @@ export const groupTemplateListSchema = z.object({
 /** The operator's template file (`svc template create --file`). Field names follow the request convention (camelCase). */
 export const customTemplateFileSchema = z
   .object({
-    code: z
-      .string()
+    code: requiredString()
       .trim()
       .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'must be 1 to 64 letters, digits, ".", "_" or "-", starting with a letter or digit')
       .refine((code) => !code.toUpperCase().startsWith(CURATED_CODE_PREFIX), {
@@ -126,23 +127,19 @@ export const customTemplateFileSchema = z
           .strict(),
       )
       .min(1, 'must have at least one role')
-      .max(MAX_TEMPLATE_ROLES, `at most ${MAX_TEMPLATE_ROLES} roles`),
-  })
-  .strict()
-  .superRefine((file, context) => {
-    const seen = new Map<string, number>();
-    file.roles.forEach((role, index) => {
-      const key = role.roleLabel.toLowerCase();
-      const first = seen.get(key);
-      if (first !== undefined) {
-        context.addIssue({
-          code: 'custom',
-          path: ['roles', index, 'roleLabel'],
-          message: `duplicates the label of roles[${first}]`,
+      .max(MAX_TEMPLATE_ROLES, `at most ${MAX_TEMPLATE_ROLES} roles`)
+      .superRefine((roles, context) => {
+        const seen = new Map<string, number>();
+        roles.forEach((role, index) => {
+          const key = role.roleLabel.toLowerCase();
+          const first = seen.get(key);
+          if (first !== undefined) {
+            context.addIssue({ code: 'custom', path: [index, 'roleLabel'], message: `duplicates the label of roles[${first}]` });
+          } else {
+            seen.set(key, index);
+          }
         });
-      } else {
-        seen.set(key, index);
-      }
-    });
-  });
+      }),
+  })
+  .strict();
 export type CustomTemplateFile = z.output<typeof customTemplateFileSchema>;

@@ -1,3 +1,4 @@
+import type { z } from 'zod';
 import type { Database, Executor } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
@@ -64,13 +65,18 @@ export function toGroupDto(row: GroupRow, parties: GroupPartyRow[], publicBaseUr
 }
 
 /** zod issues keyed like the API's `details.issues`: `roles[1].partyType`. */
-function issuesOf(error: { issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }> }, root: string) {
+function issuesOf(error: z.ZodError, root: string): Record<string, string[]> {
   const issues: Record<string, string[]> = {};
-  for (const issue of error.issues) {
-    const path = issue.path
+  const format = (segments: ReadonlyArray<PropertyKey>) =>
+    segments
       .map((segment, index) => (typeof segment === 'number' ? `[${segment}]` : index === 0 ? String(segment) : `.${String(segment)}`))
       .join('');
-    (issues[path || root] ??= []).push(issue.message);
+  for (const issue of error.issues) {
+    if (issue.code === 'unrecognized_keys') {
+      for (const key of issue.keys) (issues[format([...issue.path, key])] ??= []).push('Unknown property.');
+      continue;
+    }
+    (issues[format(issue.path) || root] ??= []).push(issue.message);
   }
   return issues;
 }
