@@ -323,6 +323,13 @@ describe('POST /v1/groups', () => {
     });
     expect(badParty.statusCode).toBe(422);
     expect(badParty.json().error.details.issues).toHaveProperty(['parties[0].partyType']);
+
+    const tooMany = await ctx.request('POST', '/v1/groups', {
+      key: org.key,
+      body: { name: 'X', parties: Array.from({ length: 101 }, (_, index) => ({ roleLabel: `Role ${index}` })) },
+    });
+    expect(tooMany.statusCode).toBe(422);
+    expect(tooMany.json().error.details.issues).toHaveProperty(['parties']);
   });
 
   it("when the template is unknown or another organisation's, it answers 404 not_found", async () => {

@@ -20,7 +20,8 @@ export const groupPartyInputSchema = z
     partyType: z.enum(PARTY_TYPES).default('EITHER'),
     required: z.boolean().default(true),
     customerId: z.uuid({ error: 'must be a UUID' }).optional(),
-    customerExternalId: text(255).optional(),
+    // Not trimmed: it must equal the stored external_id exactly.
+    customerExternalId: requiredString().min(1, 'must not be empty').max(255, 'must be at most 255 characters').optional(),
   })
   .strict()
   .superRefine((party, context) => {
