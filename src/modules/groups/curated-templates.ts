@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import type { TemplateRole } from '../../db/schema.js';
 
 export const PARTY_TYPES = ['INDIVIDUAL', 'ENTITY', 'EITHER'] as const;
@@ -162,8 +161,3 @@ export const CURATED_TEMPLATES: readonly CuratedTemplate[] = [
 
 export const CURATED_CODES: readonly string[] = CURATED_TEMPLATES.map((template) => template.code);
 
-/** Fingerprint of the curated content: an in-process memo keyed by it re-syncs when a deploy changes the set. */
-export const CURATED_TEMPLATES_VERSION = createHash('sha256')
-  .update(JSON.stringify(CURATED_TEMPLATES))
-  .digest('hex')
-  .slice(0, 16);
