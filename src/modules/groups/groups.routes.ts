@@ -1,0 +1,53 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { createGroupsService, type GroupsCaller } from './groups.service.js';
+import { createGroupBodySchema, groupSchema, groupTemplateListSchema } from './groups.schemas.js';
+
+function callerOf(request: FastifyRequest): GroupsCaller {
+  return {
+    orgId: request.auth.orgId,
+    features: request.auth.features,
+    actor: { type: 'api_key', id: request.auth.apiKeyId, requestId: request.id },
+  };
+}
+
+export async function groupsRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<ZodTypeProvider>();
+  const service = createGroupsService({ database: app.deps.database, publicBaseUrl: app.deps.config.publicBaseUrl });
+
+  // After authentication and the scope check (onRequest), before body validation and before the
+  // idempotency layer opens its transaction: the feature gate, then the lazy curated-template sync.
+  app.addHook('preValidation', async (request) => {
+    await service.prepare(callerOf(request));
+  });
+
+  app.post(
+    '/groups',
+    {
+      schema: {
+        summary: 'Create a group',
+        tags: ['Groups'],
+        body: createGroupBodySchema,
+        response: { 200: groupSchema, 201: groupSchema },
+      },
+    },
+    async (request, reply) => {
+      const { group, created } = await service.createGroup(callerOf(request), request.body);
+      // Set the status and return the body (not reply.send): the idempotency layer stores what is returned.
+      reply.code(created ? 201 : 200);
+      return group;
+    },
+  );
+
+  app.get(
+    '/group-templates',
+    {
+      schema: {
+        summary: 'List group templates',
+        tags: ['Groups'],
+        response: { 200: groupTemplateListSchema },
+      },
+    },
+    async (request) => ({ object: 'list' as const, data: await service.listTemplates(callerOf(request)) }),
+  );
+}
