@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
+import secureJson from 'secure-json-parse';
 import type { Config } from './config/config.js';
+import { AppError } from './shared/app-error.js';
 import type { Database } from './db/client.js';
 import { systemClock, type Clock } from './shared/clock.js';
 import { errorsPlugin } from './plugins/errors.plugin.js';
@@ -63,6 +65,18 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     routerOptions: { ignoreTrailingSlash: true },
   }).withTypeProvider<ZodTypeProvider>();
 
+  // An empty body sent as application/json means "no body" (POST /kyb takes an optional body);
+  // anything else must be valid JSON, parsed with prototype-poisoning protection.
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, body, done) => {
+    const text = typeof body === 'string' ? body : body.toString('utf8');
+    if (text.trim() === '') return done(null, undefined);
+    try {
+      done(null, secureJson.parse(text, undefined, { protoAction: 'error', constructorAction: 'error' }));
+    } catch {
+      done(new AppError('invalid_json', 400, 'The request body is not valid JSON.'), undefined);
+    }
+  });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   app.decorate('deps', { config: deps.config, database: deps.database, clock: deps.clock ?? systemClock });

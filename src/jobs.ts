@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Config } from './config/config.js';
 import type { Database } from './db/client.js';
+import { createEmailSender } from './modules/emails/email-sender.js';
 import { createIdempotencyRepository } from './plugins/idempotency.repository.js';
 
 export type BackgroundJobs = { stop(): Promise<void> };
@@ -35,6 +36,7 @@ export function startBackgroundJobs(deps: {
 }): BackgroundJobs {
   const { database, logger } = deps;
   const idempotency = createIdempotencyRepository(database.db);
+  const emailSender = createEmailSender({ database, smtpUrl: deps.config.smtpUrl, from: deps.config.smtpFrom, logger });
   const jobs: Job[] = [
     // Expired idempotency records are ignored on lookup anyway; this only keeps the table small.
     every(
@@ -47,9 +49,22 @@ export function startBackgroundJobs(deps: {
       (error) => logger.warn({ err: error }, 'idempotency cleanup failed'),
     ),
   ];
+  if (deps.webhookWorker) {
+    // Queued emails go out after their transaction committed; a failed send is retried, never lost.
+    jobs.push(
+      every(
+        1_000,
+        async () => {
+          await emailSender.runOnce();
+        },
+        (error) => logger.warn({ err: error }, 'email sending failed'),
+      ),
+    );
+  }
   return {
     async stop() {
       await Promise.all(jobs.map((job) => job.stop()));
+      emailSender.close();
     },
   };
 }

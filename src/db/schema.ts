@@ -230,7 +230,7 @@ export const verifications = pgTable(
     recipientEmail: text('recipient_email'),
     customMessage: text('custom_message'),
     eddCheckTypes: text('edd_check_types').array().notNull().default(sql`'{}'::text[]`),
-    startedAt: createdAt(),
+    startedAt: timestamptz('started_at').notNull().default(sql`clock_timestamp()`),
     completedAt: timestamptz('completed_at'),
     createdAt: createdAt(),
     updatedAt: updatedAt(),

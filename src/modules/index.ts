@@ -3,6 +3,7 @@ import { customersRoutes } from './customers/customers.routes.js';
 import { designatedServicesRoutes } from './designated-services/designated-services.routes.js';
 import { entitiesRoutes } from './entities/entities.routes.js';
 import { groupsRoutes } from './groups/groups.routes.js';
+import { verificationRoutes } from './verification/verification.routes.js';
 
 /** The v1 route modules, each registered under /v1 and building its own services from app.deps. */
-export const apiModules: FastifyPluginAsync[] = [customersRoutes, entitiesRoutes, groupsRoutes, designatedServicesRoutes];
+export const apiModules: FastifyPluginAsync[] = [customersRoutes, entitiesRoutes, groupsRoutes, verificationRoutes, designatedServicesRoutes];

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
+import { registerBackOfficeCommands } from './back-office.command.js';
 import { registerTemplateCommands } from './templates.command.js';
 
 /** Operator commands contributed by domain modules (kyc, aml, webhooks, templates, emails). */
-export const cliCommandModules: Array<(program: Command) => void> = [registerTemplateCommands];
+export const cliCommandModules: Array<(program: Command) => void> = [registerTemplateCommands, registerBackOfficeCommands];

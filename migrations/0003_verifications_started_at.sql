@@ -1,0 +1,1 @@
+ALTER TABLE "verifications" ADD COLUMN "started_at" timestamp (3) with time zone DEFAULT clock_timestamp() NOT NULL;

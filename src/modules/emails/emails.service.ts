@@ -1,0 +1,25 @@
+import type { Database } from '../../db/client.js';
+import { createEmailsRepository, type EmailRow } from './emails.repository.js';
+
+export function toEmailDto(row: EmailRow) {
+  return {
+    id: row.id,
+    recipient: row.recipient,
+    subject: row.subject,
+    link: row.link,
+    status: row.status,
+    attempts: row.attempts,
+    last_error: row.lastError,
+    sent_at: row.sentAt?.toISOString() ?? null,
+    created_at: row.createdAt.toISOString(),
+  };
+}
+
+export function createEmailsService(deps: { database: Database }) {
+  const repository = createEmailsRepository(deps.database.db);
+  return {
+    async list(orgId: string, filters: { to?: string } = {}) {
+      return (await repository.list(orgId, filters)).map(toEmailDto);
+    },
+  };
+}

@@ -1,0 +1,28 @@
+import { and, desc, eq } from 'drizzle-orm';
+import type { Executor } from '../../db/client.js';
+import { verifications } from '../../db/schema.js';
+
+export type VerificationRow = typeof verifications.$inferSelect;
+
+export function createVerificationRepository(db: Executor) {
+  return {
+    async insert(values: typeof verifications.$inferInsert, tx: Executor = db): Promise<VerificationRow> {
+      const [row] = await tx.insert(verifications).values(values).returning();
+      return row!;
+    },
+
+    async latestFor(orgId: string, customerId: string, tx: Executor = db): Promise<VerificationRow | undefined> {
+      const [row] = await tx
+        .select()
+        .from(verifications)
+        .where(and(eq(verifications.orgId, orgId), eq(verifications.customerId, customerId)))
+        .orderBy(desc(verifications.createdAt))
+        .limit(1);
+      return row;
+    },
+
+    async complete(orgId: string, id: string, status: string, completedAt: Date | null, tx: Executor = db): Promise<void> {
+      await tx.update(verifications).set({ status, completedAt, updatedAt: new Date() }).where(and(eq(verifications.orgId, orgId), eq(verifications.id, id)));
+    },
+  };
+}

@@ -1,0 +1,211 @@
+import { randomBytes } from 'node:crypto';
+import type { Database, Executor } from '../../db/client.js';
+import type { CustomerRow } from '../../db/schema.js';
+import { AppError } from '../../shared/app-error.js';
+import { Issues } from '../../shared/issues.js';
+import { createCustomerChangeRecorder } from '../customers/customer-changes.js';
+import { toIndividualDto } from '../customers/customer-dto.js';
+import { createCustomersRepository } from '../customers/customers.repository.js';
+import type { RequestContext } from '../customers/customers.service.js';
+import { createEntitiesRepository } from '../entities/entities.repository.js';
+import { createEntitiesService } from '../entities/entities.service.js';
+import { toBeneficialOwnerDto } from '../entities/entity-dto.js';
+import { createEmailsRepository } from '../emails/emails.repository.js';
+import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
+import { priceOf, type KybMethod } from './pricing.js';
+import type { StartKybBody, StartKycBody } from './verification.schemas.js';
+import { createVerificationRepository } from './verification.repository.js';
+
+/** Statuses from which a verification may be started (again). */
+const STARTABLE = new Set(['NOT_STARTED', 'NOT_REQUIRED', 'FAILED']);
+/** Entity types verified by hand only; SMSF is treated as a trust. */
+const MANUAL_ONLY_TYPES = new Set(['TRUST', 'PARTNERSHIP', 'SMSF']);
+
+type Lane = { kind: 'KYC' } | { kind: 'KYB'; method: KybMethod };
+
+export function createVerificationService(deps: { database: Database; publicBaseUrl: string }) {
+  const { database } = deps;
+  const customers = createCustomersRepository(database.db);
+  const entityOwners = createEntitiesRepository(database.db);
+  const entities = createEntitiesService({ database });
+  const organisations = createOrganisationsRepository(database.db);
+  const verifications = createVerificationRepository(database.db);
+  const emails = createEmailsRepository(database.db);
+  const changes = createCustomerChangeRecorder(database.db);
+
+  /**
+   * Arms a check on `subject` in the caller's transaction: conflict check, billing (ledger row and
+   * balance together), the verification record, the status change with its audit row and event,
+   * and the queued email. Any error rolls all of it back: nothing armed, charged or emailed.
+   */
+  async function arm(
+    ctx: RequestContext,
+    tx: Executor,
+    input: {
+      subject: CustomerRow;
+      lane: Lane;
+      payer: 'organization' | 'customer';
+      recipient: string | undefined;
+      recipientName: string;
+      customMessage?: string;
+      eddCheckTypes: string[];
+      beneficialOwnerId?: string;
+      action: string;
+    },
+  ): Promise<{ updated: CustomerRow; link: string | undefined }> {
+    const { subject, lane } = input;
+    if (!STARTABLE.has(subject.kycStatus)) {
+      throw AppError.conflict(`A verification was already started (status ${subject.kycStatus}).`, { status: subject.kycStatus });
+    }
+    const emailing = !(lane.kind === 'KYB' && lane.method === 'manual');
+    const issues = new Issues();
+    if (emailing && !input.recipient) {
+      issues.add(lane.kind === 'KYB' ? 'contact' : 'email', lane.kind === 'KYB' ? 'This lane emails the contact person: set a contact with an email first.' : 'The person has no email address.');
+    }
+    if (!emailing && input.eddCheckTypes.length > 0) issues.add('eddCheckTypes', 'EDD add-ons apply to the emailing lanes only.');
+    issues.throwIfAny();
+
+    const payer = emailing ? input.payer : 'organization';
+    const cost = priceOf(lane, input.eddCheckTypes.length);
+    const token = emailing ? randomBytes(32).toString('base64url') : null;
+    const link = token ? `${deps.publicBaseUrl}/${payer === 'customer' ? 'pay' : 'verify'}/${token}` : undefined;
+    const status = emailing ? 'PENDING' : 'IN_PROGRESS';
+    const verification = await verifications.insert(
+      {
+        orgId: ctx.orgId,
+        customerId: subject.id,
+        beneficialOwnerId: input.beneficialOwnerId,
+        kind: lane.kind,
+        lane: lane.kind === 'KYB' ? lane.method : 'link',
+        payer,
+        status: payer === 'customer' && emailing ? 'PAYMENT_PENDING' : status,
+        cost: payer === 'organization' ? cost : 0,
+        linkToken: token,
+        recipientEmail: emailing ? input.recipient : null,
+        customMessage: input.customMessage,
+        eddCheckTypes: input.eddCheckTypes,
+      },
+      tx,
+    );
+    if (payer === 'organization' && cost > 0) {
+      const charged = await organisations.adjustCredits(ctx.orgId, -cost, { reason: `${lane.kind.toLowerCase()}_start`, verificationId: verification.id }, tx);
+      if (!charged) {
+        const org = await organisations.findById(ctx.orgId, tx);
+        throw new AppError('insufficient_credits', 402, `This check costs ${cost} credit(s); the organisation has ${org?.credits ?? 0}. Nothing was started or charged.`, {
+          required: cost,
+          available: org?.credits ?? 0,
+        });
+      }
+    }
+    const updated = await customers.update(ctx.orgId, subject.id, { kycStatus: status, kycStartedAt: new Date(), kycCompletedAt: null }, tx);
+    const dto = updated.kind === 'entity' ? await entities.dtoOf(updated, tx) : toIndividualDto(updated);
+    await changes.record({ actor: ctx.actor, action: input.action, before: subject, after: updated, dto }, tx);
+    if (emailing && link && input.recipient) {
+      const what = lane.kind === 'KYB' ? `business verification for ${subject.name}` : 'identity verification';
+      await emails.queue(
+        {
+          orgId: ctx.orgId,
+          recipient: input.recipient,
+          subject: payer === 'customer' ? `Action needed: pay for and complete your ${what}` : `Action needed: complete your ${what}`,
+          body: [
+            `Hello ${input.recipientName},`,
+            '',
+            `You have been asked to complete ${what}.`,
+            ...(input.customMessage ? ['', input.customMessage] : []),
+            '',
+            payer === 'customer' ? `Pay by card and start here: ${link}` : `Start here: ${link}`,
+            '',
+            'This link is personal; do not forward it.',
+          ].join('\n'),
+          link,
+          verificationId: verification.id,
+        },
+        tx,
+      );
+    }
+    return { updated, link };
+  }
+
+  async function payerFor(ctx: RequestContext, subject: CustomerRow, requested: 'organization' | 'customer' | undefined, tx: Executor) {
+    if (requested) return requested;
+    if (subject.defaultPayer) return subject.defaultPayer;
+    return (await organisations.findById(ctx.orgId, tx))?.defaultPayer ?? 'organization';
+  }
+
+  return {
+    /** POST /entities/{id}/kyb. */
+    async startKyb(ctx: RequestContext & { features: ReadonlySet<string> }, ref: string, body: StartKybBody) {
+      const request = body ?? {};
+      return database.transaction(async (tx) => {
+        const entity = await customers.findByRef(ctx.orgId, 'entity', ref, tx, { forUpdate: true });
+        if (!entity) throw AppError.notFound('Entity');
+        const manualOnly = MANUAL_ONLY_TYPES.has(entity.type);
+        const method: KybMethod = request.method ?? (manualOnly ? 'manual' : 'automated');
+        if (manualOnly && method !== 'manual') {
+          throw AppError.field('method', `${entity.type} entities support only the manual method.`);
+        }
+        if (method === 'contact_led' && !ctx.features.has('kyb_extra_methods')) {
+          throw new AppError('feature_disabled', 403, 'The contact_led method needs the kyb_extra_methods feature.', { feature: 'kyb_extra_methods' });
+        }
+        const contact = entity.contactCustomerId ? await customers.findById(ctx.orgId, entity.contactCustomerId, tx) : undefined;
+        const { updated, link } = await arm(ctx, tx, {
+          subject: entity,
+          lane: { kind: 'KYB', method },
+          payer: await payerFor(ctx, entity, request.payer, tx),
+          recipient: contact?.email ?? undefined,
+          recipientName: contact?.name ?? entity.name,
+          customMessage: request.customMessage,
+          eddCheckTypes: [...new Set(request.eddCheckTypes ?? [])],
+          action: 'entity.kyb_started',
+        });
+        return { ...(await entities.dtoOf(updated, tx)), ...(link ? { verification_link: link } : {}) };
+      });
+    },
+
+    /** POST /customers/{id}/kyc: emails the person, or their representative when one is recorded. */
+    async startKyc(ctx: RequestContext, ref: string, body: StartKycBody) {
+      const request = body ?? {};
+      return database.transaction(async (tx) => {
+        const person = await customers.findByRef(ctx.orgId, 'individual', ref, tx, { forUpdate: true });
+        if (!person) throw AppError.notFound('Customer');
+        const { updated, link } = await arm(ctx, tx, {
+          subject: person,
+          lane: { kind: 'KYC' },
+          payer: await payerFor(ctx, person, request.payer, tx),
+          recipient: person.representativeEmail ?? person.email ?? undefined,
+          recipientName: person.representativeName ?? person.name,
+          customMessage: request.customMessage,
+          eddCheckTypes: [...new Set(request.eddCheckTypes ?? [])],
+          action: 'customer.kyc_started',
+        });
+        return { ...toIndividualDto(updated), ...(link ? { verification_link: link } : {}) };
+      });
+    },
+
+    /** POST /entities/{id}/ubos/{uboId}/send-link: starts the owner's KYC like a KYC start. */
+    async sendOwnerLink(ctx: RequestContext, ref: string, ownerId: string, body: StartKycBody) {
+      const request = body ?? {};
+      return database.transaction(async (tx) => {
+        const entity = await customers.findByRef(ctx.orgId, 'entity', ref, tx);
+        if (!entity) throw AppError.notFound('Entity');
+        const owner = await entityOwners.findOwner(ctx.orgId, entity.id, ownerId, tx);
+        if (!owner) throw AppError.notFound('Beneficial owner');
+        const person = await customers.findById(ctx.orgId, owner.person.id, tx, { forUpdate: true });
+        const { link } = await arm(ctx, tx, {
+          subject: person!,
+          lane: { kind: 'KYC' },
+          payer: await payerFor(ctx, entity, request.payer, tx),
+          recipient: person!.representativeEmail ?? person!.email ?? undefined,
+          recipientName: person!.representativeName ?? person!.name,
+          customMessage: request.customMessage,
+          eddCheckTypes: [...new Set(request.eddCheckTypes ?? [])],
+          beneficialOwnerId: owner.owner.id,
+          action: 'beneficial_owner.kyc_started',
+        });
+        const refreshed = await entityOwners.findOwner(ctx.orgId, entity.id, ownerId, tx);
+        return { ...toBeneficialOwnerDto(refreshed!), ...(link ? { verification_link: link } : {}) };
+      });
+    },
+  };
+}
+export type VerificationService = ReturnType<typeof createVerificationService>;
