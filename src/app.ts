@@ -18,9 +18,14 @@ export type AppDeps = {
   clock?: Clock;
   /** Pino options, or false for silence (tests). Defaults to JSON logs at config.logLevel. */
   logger?: FastifyServerOptions['logger'];
+  /**
+   * Check every response against its zod schema before sending (tests turn this on). In production
+   * the typed DTO mappers already guarantee the shape, so responses are plain JSON.stringify.
+   */
+  validateResponses?: boolean;
 };
 
-export type ResolvedDeps = Required<Omit<AppDeps, 'logger'>>;
+export type ResolvedDeps = Required<Omit<AppDeps, 'logger' | 'validateResponses'>>;
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -78,7 +83,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     }
   });
   app.setValidatorCompiler(validatorCompiler);
-  app.setSerializerCompiler(serializerCompiler);
+  app.setSerializerCompiler(deps.validateResponses ? serializerCompiler : () => (data) => JSON.stringify(data));
   app.decorate('deps', { config: deps.config, database: deps.database, clock: deps.clock ?? systemClock });
   app.addHook('onRequest', async (request, reply) => {
     reply.header('X-Request-Id', request.id);

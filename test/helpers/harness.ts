@@ -49,7 +49,7 @@ export async function createTestContext(overrides: Partial<Config> = {}): Promis
   const instanceDatabases: Database[] = [];
 
   const build = async (instanceOverrides: Partial<Config> = {}, db: Database = database) => {
-    const instance = await buildApp({ config: { ...config, ...instanceOverrides }, database: db, logger: process.env.TEST_LOGS ? { level: 'error' } : false });
+    const instance = await buildApp({ config: { ...config, ...instanceOverrides }, database: db, logger: process.env.TEST_LOGS ? { level: 'error' } : false, validateResponses: true });
     await instance.ready();
     instances.push(instance);
     return instance;

@@ -1,0 +1,231 @@
+/**
+ * `npm run bench`: each scenario runs against the project's server and a bare baseline in the same
+ * run, and reports req/s, p50/p99 latency, the project/baseline ratio and the servers' RSS.
+ * Needs DATABASE_URL (a scratch database is created on that server and dropped afterwards).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
+import pg from 'pg';
+import { createDatabase } from '../src/db/client.js';
+import { runMigrations } from '../src/db/migrate.js';
+import { createApiKeysService } from '../src/modules/api-keys/api-keys.service.js';
+import { createOrganisationsService } from '../src/modules/organisations/organisations.service.js';
+import { freeLoopbackPort } from '../src/db/embedded-postgres.js';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const DURATION = Number(process.env.BENCH_DURATION ?? 10);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 10);
+const LARGE = Number(process.env.BENCH_LARGE_ROWS ?? 1_000_000);
+
+type Measure = { rps: number; p50: number; p99: number; errors: number; non2xx: number };
+
+function withDatabase(url: string, database: string): string {
+  const parsed = new URL(url);
+  parsed.pathname = `/${database}`;
+  return parsed.toString();
+}
+
+function rssMb(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
+  return Math.round(kb / 1024);
+}
+
+async function startProcess(args: string[], env: NodeJS.ProcessEnv, readyUrl: string): Promise<ChildProcess> {
+  const child = spawn(process.execPath, args, { cwd: root, env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'inherit'] });
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`${args.join(' ')} exited with ${child.exitCode}`);
+    const up = await fetch(readyUrl).then((response) => response.ok, () => false);
+    if (up) return child;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  child.kill('SIGKILL');
+  throw new Error(`timeout waiting for ${args.join(' ')}`);
+}
+
+async function load(options: autocannon.Options): Promise<Measure> {
+  const result = await autocannon({ duration: DURATION, connections: CONNECTIONS, pipelining: 1, ...options });
+  return {
+    rps: Math.round(result.requests.average),
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    errors: result.errors,
+    non2xx: result.non2xx,
+  };
+}
+
+async function main() {
+  const adminUrl = process.env.DATABASE_URL;
+  if (!adminUrl) throw new Error('Set DATABASE_URL (e.g. postgres://postgres@127.0.0.1:5432/postgres)');
+  const name = `svc_bench_${Date.now().toString(36)}`;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name}`);
+  const url = withDatabase(adminUrl, name);
+  await runMigrations(url);
+  const database = createDatabase(url);
+  const org = await createOrganisationsService({ database }).create({ name: 'Bench', credits: 0 });
+  const { key } = await createApiKeysService({ database }).create({ orgId: org.id, scopes: ['customers:read', 'customers:write'] });
+
+  const projectPort = await freeLoopbackPort();
+  const baselinePort = await freeLoopbackPort();
+  const project = await startProcess(['bin/svc.js', 'serve'], {
+    DATABASE_URL: url,
+    PORT: String(projectPort),
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'warn',
+    WEBHOOK_WORKER: 'off',
+    RATE_LIMIT_BURST: '1000000',
+    RATE_LIMIT_DAILY: '1000000000',
+  }, `http://127.0.0.1:${projectPort}/readyz`);
+  const baseline = await startProcess(['--import', 'tsx', 'bench/baseline-server.ts'], { DATABASE_URL: url, PORT: String(baselinePort), BENCH_ORG_ID: org.id }, `http://127.0.0.1:${baselinePort}/healthz`);
+  const projectUrl = `http://127.0.0.1:${projectPort}`;
+  const baselineUrl = `http://127.0.0.1:${baselinePort}`;
+  const auth = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+  const rows: Array<{ scenario: string; project: Measure; baseline: Measure }> = [];
+  const rss = { project: 0, baseline: 0 };
+  const sampleRss = () => {
+    rss.project = Math.max(rss.project, rssMb(project.pid!));
+    rss.baseline = Math.max(rss.baseline, rssMb(baseline.pid!));
+  };
+  const sampler = setInterval(sampleRss, 250);
+
+  try {
+    // Seed one customer through the API so both servers read the same row.
+    const seeded = await fetch(`${projectUrl}/v1/customers`, {
+      method: 'POST',
+      headers: auth,
+      body: JSON.stringify({ externalId: 'bench-read', fullName: 'Bench Reader', email: 'reader@bench.test' }),
+    }).then((response) => response.json() as Promise<{ id: string }>);
+
+    // Warm-up, then GET by id.
+    await load({ url: `${baselineUrl}/customers/${seeded.id}`, duration: 2 });
+    await load({ url: `${projectUrl}/v1/customers/${seeded.id}`, headers: auth, duration: 2 });
+    rows.push({
+      scenario: 'GET /v1/customers/{id}',
+      baseline: await load({ url: `${baselineUrl}/customers/${seeded.id}` }),
+      project: await load({ url: `${projectUrl}/v1/customers/${seeded.id}`, headers: auth }),
+    });
+
+    // Upsert by externalId over 1,000 ids with a changing phone (every request is a real write).
+    const upsert = (base: string, path: string, headers: Record<string, string>) => {
+      let counter = 0;
+      return load({
+        url: `${base}${path}`,
+        method: 'POST',
+        headers,
+        requests: [
+          {
+            method: 'POST',
+            setupRequest: (request) => {
+              counter += 1;
+              const id = counter % 1000;
+              return {
+                ...request,
+                headers: { ...request.headers, ...headers },
+                body: JSON.stringify({ externalId: `bench-${id}`, fullName: `Bench Person ${id}`, email: `p${id}@bench.test`, phone: String(counter) }),
+              };
+            },
+          },
+        ],
+      });
+    };
+    rows.push({
+      scenario: 'POST /v1/customers (upsert by externalId)',
+      baseline: await upsert(baselineUrl, '/customers', { 'content-type': 'application/json' }),
+      project: await upsert(projectUrl, '/v1/customers', auth),
+    });
+
+    // Polling at 10k and LARGE rows in one organisation, seeded in bulk (not through the API).
+    const polls: Record<string, { project: Measure; baseline: Measure; explain: string }> = {};
+    for (const size of [10_000, LARGE]) {
+      await seed(database, org.id, size);
+      const since = new Date(Date.now() - 60_000).toISOString();
+      const query = `updated_since=${encodeURIComponent(since)}&limit=50`;
+      const explain = await database.pool.query(
+        `EXPLAIN (ANALYZE, BUFFERS) SELECT * FROM customers WHERE org_id = $1 AND kind = 'individual' AND updated_at > $2 ORDER BY created_at, id LIMIT 51`,
+        [org.id, since],
+      );
+      const measure = {
+        baseline: await load({ url: `${baselineUrl}/customers?${query}` }),
+        project: await load({ url: `${projectUrl}/v1/customers?${query}`, headers: auth }),
+        explain: explain.rows.map((row) => row['QUERY PLAN']).join('\n'),
+      };
+      polls[String(size)] = measure;
+      rows.push({ scenario: `GET /v1/customers?updated_since=…&limit=50 at ${size.toLocaleString('en')} rows`, project: measure.project, baseline: measure.baseline });
+    }
+    sampleRss();
+
+    const report = formatReport(rows, rss, polls);
+    process.stdout.write(report);
+    mkdirSync(join(root, 'bench', 'results'), { recursive: true });
+    writeFileSync(join(root, 'bench', 'results', 'latest.md'), report);
+  } finally {
+    clearInterval(sampler);
+    project.kill('SIGTERM');
+    baseline.kill('SIGTERM');
+    await database.close();
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await admin.end();
+  }
+}
+
+/** Bulk-seeds customers up to `total` rows with generate_series; 50 of them "recently updated". */
+async function seed(database: ReturnType<typeof createDatabase>, orgId: string, total: number) {
+  const { rows } = await database.pool.query(`SELECT count(*)::int AS count FROM customers WHERE org_id = $1`, [orgId]);
+  const have = rows[0].count as number;
+  const client = await database.pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query(`SET LOCAL session_replication_role = replica`); // skip per-row triggers while seeding
+    await client.query(
+      `INSERT INTO customers (org_id, kind, external_id, type, name, email, kyc_status, added_via, created_at, updated_at)
+       SELECT $1, 'individual', 'seed-' || g, 'INDIVIDUAL', 'Seeded Person ' || g, 'seed' || g || '@bench.test', 'NOT_REQUIRED', 'BULK_IMPORT',
+              now() - interval '30 days' + g * interval '1 millisecond', now() - interval '30 days' + g * interval '1 millisecond'
+         FROM generate_series($2::int, $3::int) AS g`,
+      [orgId, have + 1, have + Math.max(0, total - have)],
+    );
+    await client.query(`UPDATE customers SET updated_at = now() WHERE id IN (SELECT id FROM customers WHERE org_id = $1 AND added_via = 'BULK_IMPORT' ORDER BY random() LIMIT 50)`, [orgId]);
+    await client.query('COMMIT');
+  } finally {
+    client.release();
+  }
+  await database.pool.query('ANALYZE customers');
+}
+
+function formatReport(
+  rows: Array<{ scenario: string; project: Measure; baseline: Measure }>,
+  rss: { project: number; baseline: number },
+  polls: Record<string, { project: Measure; baseline: Measure; explain: string }>,
+): string {
+  const lines = [
+    `# Benchmark results`,
+    '',
+    `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB; Node ${process.version}; ${DURATION}s per run, ${CONNECTIONS} connections, no pipelining; load generator, servers and PostgreSQL on the same machine.`,
+    '',
+    '| Scenario | Project req/s | p50 ms | p99 ms | Baseline req/s | p50 ms | p99 ms | Ratio (req/s) | Errors/non-2xx |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+    ...rows.map(
+      (row) =>
+        `| ${row.scenario} | ${row.project.rps} | ${row.project.p50} | ${row.project.p99} | ${row.baseline.rps} | ${row.baseline.p50} | ${row.baseline.p99} | ${(row.project.rps / row.baseline.rps).toFixed(2)} | ${row.project.errors + row.project.non2xx}/${row.baseline.errors + row.baseline.non2xx} |`,
+    ),
+    '',
+    `Peak RSS under load: project ${rss.project} MB, baseline ${rss.baseline} MB.`,
+    '',
+  ];
+  const sizes = Object.keys(polls);
+  if (sizes.length === 2) {
+    const [small, large] = sizes.map((size) => polls[size]!);
+    lines.push(`Polling median latency at ${Number(sizes[1]).toLocaleString('en')} rows vs ${Number(sizes[0]).toLocaleString('en')}: ${(large!.project.p50 / Math.max(small!.project.p50, 0.001)).toFixed(2)}× (project), p50 ${small!.project.p50} → ${large!.project.p50} ms.`, '');
+    lines.push(`EXPLAIN at ${Number(sizes[1]).toLocaleString('en')} rows:`, '', '```', large!.explain, '```', '');
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+await main();
