@@ -33,8 +33,12 @@ export function createDatabase(connectionString: string, options: { poolSize?: n
     connectionTimeoutMillis: 5_000,
     idleTimeoutMillis: 30_000,
   });
-  // An idle client losing its connection (database restart) must not crash the process.
+  // A client losing its connection (database restart) must not crash the process: idle ones report
+  // on the pool, checked-out ones on themselves, and the query in flight rejects either way.
   pool.on('error', () => {});
+  pool.on('connect', (client) => {
+    client.on('error', () => {});
+  });
   const db = drizzle(pool, { schema });
   const ambient = new AsyncLocalStorage<Tx>();
 
