@@ -63,12 +63,12 @@ it(`when ${REQUESTS.toLocaleString('en')} requests generated from the OpenAPI do
     const { operation, path, method } = sample.operation;
     const url = path.replace('{id}', encodeURIComponent(sample.id)).replace('{uboId}', encodeURIComponent(sample.uboId));
     const query: Record<string, string> = {};
-    for (const parameter of operation.operation.parameters ?? []) {
+    for (const parameter of operation.parameters ?? []) {
       if (parameter.in !== 'query' || Math.random() < 0.5) continue;
       const [value] = fc.sample(arbitraryFor(parameter.schema as never, components), { numRuns: 1, seed: sample.seed });
       query[parameter.name] = typeof value === 'string' ? value : JSON.stringify(value);
     }
-    const bodySchema = operation.operation.requestBody?.content?.['application/json']?.schema;
+    const bodySchema = operation.requestBody?.content?.['application/json']?.schema;
     let body: unknown;
     if (method !== 'GET') {
       if (sample.mode === 'random' || !bodySchema) body = sample.random;
