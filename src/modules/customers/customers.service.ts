@@ -10,7 +10,7 @@ import { changedColumns, createCustomerChangeRecorder } from './customer-changes
 import { toAmlBlock, toIndividualDto } from './customer-dto.js';
 import { createCustomersRepository, type CustomerKind, type ListFilters } from './customers.repository.js';
 import type { IndividualDto, PatchCustomerBody, UpsertCustomerBody } from './customers.schemas.js';
-import { designatedFlag, initialStatus, statusAfterServicesChange, type KycStatus, type PreCommencementAssessment } from './due-diligence.js';
+import { assessmentTriggers, designatedFlag, initialStatus, statusAfterServicesChange, type KycStatus, type PreCommencementAssessment } from './due-diligence.js';
 import { decodeCursor, encodeCursor, filterFingerprint } from './list-cursor.js';
 import { classifyClient, rateRisk, type RiskAnswers } from './risk-model.js';
 
@@ -120,6 +120,7 @@ export function checkDueDiligenceInputs(
   answers: RiskAnswers,
   now: Date,
   issues: Issues,
+  storedServices: readonly string[] = [],
 ): void {
   const existingClient = answers.isNewCustomer === false;
   const requiresExisting = 'Requires risk.isNewCustomer: false (an existing client).';
@@ -147,6 +148,9 @@ export function checkDueDiligenceInputs(
   if (body.designatedServices !== undefined && flag !== undefined && flag !== body.designatedServices.length > 0) {
     issues.add('risk.isDesignatedService', `Disagrees with designatedServices (${body.designatedServices.length > 0 ? 'non-empty' : 'empty'}); send one or make them agree.`);
   }
+  if (body.designatedServices === undefined && flag === false && storedServices.length > 0) {
+    issues.add('risk.isDesignatedService', 'Disagrees with the designated services on record; replace them with an empty set instead.');
+  }
 }
 
 /** The services/flag/status/risk columns after a request that may touch them. */
@@ -170,6 +174,7 @@ export function servicesUpdate(
         nextServices: services,
         previousFlag: existing.isDesignatedService,
         nextFlag: flag,
+        carveOut: answers.isNewCustomer === false && body.preCommencementAssessment !== undefined && !assessmentTriggers(body.preCommencementAssessment),
       })
     : initialStatus({
         designatedServices: body.designatedServices ? services : undefined,
@@ -249,7 +254,7 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
       if (body.fullName !== undefined && body.fullName !== existing.name) issues.add('fullName', 'Frozen after KYC verification.');
       if (body.email !== undefined && body.email.toLowerCase() !== existing.email?.toLowerCase()) issues.add('email', 'Frozen after KYC verification.');
     }
-    checkDueDiligenceInputs(body, answers, now, issues);
+    checkDueDiligenceInputs(body, answers, now, issues, existing?.designatedServices);
     issues.throwIfAny();
 
     const values: Partial<NewCustomerRow> = {
@@ -336,6 +341,9 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
           if (row.kycStatus === 'VERIFIED') {
             if (body.fullName !== undefined && body.fullName !== row.name) issues.add('fullName', 'Frozen after KYC verification.');
             if (body.email !== undefined && body.email.toLowerCase() !== row.email?.toLowerCase()) issues.add('email', 'Frozen after KYC verification.');
+          }
+          if (body.risk?.isDesignatedService === false && row.designatedServices.length > 0) {
+            issues.add('risk.isDesignatedService', 'Disagrees with the designated services on record; replace them with an empty set instead.');
           }
           issues.throwIfAny();
           const answers: RiskAnswers = { ...(row.riskAnswers as RiskAnswers), ...(body.risk ?? {}) };
