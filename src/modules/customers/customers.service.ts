@@ -257,10 +257,12 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
     checkDueDiligenceInputs(body, answers, now, issues, existing?.designatedServices);
     issues.throwIfAny();
 
+    // Past the freeze check a VERIFIED record's name and email are re-sent unchanged (up to email case): keep the stored ones.
+    const frozen = existing?.kycStatus === 'VERIFIED';
     const values: Partial<NewCustomerRow> = {
       type,
-      name: body.fullName,
-      email: body.email,
+      name: frozen ? undefined : body.fullName,
+      email: frozen ? undefined : body.email,
       phone: body.phone,
       riskAnswers: answers,
       clientSinceDate: body.clientSinceDate,
@@ -347,9 +349,10 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
           }
           issues.throwIfAny();
           const answers: RiskAnswers = { ...(row.riskAnswers as RiskAnswers), ...(body.risk ?? {}) };
+          const frozen = row.kycStatus === 'VERIFIED';
           const values: Partial<NewCustomerRow> = {
-            name: body.fullName,
-            email: body.email,
+            name: frozen ? undefined : body.fullName,
+            email: frozen ? undefined : body.email,
             phone: body.phone,
             riskAnswers: answers,
             ...(body.risk ? servicesUpdate(row, { risk: body.risk }, answers) : {}),
