@@ -220,6 +220,8 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
     if (body.fullName && body.email) {
       const byNameAndEmail = await repository.findIndividualByNameAndEmail(ctx.orgId, body.fullName, body.email, tx, { forUpdate: true });
       if (byNameAndEmail) {
+        // Same externalId: a concurrent request inserted it after our externalId lookup; it is a hit.
+        if (body.externalId && byNameAndEmail.externalId === body.externalId) return { row: byNameAndEmail, adopt: false };
         if (body.externalId && byNameAndEmail.externalId !== null) {
           throw AppError.conflict('A customer with this full name and email already exists under another externalId.', {
             field: 'externalId',
