@@ -139,6 +139,21 @@ describe('PATCH /customers/{id}', () => {
     expect((await customerRow(ctx, second.id)).name).toBe(second.full_name);
   });
 
+  it('when an upsert matched by externalId would take the name and email of another individual, it answers 409 conflict', async () => {
+    const first = await createCustomer(ctx, org, person());
+    const second = await createCustomer(ctx, org, person({ externalId: 'crm-collide' }));
+    const response = await upsert(ctx, org, { externalId: 'crm-collide', fullName: first.full_name, email: first.email });
+    expect(response.statusCode).toBe(409);
+    expect((await customerRow(ctx, second.id)).name).toBe(second.full_name);
+  });
+
+  it('when an upsert turns a SOLE_TRADER into an INDIVIDUAL, the sole-trader fields are cleared', async () => {
+    const dto = await createCustomer(ctx, org, person({ externalId: 'crm-type', type: 'SOLE_TRADER', businessName: 'Acme', abn: '51824753556' }));
+    const response = await upsert(ctx, org, { externalId: 'crm-type', type: 'INDIVIDUAL' });
+    expect(response.json().type).toBe('INDIVIDUAL');
+    expect(await customerRow(ctx, dto.id)).toMatchObject({ type: 'INDIVIDUAL', business_name: null, abn: null, business_register_status: null });
+  });
+
   it('when the record does not exist, it answers 404', async () => {
     expect((await patch('00000000-0000-4000-8000-000000000000', { phone: '1' })).statusCode).toBe(404);
   });
@@ -159,6 +174,15 @@ describe('risk rating and audit', () => {
     expect(replaced).toMatchObject({ actor_type: 'api_key', actor_id: org.keyId, org_id: org.id });
     expect(replaced.before).toMatchObject({ designatedServices: [], riskRating: 'LOW', kycStatus: 'NOT_REQUIRED' });
     expect(replaced.after).toMatchObject({ designatedServices: ['FIN-CRYPTO'], riskRating: 'MEDIUM', kycStatus: 'NOT_STARTED' });
+  });
+
+  it('when a PATCH changes risk answers, the rating and classification are recomputed (and not otherwise)', async () => {
+    const dto = await createCustomer(ctx, org, person({ designatedServices: ['PRO-REAL-ESTATE'] }));
+    expect(await customerRow(ctx, dto.id)).toMatchObject({ risk_rating: 'LOW', client_classification: 'STANDARD_CDD' });
+    await patch(dto.id, { risk: { metFaceToFace: false } });
+    expect(await customerRow(ctx, dto.id)).toMatchObject({ risk_rating: 'MEDIUM', client_classification: 'STANDARD_CDD' });
+    await patch(dto.id, { risk: { operatesCashBusiness: true } });
+    expect(await customerRow(ctx, dto.id)).toMatchObject({ risk_rating: 'HIGH', client_classification: 'ENHANCED_CDD', risk_answers: { metFaceToFace: false, operatesCashBusiness: true } });
   });
 
   it('when the risk answers include complexStructure, the rating is HIGH whatever the services', async () => {

@@ -155,6 +155,14 @@ describe('pre-commencement fields', () => {
     );
   });
 
+  it('when preCommencementAssessment.assessedAt is in the future, it answers 422', async () => {
+    const future = isoDate(new Date(Date.now() + 2 * 86_400_000));
+    await rejects(
+      person({ risk: { isNewCustomer: false }, preCommencementAssessment: { significantChange: false, resultingRisk: 'LOW', assessedAt: future }, designatedServices: ['FIN-LOANS'] }),
+      'preCommencementAssessment.assessedAt',
+    );
+  });
+
   it('when preExistingServices is combined with a non-empty designatedServices, it answers 422', async () => {
     await rejects(person({ risk: { isNewCustomer: false }, preExistingServices: ['FIN-LOANS'], designatedServices: ['FIN-FX'] }), 'preExistingServices');
   });
