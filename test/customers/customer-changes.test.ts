@@ -1,4 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from 'drizzle-orm';
+import { createCustomersService } from '../../src/modules/customers/customers.service.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 import { createCustomer, customerRow, insertEntity, issues, person, upsert } from './customers-fixtures.js';
 
@@ -215,7 +217,7 @@ describe('risk rating and audit', () => {
     await new Promise((resolve) => setTimeout(resolve, 20));
     const response = await upsert(ctx, org, body);
     expect(response.statusCode).toBe(200);
-    expect(response.json().updated_at).toBe(dto.updated_at);
+    expect(response.json().updated_at).toBe(before.updated_at.toISOString());
     expect((await customerRow(ctx, dto.id)).updated_at).toEqual(before.updated_at);
     expect(await auditRows(dto.id)).toHaveLength(1);
     expect(await outboxEvents(dto.id)).toHaveLength(0);
@@ -223,16 +225,18 @@ describe('risk rating and audit', () => {
 
   it('when PUT repeats the stored set or PATCH repeats stored values, nothing is audited and updated_at stays', async () => {
     const dto = await createCustomer(ctx, org, person({ designatedServices: ['FIN-FX'], phone: '3' }));
+    const committed = (await get(dto.id)).json().updated_at;
     await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, { key: org.key, body: { service_codes: ['FIN-FX', 'FIN-FX'] } });
     await patch(dto.id, { phone: '3', fullName: dto.full_name });
     expect(await auditRows(dto.id)).toHaveLength(1);
-    expect((await get(dto.id)).json().updated_at).toBe(dto.updated_at);
+    expect((await get(dto.id)).json().updated_at).toBe(committed);
   });
 
   it('when a raw SQL writer rewrites the same values, the database keeps updated_at (no-op writes never move it)', async () => {
     const dto = await createCustomer(ctx, org, person());
+    const committed = (await get(dto.id)).json().updated_at;
     await ctx.database.pool.query('UPDATE customers SET name = name, phone = phone WHERE id = $1', [dto.id]);
-    expect((await get(dto.id)).json().updated_at).toBe(dto.updated_at);
+    expect((await get(dto.id)).json().updated_at).toBe(committed);
   });
 });
 
@@ -257,6 +261,20 @@ describe('customer.updated outbox events', () => {
     const events = await outboxEvents(dto.id);
     expect(events.map((event) => event.payload.data.customer)).toEqual([afterUpsert, afterPut]);
     expect(afterPut).not.toHaveProperty('designated_services');
+  });
+
+  it('when the change commits late and updated_at is re-stamped at commit, the event still carries the committed DTO', async () => {
+    const dto = await createCustomer(ctx, org, person({ externalId: 'crm-evt-slow' }));
+    const service = createCustomersService({ database: ctx.database });
+    await ctx.database.transaction(async (tx) => {
+      await service.patch({ orgId: org.id, actor: { type: 'system', id: null } }, dto.id, { phone: 'slow' });
+      await tx.execute(sql`SELECT pg_sleep(0.3)`);
+    });
+    const events = await outboxEvents(dto.id);
+    expect(events).toHaveLength(1);
+    const current = (await get(dto.id)).json();
+    expect(events[0]!.payload.data.customer).toEqual(current);
+    expect(new Date(current.updated_at).getTime() - new Date(dto.updated_at).getTime()).toBeGreaterThanOrEqual(300);
   });
 
   it('when a record not added by the integration changes, it fires no customer.updated', async () => {

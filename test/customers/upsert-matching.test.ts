@@ -121,3 +121,18 @@ describe('POST /customers required fields', () => {
     expect((await customerRow(ctx, created.id)).designated_services).toEqual(['RE-BROKER']);
   });
 });
+
+describe('POST /customers with Idempotency-Key', () => {
+  it('when a create is repeated with the same Idempotency-Key, it replays the 201 and writes nothing more', async () => {
+    const body = person({ externalId: 'crm-idem-1' });
+    const headers = { 'idempotency-key': 'create-crm-idem-1' };
+    const first = await ctx.request('POST', '/v1/customers', { key: org.key, body, headers });
+    const again = await ctx.request('POST', '/v1/customers', { key: org.key, body, headers });
+    expect(first.statusCode).toBe(201);
+    expect(again.statusCode).toBe(201);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.json()).toEqual(first.json());
+    const { rows } = await ctx.database.pool.query('SELECT count(*)::int AS n FROM audit_log WHERE subject_id = $1', [first.json().id]);
+    expect(rows[0].n).toBe(1);
+  });
+});
