@@ -167,8 +167,25 @@ describe('pre-commencement fields', () => {
     await rejects(person({ risk: { isNewCustomer: false }, preExistingServices: ['FIN-LOANS'], designatedServices: ['FIN-FX'] }), 'preExistingServices');
   });
 
+  it('when preExistingServices is sent on an update of a record that has designated services, it answers 422 unless the request empties them', async () => {
+    await createCustomer(ctx, org, person({ externalId: 'crm-pre-existing', risk: { isNewCustomer: false }, designatedServices: ['FIN-LOANS'] }));
+    const rejected = await upsert(ctx, org, { externalId: 'crm-pre-existing', preExistingServices: ['FIN-FX'] });
+    expect(rejected.statusCode).toBe(422);
+    expect(issues(rejected)).toHaveProperty('preExistingServices');
+    const accepted = await upsert(ctx, org, { externalId: 'crm-pre-existing', preExistingServices: ['FIN-FX'], designatedServices: [] });
+    expect(accepted.statusCode).toBe(200);
+  });
+
   it('when preExistingServices is sent without risk.isNewCustomer false, it answers 422', async () => {
     await rejects(person({ preExistingServices: ['FIN-LOANS'] }), 'preExistingServices');
+  });
+});
+
+describe('representative', () => {
+  it('when a representative is sent, it is stored; a representative without an email answers 422', async () => {
+    const dto = await createCustomer(ctx, org, person({ representative: { fullName: 'Attorney Person', email: 'attorney@example.com' } }));
+    expect(await customerRow(ctx, dto.id)).toMatchObject({ representative_name: 'Attorney Person', representative_email: 'attorney@example.com' });
+    await rejects(person({ representative: { fullName: 'Attorney Person' } }), 'representative.email');
   });
 });
 

@@ -140,8 +140,8 @@ export function checkDueDiligenceInputs(
   }
   if (body.preExistingServices !== undefined) {
     if (!existingClient) issues.add('preExistingServices', requiresExisting);
-    if (body.designatedServices && body.designatedServices.length > 0) {
-      issues.add('preExistingServices', 'Cannot be combined with a non-empty designatedServices.');
+    if ((body.designatedServices ?? storedServices).length > 0) {
+      issues.add('preExistingServices', 'Cannot be combined with a non-empty designatedServices (sent or on record).');
     }
   }
   const flag = body.risk?.isDesignatedService;
