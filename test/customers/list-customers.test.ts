@@ -160,7 +160,8 @@ describe('GET /customers cursor', () => {
 
   it('when the cursor is garbage or tampered with, it answers 422 on cursor', async () => {
     const tampered = Buffer.from(JSON.stringify({ c: 'x', i: 'y', f: 'z' })).toString('base64url');
-    for (const cursor of ['garbage!!', 'e30', tampered]) {
+    const nullJson = Buffer.from('null').toString('base64url');
+    for (const cursor of ['garbage!!', 'e30', tampered, nullJson, Buffer.from('[1]').toString('base64url')]) {
       const response = await list({ cursor });
       expect(response.statusCode).toBe(422);
       expect(issues(response)).toHaveProperty('cursor');
