@@ -10,7 +10,7 @@ import { changedColumns, createCustomerChangeRecorder } from './customer-changes
 import { toAmlBlock, toIndividualDto } from './customer-dto.js';
 import { createCustomersRepository, type CustomerKind, type ListFilters } from './customers.repository.js';
 import type { IndividualDto, PatchCustomerBody, UpsertCustomerBody } from './customers.schemas.js';
-import { designatedFlag, initialStatus, statusAfterServicesChange, type KycStatus, type PreCommencementAssessment } from './due-diligence.js';
+import { assessmentTriggers, designatedFlag, initialStatus, statusAfterServicesChange, type KycStatus, type PreCommencementAssessment } from './due-diligence.js';
 import { decodeCursor, encodeCursor, filterFingerprint } from './list-cursor.js';
 import { classifyClient, rateRisk, type RiskAnswers } from './risk-model.js';
 
@@ -120,6 +120,7 @@ export function checkDueDiligenceInputs(
   answers: RiskAnswers,
   now: Date,
   issues: Issues,
+  storedServices: readonly string[] = [],
 ): void {
   const existingClient = answers.isNewCustomer === false;
   const requiresExisting = 'Requires risk.isNewCustomer: false (an existing client).';
@@ -139,13 +140,16 @@ export function checkDueDiligenceInputs(
   }
   if (body.preExistingServices !== undefined) {
     if (!existingClient) issues.add('preExistingServices', requiresExisting);
-    if (body.designatedServices && body.designatedServices.length > 0) {
-      issues.add('preExistingServices', 'Cannot be combined with a non-empty designatedServices.');
+    if ((body.designatedServices ?? storedServices).length > 0) {
+      issues.add('preExistingServices', 'Cannot be combined with a non-empty designatedServices (sent or on record).');
     }
   }
   const flag = body.risk?.isDesignatedService;
   if (body.designatedServices !== undefined && flag !== undefined && flag !== body.designatedServices.length > 0) {
     issues.add('risk.isDesignatedService', `Disagrees with designatedServices (${body.designatedServices.length > 0 ? 'non-empty' : 'empty'}); send one or make them agree.`);
+  }
+  if (body.designatedServices === undefined && flag === false && storedServices.length > 0) {
+    issues.add('risk.isDesignatedService', 'Disagrees with the designated services on record; replace them with an empty set instead.');
   }
 }
 
@@ -170,6 +174,7 @@ export function servicesUpdate(
         nextServices: services,
         previousFlag: existing.isDesignatedService,
         nextFlag: flag,
+        carveOut: answers.isNewCustomer === false && body.preCommencementAssessment !== undefined && !assessmentTriggers(body.preCommencementAssessment),
       })
     : initialStatus({
         designatedServices: body.designatedServices ? services : undefined,
@@ -215,6 +220,8 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
     if (body.fullName && body.email) {
       const byNameAndEmail = await repository.findIndividualByNameAndEmail(ctx.orgId, body.fullName, body.email, tx, { forUpdate: true });
       if (byNameAndEmail) {
+        // Same externalId: a concurrent request inserted it after our externalId lookup; it is a hit.
+        if (body.externalId && byNameAndEmail.externalId === body.externalId) return { row: byNameAndEmail, adopt: false };
         if (body.externalId && byNameAndEmail.externalId !== null) {
           throw AppError.conflict('A customer with this full name and email already exists under another externalId.', {
             field: 'externalId',
@@ -249,13 +256,15 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
       if (body.fullName !== undefined && body.fullName !== existing.name) issues.add('fullName', 'Frozen after KYC verification.');
       if (body.email !== undefined && body.email.toLowerCase() !== existing.email?.toLowerCase()) issues.add('email', 'Frozen after KYC verification.');
     }
-    checkDueDiligenceInputs(body, answers, now, issues);
+    checkDueDiligenceInputs(body, answers, now, issues, existing?.designatedServices);
     issues.throwIfAny();
 
+    // Past the freeze check a VERIFIED record's name and email are re-sent unchanged (up to email case): keep the stored ones.
+    const frozen = existing?.kycStatus === 'VERIFIED';
     const values: Partial<NewCustomerRow> = {
       type,
-      name: body.fullName,
-      email: body.email,
+      name: frozen ? undefined : body.fullName,
+      email: frozen ? undefined : body.email,
       phone: body.phone,
       riskAnswers: answers,
       clientSinceDate: body.clientSinceDate,
@@ -337,11 +346,15 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
             if (body.fullName !== undefined && body.fullName !== row.name) issues.add('fullName', 'Frozen after KYC verification.');
             if (body.email !== undefined && body.email.toLowerCase() !== row.email?.toLowerCase()) issues.add('email', 'Frozen after KYC verification.');
           }
+          if (body.risk?.isDesignatedService === false && row.designatedServices.length > 0) {
+            issues.add('risk.isDesignatedService', 'Disagrees with the designated services on record; replace them with an empty set instead.');
+          }
           issues.throwIfAny();
           const answers: RiskAnswers = { ...(row.riskAnswers as RiskAnswers), ...(body.risk ?? {}) };
+          const frozen = row.kycStatus === 'VERIFIED';
           const values: Partial<NewCustomerRow> = {
-            name: body.fullName,
-            email: body.email,
+            name: frozen ? undefined : body.fullName,
+            email: frozen ? undefined : body.email,
             phone: body.phone,
             riskAnswers: answers,
             ...(body.risk ? servicesUpdate(row, { risk: body.risk }, answers) : {}),

@@ -24,17 +24,20 @@ export function initialStatus(input: {
   const { designatedServices, risk, assessment } = input;
   if (designatedServices === undefined) return risk.isDesignatedService === true ? 'NOT_STARTED' : 'NOT_REQUIRED';
   if (designatedServices.length === 0) return 'NOT_REQUIRED';
-  if (risk.isNewCustomer === false && assessment) {
-    const triggered = assessment.significantChange && assessment.resultingRisk !== 'LOW';
-    return triggered ? 'NOT_STARTED' : 'NOT_REQUIRED';
-  }
+  if (risk.isNewCustomer === false && assessment) return assessmentTriggers(assessment) ? 'NOT_STARTED' : 'NOT_REQUIRED';
   return 'NOT_STARTED';
+}
+
+/** Pre-commencement rule 1: due diligence is owed only when both limbs hold. */
+export function assessmentTriggers(assessment: PreCommencementAssessment): boolean {
+  return assessment.significantChange && assessment.resultingRisk !== 'LOW';
 }
 
 /**
  * A later change to services or the designated flag: a record that owed nothing starts owing due
- * diligence when a service it did not have is added or the flag turns on. Once owed, always owed:
- * emptying the set never moves the status back.
+ * diligence when a service it did not have is added or the flag turns on, unless the same request
+ * records a no-trigger pre-commencement assessment for an existing client (`carveOut`, rule 2).
+ * Once owed, always owed: emptying the set never moves the status back.
  */
 export function statusAfterServicesChange(input: {
   status: KycStatus;
@@ -42,8 +45,9 @@ export function statusAfterServicesChange(input: {
   nextServices: readonly string[];
   previousFlag: boolean | null;
   nextFlag: boolean | null;
+  carveOut?: boolean;
 }): KycStatus {
-  if (input.status !== 'NOT_REQUIRED') return input.status;
+  if (input.status !== 'NOT_REQUIRED' || input.carveOut === true) return input.status;
   const added = input.nextServices.some((code) => !input.previousServices.includes(code));
   const flagTurnedOn = input.nextFlag === true && input.previousFlag !== true;
   return added || flagTurnedOn ? 'NOT_STARTED' : input.status;

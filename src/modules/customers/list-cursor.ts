@@ -19,6 +19,9 @@ export function decodeCursor(cursor: string, fingerprint: string): { createdAt: 
   } catch {
     throw AppError.field('cursor', 'Not a cursor returned by this API; pass next_cursor back unchanged.');
   }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    throw AppError.field('cursor', 'Not a cursor returned by this API; pass next_cursor back unchanged.');
+  }
   const createdAt = typeof parsed.c === 'string' ? new Date(parsed.c) : undefined;
   if (!createdAt || Number.isNaN(createdAt.getTime()) || typeof parsed.i !== 'string' || !isUuid(parsed.i)) {
     throw AppError.field('cursor', 'Not a cursor returned by this API; pass next_cursor back unchanged.');
