@@ -7,6 +7,8 @@ import { systemClock, type Clock } from './shared/clock.js';
 import { errorsPlugin } from './plugins/errors.plugin.js';
 import { authPlugin } from './plugins/auth.plugin.js';
 import { idempotencyPlugin } from './plugins/idempotency.plugin.js';
+import { metricsPlugin } from './plugins/metrics.plugin.js';
+import { openapiPlugin } from './plugins/openapi.plugin.js';
 import { healthRoutes } from './modules/health/health.routes.js';
 import { apiModules } from './modules/index.js';
 
@@ -71,6 +73,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
 
   await app.register(errorsPlugin);
+  await app.register(metricsPlugin);
+  await app.register(openapiPlugin);
   await app.register(authPlugin, { defaults: deps.config.rateLimit });
   await app.register(idempotencyPlugin);
   await app.register(healthRoutes);
