@@ -4,6 +4,7 @@ import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fas
 import type { Config } from './config/config.js';
 import type { Database } from './db/client.js';
 import { systemClock, type Clock } from './shared/clock.js';
+import { loggerOptions } from './shared/logging.js';
 import { errorsPlugin } from './plugins/errors.plugin.js';
 import { authPlugin } from './plugins/auth.plugin.js';
 import { idempotencyPlugin } from './plugins/idempotency.plugin.js';
@@ -29,27 +30,9 @@ declare module 'fastify' {
   }
 }
 
-const REQUEST_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
+export { loggerOptions };
 
-export function loggerOptions(config: Config): FastifyServerOptions['logger'] {
-  return {
-    level: config.logLevel,
-    redact: {
-      paths: [
-        'req.headers.authorization',
-        'req.headers["idempotency-key"]',
-        'req.headers.cookie',
-        '*.email',
-        '*.fullName',
-        '*.full_name',
-        '*.name',
-        '*.key',
-        '*.secret',
-      ],
-      censor: '[redacted]',
-    },
-  };
-}
+const REQUEST_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /** Builds the HTTP application on the given dependencies; it neither listens nor reads the environment. */
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {

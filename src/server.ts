@@ -1,7 +1,8 @@
 import closeWithGrace from 'close-with-grace';
 import type { FastifyInstance } from 'fastify';
-import pino from 'pino';
-import { buildApp, loggerOptions } from './app.js';
+import type { FastifyServerOptions } from 'fastify';
+import { buildApp } from './app.js';
+import { createLogger, loggerOptions, prettyLogsWanted } from './shared/logging.js';
 import type { Config } from './config/config.js';
 import { connect, type Connection } from './db/connect.js';
 import { bootstrapSandbox } from './modules/organisations/sandbox.service.js';
@@ -11,12 +12,12 @@ export type RunningServer = { app: FastifyInstance; connection: Connection; jobs
 
 /** `svc serve`: database, migrations, first-start sandbox, HTTP server and (optionally) the workers. */
 export async function startServer(config: Config, options: { worker?: boolean } = {}): Promise<RunningServer> {
-  const logger = pino({ level: config.logLevel }, pino.destination(2));
+  const logger = createLogger(config, 2);
   const connection = await connect(config, { info: (message) => logger.info(message) });
   const { database } = connection;
 
   const sandbox = await bootstrapSandbox({ database });
-  const app = await buildApp({ config, database, logger: loggerOptions(config) });
+  const app = await buildApp({ config, database, logger: httpLoggerOptions(config) });
   const jobs = startBackgroundJobs({ config, database, logger, webhookWorker: options.worker ?? config.webhookWorker });
 
   await app.listen({ port: config.port, host: config.host });
@@ -36,7 +37,7 @@ export async function startServer(config: Config, options: { worker?: boolean } 
 
 /** `svc worker`: background delivery only, no HTTP. */
 export async function startWorker(config: Config): Promise<{ close(): Promise<void> }> {
-  const logger = pino({ level: config.logLevel }, pino.destination(2));
+  const logger = createLogger(config, 2);
   const connection = await connect(config, { info: (message) => logger.info(message) });
   const jobs = startBackgroundJobs({ config, database: connection.database, logger, webhookWorker: true });
   logger.info('worker started');
@@ -46,6 +47,13 @@ export async function startWorker(config: Config): Promise<{ close(): Promise<vo
       await connection.close();
     },
   };
+}
+
+/** JSON lines on stdout; human-readable ones only on a terminal in development (never in production or CI). */
+function httpLoggerOptions(config: Config): FastifyServerOptions['logger'] {
+  const options = loggerOptions(config);
+  if (!prettyLogsWanted(config, process.stdout)) return options;
+  return { ...options, transport: { target: 'pino-pretty', options: { destination: 1, translateTime: 'SYS:HH:MM:ss.l' } } };
 }
 
 function printSandboxKey(sandbox: { orgId: string; key: string }, port: number): void {
