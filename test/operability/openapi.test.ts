@@ -1,5 +1,8 @@
-import { readFileSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import type { FastifyInstance } from 'fastify';
 import type { OpenAPIV3_1 } from 'openapi-types';
@@ -12,13 +15,29 @@ import { apiModules } from '../../src/modules/index.js';
 import { generateOpenApiDocument, serializeOpenApiDocument } from '../../src/plugins/openapi-document.js';
 import { ROUTE_SCOPES, type Scope } from '../../src/plugins/route-scopes.js';
 
-const COMMITTED = join(import.meta.dirname, '..', '..', 'openapi', 'openapi.json');
+const ROOT = join(import.meta.dirname, '..', '..');
+const COMMITTED = join(ROOT, 'openapi', 'openapi.json');
+const COMMITTED_CLIENT = join(ROOT, 'clients', 'typescript', 'schema.d.ts');
 
 describe('committed OpenAPI document', () => {
   it('when the code changes the document, the committed openapi/openapi.json must be regenerated', async () => {
     const generated = serializeOpenApiDocument(await generateOpenApiDocument());
     const committed = readFileSync(COMMITTED, 'utf8');
     expect(committed, 'openapi/openapi.json is out of date: run `npm run openapi` and commit the result').toBe(generated);
+  });
+
+  it('when the document changes, the committed TypeScript client types must be regenerated', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'client-'));
+    try {
+      const out = join(dir, 'schema.d.ts');
+      const bin = join(ROOT, 'node_modules', '.bin', 'openapi-typescript');
+      await promisify(execFile)(bin, [COMMITTED, '--output', out], { cwd: ROOT });
+      expect(readFileSync(COMMITTED_CLIENT, 'utf8'), 'clients/typescript/schema.d.ts is out of date: run `npm run openapi`').toBe(
+        readFileSync(out, 'utf8'),
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('when validated against the OpenAPI 3.1 schema, the committed document is valid and every $ref resolves', async () => {
