@@ -9,6 +9,7 @@ import { errorsPlugin } from './plugins/errors.plugin.js';
 import { authPlugin } from './plugins/auth.plugin.js';
 import { idempotencyPlugin } from './plugins/idempotency.plugin.js';
 import { metricsPlugin } from './plugins/metrics.plugin.js';
+import { gracefulClosePlugin } from './plugins/graceful-close.plugin.js';
 import { openapiPlugin } from './plugins/openapi.plugin.js';
 import { healthRoutes } from './modules/health/health.routes.js';
 import { apiModules } from './modules/index.js';
@@ -56,6 +57,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
 
   await app.register(errorsPlugin);
+  await app.register(gracefulClosePlugin);
   await app.register(metricsPlugin);
   await app.register(openapiPlugin);
   await app.register(authPlugin, { defaults: deps.config.rateLimit });
