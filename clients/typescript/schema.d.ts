@@ -48,6 +48,18 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description Payment required (`insufficient_credits`): the organisation lacks credits for an organisation-paid check; nothing was armed or charged. */
+        InsufficientCredits: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                RateLimit: components["headers"]["RateLimit"];
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /** @description Forbidden: the key lacks the route's scope (`forbidden_scope`, `details.required_scope`) or a feature is off for the organisation (`feature_disabled`). */
         Forbidden: {
             headers: {

@@ -33,6 +33,10 @@ const COMPONENT_RESPONSES: Record<string, OpenAPIV3_1.ResponseObject> = {
     'Unauthorized (`unauthorized`): the key is missing, malformed, unknown, expired or revoked, or the caller\'s address is not on the key\'s allowlist. Carries `WWW-Authenticate: Bearer`.',
     ['X-Request-Id', 'WWW-Authenticate'],
   ),
+  InsufficientCredits: errorResponse(
+    'Payment required (`insufficient_credits`): the organisation lacks credits for an organisation-paid check; nothing was armed or charged.',
+    RATE_HEADERS,
+  ),
   Forbidden: errorResponse(
     'Forbidden: the key lacks the route\'s scope (`forbidden_scope`, `details.required_scope`) or a feature is off for the organisation (`feature_disabled`).',
     RATE_HEADERS,
@@ -64,6 +68,24 @@ const COMPONENT_RESPONSES: Record<string, OpenAPIV3_1.ResponseObject> = {
     [...RATE_HEADERS, 'Retry-After'],
   ),
 };
+
+/** The component that describes each error status, for error responses a route declares itself. */
+const RESPONSE_BY_STATUS: Record<string, string> = {
+  '401': 'Unauthorized',
+  '402': 'InsufficientCredits',
+  '403': 'Forbidden',
+  '404': 'NotFound',
+  '409': 'Conflict',
+  '413': 'PayloadTooLarge',
+  '415': 'UnsupportedMediaType',
+  '422': 'ValidationFailed',
+  '429': 'RateLimited',
+  '500': 'InternalError',
+  '503': 'ServiceUnavailable',
+};
+const SUCCESS_DESCRIPTIONS: Record<string, string> = { '200': 'OK', '201': 'Created', '202': 'Accepted', '204': 'No content' };
+/** What @fastify/swagger writes when a response schema carries no description. */
+const DEFAULT_DESCRIPTION = 'Default Response';
 
 const COMPONENT_HEADERS: Record<string, OpenAPIV3_1.HeaderObject> = {
   'X-Request-Id': {
@@ -163,7 +185,17 @@ function addCommonResponses(operation: Operation): void {
 
   const responses: Record<string, ResponseRef> = { ...(operation.responses ?? {}) };
   for (const [status, response] of Object.entries(responses)) {
-    if (!/^2\d\d$/.test(status) || '$ref' in response) continue;
+    if ('$ref' in response) continue;
+    const standard = COMPONENT_RESPONSES[RESPONSE_BY_STATUS[status] ?? ''];
+    if (standard) {
+      // An error status the route documents itself (to give its own schema or description) keeps
+      // them, and gets the standard wording and headers where it has none.
+      if (response.description === DEFAULT_DESCRIPTION) response.description = standard.description;
+      response.headers ??= standard.headers;
+      continue;
+    }
+    if (!/^2\d\d$/.test(status)) continue;
+    if (response.description === DEFAULT_DESCRIPTION) response.description = SUCCESS_DESCRIPTIONS[status] ?? 'Success';
     response.headers = {
       ...Object.fromEntries(RATE_HEADERS.map((name) => [name, ref('headers', name)])),
       ...(mutating ? { 'Idempotent-Replayed': ref('headers', 'Idempotent-Replayed') } : {}),

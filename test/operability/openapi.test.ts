@@ -14,6 +14,7 @@ import { createDatabase, type Database } from '../../src/db/client.js';
 import { apiModules } from '../../src/modules/index.js';
 import { generateOpenApiDocument, serializeOpenApiDocument } from '../../src/plugins/openapi-document.js';
 import { ROUTE_SCOPES, type Scope } from '../../src/plugins/route-scopes.js';
+import { errorEnvelopeSchema } from '../../src/shared/error-envelope.schema.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const COMMITTED = join(ROOT, 'openapi', 'openapi.json');
@@ -57,7 +58,10 @@ const testRoutes = async (app: FastifyInstance) => {
     {
       schema: {
         params: z.object({ id: z.uuid() }),
-        response: { 200: z.object({ id: z.string() }).strict() },
+        response: {
+          200: z.object({ id: z.string() }).strict(),
+          404: { description: 'No such widget in your organisation.', content: { 'application/json': { schema: errorEnvelopeSchema } } },
+        },
       },
     },
     async (request) => ({ id: (request.params as { id: string }).id }),
@@ -70,7 +74,7 @@ const testRoutes = async (app: FastifyInstance) => {
         tags: ['Widgets'],
         summary: 'Create a widget',
         body: z.object({ name: z.string().min(1).describe('The widget name.') }).strict(),
-        response: { 201: z.object({ id: z.string() }).strict() },
+        response: { 201: z.object({ id: z.string() }).strict(), 402: errorEnvelopeSchema },
       },
     },
     async (_request, reply) => reply.code(201).send({ id: 'w_1' }),
@@ -146,13 +150,25 @@ describe('operations of v1 routes', () => {
     const get = operation('/test-widgets/{id}', 'get');
     expect(Object.keys(get.responses ?? {})).toEqual(['200', '401', '403', '404', '422', '429', '500', '503']);
     const post = operation('/test-widgets', 'post');
-    expect(Object.keys(post.responses ?? {})).toEqual(['201', '401', '403', '409', '413', '415', '422', '429', '500', '503']);
+    expect(Object.keys(post.responses ?? {})).toEqual(['201', '401', '402', '403', '409', '413', '415', '422', '429', '500', '503']);
     // No path parameter, no input: no 404 and no 422.
     expect(Object.keys(operation('/test-catalog', 'get').responses ?? {})).toEqual(['200', '401', '403', '429', '500', '503']);
     for (const response of Object.values(document.components?.responses ?? {}) as OpenAPIV3_1.ResponseObject[]) {
       expect(response.content?.['application/json']?.schema).toEqual({ $ref: '#/components/schemas/Error' });
     }
     expect(document.components?.schemas?.Error).toMatchObject({ type: 'object', required: ['error'] });
+  });
+
+  it('when a route documents an error status itself, it keeps its schema and description and gets the standard ones where it has none', () => {
+    const notFound = operation('/test-widgets/{id}', 'get').responses?.['404'] as OpenAPIV3_1.ResponseObject;
+    expect(notFound.description).toBe('No such widget in your organisation.');
+    expect(notFound.content?.['application/json']?.schema).toEqual({ $ref: '#/components/schemas/Error' });
+    expect(Object.keys(notFound.headers ?? {})).toContain('RateLimit');
+    const paymentRequired = operation('/test-widgets', 'post').responses?.['402'] as OpenAPIV3_1.ResponseObject;
+    expect(paymentRequired.description).toMatch(/insufficient_credits/);
+    expect(paymentRequired.content?.['application/json']?.schema).toEqual({ $ref: '#/components/schemas/Error' });
+    expect((operation('/test-widgets/{id}', 'get').responses?.['200'] as OpenAPIV3_1.ResponseObject).description).toBe('OK');
+    expect((operation('/test-widgets', 'post').responses?.['201'] as OpenAPIV3_1.ResponseObject).description).toBe('Created');
   });
 
   it('when a method is POST, PATCH or PUT, the Idempotency-Key header is a parameter; GET has none', () => {
