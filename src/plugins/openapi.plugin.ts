@@ -191,7 +191,7 @@ function addCommonResponses(operation: Operation): void {
       // An error status the route documents itself (to give its own schema or description) keeps
       // them, and gets the standard wording and headers where it has none.
       if (response.description === DEFAULT_DESCRIPTION) response.description = standard.description;
-      response.headers ??= standard.headers;
+      response.headers ??= structuredClone(standard.headers);
       continue;
     }
     if (!/^2\d\d$/.test(status)) continue;
@@ -255,9 +255,10 @@ const transformDocument: SwaggerTransformObject = (input) => {
   }
   document.components = {
     ...document.components,
-    responses: { ...COMPONENT_RESPONSES, ...document.components?.responses },
-    headers: { ...COMPONENT_HEADERS, ...document.components?.headers },
-    parameters: { IdempotencyKey: IDEMPOTENCY_KEY_PARAMETER, ...document.components?.parameters },
+    // Copies: the document is handed out (and cached) and must not share objects with these tables.
+    responses: { ...structuredClone(COMPONENT_RESPONSES), ...document.components?.responses },
+    headers: { ...structuredClone(COMPONENT_HEADERS), ...document.components?.headers },
+    parameters: { IdempotencyKey: structuredClone(IDEMPOTENCY_KEY_PARAMETER), ...document.components?.parameters },
   };
   pruneUnusedInputSchemas(document);
   const described = new Map((document.tags ?? []).map((tag) => [tag.name, tag]));

@@ -39,7 +39,7 @@ describe('committed OpenAPI document', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-  });
+  }, 60_000); // spawns the generator, slow on a loaded machine
 
   it('when validated against the OpenAPI 3.1 schema, the committed document is valid and every $ref resolves', async () => {
     const validator = new Validator();
