@@ -41,6 +41,25 @@ describe('committed OpenAPI document', () => {
     }
   }, 60_000); // spawns the generator, slow on a loaded machine
 
+  it('when `svc openapi --out` runs with no reachable database, it writes the committed document and prints one JSON summary', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'openapi-'));
+    try {
+      const out = join(dir, 'openapi.json');
+      const { stdout } = await promisify(execFile)(process.execPath, [join(ROOT, 'bin', 'svc.js'), 'openapi', '--out', out], {
+        cwd: ROOT,
+        // Unreachable on purpose: generating the document must not touch a database.
+        env: { ...process.env, DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none', NODE_ENV: 'development' },
+      });
+      const summary = JSON.parse(stdout) as { written: string; paths: number; operations: number };
+      expect(summary.written).toBe(out);
+      const committed = JSON.parse(readFileSync(COMMITTED, 'utf8')) as { paths: Record<string, object> };
+      expect(summary.paths).toBe(Object.keys(committed.paths).length);
+      expect(readFileSync(out, 'utf8')).toBe(readFileSync(COMMITTED, 'utf8'));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('when validated against the OpenAPI 3.1 schema, the committed document is valid and every $ref resolves', async () => {
     const validator = new Validator();
     const result = await validator.validate(JSON.parse(readFileSync(COMMITTED, 'utf8')));
