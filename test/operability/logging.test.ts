@@ -105,6 +105,14 @@ describe('request logs', () => {
     expect(text).not.toContain(FULL_NAME);
   });
 
+  it('when an orchestrator probes /healthz and /readyz, nothing is logged for a healthy answer', async () => {
+    await ctx.request('GET', '/healthz', { headers: { 'x-request-id': 'probe-health' } }, app);
+    await ctx.request('GET', '/readyz', { headers: { 'x-request-id': 'probe-ready' } }, app);
+    await ctx.request('GET', '/metrics', { headers: { 'x-request-id': 'probe-metrics' } }, app);
+    const probes = parsed().filter((entry) => ['probe-health', 'probe-ready', 'probe-metrics'].includes(entry.reqId as string));
+    expect(probes).toEqual([]);
+  });
+
   it('when LOG_LEVEL is warn, request lines at info are not written', async () => {
     const quiet: string[] = [];
     const warnApp = await appLoggingTo(quiet, 'warn');
