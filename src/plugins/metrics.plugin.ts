@@ -92,7 +92,8 @@ export const metricsPlugin = fp(
       registers: [registry],
       async collect() {
         const value = await currentBacklog();
-        if (value) this.set(value.pending);
+        // NaN, not the last value: an unreadable backlog must not look like a healthy one.
+        this.set(value ? value.pending : Number.NaN);
       },
     });
     new Gauge({
@@ -101,7 +102,7 @@ export const metricsPlugin = fp(
       registers: [registry],
       async collect() {
         const value = await currentBacklog();
-        if (value) this.set(value.oldestDueAgeSeconds);
+        this.set(value ? value.oldestDueAgeSeconds : Number.NaN);
       },
     });
 

@@ -2,6 +2,8 @@ import type { FastifyInstance } from 'fastify';
 import { sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { buildApp } from '../../src/app.js';
+import { createDatabase } from '../../src/db/client.js';
 import { webhookEndpoints } from '../../src/db/schema.js';
 import { apiModules } from '../../src/modules/index.js';
 import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
@@ -94,6 +96,20 @@ describe('GET /metrics', () => {
     const lag = sample(body, 'webhook_outbox_delivery_lag_seconds')!;
     expect(lag).toBeGreaterThanOrEqual(120);
     expect(lag).toBeLessThan(3600);
+  });
+
+  it('when the database cannot be read, the scrape still answers and the outbox gauges say NaN, not a stale value', async () => {
+    const unreachable = createDatabase('postgres://nobody@127.0.0.1:1/none');
+    const app = await buildApp({ config: ctx.config, database: unreachable, logger: false });
+    try {
+      const response = await app.inject({ method: 'GET', url: '/metrics' });
+      expect(response.statusCode).toBe(200);
+      expect(sample(response.body, 'webhook_outbox_pending_deliveries')).toBeNaN();
+      expect(sample(response.body, 'webhook_outbox_delivery_lag_seconds')).toBeNaN();
+    } finally {
+      await app.close();
+      await unreachable.close();
+    }
   });
 
   it('when a key exceeds its burst limit, the rejection is counted by window', async () => {
