@@ -179,7 +179,10 @@ function addCommonResponses(operation: Operation): void {
   const mutating = IDEMPOTENT_METHODS.has(marker.method);
   const hasBody = operation.requestBody !== undefined;
 
-  if (mutating) {
+  const declaresIdempotencyKey = (operation.parameters ?? []).some(
+    (parameter) => 'in' in parameter && parameter.in === 'header' && parameter.name.toLowerCase() === 'idempotency-key',
+  );
+  if (mutating && !declaresIdempotencyKey) {
     operation.parameters = [...(operation.parameters ?? []), ref('parameters', 'IdempotencyKey')];
   }
 
