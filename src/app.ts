@@ -6,9 +6,13 @@ import type { Config } from './config/config.js';
 import { AppError } from './shared/app-error.js';
 import type { Database } from './db/client.js';
 import { systemClock, type Clock } from './shared/clock.js';
+import { loggerOptions } from './shared/logging.js';
 import { errorsPlugin } from './plugins/errors.plugin.js';
 import { authPlugin } from './plugins/auth.plugin.js';
 import { idempotencyPlugin } from './plugins/idempotency.plugin.js';
+import { metricsPlugin } from './plugins/metrics.plugin.js';
+import { gracefulClosePlugin } from './plugins/graceful-close.plugin.js';
+import { openapiPlugin } from './plugins/openapi.plugin.js';
 import { healthRoutes } from './modules/health/health.routes.js';
 import { apiModules } from './modules/index.js';
 
@@ -34,27 +38,9 @@ declare module 'fastify' {
   }
 }
 
-const REQUEST_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
+export { loggerOptions };
 
-export function loggerOptions(config: Config): FastifyServerOptions['logger'] {
-  return {
-    level: config.logLevel,
-    redact: {
-      paths: [
-        'req.headers.authorization',
-        'req.headers["idempotency-key"]',
-        'req.headers.cookie',
-        '*.email',
-        '*.fullName',
-        '*.full_name',
-        '*.name',
-        '*.key',
-        '*.secret',
-      ],
-      censor: '[redacted]',
-    },
-  };
-}
+const REQUEST_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /** Builds the HTTP application on the given dependencies; it neither listens nor reads the environment. */
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
@@ -90,6 +76,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
 
   await app.register(errorsPlugin);
+  await app.register(gracefulClosePlugin);
+  await app.register(metricsPlugin);
+  await app.register(openapiPlugin);
   await app.register(authPlugin, { defaults: deps.config.rateLimit });
   await app.register(idempotencyPlugin);
   await app.register(healthRoutes);

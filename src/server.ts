@@ -1,7 +1,8 @@
 import closeWithGrace from 'close-with-grace';
 import type { FastifyInstance } from 'fastify';
-import pino from 'pino';
-import { buildApp, loggerOptions } from './app.js';
+import type { FastifyServerOptions } from 'fastify';
+import { buildApp } from './app.js';
+import { createLogger, loggerOptions, prettyLogsWanted } from './shared/logging.js';
 import type { Config } from './config/config.js';
 import { connect, type Connection } from './db/connect.js';
 import { bootstrapSandbox } from './modules/organisations/sandbox.service.js';
@@ -11,41 +12,64 @@ export type RunningServer = { app: FastifyInstance; connection: Connection; jobs
 
 /** `svc serve`: database, migrations, first-start sandbox, HTTP server and (optionally) the workers. */
 export async function startServer(config: Config, options: { worker?: boolean } = {}): Promise<RunningServer> {
-  const logger = pino({ level: config.logLevel }, pino.destination(2));
+  const logger = createLogger(config, 2);
   const connection = await connect(config, { info: (message) => logger.info(message) });
   const { database } = connection;
 
-  const sandbox = await bootstrapSandbox({ database });
-  const app = await buildApp({ config, database, logger: loggerOptions(config) });
-  const jobs = startBackgroundJobs({ config, database, logger, webhookWorker: options.worker ?? config.webhookWorker });
-
-  await app.listen({ port: config.port, host: config.host });
-  const address = app.server.address();
-  const port = typeof address === 'object' && address ? address.port : config.port;
-  if (sandbox) printSandboxKey(sandbox, port);
-
+  let app: FastifyInstance | undefined;
+  let jobs: BackgroundJobs | undefined;
   let closing: Promise<void> | undefined;
+  // One order for a signal and for a failed start alike: stop accepting and let in-flight requests
+  // finish, then stop the workers (they finish or release their claims), then close the pool, and
+  // last stop the embedded PostgreSQL if this process started it.
+  // A failing step does not skip the later ones: the pool and the embedded server still close.
   const close = () =>
-    (closing ??= (async () => {
-      await app.close(); // stops accepting, lets in-flight requests finish
-      await jobs.stop(); // finishes or releases claimed work
-      await connection.close(); // pool, then the embedded server if this process started it
-    })());
-  return { app, connection, jobs, close };
+    (closing ??= inOrder([() => app?.close(), () => jobs?.stop(), () => connection.close()]));
+
+  try {
+    const sandbox = await bootstrapSandbox({ database });
+    app = await buildApp({ config, database, logger: httpLoggerOptions(config) });
+    jobs = startBackgroundJobs({ config, database, logger, webhookWorker: options.worker ?? config.webhookWorker });
+    await app.listen({ port: config.port, host: config.host });
+    const address = app.server.address();
+    const port = typeof address === 'object' && address ? address.port : config.port;
+    if (sandbox) printSandboxKey(sandbox, port);
+    return { app, connection, jobs, close };
+  } catch (error) {
+    // A start that fails (port taken, bad sandbox) must not leave the embedded database running.
+    await close().catch((closeError: unknown) => logger.error({ err: closeError }, 'cleanup after a failed start failed'));
+    throw error;
+  }
 }
 
 /** `svc worker`: background delivery only, no HTTP. */
 export async function startWorker(config: Config): Promise<{ close(): Promise<void> }> {
-  const logger = pino({ level: config.logLevel }, pino.destination(2));
+  const logger = createLogger(config, 2);
   const connection = await connect(config, { info: (message) => logger.info(message) });
   const jobs = startBackgroundJobs({ config, database: connection.database, logger, webhookWorker: true });
   logger.info('worker started');
-  return {
-    async close() {
-      await jobs.stop();
-      await connection.close();
-    },
-  };
+  let closing: Promise<void> | undefined;
+  return { close: () => (closing ??= inOrder([() => jobs.stop(), () => connection.close()])) };
+}
+
+/** Runs every step, one after the other, even when an earlier one fails; rethrows the first failure. */
+async function inOrder(steps: Array<() => Promise<unknown> | undefined>): Promise<void> {
+  let failure: unknown;
+  for (const step of steps) {
+    try {
+      await step();
+    } catch (error) {
+      failure ??= error;
+    }
+  }
+  if (failure !== undefined) throw failure;
+}
+
+/** JSON lines on stdout; human-readable ones only on a terminal in development (never in production or CI). */
+function httpLoggerOptions(config: Config): FastifyServerOptions['logger'] {
+  const options = loggerOptions(config);
+  if (!prettyLogsWanted(config, process.stdout)) return options;
+  return { ...options, transport: { target: 'pino-pretty', options: { destination: 1, translateTime: 'SYS:HH:MM:ss.l' } } };
 }
 
 function printSandboxKey(sandbox: { orgId: string; key: string }, port: number): void {
@@ -66,7 +90,9 @@ function printSandboxKey(sandbox: { orgId: string; key: string }, port: number):
 
 /** Runs until SIGINT/SIGTERM, then shuts down gracefully (in-flight requests finish first). */
 export function closeOnSignals(target: { close(): Promise<void> }, logger: { info(message: string): void; error(error: unknown): void }): void {
-  closeWithGrace({ delay: 15_000 }, async ({ signal, err }) => {
+  // Under compose's 30 s stop_grace_period (and Kubernetes' default 30 s), so the orderly path
+  // finishes before the orchestrator's SIGKILL; a second signal exits at once.
+  closeWithGrace({ delay: 25_000 }, async ({ signal, err }) => {
     if (err) logger.error(err);
     logger.info(`shutting down${signal ? ` on ${signal}` : ''}`);
     await target.close();

@@ -1,5 +1,5 @@
 import { userInfo } from 'node:os';
-import pino from 'pino';
+import { createLogger } from '../shared/logging.js';
 import { loadConfig, type Config } from '../config/config.js';
 import type { Database } from '../db/client.js';
 import { connect } from '../db/connect.js';
@@ -10,7 +10,7 @@ export type CommandContext = { config: Config; database: Database; actor: Actor 
 
 /** Logs go to stderr so stdout carries exactly one JSON document. */
 export function cliLogger(config: Config) {
-  return pino({ level: config.logLevel === 'info' ? 'warn' : config.logLevel }, pino.destination(2));
+  return createLogger({ ...config, logLevel: config.logLevel === 'info' ? 'warn' : config.logLevel }, 2);
 }
 
 export function printJson(value: unknown): void {

@@ -57,6 +57,9 @@ const environmentSchema = z.object({
     .transform((value) => (value === '' ? undefined : value)),
   DATA_DIR: z.string().min(1).default('./data'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  LOG_FORMAT: z.enum(['auto', 'json', 'pretty'], { error: 'must be one of auto, json, pretty' }).default('auto'),
+  NODE_ENV: z.string().optional(),
+  CI: z.string().optional(),
   PUBLIC_BASE_URL: z.url({ error: 'must be an absolute http(s) URL' }).optional(),
   TRUST_PROXY: trustedProxyList,
   RATE_LIMIT_BURST: positiveInt(25),
@@ -82,6 +85,11 @@ export type Config = {
   databaseUrl: string | undefined;
   dataDir: string;
   logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL'];
+  /**
+   * Pretty (human) log lines are allowed: LOG_FORMAT=pretty, or auto outside production and CI.
+   * They are used only when the output is also a terminal and pino-pretty is installed.
+   */
+  logPretty: boolean;
   publicBaseUrl: string;
   trustProxy: string[];
   rateLimit: { burst: number; daily: number };
@@ -115,6 +123,9 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     databaseUrl: env.DATABASE_URL,
     dataDir: env.DATA_DIR,
     logLevel: env.LOG_LEVEL,
+    logPretty:
+      env.LOG_FORMAT === 'pretty' ||
+      (env.LOG_FORMAT === 'auto' && env.NODE_ENV !== 'production' && !['true', '1'].includes(env.CI ?? '')),
     publicBaseUrl: (env.PUBLIC_BASE_URL ?? `http://localhost:${env.PORT}`).replace(/\/+$/, ''),
     trustProxy: env.TRUST_PROXY,
     rateLimit: { burst: env.RATE_LIMIT_BURST, daily: env.RATE_LIMIT_DAILY },

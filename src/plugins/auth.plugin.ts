@@ -52,9 +52,14 @@ export const authPlugin = fp(
       try {
         const grant = await access.authenticate(request.headers.authorization, request.ip);
         request.auth = grant.auth;
+        // Every later line of this request (including "request completed") names the key and org.
+        request.log = request.log.child({ apiKeyId: grant.auth.apiKeyId, orgId: grant.auth.orgId });
+        reply.log = request.log;
         setRateLimitHeaders(reply, grant.windows);
       } catch (error) {
         if (error instanceof RateLimitedError) {
+          request.log = request.log.child({ apiKeyId: error.grant.auth.apiKeyId, orgId: error.grant.auth.orgId });
+          reply.log = request.log;
           setRateLimitHeaders(reply, error.grant.windows);
           reply.header('Retry-After', String(error.window.resetSeconds));
           app.metrics?.rateLimited(error.window.name);

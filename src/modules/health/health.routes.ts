@@ -6,13 +6,14 @@ import { AppError } from '../../shared/app-error.js';
 export async function healthRoutes(app: FastifyInstance): Promise<void> {
   app.get(
     '/healthz',
-    { schema: { hide: true, response: { 200: z.object({ status: z.literal('ok') }) } } },
+    // Probed every few seconds by orchestrators: counted in /metrics, not logged unless they fail.
+    { logLevel: 'warn', schema: { hide: true, response: { 200: z.object({ status: z.literal('ok') }) } } },
     async () => ({ status: 'ok' as const }),
   );
 
   app.get(
     '/readyz',
-    { schema: { hide: true, response: { 200: z.object({ status: z.literal('ready'), database: z.literal('ok') }) } } },
+    { logLevel: 'warn', schema: { hide: true, response: { 200: z.object({ status: z.literal('ready'), database: z.literal('ok') }) } } },
     async () => {
       try {
         const current = await migrationsAreCurrent(app.deps.database.pool);

@@ -1,0 +1,131 @@
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Database } from '../db/client.js';
+
+/** Label for requests no route matched, so unknown URLs cannot blow up the label cardinality. */
+const UNMATCHED_ROUTE = 'unmatched';
+
+export type OutboxBacklog = { pending: number; oldestDueAgeSeconds: number };
+
+/** One cheap query per scrape: the partial index on pending deliveries serves both figures. */
+async function readOutboxBacklog(database: Database): Promise<OutboxBacklog> {
+  const result = await database.pool.query<{ pending: string | number; oldest_due_age: string | number | null }>(
+    `SELECT count(*) AS pending,
+            extract(epoch FROM (clock_timestamp() - min(next_attempt_at) FILTER (WHERE next_attempt_at <= clock_timestamp()))) AS oldest_due_age
+       FROM webhook_deliveries
+      WHERE status = 'pending'`,
+  );
+  const row = result.rows[0];
+  return { pending: Number(row?.pending ?? 0), oldestDueAgeSeconds: Math.max(0, Number(row?.oldest_due_age ?? 0)) };
+}
+
+/**
+ * Prometheus metrics on `GET /metrics`, in a registry of this app instance's own (several instances
+ * in one process, as in tests, must not share counters): request count and latency by method, route
+ * pattern and status; pool usage; webhook outbox backlog and lag (read on scrape); rate-limit
+ * rejections (the auth plugin reports them through `app.metrics.rateLimited`).
+ */
+export const metricsPlugin = fp(
+  async (app: FastifyInstance) => {
+    const { database } = app.deps;
+    const registry = new Registry();
+    collectDefaultMetrics({ register: registry });
+
+    const requests = new Counter({
+      name: 'http_requests_total',
+      help: 'HTTP requests answered, by method, route pattern and status code.',
+      labelNames: ['method', 'route', 'status_code'] as const,
+      registers: [registry],
+    });
+    const duration = new Histogram({
+      name: 'http_request_duration_seconds',
+      help: 'HTTP request latency in seconds, by method, route pattern and status code.',
+      labelNames: ['method', 'route', 'status_code'] as const,
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers: [registry],
+    });
+    const rateLimited = new Counter({
+      name: 'rate_limit_rejections_total',
+      help: 'Requests refused with 429 rate_limited, by window (burst or daily).',
+      labelNames: ['window'] as const,
+      registers: [registry],
+    });
+
+    const pool = database.pool;
+    new Gauge({
+      name: 'db_pool_connections',
+      help: 'Database pool connections by state: total (open), idle, and the pool maximum.',
+      labelNames: ['state'] as const,
+      registers: [registry],
+      collect() {
+        this.set({ state: 'total' }, pool.totalCount);
+        this.set({ state: 'idle' }, pool.idleCount);
+        this.set({ state: 'max' }, pool.options.max ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'db_pool_waiting_clients',
+      help: 'Queries waiting for a free database pool connection.',
+      registers: [registry],
+      collect() {
+        this.set(pool.waitingCount);
+      },
+    });
+
+    // Both outbox gauges come from one query per scrape, shared through this promise.
+    let backlog: Promise<OutboxBacklog | undefined> | undefined;
+    const currentBacklog = () =>
+      (backlog ??= readOutboxBacklog(database)
+        .catch((error: unknown) => {
+          app.log.warn({ err: error }, 'metrics: reading the outbox backlog failed');
+          return undefined;
+        })
+        .finally(() => {
+          setImmediate(() => {
+            backlog = undefined;
+          });
+        }));
+    new Gauge({
+      name: 'webhook_outbox_pending_deliveries',
+      help: 'Webhook deliveries waiting to be sent (status pending, due or scheduled for a retry).',
+      registers: [registry],
+      async collect() {
+        const value = await currentBacklog();
+        // NaN, not the last value: an unreadable backlog must not look like a healthy one.
+        this.set(value ? value.pending : Number.NaN);
+      },
+    });
+    new Gauge({
+      name: 'webhook_outbox_delivery_lag_seconds',
+      help: 'Age in seconds of the oldest pending delivery that is due now (0 when none is due).',
+      registers: [registry],
+      async collect() {
+        const value = await currentBacklog();
+        this.set(value ? value.oldestDueAgeSeconds : Number.NaN);
+      },
+    });
+
+    app.decorate('metrics', {
+      rateLimited(window: string) {
+        rateLimited.inc({ window });
+      },
+    });
+
+    app.addHook('onResponse', async (request, reply) => {
+      const labels = {
+        method: request.method,
+        route: request.routeOptions.url ?? UNMATCHED_ROUTE,
+        status_code: String(reply.statusCode),
+      };
+      requests.inc(labels);
+      duration.observe(labels, reply.elapsedTime / 1000);
+    });
+
+    app.get('/metrics', { schema: { hide: true }, logLevel: 'warn' }, async (_request, reply) => {
+      reply.type(registry.contentType);
+      return registry.metrics();
+    });
+  },
+  { name: 'metrics' },
+);

@@ -1,0 +1,327 @@
+import fastifySwagger, { type SwaggerTransform, type SwaggerTransformObject } from '@fastify/swagger';
+import apiReference from '@scalar/fastify-api-reference';
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import { jsonSchemaTransform, jsonSchemaTransformObject } from 'fastify-type-provider-zod';
+import type { OpenAPIV3_1 } from 'openapi-types';
+import { ROUTE_SCOPES, routeKey } from './route-scopes.js';
+// Imported for its registration: the envelope becomes `#/components/schemas/Error`.
+import '../shared/error-envelope.schema.js';
+
+export const API_VERSION = '1.0.0';
+const V1_PREFIX = '/v1';
+const IDEMPOTENT_METHODS = new Set(['POST', 'PATCH', 'PUT']);
+/** Internal marker set by the per-route transform and consumed (removed) by the document transform. */
+const ROUTE_MARKER = 'x-svc-route';
+
+type Operation = OpenAPIV3_1.OperationObject & { [ROUTE_MARKER]?: { method: string; hasInput: boolean } };
+type ResponseRef = OpenAPIV3_1.ReferenceObject | OpenAPIV3_1.ResponseObject;
+
+const ref = (kind: 'schemas' | 'responses' | 'headers' | 'parameters', name: string) => ({ $ref: `#/components/${kind}/${name}` });
+
+const errorResponse = (description: string, headers: string[]): OpenAPIV3_1.ResponseObject => ({
+  description,
+  headers: Object.fromEntries(headers.map((name) => [name, ref('headers', name)])),
+  content: { 'application/json': { schema: ref('schemas', 'Error') } },
+});
+
+const RATE_HEADERS = ['X-Request-Id', 'RateLimit', 'RateLimit-Policy'];
+
+/** Error responses every v1 operation can produce; added unless the route documents that status itself. */
+const COMPONENT_RESPONSES: Record<string, OpenAPIV3_1.ResponseObject> = {
+  Unauthorized: errorResponse(
+    'Unauthorized (`unauthorized`): the key is missing, malformed, unknown, expired or revoked, or the caller\'s address is not on the key\'s allowlist. Carries `WWW-Authenticate: Bearer`.',
+    ['X-Request-Id', 'WWW-Authenticate'],
+  ),
+  InsufficientCredits: errorResponse(
+    'Payment required (`insufficient_credits`): the organisation lacks credits for an organisation-paid check; nothing was armed or charged.',
+    RATE_HEADERS,
+  ),
+  Forbidden: errorResponse(
+    'Forbidden: the key lacks the route\'s scope (`forbidden_scope`, `details.required_scope`) or a feature is off for the organisation (`feature_disabled`).',
+    RATE_HEADERS,
+  ),
+  NotFound: errorResponse('Not found (`not_found`): no such record in the key\'s organisation.', RATE_HEADERS),
+  Conflict: errorResponse(
+    'Conflict: the record is not in a state the request can act on (`conflict`), or the `Idempotency-Key` was used with a different request (`idempotency_conflict`).',
+    RATE_HEADERS,
+  ),
+  PayloadTooLarge: errorResponse('Payload too large (`payload_too_large`): the body exceeds 1 MiB.', RATE_HEADERS),
+  UnsupportedMediaType: errorResponse(
+    'Unsupported media type (`unsupported_media_type`): bodies must be `application/json`.',
+    RATE_HEADERS,
+  ),
+  ValidationFailed: errorResponse(
+    'Validation failed (`validation_failed`): `details.issues` maps each field path to its messages.',
+    RATE_HEADERS,
+  ),
+  RateLimited: errorResponse(
+    'Rate limited (`rate_limited`): the key\'s burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds.',
+    [...RATE_HEADERS, 'Retry-After'],
+  ),
+  InternalError: errorResponse(
+    'Internal error (`internal`): nothing was changed; quote `details.request_id` to support.',
+    RATE_HEADERS,
+  ),
+  ServiceUnavailable: errorResponse(
+    'Service unavailable (`service_unavailable`): the database is briefly unreachable; retry after `Retry-After` seconds.',
+    [...RATE_HEADERS, 'Retry-After'],
+  ),
+};
+
+/** The component that describes each error status, for error responses a route declares itself. */
+const RESPONSE_BY_STATUS: Record<string, string> = {
+  '401': 'Unauthorized',
+  '402': 'InsufficientCredits',
+  '403': 'Forbidden',
+  '404': 'NotFound',
+  '409': 'Conflict',
+  '413': 'PayloadTooLarge',
+  '415': 'UnsupportedMediaType',
+  '422': 'ValidationFailed',
+  '429': 'RateLimited',
+  '500': 'InternalError',
+  '503': 'ServiceUnavailable',
+};
+const SUCCESS_DESCRIPTIONS: Record<string, string> = { '200': 'OK', '201': 'Created', '202': 'Accepted', '204': 'No content' };
+/** What @fastify/swagger writes when a response schema carries no description. */
+const DEFAULT_DESCRIPTION = 'Default Response';
+
+const COMPONENT_HEADERS: Record<string, OpenAPIV3_1.HeaderObject> = {
+  'X-Request-Id': {
+    description: 'The request id (yours from `X-Request-Id` when it is 1–128 characters of `[A-Za-z0-9._:-]`, else generated). Quote it to support.',
+    schema: { type: 'string' },
+  },
+  RateLimit: {
+    description: 'Remaining quota per window (IETF httpapi RateLimit draft), e.g. `"burst";r=24;t=1, "daily";r=99871;t=43200`.',
+    schema: { type: 'string' },
+  },
+  'RateLimit-Policy': {
+    description: 'The key\'s limits per window (IETF httpapi RateLimit draft), e.g. `"burst";q=25;w=1, "daily";q=100000;w=86400`.',
+    schema: { type: 'string' },
+  },
+  'Retry-After': { description: 'Seconds to wait before retrying.', schema: { type: 'integer', minimum: 0 } },
+  'WWW-Authenticate': { description: 'Always `Bearer`.', schema: { type: 'string' } },
+  'Idempotent-Replayed': {
+    description: '`true` when this response is the stored answer to an earlier request with the same `Idempotency-Key`.',
+    schema: { type: 'string', enum: ['true'] },
+  },
+};
+
+const IDEMPOTENCY_KEY_PARAMETER: OpenAPIV3_1.ParameterObject = {
+  name: 'Idempotency-Key',
+  in: 'header',
+  required: false,
+  description:
+    'Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.',
+  schema: { type: 'string', minLength: 1, maxLength: 255 },
+  example: '5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10',
+};
+
+/** `/v1/customers/:id/aml` → `Customers`; the first path segment names the resource group. */
+export function defaultTag(url: string): string {
+  const first = url.slice(V1_PREFIX.length).split('/').find((segment) => segment !== '') ?? 'API';
+  const words = first.replace(/-/g, ' ');
+  return words.charAt(0).toUpperCase() + words.slice(1);
+}
+
+/** `GET /v1/entities/:id/ubos` → `getEntitiesByIdUbos`: unique and predictable; routes may set a better one. */
+export function defaultOperationId(method: string, url: string): string {
+  const pascal = (value: string) =>
+    value
+      .split(/[^A-Za-z0-9]+/)
+      .filter(Boolean)
+      .map((word) => word.charAt(0).toUpperCase() + word.slice(1))
+      .join('');
+  const parts = url
+    .slice(V1_PREFIX.length)
+    .split('/')
+    .filter(Boolean)
+    .map((segment) => (segment.startsWith(':') ? `By${pascal(segment.slice(1))}` : pascal(segment)));
+  return `${method.toLowerCase()}${parts.join('')}`;
+}
+
+/**
+ * Per route: the zod schemas become JSON Schema, and every /v1 operation gets its security
+ * requirement with the scope from ROUTE_SCOPES, a default operationId, tag and summary, and a
+ * marker read by the document transform below.
+ */
+const transformRoute: SwaggerTransform = (input) => {
+  const result = jsonSchemaTransform(input) as { schema: Record<string, unknown>; url: string };
+  const { route } = input;
+  const schema = result.schema;
+  if (!schema || schema.hide || !route.url.startsWith(`${V1_PREFIX}/`)) return result;
+
+  const methods = (Array.isArray(route.method) ? route.method : [route.method]).filter((m) => m !== 'HEAD');
+  const method = methods[0] ?? 'GET';
+  const key = routeKey(method, route.url);
+  const scope = ROUTE_SCOPES[key];
+  const scopeText =
+    scope === undefined ? '' : scope === null ? 'Any valid API key.' : `Required scope: \`${scope}\`.`;
+
+  schema.operationId ??= defaultOperationId(method, route.url);
+  schema.tags ??= [defaultTag(route.url)];
+  schema.summary ??= `${method} ${route.url.slice(V1_PREFIX.length).replace(/:(\w+)/g, '{$1}')}`;
+  schema.description = [schema.description, scopeText].filter(Boolean).join('\n\n');
+  schema.security = [{ bearerAuth: scope ? [scope] : [] }];
+  if (scope) schema['x-required-scope'] = scope;
+  schema[ROUTE_MARKER] = {
+    method,
+    hasInput: Boolean(schema.body || schema.querystring || schema.params || route.url.includes(':')),
+  };
+  return result;
+};
+
+function addCommonResponses(operation: Operation): void {
+  const marker = operation[ROUTE_MARKER];
+  if (!marker) return;
+  delete operation[ROUTE_MARKER];
+  const mutating = IDEMPOTENT_METHODS.has(marker.method);
+  const hasBody = operation.requestBody !== undefined;
+
+  const declaresIdempotencyKey = (operation.parameters ?? []).some(
+    (parameter) => 'in' in parameter && parameter.in === 'header' && parameter.name.toLowerCase() === 'idempotency-key',
+  );
+  if (mutating && !declaresIdempotencyKey) {
+    operation.parameters = [...(operation.parameters ?? []), ref('parameters', 'IdempotencyKey')];
+  }
+
+  const responses: Record<string, ResponseRef> = { ...(operation.responses ?? {}) };
+  for (const [status, response] of Object.entries(responses)) {
+    if ('$ref' in response) continue;
+    const standard = COMPONENT_RESPONSES[RESPONSE_BY_STATUS[status] ?? ''];
+    if (standard) {
+      // An error status the route documents itself (to give its own schema or description) keeps
+      // them, and gets the standard wording and headers where it has none.
+      if (response.description === DEFAULT_DESCRIPTION) response.description = standard.description;
+      response.headers ??= structuredClone(standard.headers);
+      continue;
+    }
+    if (!/^2\d\d$/.test(status)) continue;
+    if (response.description === DEFAULT_DESCRIPTION) response.description = SUCCESS_DESCRIPTIONS[status] ?? 'Success';
+    response.headers = {
+      ...Object.fromEntries(RATE_HEADERS.map((name) => [name, ref('headers', name)])),
+      ...(mutating ? { 'Idempotent-Replayed': ref('headers', 'Idempotent-Replayed') } : {}),
+      ...(response.headers ?? {}),
+    };
+  }
+  const common: Array<[string, string, boolean]> = [
+    ['401', 'Unauthorized', true],
+    ['403', 'Forbidden', true],
+    ['404', 'NotFound', hasPathParameter(operation)],
+    ['409', 'Conflict', mutating],
+    ['413', 'PayloadTooLarge', hasBody],
+    ['415', 'UnsupportedMediaType', hasBody],
+    ['422', 'ValidationFailed', marker.hasInput || mutating],
+    ['429', 'RateLimited', true],
+    ['500', 'InternalError', true],
+    ['503', 'ServiceUnavailable', true],
+  ];
+  for (const [status, name, applies] of common) {
+    if (applies && responses[status] === undefined) responses[status] = ref('responses', name);
+  }
+  operation.responses = Object.fromEntries(
+    Object.entries(responses).sort(([a], [b]) => a.localeCompare(b)),
+  ) as OpenAPIV3_1.ResponsesObject;
+}
+
+function hasPathParameter(operation: Operation): boolean {
+  return (operation.parameters ?? []).some((parameter) => 'in' in parameter && parameter.in === 'path');
+}
+
+/**
+ * The zod transform emits an `…Input` twin of every registered schema; keep only the twins some
+ * request actually refers to (the error envelope, for one, is only ever a response).
+ */
+function pruneUnusedInputSchemas(document: OpenAPIV3_1.Document): void {
+  const schemas = document.components?.schemas;
+  if (!schemas) return;
+  const text = JSON.stringify(document);
+  for (const name of Object.keys(schemas)) {
+    if (name.endsWith('Input') && !text.includes(`"#/components/schemas/${name}"`)) delete schemas[name];
+  }
+}
+
+const HTTP_METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'] as const;
+
+/** Whole document: zod registry components, then the shared error responses, headers and parameters. */
+const transformDocument: SwaggerTransformObject = (input) => {
+  const document = jsonSchemaTransformObject(input) as OpenAPIV3_1.Document;
+  const tags = new Set<string>();
+  for (const pathItem of Object.values(document.paths ?? {})) {
+    for (const method of HTTP_METHODS) {
+      const operation = pathItem?.[method] as Operation | undefined;
+      if (!operation) continue;
+      addCommonResponses(operation);
+      for (const tag of operation.tags ?? []) tags.add(tag);
+    }
+  }
+  document.components = {
+    ...document.components,
+    // Copies: the document is handed out (and cached) and must not share objects with these tables.
+    responses: { ...structuredClone(COMPONENT_RESPONSES), ...document.components?.responses },
+    headers: { ...structuredClone(COMPONENT_HEADERS), ...document.components?.headers },
+    parameters: { IdempotencyKey: structuredClone(IDEMPOTENCY_KEY_PARAMETER), ...document.components?.parameters },
+  };
+  pruneUnusedInputSchemas(document);
+  const described = new Map((document.tags ?? []).map((tag) => [tag.name, tag]));
+  document.tags = [...new Set([...described.keys(), ...tags])].sort().map((name) => described.get(name) ?? { name });
+  return document as ReturnType<SwaggerTransformObject>;
+};
+
+const DESCRIPTION = `Customer and entity verification API (AML/CTF customer due diligence).
+
+Authenticate every request with \`Authorization: Bearer svc_live_…\`; each operation names the scope its key needs. Errors always use the \`Error\` envelope. Every response carries \`X-Request-Id\`; authenticated responses carry \`RateLimit\` and \`RateLimit-Policy\`. POST, PATCH and PUT accept an \`Idempotency-Key\` header. Responses are forward-compatible: ignore fields you do not recognise.`;
+
+/**
+ * The OpenAPI 3.1 document of every v1 route (from the routes' zod schemas), served at
+ * `GET /openapi.json`, and the interactive reference at `GET /docs` (assets from the package).
+ * Registered before the route modules so its onRoute hook sees every route.
+ */
+export const openapiPlugin = fp(
+  async (app: FastifyInstance) => {
+    await app.register(fastifySwagger, {
+      openapi: {
+        openapi: '3.1.0',
+        info: {
+          title: 'Verification API',
+          version: API_VERSION,
+          description: DESCRIPTION,
+        },
+        // Relative, so the served document points at the deployment serving it and the committed
+        // one does not depend on PUBLIC_BASE_URL; paths are relative to it, as in the spec.
+        servers: [{ url: V1_PREFIX, description: 'This deployment' }],
+        components: {
+          securitySchemes: {
+            bearerAuth: {
+              type: 'http',
+              scheme: 'bearer',
+              bearerFormat: 'svc_live_…',
+              description:
+                'An API key `svc_live_<32 or more characters>`, issued with a set of scopes. The scope each operation needs is in its security requirement and description.',
+            },
+          },
+        },
+      },
+      transform: transformRoute,
+      transformObject: transformDocument,
+    });
+
+    app.get('/openapi.json', { schema: { hide: true } }, async (_request, reply) => {
+      reply.type('application/json; charset=utf-8');
+      return app.swagger();
+    });
+
+    await app.register(apiReference, {
+      routePrefix: '/docs',
+      logLevel: 'warn',
+      configuration: {
+        url: '/openapi.json',
+        // No fonts or anything else from a CDN: the page and its script come from the package.
+        withDefaultFonts: false,
+        hideClientButton: true,
+      },
+    });
+  },
+  { name: 'openapi' },
+);

@@ -1,0 +1,94 @@
+import { createServer, type Server } from 'node:net';
+import type { FastifyInstance } from 'fastify';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { apiModules } from '../../src/modules/index.js';
+import { ROUTE_SCOPES, type Scope } from '../../src/plugins/route-scopes.js';
+import { startServer } from '../../src/server.js';
+import { createTestContext, testConfig, type TestContext, type TestOrg } from '../helpers/harness.js';
+
+/** A slow v1 route of this test only, to have a request in flight while the server closes. */
+const slowRoutes = async (app: FastifyInstance) => {
+  app.get('/slow-probe', async () => {
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    return { done: true };
+  });
+};
+const scopes = ROUTE_SCOPES as Record<string, Scope | null>;
+
+let ctx: TestContext;
+let org: TestOrg;
+beforeAll(async () => {
+  scopes['GET /v1/slow-probe'] = null;
+  apiModules.push(slowRoutes);
+  ctx = await createTestContext();
+  org = await ctx.createOrg();
+});
+afterAll(async () => {
+  apiModules.splice(apiModules.indexOf(slowRoutes), 1);
+  delete scopes['GET /v1/slow-probe'];
+  await ctx?.close();
+});
+
+/** Server-side connections to this test's database other than the querying one. */
+async function connectionsToDatabase(): Promise<number> {
+  const client = new pg.Client({ connectionString: ctx.databaseUrl });
+  await client.connect();
+  try {
+    const result = await client.query<{ count: number }>(
+      'SELECT count(*)::int AS count FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',
+    );
+    return result.rows[0]!.count;
+  } finally {
+    await client.end();
+  }
+}
+
+/** Backends leave pg_stat_activity shortly after their client disconnects. */
+async function settledConnections(atMost: number): Promise<number> {
+  let count = await connectionsToDatabase();
+  for (let attempt = 0; attempt < 50 && count > atMost; attempt += 1) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    count = await connectionsToDatabase();
+  }
+  return count;
+}
+
+const config = (overrides: Partial<ReturnType<typeof testConfig>> = {}) =>
+  testConfig({ databaseUrl: ctx.databaseUrl, host: '127.0.0.1', port: 0, webhookWorker: false, ...overrides });
+
+describe('graceful shutdown of svc serve', () => {
+  it('when closed with a request in flight, the request completes, new connections are refused and the pool is closed', async () => {
+    const baseline = await connectionsToDatabase();
+    const server = await startServer(config());
+    const { port } = server.app.server.address() as { port: number };
+    const inFlight = fetch(`http://127.0.0.1:${port}/v1/slow-probe`, { headers: { authorization: `Bearer ${org.key}` } });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+
+    const closed = server.close();
+    const response = await inFlight;
+    // Keep-alive: without `Connection: close` on this last response the socket would stay open
+    // and hold the shutdown until the keep-alive timeout.
+    expect(response.headers.get('connection')).toBe('close');
+    expect(response.status).toBe(200);
+    expect(await response.json()).toEqual({ done: true });
+    await closed;
+
+    await expect(fetch(`http://127.0.0.1:${port}/healthz`)).rejects.toThrow();
+    expect(server.connection.database.pool.ending).toBe(true);
+    expect(await settledConnections(baseline)).toBeLessThanOrEqual(baseline);
+  });
+
+  it('when the port is taken, the failed start closes its database pool instead of leaking it', async () => {
+    const blocker: Server = createServer();
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+    const { port } = blocker.address() as { port: number };
+    const baseline = await connectionsToDatabase();
+    try {
+      await expect(startServer(config({ port }))).rejects.toThrow(/EADDRINUSE|address already in use/i);
+    } finally {
+      await new Promise((resolve) => blocker.close(resolve));
+    }
+    expect(await settledConnections(baseline)).toBeLessThanOrEqual(baseline);
+  });
+});
