@@ -63,6 +63,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     routerOptions: { ignoreTrailingSlash: true },
   }).withTypeProvider<ZodTypeProvider>();
 
+  // Fastify parses text/plain bodies by default; the API takes JSON only, so anything else is a 415
+  // rather than a string that fails validation with a misleading 422.
+  app.removeContentTypeParser('text/plain');
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   app.decorate('deps', { config: deps.config, database: deps.database, clock: deps.clock ?? systemClock });
