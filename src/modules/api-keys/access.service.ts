@@ -44,7 +44,7 @@ export function createAccessService(deps: { database: Database; defaults: { burs
       const match = /^Bearer ([^\s]+)$/.exec(authorization?.trim() ?? '');
       const token = match?.[1];
       if (!token || !looksLikeApiKey(token)) throw unauthorized();
-      const row = await keys.authenticate(hashApiKey(token), canonicalIp(clientIp));
+      const row = await keys.authenticate(hashApiKey(token), canonicalIp(clientIp), deps.defaults.burst);
       if (!row || !row.active || !row.ip_allowed || row.burst_count === null || row.day_count === null) {
         throw unauthorized();
       }
@@ -72,10 +72,12 @@ export function createAccessService(deps: { database: Database; defaults: { burs
         auth: { apiKeyId: row.id, orgId: row.org_id, scopes: new Set(row.scopes), features: new Set(row.features) },
         windows,
       };
-      const exceeded = [windows[1]!, windows[0]!].find(
-        (window) => (window.name === 'burst' ? row.burst_count! : row.day_count!) > window.limit,
-      );
-      if (exceeded) throw new RateLimitedError(grant, exceeded);
+      const burstExceeded = row.burst_count > burstLimit;
+      // A burst-refused request is not counted in the day, so a spent day then shows as day_count = limit.
+      const dailyExceeded = row.day_count > dailyLimit || (burstExceeded && row.day_count >= dailyLimit);
+      // The daily window is reported first: its Retry-After is the one that actually helps.
+      if (dailyExceeded) throw new RateLimitedError(grant, windows[1]!);
+      if (burstExceeded) throw new RateLimitedError(grant, windows[0]!);
       return grant;
     },
   };

@@ -70,10 +70,17 @@ export function createApiKeysRepository(db: Executor) {
      * Authentication and rate counting in one round trip: finds the key by hash with its
      * organisation's features, decides whether it is active and whether the client address is
      * allowed, and — only for an active, allowed key — counts the request in the shared burst
-     * (1 s) and daily (UTC day) windows. `last_used_at` is written at most once a minute.
+     * (1 s) and daily (UTC day) windows. A request refused by the burst window is not counted in
+     * the daily one, so a client that overruns its burst does not burn its day's quota on 429s.
+     * `last_used_at` is written at most once a minute.
      * Nothing is cached, so a revocation is seen by the very next request on every instance.
      */
-    async authenticate(keyHash: string, clientIp: string, tx: Executor = db): Promise<AuthenticatedKeyRow | undefined> {
+    async authenticate(
+      keyHash: string,
+      clientIp: string,
+      defaultBurstLimit: number,
+      tx: Executor = db,
+    ): Promise<AuthenticatedKeyRow | undefined> {
       const result = await tx.execute<AuthenticatedKeyRow>(sql`
         WITH clock AS (
           SELECT extract(epoch FROM clock_timestamp())::float8 AS epoch
@@ -94,7 +101,12 @@ export function createApiKeysRepository(db: Executor) {
           ON CONFLICT (api_key_id) DO UPDATE SET
             burst_count = CASE WHEN u.burst_window = EXCLUDED.burst_window THEN u.burst_count + 1 ELSE 1 END,
             burst_window = EXCLUDED.burst_window,
-            day_count = CASE WHEN u.day_window = EXCLUDED.day_window THEN u.day_count + 1 ELSE 1 END,
+            day_count = CASE
+              WHEN u.day_window <> EXCLUDED.day_window THEN 1
+              WHEN u.burst_window = EXCLUDED.burst_window
+               AND u.burst_count >= (SELECT coalesce(key.burst_limit, ${defaultBurstLimit}) FROM key) THEN u.day_count
+              ELSE u.day_count + 1
+            END,
             day_window = EXCLUDED.day_window
           RETURNING u.burst_count, u.day_count
         ),
