@@ -11,9 +11,13 @@ beforeAll(async () => {
 });
 afterAll(async () => ctx?.close());
 
-/** Waits for the start of a wall-clock second, so a burst of requests lands in one 1-second window. */
+/**
+ * Waits for the start of the next wall-clock second, so a burst of requests lands in one fresh
+ * 1-second window (the database and the test share the machine's clock).
+ */
 async function startOfSecond(): Promise<void> {
-  while (Date.now() % 1000 > 150) await new Promise((resolve) => setTimeout(resolve, 5));
+  const next = (Math.floor(Date.now() / 1000) + 1) * 1000;
+  await new Promise((resolve) => setTimeout(resolve, next - Date.now() + 5));
 }
 
 /** Sends requests one after another (on the given instances in turn) within one second. */
@@ -112,6 +116,21 @@ describe('daily limit', () => {
       statuses.push((await ctx.request('GET', '/v1/designated-services', { key: key.key }, index % 2 ? second : ctx.app)).statusCode);
     }
     expect(statuses).toEqual([200, 200, 200, 200, 200, 429]);
+  });
+
+  it('when requests are refused by the burst limit, they do not use up the daily quota', async () => {
+    const key = await ctx.createKey(org.id, { burstLimit: 1, dailyLimit: 3 });
+    expect((await burst(key.key, 4)).map((response) => response.statusCode)).toEqual([200, 429, 429, 429]);
+    const next = (await burst(key.key, 1))[0]!;
+    expect(next.statusCode).toBe(200);
+    expect(String(next.headers.ratelimit)).toMatch(/"daily";r=1;/);
+  });
+
+  it('when the daily quota is spent, a request that also exceeds the burst is told about the daily window', async () => {
+    const key = await ctx.createKey(org.id, { burstLimit: 1, dailyLimit: 1 });
+    const responses = await burst(key.key, 2);
+    expect(responses.map((response) => response.statusCode)).toEqual([200, 429]);
+    expect(responses[1]!.json().error.details).toEqual({ limit: 1, window_seconds: 86_400 });
   });
 
   it('when a key has no override, the configured default daily limit applies', async () => {
