@@ -41,11 +41,22 @@ describe('401 unauthorized', () => {
     ['Basic scheme', (key: string) => `Basic ${Buffer.from(`user:${key}`).toString('base64')}`],
     ['Bearer alone', () => 'Bearer'],
     ['Bearer with an empty token', () => 'Bearer '],
-    ['lowercase scheme', (key: string) => `bearer ${key}`],
+    ['lowercase scheme with a non-key token', () => 'bearer x'],
+    ['a tab before the token', (key: string) => `Bearer\t${key}`],
     ['two tokens', (key: string) => `Bearer ${key} ${key}`],
     ['the key without a scheme', (key: string) => key],
   ])('when the header is malformed (%s), it answers the same 401', async (_name, header) => {
     await expectUnauthorized(await ctx.request('GET', '/v1/customers', { headers: { authorization: header(org.key) } }));
+  });
+
+  it('when the scheme is written in lower case with a valid key, it is accepted (RFC 9110: schemes are case-insensitive)', async () => {
+    const response = await ctx.request('GET', '/v1/customers', { headers: { authorization: `bearer ${org.key}` } });
+    expect(response.statusCode).toBe(200);
+  });
+
+  it('when several spaces separate scheme and key, it is accepted (RFC 6750: "Bearer" 1*SP token)', async () => {
+    const response = await ctx.request('GET', '/v1/customers', { headers: { authorization: `Bearer   ${org.key}` } });
+    expect(response.statusCode).toBe(200);
   });
 
   it('when the key has the wrong prefix, it answers the same 401', async () => {

@@ -41,7 +41,9 @@ export function createAccessService(deps: { database: Database; defaults: { burs
 
   return {
     async authenticate(authorization: string | undefined, clientIp: string): Promise<AccessGrant> {
-      const match = /^Bearer ([^\s]+)$/.exec(authorization?.trim() ?? '');
+      // RFC 9110 §11.1 / RFC 6750 §2.1: `Bearer 1*SP token`, the scheme name case-insensitive;
+      // exactly one token must follow it.
+      const match = /^Bearer +([^\s]+)$/i.exec(authorization?.trim() ?? '');
       const token = match?.[1];
       if (!token || !looksLikeApiKey(token)) throw unauthorized();
       const row = await keys.authenticate(hashApiKey(token), canonicalIp(clientIp), deps.defaults.burst);
