@@ -92,6 +92,16 @@ describe('replay', () => {
     expect(again.body).toBe(first.body);
   });
 
+  it('when a retry adds a trailing slash to the path, it is still a replay', async () => {
+    const body = newCustomer();
+    const idempotencyKey = randomUUID();
+    const first = await post(body, idempotencyKey);
+    const again = await ctx.request('POST', '/v1/customers/', { key: org.key, body, headers: { 'idempotency-key': idempotencyKey } });
+    expect(again.statusCode).toBe(201);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.body).toBe(first.body);
+  });
+
   it('when the record changed after the first request, a replay still returns the original body', async () => {
     const body = newCustomer();
     const idempotencyKey = randomUUID();
