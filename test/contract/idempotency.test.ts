@@ -256,6 +256,21 @@ describe('what is stored', () => {
     expect(again.statusCode).toBe(200);
   });
 
+  it('when a request is replayed, it still counts against the rate limits, and a 429 is not stored', async () => {
+    const limited = await ctx.createKey(org.id, { dailyLimit: 2 });
+    const idempotencyKey = randomUUID();
+    const body = newCustomer();
+    expect((await post(body, idempotencyKey, limited.key)).statusCode).toBe(201);
+    expect((await post(body, idempotencyKey, limited.key)).headers['idempotent-replayed']).toBe('true');
+    const refused = await post(body, idempotencyKey, limited.key);
+    expect(refused.statusCode).toBe(429);
+    expect(refused.headers['idempotent-replayed']).toBeUndefined();
+    await ctx.database.db.execute(sql`UPDATE api_key_usage SET day_count = 0 WHERE api_key_id = ${limited.id}`);
+    const later = await post(body, idempotencyKey, limited.key);
+    expect(later.statusCode).toBe(201);
+    expect(later.headers['idempotent-replayed']).toBe('true');
+  });
+
   it('when the cleanup runs, it deletes expired records only', async () => {
     const expiredKey = randomUUID();
     const liveKey = randomUUID();
