@@ -96,6 +96,25 @@ describe('401 unauthorized', () => {
   });
 });
 
+describe('HEAD requests', () => {
+  it('when HEAD is sent without a key, it answers 401 (the implicit HEAD route is authenticated like its GET)', async () => {
+    const response = await ctx.request('HEAD', '/v1/customers');
+    expect(response.statusCode).toBe(401);
+    expect(response.headers['www-authenticate']).toBe('Bearer');
+  });
+
+  it('when HEAD is sent with a key lacking the GET scope, it answers 403', async () => {
+    const key = await ctx.createKey(org.id, { scopes: ['aml:read'] });
+    expect((await ctx.request('HEAD', '/v1/customers', { key: key.key })).statusCode).toBe(403);
+  });
+
+  it('when HEAD is sent with a valid key, it answers 200 without a body', async () => {
+    const response = await ctx.request('HEAD', '/v1/customers', { key: org.key });
+    expect(response.statusCode).toBe(200);
+    expect(response.body).toBe('');
+  });
+});
+
 describe('revocation', () => {
   it('when a key is revoked, the very next request on a second app instance answers 401', async () => {
     const key = await ctx.createKey(org.id);
