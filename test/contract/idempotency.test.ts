@@ -1,8 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
+import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { createDatabase } from '../../src/db/client.js';
+import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
+import { AppError } from '../../src/shared/app-error.js';
 import { createIdempotencyRepository } from '../../src/plugins/idempotency.repository.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 
@@ -283,5 +286,93 @@ describe('what is stored', () => {
       sql`SELECT key FROM idempotency_keys WHERE key IN (${expiredKey}, ${liveKey})`,
     );
     expect(remaining.rows.map((row) => row.key)).toEqual([liveKey]);
+  });
+});
+
+describe('failures inside the handler', () => {
+  // A test-only route (registered on a separately built app) whose handler writes an audit row
+  // and then fails as told, to see what the idempotency layer keeps.
+  const ROUTE = 'POST /v1/test-idempotency-probe';
+
+  async function probeApp() {
+    (ROUTE_SCOPES as Record<string, string | null>)[ROUTE] = 'customers:write';
+    const app = await buildApp({ config: ctx.config, database: ctx.database, logger: false });
+    app.post('/v1/test-idempotency-probe', async (request) => {
+      const { marker, fail } = request.body as { marker: string; fail: 'crash' | 'conflict' | 'none' };
+      await app.deps.database.transaction(async (tx) => {
+        await tx.execute(sql`
+          INSERT INTO audit_log (org_id, actor_type, action, subject_type, request_id)
+          VALUES (${request.auth.orgId}, 'system', 'probe', 'probe', ${marker})`);
+      });
+      if (fail === 'crash') throw new Error('probe crashed');
+      if (fail === 'conflict') throw AppError.conflict('probe conflict');
+      return { ok: true, marker };
+    });
+    await app.ready();
+    return app;
+  }
+
+  async function auditRows(marker: string): Promise<number> {
+    const result = await ctx.database.db.execute<{ count: number }>(
+      sql`SELECT count(*)::int AS count FROM audit_log WHERE request_id = ${marker}`,
+    );
+    return result.rows[0]!.count;
+  }
+
+  function send(app: FastifyInstance, idempotencyKey: string, body: object) {
+    return ctx.request('POST', '/v1/test-idempotency-probe', { key: org.key, body, headers: { 'idempotency-key': idempotencyKey } }, app);
+  }
+
+  it('when the handler fails with a 5xx, its work is rolled back, nothing is stored, and a retry is processed anew', async () => {
+    const app = await probeApp();
+    try {
+      const idempotencyKey = randomUUID();
+      const marker = randomUUID();
+      const crashed = await send(app, idempotencyKey, { marker, fail: 'crash' });
+      expect(crashed.statusCode).toBe(500);
+      expect(crashed.json().error.code).toBe('internal');
+      expect(await auditRows(marker)).toBe(0);
+      const stored = await ctx.database.db.execute(sql`SELECT 1 FROM idempotency_keys WHERE key = ${idempotencyKey}`);
+      expect(stored.rows).toHaveLength(0);
+      const retry = await send(app, idempotencyKey, { marker, fail: 'none' });
+      expect(retry.statusCode).toBe(200);
+      expect(retry.headers['idempotent-replayed']).toBeUndefined();
+      expect(await auditRows(marker)).toBe(1);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('when the handler answers a 4xx after writing, its work is rolled back but the 4xx is stored and replayed', async () => {
+    const app = await probeApp();
+    try {
+      const idempotencyKey = randomUUID();
+      const marker = randomUUID();
+      const first = await send(app, idempotencyKey, { marker, fail: 'conflict' });
+      expect(first.statusCode).toBe(409);
+      expect(await auditRows(marker)).toBe(0);
+      const again = await send(app, idempotencyKey, { marker, fail: 'conflict' });
+      expect(again.statusCode).toBe(409);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.body).toBe(first.body);
+      expect(await auditRows(marker)).toBe(0);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('when the handler succeeds, its work and the stored response commit together', async () => {
+    const app = await probeApp();
+    try {
+      const idempotencyKey = randomUUID();
+      const marker = randomUUID();
+      const first = await send(app, idempotencyKey, { marker, fail: 'none' });
+      expect(first.statusCode).toBe(200);
+      const again = await send(app, idempotencyKey, { marker, fail: 'none' });
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(await auditRows(marker)).toBe(1);
+    } finally {
+      await app.close();
+    }
   });
 });
