@@ -4,7 +4,8 @@ import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fas
 import type { Config } from './config/config.js';
 import type { Database } from './db/client.js';
 import { systemClock, type Clock } from './shared/clock.js';
-import { errorsPlugin } from './plugins/errors.plugin.js';
+import { errorsPlugin, renderError } from './plugins/errors.plugin.js';
+import { AppError } from './shared/app-error.js';
 import { authPlugin } from './plugins/auth.plugin.js';
 import { idempotencyPlugin } from './plugins/idempotency.plugin.js';
 import { healthRoutes } from './modules/health/health.routes.js';
@@ -27,6 +28,7 @@ declare module 'fastify' {
   }
 }
 
+const MAX_PATH_PARAM_LENGTH = 1024;
 const REQUEST_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
 
 export function loggerOptions(config: Config): FastifyServerOptions['logger'] {
@@ -60,7 +62,17 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       return typeof incoming === 'string' && REQUEST_ID_PATTERN.test(incoming) ? incoming : randomUUID();
     },
     requestIdHeader: false,
-    routerOptions: { ignoreTrailingSlash: true },
+    // An {id} may be an external_id of up to 255 characters, up to three times as long when
+    // percent-encoded; the router's default limit (100) answered such URLs with a bare 414.
+    routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PATH_PARAM_LENGTH },
+    // Errors raised by the router before any route runs (a malformed percent-encoding, an
+    // over-long path parameter) get the envelope too: no such resource can exist.
+    frameworkErrors: (error, request, reply) => {
+      reply.header('X-Request-Id', request.id);
+      const message =
+        error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'No resource has an id that long.' : 'The URL is not validly percent-encoded.';
+      return renderError(reply, new AppError('not_found', 404, message));
+    },
   }).withTypeProvider<ZodTypeProvider>();
 
   // Fastify parses text/plain bodies by default; the API takes JSON only, so anything else is a 415

@@ -118,6 +118,30 @@ describe('body parsing errors', () => {
   });
 });
 
+describe('router errors', () => {
+  it('when the URL has a malformed percent-encoding, it answers 404 not_found in the envelope', async () => {
+    const response = await ctx.request('GET', '/v1/customers/%E0%A4%A', { key: org.key });
+    expect(response.statusCode).toBe(404);
+    expect(response.json()).toEqual({ error: { code: 'not_found', message: expect.any(String) } });
+    expect(response.headers['x-request-id']).toBeDefined();
+  });
+
+  it('when an external_id of 255 characters is used as {id}, the route finds the record', async () => {
+    const externalId = `ext-${'x'.repeat(251)}`;
+    const created = await post({ externalId, fullName: 'Long External', email: 'long.external@example.com' });
+    expect(created.statusCode).toBe(201);
+    const response = await ctx.request('GET', `/v1/customers/${externalId}`, { key: org.key });
+    expect(response.statusCode).toBe(200);
+    expect(response.json().id).toBe(created.json().id);
+  });
+
+  it('when an {id} is longer than any id can be, it answers 404 not_found in the envelope', async () => {
+    const response = await ctx.request('GET', `/v1/customers/${'x'.repeat(2000)}`, { key: org.key });
+    expect(response.statusCode).toBe(404);
+    expect(response.json()).toEqual({ error: { code: 'not_found', message: expect.any(String) } });
+  });
+});
+
 describe('500 internal', () => {
   it('when a handler fails unexpectedly, it answers 500 internal with the request id and no stack or SQL', async () => {
     const logged: string[] = [];
