@@ -175,6 +175,17 @@ describe('IP allowlist', () => {
     await expectUnauthorized(await ctx.request('GET', '/v1/customers', { key: key.key, remoteAddress: address }));
   });
 
+  it('when the client address cannot be parsed, no allowlist matches it (not even 0.0.0.0/0)', async () => {
+    const key = await ctx.createKey(org.id, { allowIps: ['0.0.0.0/0', '::/0'] });
+    await expectUnauthorized(await ctx.request('GET', '/v1/customers', { key: key.key, remoteAddress: 'not-an-address' }));
+    expect((await ctx.request('GET', '/v1/customers', { key: key.key, remoteAddress: '198.51.100.1' })).statusCode).toBe(200);
+  });
+
+  it('when a key has no allowlist, any address may use it', async () => {
+    const key = await ctx.createKey(org.id);
+    expect((await ctx.request('GET', '/v1/customers', { key: key.key, remoteAddress: 'not-an-address' })).statusCode).toBe(200);
+  });
+
   it('when a key lacking the scope calls from a wrong address, it answers 401 (the IP check runs before scopes)', async () => {
     const key = await ctx.createKey(org.id, { allowIps, scopes: ['aml:read'] });
     await expectUnauthorized(await ctx.request('GET', '/v1/customers', { key: key.key, remoteAddress: '198.51.100.1' }));

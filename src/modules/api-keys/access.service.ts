@@ -23,12 +23,15 @@ export function unauthorized(): AppError {
   return new AppError('unauthorized', 401, UNAUTHORIZED_MESSAGE);
 }
 
-/** Turns a socket or proxy-derived address into the form Postgres' inet compares ("::ffff:1.2.3.4" → "1.2.3.4"). */
-function canonicalIp(ip: string): string {
+/**
+ * Turns a socket or proxy-derived address into the form Postgres' inet compares ("::ffff:1.2.3.4" →
+ * "1.2.3.4"); null when it is not an address, which no allowlist matches.
+ */
+function canonicalIp(ip: string | undefined): string | null {
   try {
-    return ipaddr.process(ip).toString();
+    return ip ? ipaddr.process(ip).toString() : null;
   } catch {
-    return '0.0.0.0';
+    return null;
   }
 }
 
@@ -40,7 +43,7 @@ export function createAccessService(deps: { database: Database; defaults: { burs
   const keys = createApiKeysRepository(deps.database.db);
 
   return {
-    async authenticate(authorization: string | undefined, clientIp: string): Promise<AccessGrant> {
+    async authenticate(authorization: string | undefined, clientIp: string | undefined): Promise<AccessGrant> {
       // RFC 9110 §11.1 / RFC 6750 §2.1: `Bearer 1*SP token`, the scheme name case-insensitive;
       // exactly one token must follow it.
       const match = /^Bearer +([^\s]+)$/i.exec(authorization?.trim() ?? '');

@@ -77,7 +77,7 @@ export function createApiKeysRepository(db: Executor) {
      */
     async authenticate(
       keyHash: string,
-      clientIp: string,
+      clientIp: string | null,
       defaultBurstLimit: number,
       tx: Executor = db,
     ): Promise<AuthenticatedKeyRow | undefined> {
@@ -88,7 +88,7 @@ export function createApiKeysRepository(db: Executor) {
         key AS (
           SELECT k.id, k.org_id, k.scopes, o.features, k.burst_limit, k.daily_limit, k.last_used_at,
                  (k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > clock_timestamp())) AS active,
-                 (cardinality(k.allowed_ips) = 0 OR ${clientIp}::inet <<= ANY (k.allowed_ips::inet[])) AS ip_allowed
+                 (cardinality(k.allowed_ips) = 0 OR coalesce(${clientIp}::inet <<= ANY (k.allowed_ips::inet[]), false)) AS ip_allowed
             FROM api_keys k
             JOIN organisations o ON o.id = k.org_id
            WHERE k.key_hash = ${keyHash}
