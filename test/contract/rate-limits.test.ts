@@ -20,14 +20,16 @@ async function startOfSecond(): Promise<void> {
   await new Promise((resolve) => setTimeout(resolve, next - Date.now() + 5));
 }
 
-/** Sends requests one after another (on the given instances in turn) within one second. */
+/**
+ * Sends `count` requests at once (on the given instances in turn) at the start of a second, so
+ * they all land in one burst window; returned sorted by status (admitted first, then refused).
+ */
 async function burst(key: string, count: number, apps: FastifyInstance[] = [ctx.app]): Promise<LightMyRequestResponse[]> {
   await startOfSecond();
-  const responses: LightMyRequestResponse[] = [];
-  for (let index = 0; index < count; index += 1) {
-    responses.push(await ctx.request('GET', '/v1/designated-services', { key }, apps[index % apps.length]));
-  }
-  return responses;
+  const responses = await Promise.all(
+    Array.from({ length: count }, (_, index) => ctx.request('GET', '/v1/designated-services', { key }, apps[index % apps.length])),
+  );
+  return responses.sort((a, b) => a.statusCode - b.statusCode);
 }
 
 function secondsUntilUtcMidnight(): number {
