@@ -86,6 +86,12 @@ describe('body parsing errors', () => {
     expect(response.json()).toEqual({ error: { code: 'invalid_json', message: expect.any(String) } });
   });
 
+  it('when the body is shorter than its Content-Length, it answers 400 invalid_json (a client fault, not a 500)', async () => {
+    const response = await post('{"fullName":"Short"}', { 'content-length': '60' });
+    expect(response.statusCode).toBe(400);
+    expect(response.json()).toEqual({ error: { code: 'invalid_json', message: expect.any(String) } });
+  });
+
   it('when the body exceeds 1 MiB, it answers 413 payload_too_large in the envelope', async () => {
     const response = await post({ fullName: 'Big Body', email: 'big@example.com', padding: 'x'.repeat(1024 * 1024) });
     expect(response.statusCode).toBe(413);
