@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
+import { createDatabase } from '../../src/db/client.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 
 let ctx: TestContext;
@@ -173,6 +174,24 @@ describe('500 internal', () => {
       expect(logged.some((line) => line.includes('req-boom-1') && line.includes('secret_table'))).toBe(true);
     } finally {
       await app.close();
+    }
+  });
+});
+
+describe('503 service_unavailable', () => {
+  it('when the database cannot be reached, it answers 503 service_unavailable with Retry-After and no connection details', async () => {
+    const unreachable = createDatabase('postgres://postgres@127.0.0.1:1/nowhere', { poolSize: 1 });
+    const app = await buildApp({ config: ctx.config, database: unreachable, logger: false });
+    await app.ready();
+    try {
+      const response = await app.inject({ method: 'GET', url: '/v1/customers', headers: { authorization: `Bearer ${org.key}` } });
+      expect(response.statusCode).toBe(503);
+      expect(response.json()).toEqual({ error: { code: 'service_unavailable', message: expect.any(String) } });
+      expect(response.headers['retry-after']).toBe('1');
+      expect(response.body).not.toMatch(/127\.0\.0\.1|ECONNREFUSED|nowhere/);
+    } finally {
+      await app.close();
+      await unreachable.close();
     }
   });
 });
