@@ -224,6 +224,16 @@ describe('what is stored', () => {
     expect(again.body).toBe(first.body);
   });
 
+  it('when the body fails schema validation, nothing is stored and a corrected retry with the same key is processed', async () => {
+    const idempotencyKey = randomUUID();
+    const body = newCustomer();
+    const invalid = await post({ ...body, email: 'not-an-email' }, idempotencyKey);
+    expect(invalid.statusCode).toBe(422);
+    const corrected = await post(body, idempotencyKey);
+    expect(corrected.statusCode).toBe(201);
+    expect(corrected.headers['idempotent-replayed']).toBeUndefined();
+  });
+
   it('when the first attempt is refused for scope (403), a retry with a proper key is processed', async () => {
     const readOnly = await ctx.createKey(org.id, { scopes: ['customers:read'] });
     const idempotencyKey = randomUUID();
