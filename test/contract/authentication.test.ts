@@ -186,6 +186,14 @@ describe('IP allowlist', () => {
     expect((await ctx.request('GET', '/v1/customers', { key: key.key, remoteAddress: 'not-an-address' })).statusCode).toBe(200);
   });
 
+  it('when a request is refused for its address, the key is neither touched nor charged', async () => {
+    const key = await ctx.createKey(org.id, { allowIps });
+    await ctx.request('GET', '/v1/customers', { key: key.key, remoteAddress: '198.51.100.1' });
+    expect(await lastUsedAt(key.id)).toBeNull();
+    const usage = await ctx.database.db.execute(sql`SELECT 1 FROM api_key_usage WHERE api_key_id = ${key.id}`);
+    expect(usage.rows).toHaveLength(0);
+  });
+
   it('when a key lacking the scope calls from a wrong address, it answers 401 (the IP check runs before scopes)', async () => {
     const key = await ctx.createKey(org.id, { allowIps, scopes: ['aml:read'] });
     await expectUnauthorized(await ctx.request('GET', '/v1/customers', { key: key.key, remoteAddress: '198.51.100.1' }));
