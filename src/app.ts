@@ -7,7 +7,7 @@ import { AppError } from './shared/app-error.js';
 import type { Database } from './db/client.js';
 import { systemClock, type Clock } from './shared/clock.js';
 import { loggerOptions } from './shared/logging.js';
-import { errorsPlugin } from './plugins/errors.plugin.js';
+import { errorsPlugin, renderError } from './plugins/errors.plugin.js';
 import { authPlugin } from './plugins/auth.plugin.js';
 import { idempotencyPlugin } from './plugins/idempotency.plugin.js';
 import { metricsPlugin } from './plugins/metrics.plugin.js';
@@ -40,6 +40,7 @@ declare module 'fastify' {
 
 export { loggerOptions };
 
+const MAX_PATH_PARAM_LENGTH = 1024;
 const REQUEST_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /** Builds the HTTP application on the given dependencies; it neither listens nor reads the environment. */
@@ -53,7 +54,17 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       return typeof incoming === 'string' && REQUEST_ID_PATTERN.test(incoming) ? incoming : randomUUID();
     },
     requestIdHeader: false,
-    routerOptions: { ignoreTrailingSlash: true },
+    // An {id} may be an external_id of up to 255 characters, up to three times as long when
+    // percent-encoded; the router's default limit (100) answered such URLs with a bare 414.
+    routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PATH_PARAM_LENGTH },
+    // Errors raised by the router before any route runs (a malformed percent-encoding, an
+    // over-long path parameter) get the envelope too: no such resource can exist.
+    frameworkErrors: (error, request, reply) => {
+      reply.header('X-Request-Id', request.id);
+      const message =
+        error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'No resource has an id that long.' : 'The URL is not validly percent-encoded.';
+      return renderError(reply, new AppError('not_found', 404, message));
+    },
   }).withTypeProvider<ZodTypeProvider>();
 
   // An empty body sent as application/json means "no body" (POST /kyb takes an optional body);
@@ -68,6 +79,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       done(new AppError('invalid_json', 400, 'The request body is not valid JSON.'), undefined);
     }
   });
+  // Fastify parses text/plain bodies by default; the API takes JSON only, so anything else is a 415
+  // rather than a string that fails validation with a misleading 422.
+  app.removeContentTypeParser('text/plain');
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(deps.validateResponses ? serializerCompiler : () => (data) => JSON.stringify(data));
   app.decorate('deps', { config: deps.config, database: deps.database, clock: deps.clock ?? systemClock });

@@ -39,8 +39,10 @@ export const authPlugin = fp(
       if (!route.url.startsWith('/v1/')) return;
       const methods = Array.isArray(route.method) ? route.method : [route.method];
       for (const method of methods) {
-        if (method === 'HEAD' || method === 'OPTIONS') continue;
-        const key = routeKey(method, route.url);
+        if (method === 'OPTIONS') continue;
+        // Fastify exposes a HEAD route for every GET; it runs the GET handler, so it needs the same
+        // authentication and scope (without this it ran unauthenticated).
+        const key = routeKey(method === 'HEAD' ? 'GET' : method, route.url);
         if (!(key in ROUTE_SCOPES)) throw new Error(`Route ${key} has no entry in ROUTE_SCOPES`);
         route.config = { ...(route.config ?? {}), authenticated: true, requiredScope: ROUTE_SCOPES[key] };
       }

@@ -52,6 +52,9 @@ function toAppError(error: FastifyError): AppError | undefined {
       return AppError.validation({ body: ['The body is empty but the content type is application/json.'] });
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
       return new AppError('invalid_json', 400, 'The request body is not valid JSON.');
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      // A client fault (truncated or mislabelled body), not an internal failure.
+      return new AppError('invalid_json', 400, 'The request body does not match its Content-Length header.');
     default:
       break;
   }

@@ -43,7 +43,10 @@ export const idempotencyPlugin = fp(
           throw AppError.field('Idempotency-Key', 'Must be between 1 and 255 characters.');
         }
         const { apiKeyId, orgId } = request.auth;
-        const fingerprint = requestFingerprint(request.method, request.url.split('?')[0]!, request.body);
+        // The router ignores a trailing slash, so the fingerprint does too: a retry through a client
+        // that appends one is the same request.
+        const path = request.url.split('?')[0]!.replace(/(.)\/+$/, '$1');
+        const fingerprint = requestFingerprint(request.method, path, request.body);
 
         const outcome = await database.transaction(async (tx): Promise<Outcome> => {
           if (!(await records.claim({ apiKeyId, key, orgId, fingerprint }, tx))) {

@@ -23,12 +23,15 @@ export function unauthorized(): AppError {
   return new AppError('unauthorized', 401, UNAUTHORIZED_MESSAGE);
 }
 
-/** Turns a socket or proxy-derived address into the form Postgres' inet compares ("::ffff:1.2.3.4" → "1.2.3.4"). */
-function canonicalIp(ip: string): string {
+/**
+ * Turns a socket or proxy-derived address into the form Postgres' inet compares ("::ffff:1.2.3.4" →
+ * "1.2.3.4"); null when it is not an address, which no allowlist matches.
+ */
+function canonicalIp(ip: string | undefined): string | null {
   try {
-    return ipaddr.process(ip).toString();
+    return ip ? ipaddr.process(ip).toString() : null;
   } catch {
-    return '0.0.0.0';
+    return null;
   }
 }
 
@@ -40,11 +43,13 @@ export function createAccessService(deps: { database: Database; defaults: { burs
   const keys = createApiKeysRepository(deps.database.db);
 
   return {
-    async authenticate(authorization: string | undefined, clientIp: string): Promise<AccessGrant> {
-      const match = /^Bearer ([^\s]+)$/.exec(authorization?.trim() ?? '');
+    async authenticate(authorization: string | undefined, clientIp: string | undefined): Promise<AccessGrant> {
+      // RFC 9110 §11.1 / RFC 6750 §2.1: `Bearer 1*SP token`, the scheme name case-insensitive;
+      // exactly one token must follow it.
+      const match = /^Bearer +([^\s]+)$/i.exec(authorization?.trim() ?? '');
       const token = match?.[1];
       if (!token || !looksLikeApiKey(token)) throw unauthorized();
-      const row = await keys.authenticate(hashApiKey(token), canonicalIp(clientIp));
+      const row = await keys.authenticate(hashApiKey(token), canonicalIp(clientIp), deps.defaults.burst);
       if (!row || !row.active || !row.ip_allowed || row.burst_count === null || row.day_count === null) {
         throw unauthorized();
       }
@@ -72,10 +77,12 @@ export function createAccessService(deps: { database: Database; defaults: { burs
         auth: { apiKeyId: row.id, orgId: row.org_id, scopes: new Set(row.scopes), features: new Set(row.features) },
         windows,
       };
-      const exceeded = [windows[1]!, windows[0]!].find(
-        (window) => (window.name === 'burst' ? row.burst_count! : row.day_count!) > window.limit,
-      );
-      if (exceeded) throw new RateLimitedError(grant, exceeded);
+      const burstExceeded = row.burst_count > burstLimit;
+      // A burst-refused request is not counted in the day, so a spent day then shows as day_count = limit.
+      const dailyExceeded = row.day_count > dailyLimit || (burstExceeded && row.day_count >= dailyLimit);
+      // The daily window is reported first: its Retry-After is the one that actually helps.
+      if (dailyExceeded) throw new RateLimitedError(grant, windows[1]!);
+      if (burstExceeded) throw new RateLimitedError(grant, windows[0]!);
       return grant;
     },
   };

@@ -70,10 +70,17 @@ export function createApiKeysRepository(db: Executor) {
      * Authentication and rate counting in one round trip: finds the key by hash with its
      * organisation's features, decides whether it is active and whether the client address is
      * allowed, and — only for an active, allowed key — counts the request in the shared burst
-     * (1 s) and daily (UTC day) windows. `last_used_at` is written at most once a minute.
+     * (1 s) and daily (UTC day) windows. A request refused by the burst window is not counted in
+     * the daily one, so a client that overruns its burst does not burn its day's quota on 429s.
+     * `last_used_at` is written at most once a minute.
      * Nothing is cached, so a revocation is seen by the very next request on every instance.
      */
-    async authenticate(keyHash: string, clientIp: string, tx: Executor = db): Promise<AuthenticatedKeyRow | undefined> {
+    async authenticate(
+      keyHash: string,
+      clientIp: string | null,
+      defaultBurstLimit: number,
+      tx: Executor = db,
+    ): Promise<AuthenticatedKeyRow | undefined> {
       const result = await tx.execute<AuthenticatedKeyRow>(sql`
         WITH clock AS (
           SELECT extract(epoch FROM clock_timestamp())::float8 AS epoch
@@ -81,7 +88,7 @@ export function createApiKeysRepository(db: Executor) {
         key AS (
           SELECT k.id, k.org_id, k.scopes, o.features, k.burst_limit, k.daily_limit, k.last_used_at,
                  (k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > clock_timestamp())) AS active,
-                 (cardinality(k.allowed_ips) = 0 OR ${clientIp}::inet <<= ANY (k.allowed_ips::inet[])) AS ip_allowed
+                 (cardinality(k.allowed_ips) = 0 OR coalesce(${clientIp}::inet <<= ANY (k.allowed_ips::inet[]), false)) AS ip_allowed
             FROM api_keys k
             JOIN organisations o ON o.id = k.org_id
            WHERE k.key_hash = ${keyHash}
@@ -94,7 +101,12 @@ export function createApiKeysRepository(db: Executor) {
           ON CONFLICT (api_key_id) DO UPDATE SET
             burst_count = CASE WHEN u.burst_window = EXCLUDED.burst_window THEN u.burst_count + 1 ELSE 1 END,
             burst_window = EXCLUDED.burst_window,
-            day_count = CASE WHEN u.day_window = EXCLUDED.day_window THEN u.day_count + 1 ELSE 1 END,
+            day_count = CASE
+              WHEN u.day_window <> EXCLUDED.day_window THEN 1
+              WHEN u.burst_window = EXCLUDED.burst_window
+               AND u.burst_count >= (SELECT coalesce(key.burst_limit, ${defaultBurstLimit}) FROM key) THEN u.day_count
+              ELSE u.day_count + 1
+            END,
             day_window = EXCLUDED.day_window
           RETURNING u.burst_count, u.day_count
         ),

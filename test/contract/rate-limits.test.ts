@@ -1,0 +1,188 @@
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+
+let ctx: TestContext;
+let org: TestOrg;
+
+beforeAll(async () => {
+  ctx = await createTestContext();
+  org = await ctx.createOrg();
+});
+afterAll(async () => ctx?.close());
+
+/**
+ * Waits for the start of the next wall-clock second, so a burst of requests lands in one fresh
+ * 1-second window (the database and the test share the machine's clock).
+ */
+async function startOfSecond(): Promise<void> {
+  const next = (Math.floor(Date.now() / 1000) + 1) * 1000;
+  await new Promise((resolve) => setTimeout(resolve, next - Date.now() + 5));
+}
+
+/**
+ * Sends `count` requests at once (on the given instances in turn) at the start of a second, so
+ * they all land in one burst window; returned sorted by status (admitted first, then refused).
+ */
+async function burst(key: string, count: number, apps: FastifyInstance[] = [ctx.app]): Promise<LightMyRequestResponse[]> {
+  await startOfSecond();
+  const responses = await Promise.all(
+    Array.from({ length: count }, (_, index) => ctx.request('GET', '/v1/designated-services', { key }, apps[index % apps.length])),
+  );
+  return responses.sort((a, b) => a.statusCode - b.statusCode);
+}
+
+function secondsUntilUtcMidnight(): number {
+  const now = new Date();
+  const midnight = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() + 1);
+  return (midnight - now.getTime()) / 1000;
+}
+
+describe('burst limit', () => {
+  it('when a key exceeds its burst limit within a second, it answers 429 rate_limited with limit and window', async () => {
+    const key = await ctx.createKey(org.id, { burstLimit: 3 });
+    const responses = await burst(key.key, 4);
+    expect(responses.slice(0, 3).map((response) => response.statusCode)).toEqual([200, 200, 200]);
+    const refused = responses[3]!;
+    expect(refused.statusCode).toBe(429);
+    expect(refused.json()).toEqual({
+      error: { code: 'rate_limited', message: expect.any(String), details: { limit: 3, window_seconds: 1 } },
+    });
+  });
+
+  it('when a burst is refused, Retry-After is an integer of at least one second', async () => {
+    const key = await ctx.createKey(org.id, { burstLimit: 1 });
+    const refused = (await burst(key.key, 2))[1]!;
+    expect(refused.statusCode).toBe(429);
+    expect(refused.headers['retry-after']).toMatch(/^\d+$/);
+    expect(Number(refused.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+    expect(Number(refused.headers['retry-after'])).toBeLessThanOrEqual(1);
+  });
+
+  it('when the next second starts, the burst window is fresh again', async () => {
+    const key = await ctx.createKey(org.id, { burstLimit: 1 });
+    expect((await burst(key.key, 2))[1]!.statusCode).toBe(429);
+    expect((await burst(key.key, 1))[0]!.statusCode).toBe(200);
+  });
+
+  it('when requests are split across two app instances, the burst limit holds for their sum', async () => {
+    const second = await ctx.buildInstance();
+    const key = await ctx.createKey(org.id, { burstLimit: 3 });
+    const responses = await burst(key.key, 4, [ctx.app, second]);
+    expect(responses.map((response) => response.statusCode)).toEqual([200, 200, 200, 429]);
+  });
+
+  it('when a key has no override, the configured default burst limit applies', async () => {
+    const limited = await ctx.buildInstance({ rateLimit: { burst: 2, daily: 1000 } });
+    const key = await ctx.createKey(org.id);
+    const responses = await burst(key.key, 3, [limited]);
+    expect(responses.map((response) => response.statusCode)).toEqual([200, 200, 429]);
+    expect(responses[2]!.json().error.details).toEqual({ limit: 2, window_seconds: 1 });
+  });
+
+  it('when a key has an override, it wins over the configured default', async () => {
+    const limited = await ctx.buildInstance({ rateLimit: { burst: 1, daily: 1000 } });
+    const key = await ctx.createKey(org.id, { burstLimit: 3 });
+    const responses = await burst(key.key, 3, [limited]);
+    expect(responses.map((response) => response.statusCode)).toEqual([200, 200, 200]);
+  });
+
+  it('when one key is exhausted, another key of the same organisation is unaffected', async () => {
+    const exhausted = await ctx.createKey(org.id, { burstLimit: 1 });
+    const other = await ctx.createKey(org.id, { burstLimit: 1 });
+    expect((await burst(exhausted.key, 2))[1]!.statusCode).toBe(429);
+    expect((await ctx.request('GET', '/v1/designated-services', { key: other.key })).statusCode).toBe(200);
+  });
+});
+
+describe('daily limit', () => {
+  it('when a key exceeds its daily limit, it answers 429 with window_seconds 86400 and Retry-After until UTC midnight', async () => {
+    const key = await ctx.createKey(org.id, { dailyLimit: 5 });
+    const statuses: number[] = [];
+    let last: LightMyRequestResponse | undefined;
+    for (let index = 0; index < 6; index += 1) {
+      last = await ctx.request('GET', '/v1/designated-services', { key: key.key });
+      statuses.push(last.statusCode);
+    }
+    expect(statuses).toEqual([200, 200, 200, 200, 200, 429]);
+    expect(last!.json().error.details).toEqual({ limit: 5, window_seconds: 86_400 });
+    expect(last!.headers['retry-after']).toMatch(/^\d+$/);
+    expect(Math.abs(Number(last!.headers['retry-after']) - secondsUntilUtcMidnight())).toBeLessThanOrEqual(2);
+  });
+
+  it('when requests are split across two app instances, the daily limit holds for their sum', async () => {
+    const second = await ctx.buildInstance();
+    const key = await ctx.createKey(org.id, { dailyLimit: 5 });
+    const statuses: number[] = [];
+    for (let index = 0; index < 6; index += 1) {
+      statuses.push((await ctx.request('GET', '/v1/designated-services', { key: key.key }, index % 2 ? second : ctx.app)).statusCode);
+    }
+    expect(statuses).toEqual([200, 200, 200, 200, 200, 429]);
+  });
+
+  it('when requests are refused by the burst limit, they do not use up the daily quota', async () => {
+    const key = await ctx.createKey(org.id, { burstLimit: 1, dailyLimit: 3 });
+    expect((await burst(key.key, 4)).map((response) => response.statusCode)).toEqual([200, 429, 429, 429]);
+    const next = (await burst(key.key, 1))[0]!;
+    expect(next.statusCode).toBe(200);
+    expect(String(next.headers.ratelimit)).toMatch(/"daily";r=1;/);
+  });
+
+  it('when the daily quota is spent, a request that also exceeds the burst is told about the daily window', async () => {
+    const key = await ctx.createKey(org.id, { burstLimit: 1, dailyLimit: 1 });
+    const responses = await burst(key.key, 2);
+    expect(responses.map((response) => response.statusCode)).toEqual([200, 429]);
+    expect(responses[1]!.json().error.details).toEqual({ limit: 1, window_seconds: 86_400 });
+  });
+
+  it('when a key has no override, the configured default daily limit applies', async () => {
+    const limited = await ctx.buildInstance({ rateLimit: { burst: 1000, daily: 2 } });
+    const key = await ctx.createKey(org.id);
+    const statuses: number[] = [];
+    for (let index = 0; index < 3; index += 1) {
+      statuses.push((await ctx.request('GET', '/v1/designated-services', { key: key.key }, limited)).statusCode);
+    }
+    expect(statuses).toEqual([200, 200, 429]);
+  });
+});
+
+describe('RateLimit headers', () => {
+  it('when a request is served, it carries RateLimit-Policy and RateLimit in the IETF draft syntax', async () => {
+    const key = await ctx.createKey(org.id, { burstLimit: 3, dailyLimit: 50 });
+    const response = await ctx.request('GET', '/v1/designated-services', { key: key.key });
+    expect(response.statusCode).toBe(200);
+    expect(response.headers['ratelimit-policy']).toBe('"burst";q=3;w=1, "daily";q=50;w=86400');
+    const match = /^"burst";r=(\d+);t=(\d+), "daily";r=(\d+);t=(\d+)$/.exec(String(response.headers.ratelimit));
+    expect(match).not.toBeNull();
+    const [, burstRemaining, burstReset, dailyRemaining, dailyReset] = match!.map(Number);
+    expect(burstRemaining).toBeLessThanOrEqual(2);
+    expect(burstReset).toBe(1);
+    expect(dailyRemaining).toBe(49);
+    expect(Math.abs(dailyReset! - secondsUntilUtcMidnight())).toBeLessThanOrEqual(2);
+  });
+
+  it('when requests are made, the remaining daily count goes down by one each', async () => {
+    const key = await ctx.createKey(org.id, { dailyLimit: 50 });
+    const remaining: number[] = [];
+    for (let index = 0; index < 3; index += 1) {
+      const response = await ctx.request('GET', '/v1/designated-services', { key: key.key });
+      remaining.push(Number(/"daily";r=(\d+)/.exec(String(response.headers.ratelimit))![1]));
+    }
+    expect(remaining).toEqual([49, 48, 47]);
+  });
+
+  it('when a request is refused with 429, it still carries the RateLimit headers with nothing remaining', async () => {
+    const key = await ctx.createKey(org.id, { burstLimit: 1 });
+    const refused = (await burst(key.key, 2))[1]!;
+    expect(refused.statusCode).toBe(429);
+    expect(refused.headers['ratelimit-policy']).toMatch(/^"burst";q=1;w=1, "daily";q=\d+;w=86400$/);
+    expect(refused.headers.ratelimit).toMatch(/^"burst";r=0;t=1, /);
+  });
+
+  it('when a request fails validation, it still carries the RateLimit headers (every authenticated response does)', async () => {
+    const response = await ctx.request('GET', '/v1/customers', { key: org.key, query: { limit: 'many' } });
+    expect(response.statusCode).toBe(422);
+    expect(response.headers['ratelimit-policy']).toBeDefined();
+    expect(response.headers.ratelimit).toBeDefined();
+  });
+});
