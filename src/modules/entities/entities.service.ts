@@ -189,6 +189,12 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
   return {
     /** POST /entities: create or update per the matching order; never starts KYB, emails or charges. */
     async upsert(ctx: RequestContext, body: UpsertEntityBody): Promise<{ created: boolean; entity: EntityDto }> {
+      if (body.origin !== undefined) {
+        // A payload that contradicts itself (e.g. INTERNATIONAL with an ABN) is invalid whatever is stored.
+        const issues = new Issues();
+        identityRules(body.origin, body, issues);
+        issues.throwIfAny();
+      }
       return database.transaction(async (tx) => {
         for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
           const match = await matchForUpsert(ctx, body, tx);
