@@ -22,6 +22,12 @@ import { toBeneficialOwnerDto, toEntityDto } from './entity-dto.js';
 
 const UPSERT_ATTEMPTS = 5;
 const FROZEN_MESSAGE = 'Frozen after KYB verification.';
+const UNIQUE_CONFLICT_MESSAGE = 'Another entity already has this ABN, ACN or legal name and type.';
+
+function isUniqueViolation(error: unknown): boolean {
+  const { code, cause } = error as { code?: string; cause?: { code?: string } };
+  return code === '23505' || cause?.code === '23505';
+}
 
 export function createEntitiesService(deps: { database: Database; clock?: Clock }) {
   const { database } = deps;
@@ -195,20 +201,26 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
         identityRules(body.origin, body, issues);
         issues.throwIfAny();
       }
-      return database.transaction(async (tx) => {
-        for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
-          const match = await matchForUpsert(ctx, body, tx);
-          if (match) return { created: false, entity: await save(ctx, 'entity.upserted', match, await upsertColumns(ctx, match, body, tx), tx) };
-          const inserted = await customers.insertIfAbsent((await upsertColumns(ctx, undefined, body, tx)) as NewCustomerRow, tx);
-          if (inserted) {
-            const dto = await dtoOf(inserted, tx);
-            await changes.record({ actor: ctx.actor, action: 'entity.created', before: undefined, after: inserted, dto }, tx);
-            return { created: true, entity: dto };
+      try {
+        return await database.transaction(async (tx) => {
+          for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
+            const match = await matchForUpsert(ctx, body, tx);
+            if (match) return { created: false, entity: await save(ctx, 'entity.upserted', match, await upsertColumns(ctx, match, body, tx), tx) };
+            const inserted = await customers.insertIfAbsent((await upsertColumns(ctx, undefined, body, tx)) as NewCustomerRow, tx);
+            if (inserted) {
+              const dto = await dtoOf(inserted, tx);
+              await changes.record({ actor: ctx.actor, action: 'entity.created', before: undefined, after: inserted, dto }, tx);
+              return { created: true, entity: dto };
+            }
+            // A concurrent request created a matching entity first; match again.
           }
-          // A concurrent request created a matching entity first; match again.
-        }
-        throw AppError.conflict('The entity changed concurrently; retry the request.');
-      });
+          throw AppError.conflict('The entity changed concurrently; retry the request.');
+        });
+      } catch (error) {
+        // The matched record would take an ABN, ACN or name+type that another entity holds.
+        if (isUniqueViolation(error)) throw AppError.conflict(UNIQUE_CONFLICT_MESSAGE);
+        throw error;
+      }
     },
 
     async get(ctx: RequestContext, ref: string): Promise<EntityDto> {
@@ -245,9 +257,7 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
         try {
           return await save(ctx, 'entity.patched', row, values, tx);
         } catch (error) {
-          if ((error as { code?: string }).code === '23505' || (error as { cause?: { code?: string } }).cause?.code === '23505') {
-            throw AppError.conflict('Another entity already has this ABN, ACN or legal name and type.');
-          }
+          if (isUniqueViolation(error)) throw AppError.conflict(UNIQUE_CONFLICT_MESSAGE);
           throw error;
         }
       });
