@@ -188,3 +188,35 @@ describe('GET /entities/{id}/ubos', () => {
     expect((await addOwners(entity.id, [{ fullName: 'X Y', email: 'xy@example.com', roleTypes: ['MEMBER'] }], readOnly.key)).statusCode).toBe(403);
   });
 });
+
+describe('beneficial owners under concurrency', () => {
+  it('when requests for different entities add the same new people in opposite orders, every request succeeds', async () => {
+    const pairs = await Promise.all(
+      Array.from({ length: 8 }, async (_, index) => {
+        const people = Array.from({ length: 6 }, (_, person) => ({
+          fullName: `Crossed ${index} ${person}`,
+          email: `crossed.${index}.${person}@example.com`,
+          roleTypes: ['SHAREHOLDER'],
+        }));
+        const [first, second] = [await createEntity(ctx, org), await createEntity(ctx, org)];
+        return { first, second, people };
+      }),
+    );
+    const before = await individualCount();
+    const responses = await Promise.all(
+      pairs.flatMap(({ first, second, people }) => [addOwners(first.id, people), addOwners(second.id, [...people].reverse())]),
+    );
+    for (const response of responses) expect(response.statusCode, response.body).toBe(200);
+    expect(await individualCount()).toBe(before + 8 * 6);
+  });
+
+  it('when 20 requests add the same new owner to one entity at once, one individual and one owner result', async () => {
+    const entity = await createEntity(ctx, org);
+    const before = await individualCount();
+    const owner = { fullName: 'Racing Owner', email: 'racing.owner@example.com', roleTypes: ['DIRECTOR'] };
+    const responses = await Promise.all(Array.from({ length: 20 }, () => addOwners(entity.id, [owner])));
+    for (const response of responses) expect(response.statusCode, response.body).toBe(200);
+    expect(await individualCount()).toBe(before + 1);
+    expect((await listOwners(entity.id)).json().ubos).toHaveLength(1);
+  });
+});

@@ -158,3 +158,21 @@ describe('entity DTO contact summary', () => {
     expect(response.json().contact).toEqual(first.contact);
   });
 });
+
+describe('inline contacts under concurrency', () => {
+  it('when 20 different entities are created at once with the same new inline contact, one individual is created', async () => {
+    const before = await individualCount();
+    const responses = await Promise.all(
+      Array.from({ length: 20 }, () => postEntity(ctx, org, { type: 'COMPANY', name: uniqueName('Shared contact'), contact: { fullName: 'Shared Sam', email: 'shared.sam@example.com' } })),
+    );
+    for (const response of responses) expect(response.statusCode, response.body).toBe(201);
+    expect(new Set(responses.map((response) => response.json().contact.id)).size).toBe(1);
+    expect(await individualCount()).toBe(before + 1);
+  });
+
+  it('when listed, an entity carries the same contact summary as GET /entities/{id}', async () => {
+    const entity = await createEntity(ctx, org, { externalId: `crm-${randomDigits(8)}`, contact: { fullName: 'Listed Lee', email: 'listed.lee@example.com', kycRequired: false } });
+    const listed = (await ctx.request('GET', '/v1/entities', { key: org.key, query: { external_id: entity.external_id } })).json();
+    expect(listed.data).toEqual([entity]);
+  });
+});

@@ -282,8 +282,15 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
     async addOwners(ctx: RequestContext, ref: string, body: AddOwnersBody) {
       return database.transaction(async (tx) => {
         const entity = await requireEntity(ctx, ref, tx, true);
+        // People are found or created in one canonical order, so two requests naming the same new
+        // people in different orders cannot deadlock on the name+email unique index.
+        const personKey = (owner: { fullName: string; email: string }) => `${owner.email.toLowerCase()}\u0000${owner.fullName.toLowerCase()}`;
+        const people = new Map<string, CustomerRow>();
+        for (const owner of [...body.owners].sort((a, b) => (personKey(a) < personKey(b) ? -1 : personKey(a) > personKey(b) ? 1 : 0))) {
+          if (!people.has(personKey(owner))) people.set(personKey(owner), await findOrCreatePerson(ctx, owner, tx));
+        }
         for (const owner of body.owners) {
-          const person = await findOrCreatePerson(ctx, owner, tx);
+          const person = people.get(personKey(owner))!;
           const saved = await entities.upsertOwner(
             {
               orgId: ctx.orgId,
