@@ -132,6 +132,18 @@ describe('POST /entities/{id}/ubos', () => {
     expect(rows).toEqual([{ action: 'entity.beneficial_owner_saved', actor_id: org.keyId, subject_type: 'beneficial_owner' }]);
   });
 
+  it('when an owner’s holding is updated, the audit row keeps the previous holding as before', async () => {
+    const entity = await createEntity(ctx, org);
+    const owner = { fullName: 'Before Owner', email: 'before.owner@example.com', roleTypes: ['MEMBER'] };
+    const [saved] = (await addOwners(entity.id, [{ ...owner, percentageHeld: 5 }])).json().ubos;
+    await addOwners(entity.id, [{ ...owner, percentageHeld: 15 }]);
+    const rows = await sql<{ before: any; after: any }>(ctx, 'SELECT before, after FROM audit_log WHERE org_id = $1 AND subject_id = $2 ORDER BY id', [org.id, saved.id]);
+    expect(rows).toHaveLength(2);
+    expect(rows[0]!.before).toBeNull();
+    expect(rows[1]!.before).toMatchObject({ percentageHeld: 5 });
+    expect(rows[1]!.after).toMatchObject({ percentageHeld: 15 });
+  });
+
   it('when the entity belongs to another organisation or is an individual, it answers 404 and adds nothing', async () => {
     const other = await ctx.createOrg();
     const foreign = await createEntity(ctx, other);

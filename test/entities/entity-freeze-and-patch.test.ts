@@ -50,6 +50,12 @@ describe('freeze after KYB VERIFIED: upsert', () => {
     expectValidation(await postEntity(ctx, org, { externalId: entity.external_id, countryOfFormation: 'GBR' }), 'countryOfFormation');
   });
 
+  it('when an upsert changes registrationNumber of a verified INTERNATIONAL entity, it answers 422 (as PATCH does)', async () => {
+    const entity = await verifiedInternational();
+    expectValidation(await postEntity(ctx, org, { externalId: entity.external_id, registrationNumber: 'NZ-2' }), 'registrationNumber');
+    expect((await postEntity(ctx, org, { externalId: entity.external_id, registrationNumber: 'NZ-1' })).statusCode).toBe(200);
+  });
+
   it('when an upsert re-sends the frozen values unchanged, it answers 200', async () => {
     const entity = await verifiedEntity();
     const spacedAbn = `${entity.abn.slice(0, 2)} ${entity.abn.slice(2)}`;

@@ -156,6 +156,10 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
       if (body.countryOfFormation !== undefined && body.countryOfFormation !== existing.countryOfFormation) {
         issues.add('countryOfFormation', FROZEN_MESSAGE);
       }
+      // PATCH freezes registrationNumber; the upsert must not be a way around that.
+      if (body.registrationNumber !== undefined && body.registrationNumber !== existing.registrationNumber) {
+        issues.add('registrationNumber', FROZEN_MESSAGE);
+      }
     }
     checkDueDiligenceInputs(body, answers, clock.now(), issues);
     issues.throwIfAny();
@@ -291,6 +295,7 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
         }
         for (const owner of body.owners) {
           const person = people.get(personKey(owner))!;
+          const previous = await entities.findOwnerByPerson(ctx.orgId, entity.id, person.id, tx);
           const saved = await entities.upsertOwner(
             {
               orgId: ctx.orgId,
@@ -311,7 +316,7 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
               action: 'entity.beneficial_owner_saved',
               subjectType: 'beneficial_owner',
               subjectId: saved.id,
-              before: null,
+              before: previous ?? null,
               after: saved,
             },
             tx,
