@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
-import { createEntity, createIndividual, expectValidation, postEntity, randomDigits, sql, uniqueName } from './entity-test-helpers.js';
+import { createEntity, createIndividual, expectSameDto, expectValidation, postEntity, randomDigits, sql, uniqueName } from './entity-test-helpers.js';
 
 let ctx: TestContext;
 let org: TestOrg;
@@ -173,6 +173,7 @@ describe('inline contacts under concurrency', () => {
   it('when listed, an entity carries the same contact summary as GET /entities/{id}', async () => {
     const entity = await createEntity(ctx, org, { externalId: `crm-${randomDigits(8)}`, contact: { fullName: 'Listed Lee', email: 'listed.lee@example.com', kycRequired: false } });
     const listed = (await ctx.request('GET', '/v1/entities', { key: org.key, query: { external_id: entity.external_id } })).json();
-    expect(listed.data).toEqual([entity]);
+    expect(listed.data).toHaveLength(1);
+    expectSameDto(entity, listed.data[0]);
   });
 });

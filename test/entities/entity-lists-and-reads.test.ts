@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
-import { createEntity, createIndividual, expectValidation, randomDigits, sql } from './entity-test-helpers.js';
+import { createEntity, createIndividual, expectSameDto, expectValidation, randomDigits, sql } from './entity-test-helpers.js';
 
 let ctx: TestContext;
 /** An organisation of its own, so list assertions see exactly what this file wrote. */
@@ -37,7 +37,7 @@ describe('GET /entities', () => {
     expect(body).toMatchObject({ object: 'list', has_more: false, next_cursor: null, limit: 50 });
     expect(body.data.map((item: { id: string }) => item.id)).toEqual(created.map((entity) => entity.id));
     expect(body.data).not.toContainEqual(expect.objectContaining({ id: person.id }));
-    expect(body.data[0]).toEqual(created[0]);
+    expectSameDto(created[0]!, body.data[0]);
   });
 
   it.each([

@@ -52,3 +52,16 @@ export function expectConflict(response: { statusCode: number; body: string; jso
   expect(response.statusCode, response.body).toBe(409);
   expect(response.json().error.code).toBe('conflict');
 }
+
+/**
+ * `dto` (a write's response or event payload, built inside the transaction) equals `stored` (read
+ * after commit). The one allowed difference: a transaction that commits more than 50 ms after its
+ * write is re-stamped at commit (migration 0001, for `updated_since` pollers), so the stored
+ * `updated_at` may be later than the one the write saw, never earlier.
+ */
+export function expectSameDto(dto: Record<string, unknown>, stored: Record<string, unknown>) {
+  const { updated_at: dtoUpdatedAt, ...dtoRest } = dto;
+  const { updated_at: storedUpdatedAt, ...storedRest } = stored;
+  expect(dtoRest).toEqual(storedRest);
+  expect(Date.parse(storedUpdatedAt as string)).toBeGreaterThanOrEqual(Date.parse(dtoUpdatedAt as string));
+}

@@ -91,6 +91,18 @@ describe('POST /entities: matching order', () => {
   });
 });
 
+describe('POST /entities: organisations are separate', () => {
+  it('when another organisation holds the same externalId and ABN, it creates a separate entity (201)', async () => {
+    const other = await ctx.createOrg();
+    const externalId = `crm-${randomDigits(8)}`;
+    const abn = randomDigits(11);
+    const theirs = await createEntity(ctx, other, { externalId, abn });
+    const response = await postEntity(ctx, org, { type: 'COMPANY', name: theirs.name, externalId, abn });
+    expect(response.statusCode).toBe(201);
+    expect(response.json().id).not.toBe(theirs.id);
+  });
+});
+
 describe('POST /entities: conflicts', () => {
   it('when the ABN match carries a different external_id, it answers 409 and changes nothing', async () => {
     const abn = randomDigits(11);
