@@ -98,6 +98,13 @@ describe('GET /entities', () => {
     expectValidation(await list({ type: 'INDIVIDUAL' }), 'type');
   });
 
+  it('when aml_status is given, it filters on the AML status', async () => {
+    await sql(ctx, `UPDATE customers SET aml_status = 'CLEAR' WHERE id = $1`, [created[4]!.id]);
+    const body = (await list({ aml_status: 'CLEAR' })).json();
+    expect(body.data.map((item: { id: string }) => item.id)).toEqual([created[4]!.id]);
+    expect(body.data[0].aml.status).toBe('CLEAR');
+  });
+
   it('when external_id is given, it returns that entity only', async () => {
     const body = (await list({ external_id: 'list-3' })).json();
     expect(body.data.map((item: { id: string }) => item.id)).toEqual([created[3]!.id]);

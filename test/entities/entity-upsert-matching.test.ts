@@ -91,6 +91,20 @@ describe('POST /entities: matching order', () => {
   });
 });
 
+describe('POST /entities: Idempotency-Key', () => {
+  it('when a create is retried with the same Idempotency-Key, it replays the 201 and creates one entity', async () => {
+    const name = uniqueName('Idempotent');
+    const options = { key: org.key, body: { type: 'COMPANY', name, contact: { fullName: 'Idem Contact', email: 'idem@example.com' } }, headers: { 'idempotency-key': `create-${name}` } };
+    const first = await ctx.request('POST', '/v1/entities', options);
+    const replay = await ctx.request('POST', '/v1/entities', options);
+    expect(first.statusCode).toBe(201);
+    expect(replay.statusCode).toBe(201);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.json()).toEqual(first.json());
+    expect(await entityCount('name = $2', [name])).toBe(1);
+  });
+});
+
 describe('POST /entities: organisations are separate', () => {
   it('when another organisation holds the same externalId and ABN, it creates a separate entity (201)', async () => {
     const other = await ctx.createOrg();
@@ -210,6 +224,16 @@ describe('POST /entities: concurrency', () => {
     expect(responses.map((response) => response.statusCode).sort((a, b) => a - b)).toEqual([...Array(19).fill(200), 201]);
     expect(new Set(responses.map((response) => response.json().id)).size).toBe(1);
     expect(await entityCount('external_id = $2', [externalId])).toBe(1);
+  });
+
+  it('when 20 upserts with one legal name and type (no ABN, ACN or externalId) race, exactly one entity exists', async () => {
+    const name = uniqueName('Name race');
+    const responses = await Promise.all(
+      Array.from({ length: 20 }, (_, index) => postEntity(ctx, org, { type: 'TRUST', name: index % 2 === 0 ? name : name.toUpperCase() })),
+    );
+    for (const response of responses) expect([200, 201], response.body).toContain(response.statusCode);
+    expect(new Set(responses.map((response) => response.json().id)).size).toBe(1);
+    expect(await entityCount('lower(name) = lower($2)', [name])).toBe(1);
   });
 
   it('when 20 upserts with one ABN and no externalId race, exactly one entity exists', async () => {
