@@ -175,6 +175,16 @@ describe('audit rows and customer.updated events', () => {
     expect(row!.updated_at.toISOString()).toBe(stored.updated_at);
   });
 
+  it('when an upsert re-sends the same designated services in another order, it is a no-op', async () => {
+    const externalId = `crm-${randomDigits(8)}`;
+    const entity = await createEntity(ctx, org, { externalId, designatedServices: ['PRO-REAL-ESTATE', 'FIN-CRYPTO'] });
+    const stored = (await ctx.request('GET', `/v1/entities/${entity.id}`, { key: org.key })).json();
+    const response = await postEntity(ctx, org, { externalId, designatedServices: ['FIN-CRYPTO', 'PRO-REAL-ESTATE', 'FIN-CRYPTO'] });
+    expect(response.json()).toEqual(stored);
+    expect((await auditRows(entity.id)).map((row) => row.action)).toEqual(['entity.created']);
+    expect(await updatedEvents(entity.id)).toEqual([]);
+  });
+
   it('when a PATCH changes nothing, it writes no audit row and no event', async () => {
     const entity = await createEntity(ctx, org, { address: 'Same St' });
     const stored = (await ctx.request('GET', `/v1/entities/${entity.id}`, { key: org.key })).json();
