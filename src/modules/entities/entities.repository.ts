@@ -42,6 +42,14 @@ export function createEntitiesRepository(db: Executor) {
       return row;
     },
 
+    async findOwnerByPerson(orgId: string, entityId: string, customerId: string, tx: Executor = db) {
+      const [row] = await tx
+        .select()
+        .from(beneficialOwners)
+        .where(and(eq(beneficialOwners.orgId, orgId), eq(beneficialOwners.entityId, entityId), eq(beneficialOwners.customerId, customerId)));
+      return row;
+    },
+
     /** Adds the person as an owner of the entity, or updates their holding when already one. */
     async upsertOwner(values: typeof beneficialOwners.$inferInsert, tx: Executor = db) {
       const [row] = await tx

@@ -22,6 +22,19 @@ import { toBeneficialOwnerDto, toEntityDto } from './entity-dto.js';
 
 const UPSERT_ATTEMPTS = 5;
 const FROZEN_MESSAGE = 'Frozen after KYB verification.';
+const UNIQUE_CONFLICT_MESSAGE = 'Another entity already has this ABN, ACN or legal name and type.';
+
+/** Service lists are sets: the same codes in another order are no change (no event, no new updated_at). */
+function keepStoredOrder(sent: string[] | undefined, stored: string[]): string[] | undefined {
+  if (sent === undefined) return undefined;
+  const codes = new Set(sent);
+  return codes.size === stored.length && stored.every((code) => codes.has(code)) ? stored : sent;
+}
+
+function isUniqueViolation(error: unknown): boolean {
+  const { code, cause } = error as { code?: string; cause?: { code?: string } };
+  return code === '23505' || cause?.code === '23505';
+}
 
 export function createEntitiesService(deps: { database: Database; clock?: Clock }) {
   const { database } = deps;
@@ -150,6 +163,10 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
       if (body.countryOfFormation !== undefined && body.countryOfFormation !== existing.countryOfFormation) {
         issues.add('countryOfFormation', FROZEN_MESSAGE);
       }
+      // PATCH freezes registrationNumber; the upsert must not be a way around that.
+      if (body.registrationNumber !== undefined && body.registrationNumber !== existing.registrationNumber) {
+        issues.add('registrationNumber', FROZEN_MESSAGE);
+      }
     }
     checkDueDiligenceInputs(body, answers, clock.now(), issues);
     issues.throwIfAny();
@@ -166,7 +183,18 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
       preExistingServiceSince: body.preExistingServiceSince,
       // The assessment only decides the status of a new record.
       preCommencementAssessment: existing ? undefined : body.preCommencementAssessment,
-      ...servicesUpdate(existing, existing ? { ...body, preCommencementAssessment: undefined } : body, answers),
+      ...servicesUpdate(
+        existing,
+        existing
+          ? {
+              ...body,
+              designatedServices: keepStoredOrder(body.designatedServices, existing.designatedServices),
+              preExistingServices: keepStoredOrder(body.preExistingServices, existing.preExistingServices),
+              preCommencementAssessment: undefined,
+            }
+          : body,
+        answers,
+      ),
       ...(body.contact ? await resolveContact(ctx, body.contact, tx) : {}),
     };
     if (!existing) {
@@ -189,20 +217,32 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
   return {
     /** POST /entities: create or update per the matching order; never starts KYB, emails or charges. */
     async upsert(ctx: RequestContext, body: UpsertEntityBody): Promise<{ created: boolean; entity: EntityDto }> {
-      return database.transaction(async (tx) => {
-        for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
-          const match = await matchForUpsert(ctx, body, tx);
-          if (match) return { created: false, entity: await save(ctx, 'entity.upserted', match, await upsertColumns(ctx, match, body, tx), tx) };
-          const inserted = await customers.insertIfAbsent((await upsertColumns(ctx, undefined, body, tx)) as NewCustomerRow, tx);
-          if (inserted) {
-            const dto = await dtoOf(inserted, tx);
-            await changes.record({ actor: ctx.actor, action: 'entity.created', before: undefined, after: inserted, dto }, tx);
-            return { created: true, entity: dto };
+      if (body.origin !== undefined) {
+        // A payload that contradicts itself (e.g. INTERNATIONAL with an ABN) is invalid whatever is stored.
+        const issues = new Issues();
+        identityRules(body.origin, body, issues);
+        issues.throwIfAny();
+      }
+      try {
+        return await database.transaction(async (tx) => {
+          for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
+            const match = await matchForUpsert(ctx, body, tx);
+            if (match) return { created: false, entity: await save(ctx, 'entity.upserted', match, await upsertColumns(ctx, match, body, tx), tx) };
+            const inserted = await customers.insertIfAbsent((await upsertColumns(ctx, undefined, body, tx)) as NewCustomerRow, tx);
+            if (inserted) {
+              const dto = await dtoOf(inserted, tx);
+              await changes.record({ actor: ctx.actor, action: 'entity.created', before: undefined, after: inserted, dto }, tx);
+              return { created: true, entity: dto };
+            }
+            // A concurrent request created a matching entity first; match again.
           }
-          // A concurrent request created a matching entity first; match again.
-        }
-        throw AppError.conflict('The entity changed concurrently; retry the request.');
-      });
+          throw AppError.conflict('The entity changed concurrently; retry the request.');
+        });
+      } catch (error) {
+        // The matched record would take an ABN, ACN or name+type that another entity holds.
+        if (isUniqueViolation(error)) throw AppError.conflict(UNIQUE_CONFLICT_MESSAGE);
+        throw error;
+      }
     },
 
     async get(ctx: RequestContext, ref: string): Promise<EntityDto> {
@@ -239,9 +279,7 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
         try {
           return await save(ctx, 'entity.patched', row, values, tx);
         } catch (error) {
-          if ((error as { code?: string }).code === '23505' || (error as { cause?: { code?: string } }).cause?.code === '23505') {
-            throw AppError.conflict('Another entity already has this ABN, ACN or legal name and type.');
-          }
+          if (isUniqueViolation(error)) throw AppError.conflict(UNIQUE_CONFLICT_MESSAGE);
           throw error;
         }
       });
@@ -266,8 +304,16 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
     async addOwners(ctx: RequestContext, ref: string, body: AddOwnersBody) {
       return database.transaction(async (tx) => {
         const entity = await requireEntity(ctx, ref, tx, true);
+        // People are found or created in one canonical order, so two requests naming the same new
+        // people in different orders cannot deadlock on the name+email unique index.
+        const personKey = (owner: { fullName: string; email: string }) => `${owner.email.toLowerCase()}\u0000${owner.fullName.toLowerCase()}`;
+        const people = new Map<string, CustomerRow>();
+        for (const owner of [...body.owners].sort((a, b) => (personKey(a) < personKey(b) ? -1 : personKey(a) > personKey(b) ? 1 : 0))) {
+          if (!people.has(personKey(owner))) people.set(personKey(owner), await findOrCreatePerson(ctx, owner, tx));
+        }
         for (const owner of body.owners) {
-          const person = await findOrCreatePerson(ctx, owner, tx);
+          const person = people.get(personKey(owner))!;
+          const previous = await entities.findOwnerByPerson(ctx.orgId, entity.id, person.id, tx);
           const saved = await entities.upsertOwner(
             {
               orgId: ctx.orgId,
@@ -288,7 +334,7 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
               action: 'entity.beneficial_owner_saved',
               subjectType: 'beneficial_owner',
               subjectId: saved.id,
-              before: null,
+              before: previous ?? null,
               after: saved,
             },
             tx,
