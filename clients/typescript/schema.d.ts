@@ -3,7 +3,332 @@
  * Do not make direct changes to the file.
  */
 
-export type paths = Record<string, never>;
+export interface paths {
+    "/customers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List individuals
+         * @description Ascending by (created_at, id) with an opaque cursor. Poll with updated_since set to the time of your previous poll (see the README polling recipe).
+         *
+         *     Required scope: `customers:read`.
+         */
+        get: operations["listCustomers"];
+        put?: never;
+        /**
+         * Create or upsert an individual
+         * @description Matches on externalId, then on full name + email (case-insensitive). 201 on create, 200 on update. Never starts KYC, sends anything or charges credits.
+         *
+         *     Required scope: `customers:write`.
+         */
+        post: operations["upsertCustomer"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/customers/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get an individual
+         * @description Required scope: `customers:read`.
+         */
+        get: operations["getCustomer"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Partially update an individual
+         * @description fullName and email are frozen once kyc_status is VERIFIED. type, external_id and statuses cannot change here.
+         *
+         *     Required scope: `customers:write`.
+         */
+        patch: operations["updateCustomer"];
+        trace?: never;
+    };
+    "/customers/{id}/designated-services": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Replace designated services
+         * @description Replaces the complete set, derives the designated flag and recomputes risk. Starts nothing and charges nothing.
+         *
+         *     Required scope: `customers:write`.
+         */
+        put: operations["replaceDesignatedServices"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/customers/{id}/aml": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * AML block of an individual
+         * @description Required scope: `aml:read`.
+         */
+        get: operations["getCustomerAml"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/entities": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List entities
+         * @description Same envelope, cursor and filters as GET /customers; status filters kyb_status; plus a type filter.
+         *
+         *     Required scope: `customers:read`.
+         */
+        get: operations["listEntities"];
+        put?: never;
+        /**
+         * Create or upsert an entity
+         * @description Matches on externalId, then ABN, then ACN, then legal name + type (case-insensitive). 201 on create, 200 on update. No KYB is triggered, nothing is charged or emailed.
+         *
+         *     Required scope: `customers:write`.
+         */
+        post: operations["upsertEntity"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/entities/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get an entity
+         * @description Required scope: `customers:read`.
+         */
+        get: operations["getEntity"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Partially update an entity
+         * @description Omitted fields are untouched; null clears abn, acn, address or registrationNumber; contact replaces the contact person. type and origin never change.
+         *
+         *     Required scope: `customers:write`.
+         */
+        patch: operations["updateEntity"];
+        trace?: never;
+    };
+    "/entities/{id}/aml": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * AML block of an entity
+         * @description Required scope: `aml:read`.
+         */
+        get: operations["getEntityAml"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/entities/{id}/ubos": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Beneficial owners of an entity
+         * @description Required scope: `customers:read`.
+         */
+        get: operations["listBeneficialOwners"];
+        put?: never;
+        /**
+         * Add beneficial owners
+         * @description Links each owner to an existing individual (exact name + email) or creates one. Nothing is emailed or charged. Returns the full owners list.
+         *
+         *     Required scope: `customers:write`.
+         */
+        post: operations["addBeneficialOwners"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/groups": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create a group
+         * @description Required scope: `groups:write`.
+         */
+        post: operations["postGroups"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/group-templates": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List group templates
+         * @description Required scope: `groups:read`.
+         */
+        get: operations["getGroupTemplates"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/entities/{id}/kyb": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start KYB for an entity
+         * @description automated and contact_led email the contact a secure link and charge credits (or bill the customer with payer=customer); manual arms the record for an officer, free and silent. The body is optional.
+         *
+         *     Required scope: `verification:write`.
+         */
+        post: operations["startKyb"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/customers/{id}/kyc": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start KYC for an individual
+         * @description Emails the person (or their representative) a secure link and charges 1 credit plus EDD add-ons, or bills the customer with payer=customer. The body is optional.
+         *
+         *     Required scope: `verification:write`.
+         */
+        post: operations["startKyc"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/entities/{id}/ubos/{uboId}/send-link": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a beneficial owner's verification link
+         * @description Starts the owner's KYC: emails them and charges like a KYC start.
+         *
+         *     Required scope: `verification:write`.
+         */
+        post: operations["sendBeneficialOwnerLink"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/designated-services": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The designated-service catalog
+         * @description The read-only catalog of stable codes used in designatedServices, preExistingServices and service_codes. Any valid key.
+         *
+         *     Any valid API key.
+         */
+        get: operations["listDesignatedServices"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
@@ -196,4 +521,3662 @@ export interface components {
     pathItems: never;
 }
 export type $defs = Record<string, never>;
-export type operations = Record<string, never>;
+export interface operations {
+    listCustomers: {
+        parameters: {
+            query?: {
+                /** @description Page size 1 to 100 (clamped), default 50. */
+                limit?: string;
+                /** @description Opaque next_cursor of the previous page. */
+                cursor?: string;
+                aml_status?: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                /** @description Only records updated after this instant. */
+                updated_since?: string;
+                external_id?: string;
+                include?: string;
+                /** @description Filter by kyc_status. */
+                status?: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @enum {string} */
+                        object: "list";
+                        data: {
+                            /** Format: uuid */
+                            id: string;
+                            external_id: string | null;
+                            /** @enum {string} */
+                            type: "INDIVIDUAL" | "SOLE_TRADER";
+                            full_name: string;
+                            email: string;
+                            /** @enum {string} */
+                            kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            kyc_started_at: string | null;
+                            kyc_completed_at: string | null;
+                            /** @description Populated only when kyc_status is VERIFIED. */
+                            identity: {
+                                verified_legal_name: string;
+                                /** @description ISO 3166-1 alpha-3. */
+                                verified_country: string;
+                            } | null;
+                            /** @description AML screening status and flags. */
+                            aml: {
+                                /** @enum {string} */
+                                status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                                screened_at: string | null;
+                                last_reviewed_at: string | null;
+                                flags: {
+                                    pep: boolean;
+                                    sanctions: boolean;
+                                    adverse_media: boolean;
+                                    terrorism: boolean;
+                                };
+                            };
+                            /** @enum {string} */
+                            added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
+                            /** @description Present in the designated-services replace response. */
+                            designated_services?: string[];
+                            /**
+                             * @description ISO 8601 date-time (UTC).
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            created_at: string;
+                            /**
+                             * @description ISO 8601 date-time (UTC).
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            updated_at: string;
+                        }[];
+                        has_more: boolean;
+                        next_cursor: string | null;
+                        limit: number;
+                        total_count?: number;
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    upsertCustomer: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Caller's CRM id; recommended for idempotent upsert.
+                     * @example crm-10442
+                     */
+                    externalId?: string;
+                    /**
+                     * @description Defaults to INDIVIDUAL on create.
+                     * @enum {string}
+                     */
+                    type?: "INDIVIDUAL" | "SOLE_TRADER";
+                    /**
+                     * @description Required on create.
+                     * @example Jane Citizen
+                     */
+                    fullName?: string;
+                    /**
+                     * Format: email
+                     * @description Required on create.
+                     * @example jane@example.com
+                     */
+                    email?: string;
+                    phone?: string;
+                    firstName?: string;
+                    middleName?: string;
+                    lastName?: string;
+                    /**
+                     * Format: date
+                     * @description Not in the future; requires risk.isNewCustomer false.
+                     */
+                    clientSinceDate?: string;
+                    /** @description Pre-commencement assessment for an existing client; due diligence is triggered only when significantChange is true and resultingRisk is MEDIUM or HIGH. */
+                    preCommencementAssessment?: {
+                        /** @description Whether the relationship changed significantly. */
+                        significantChange: boolean;
+                        /**
+                         * @description Risk resulting from the change.
+                         * @enum {string}
+                         */
+                        resultingRisk: "LOW" | "MEDIUM" | "HIGH";
+                        /** Format: date */
+                        assessedAt?: string;
+                    };
+                    /**
+                     * @description History only; requires risk.isNewCustomer false; not with a non-empty designatedServices.
+                     * @example [
+                     *       "PRO-REAL-ESTATE"
+                     *     ]
+                     */
+                    preExistingServices?: string[];
+                    /** Format: date */
+                    preExistingServiceSince?: string;
+                    /** @description An attorney acting under a power of attorney; verification links go to them. */
+                    representative?: {
+                        fullName: string;
+                        /** Format: email */
+                        email: string;
+                    };
+                    /** @description SOLE_TRADER only. */
+                    businessName?: string;
+                    /** @description SOLE_TRADER only; 11 digits, spaces tolerated. */
+                    abn?: string;
+                    /** @description Risk pre-answers that seed the risk assessment; all optional. */
+                    risk?: {
+                        isNewCustomer?: boolean;
+                        isDesignatedService?: boolean;
+                        handlesCashOrCrypto?: boolean;
+                        metFaceToFace?: boolean;
+                        operatesCashBusiness?: boolean;
+                        unusualTransactions?: boolean;
+                        unexplainedWealth?: boolean;
+                        falseIdentityIndicators?: boolean;
+                        complexStructure?: boolean;
+                    };
+                    /**
+                     * @description Designated-service catalog codes; duplicates are merged.
+                     * @example [
+                     *       "PRO-REAL-ESTATE"
+                     *     ]
+                     */
+                    designatedServices?: string[];
+                };
+            };
+        };
+        responses: {
+            /** @description An individual customer (INDIVIDUAL or SOLE_TRADER). */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        external_id: string | null;
+                        /** @enum {string} */
+                        type: "INDIVIDUAL" | "SOLE_TRADER";
+                        full_name: string;
+                        email: string;
+                        /** @enum {string} */
+                        kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        kyc_started_at: string | null;
+                        kyc_completed_at: string | null;
+                        /** @description Populated only when kyc_status is VERIFIED. */
+                        identity: {
+                            verified_legal_name: string;
+                            /** @description ISO 3166-1 alpha-3. */
+                            verified_country: string;
+                        } | null;
+                        /** @description AML screening status and flags. */
+                        aml: {
+                            /** @enum {string} */
+                            status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            screened_at: string | null;
+                            last_reviewed_at: string | null;
+                            flags: {
+                                pep: boolean;
+                                sanctions: boolean;
+                                adverse_media: boolean;
+                                terrorism: boolean;
+                            };
+                        };
+                        /** @enum {string} */
+                        added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
+                        /** @description Present in the designated-services replace response. */
+                        designated_services?: string[];
+                        /**
+                         * @description ISO 8601 date-time (UTC).
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                        /**
+                         * @description ISO 8601 date-time (UTC).
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        updated_at: string;
+                    };
+                };
+            };
+            /** @description An individual customer (INDIVIDUAL or SOLE_TRADER). */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        external_id: string | null;
+                        /** @enum {string} */
+                        type: "INDIVIDUAL" | "SOLE_TRADER";
+                        full_name: string;
+                        email: string;
+                        /** @enum {string} */
+                        kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        kyc_started_at: string | null;
+                        kyc_completed_at: string | null;
+                        /** @description Populated only when kyc_status is VERIFIED. */
+                        identity: {
+                            verified_legal_name: string;
+                            /** @description ISO 3166-1 alpha-3. */
+                            verified_country: string;
+                        } | null;
+                        /** @description AML screening status and flags. */
+                        aml: {
+                            /** @enum {string} */
+                            status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            screened_at: string | null;
+                            last_reviewed_at: string | null;
+                            flags: {
+                                pep: boolean;
+                                sanctions: boolean;
+                                adverse_media: boolean;
+                                terrorism: boolean;
+                            };
+                        };
+                        /** @enum {string} */
+                        added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
+                        /** @description Present in the designated-services replace response. */
+                        designated_services?: string[];
+                        /**
+                         * @description ISO 8601 date-time (UTC).
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                        /**
+                         * @description ISO 8601 date-time (UTC).
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        updated_at: string;
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Error envelope */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getCustomer: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description An individual customer (INDIVIDUAL or SOLE_TRADER). */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        external_id: string | null;
+                        /** @enum {string} */
+                        type: "INDIVIDUAL" | "SOLE_TRADER";
+                        full_name: string;
+                        email: string;
+                        /** @enum {string} */
+                        kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        kyc_started_at: string | null;
+                        kyc_completed_at: string | null;
+                        /** @description Populated only when kyc_status is VERIFIED. */
+                        identity: {
+                            verified_legal_name: string;
+                            /** @description ISO 3166-1 alpha-3. */
+                            verified_country: string;
+                        } | null;
+                        /** @description AML screening status and flags. */
+                        aml: {
+                            /** @enum {string} */
+                            status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            screened_at: string | null;
+                            last_reviewed_at: string | null;
+                            flags: {
+                                pep: boolean;
+                                sanctions: boolean;
+                                adverse_media: boolean;
+                                terrorism: boolean;
+                            };
+                        };
+                        /** @enum {string} */
+                        added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
+                        /** @description Present in the designated-services replace response. */
+                        designated_services?: string[];
+                        /**
+                         * @description ISO 8601 date-time (UTC).
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                        /**
+                         * @description ISO 8601 date-time (UTC).
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        updated_at: string;
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    updateCustomer: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    fullName?: string;
+                    /** Format: email */
+                    email?: string;
+                    /** @description null clears it. */
+                    phone?: string | null;
+                    /** @description Risk pre-answers that seed the risk assessment; all optional. */
+                    risk?: {
+                        isNewCustomer?: boolean;
+                        isDesignatedService?: boolean;
+                        handlesCashOrCrypto?: boolean;
+                        metFaceToFace?: boolean;
+                        operatesCashBusiness?: boolean;
+                        unusualTransactions?: boolean;
+                        unexplainedWealth?: boolean;
+                        falseIdentityIndicators?: boolean;
+                        complexStructure?: boolean;
+                    };
+                };
+            };
+        };
+        responses: {
+            /** @description An individual customer (INDIVIDUAL or SOLE_TRADER). */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        external_id: string | null;
+                        /** @enum {string} */
+                        type: "INDIVIDUAL" | "SOLE_TRADER";
+                        full_name: string;
+                        email: string;
+                        /** @enum {string} */
+                        kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        kyc_started_at: string | null;
+                        kyc_completed_at: string | null;
+                        /** @description Populated only when kyc_status is VERIFIED. */
+                        identity: {
+                            verified_legal_name: string;
+                            /** @description ISO 3166-1 alpha-3. */
+                            verified_country: string;
+                        } | null;
+                        /** @description AML screening status and flags. */
+                        aml: {
+                            /** @enum {string} */
+                            status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            screened_at: string | null;
+                            last_reviewed_at: string | null;
+                            flags: {
+                                pep: boolean;
+                                sanctions: boolean;
+                                adverse_media: boolean;
+                                terrorism: boolean;
+                            };
+                        };
+                        /** @enum {string} */
+                        added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
+                        /** @description Present in the designated-services replace response. */
+                        designated_services?: string[];
+                        /**
+                         * @description ISO 8601 date-time (UTC).
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                        /**
+                         * @description ISO 8601 date-time (UTC).
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        updated_at: string;
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Error envelope */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    replaceDesignatedServices: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description The complete new set; an empty array removes every assignment.
+                     * @example [
+                     *       "PRO-REAL-ESTATE"
+                     *     ]
+                     */
+                    service_codes: string[];
+                };
+            };
+        };
+        responses: {
+            /** @description An individual customer (INDIVIDUAL or SOLE_TRADER). */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        external_id: string | null;
+                        /** @enum {string} */
+                        type: "INDIVIDUAL" | "SOLE_TRADER";
+                        full_name: string;
+                        email: string;
+                        /** @enum {string} */
+                        kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        kyc_started_at: string | null;
+                        kyc_completed_at: string | null;
+                        /** @description Populated only when kyc_status is VERIFIED. */
+                        identity: {
+                            verified_legal_name: string;
+                            /** @description ISO 3166-1 alpha-3. */
+                            verified_country: string;
+                        } | null;
+                        /** @description AML screening status and flags. */
+                        aml: {
+                            /** @enum {string} */
+                            status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            screened_at: string | null;
+                            last_reviewed_at: string | null;
+                            flags: {
+                                pep: boolean;
+                                sanctions: boolean;
+                                adverse_media: boolean;
+                                terrorism: boolean;
+                            };
+                        };
+                        /** @enum {string} */
+                        added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
+                        /** @description Present in the designated-services replace response. */
+                        designated_services?: string[];
+                        /**
+                         * @description ISO 8601 date-time (UTC).
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                        /**
+                         * @description ISO 8601 date-time (UTC).
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        updated_at: string;
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Error envelope */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getCustomerAml: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description AML screening status and flags. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @enum {string} */
+                        status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                        screened_at: string | null;
+                        last_reviewed_at: string | null;
+                        flags: {
+                            pep: boolean;
+                            sanctions: boolean;
+                            adverse_media: boolean;
+                            terrorism: boolean;
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listEntities: {
+        parameters: {
+            query?: {
+                /** @description Page size 1 to 100 (clamped), default 50. */
+                limit?: string;
+                /** @description Opaque next_cursor of the previous page. */
+                cursor?: string;
+                aml_status?: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                /** @description Only records updated after this instant. */
+                updated_since?: string;
+                external_id?: string;
+                include?: string;
+                /** @description Filter by kyb_status. */
+                status?: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                type?: "COMPANY" | "TRUST" | "PARTNERSHIP" | "SMSF" | "OTHER";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @enum {string} */
+                        object: "list";
+                        data: {
+                            /** Format: uuid */
+                            id: string;
+                            external_id: string | null;
+                            /** @enum {string} */
+                            type: "COMPANY" | "TRUST" | "PARTNERSHIP" | "SMSF" | "OTHER";
+                            name: string;
+                            /** @enum {string} */
+                            origin: "AUSTRALIAN" | "INTERNATIONAL";
+                            abn: string | null;
+                            acn: string | null;
+                            country_of_formation: string | null;
+                            registration_number: string | null;
+                            /** @enum {string} */
+                            kyb_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            kyb_started_at: string | null;
+                            kyb_completed_at: string | null;
+                            contact: {
+                                /** Format: uuid */
+                                id: string;
+                                external_id: string | null;
+                                full_name: string;
+                                email: string | null;
+                                /** @enum {string} */
+                                kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                                kyc_required: boolean;
+                            } | null;
+                            /** @description AML screening status and flags. */
+                            aml: {
+                                /** @enum {string} */
+                                status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                                screened_at: string | null;
+                                last_reviewed_at: string | null;
+                                flags: {
+                                    pep: boolean;
+                                    sanctions: boolean;
+                                    adverse_media: boolean;
+                                    terrorism: boolean;
+                                };
+                            };
+                            /** @enum {string} */
+                            added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
+                            /** @description ISO 8601 date-time (UTC). */
+                            created_at: string;
+                            /** @description ISO 8601 date-time (UTC). */
+                            updated_at: string;
+                        }[];
+                        has_more: boolean;
+                        next_cursor: string | null;
+                        limit: number;
+                        total_count?: number;
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    upsertEntity: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Required on create; immutable.
+                     * @enum {string}
+                     */
+                    type?: "COMPANY" | "TRUST" | "PARTNERSHIP" | "SMSF" | "OTHER";
+                    /**
+                     * @description Legal name; required on create.
+                     * @example Acme Holdings Pty Ltd
+                     */
+                    name?: string;
+                    /** @example crm-acct-778 */
+                    externalId?: string;
+                    /**
+                     * @description Default AUSTRALIAN; immutable.
+                     * @enum {string}
+                     */
+                    origin?: "AUSTRALIAN" | "INTERNATIONAL";
+                    /**
+                     * @description AUSTRALIAN only.
+                     * @example 51 824 753 556
+                     */
+                    abn?: string;
+                    /**
+                     * @description AUSTRALIAN only.
+                     * @example 004 085 616
+                     */
+                    acn?: string;
+                    address?: string;
+                    /**
+                     * @description Required for INTERNATIONAL; rejected for AUSTRALIAN.
+                     * @example NZL
+                     */
+                    countryOfFormation?: string;
+                    /** @description INTERNATIONAL only. */
+                    registrationNumber?: string;
+                    /** @description Either customerId, or fullName plus email (an exact match is reused, else a contact individual is created). */
+                    contact?: {
+                        /** @description An existing individual's UUID or external_id. */
+                        customerId?: string;
+                        fullName?: string;
+                        /** Format: email */
+                        email?: string;
+                        /** @description Whether the contact’s own KYC is intended alongside KYB; default true. Records intent only. */
+                        kycRequired?: boolean;
+                    };
+                    /** Format: date */
+                    clientSinceDate?: string;
+                    /** @description Pre-commencement assessment for an existing client; due diligence is triggered only when significantChange is true and resultingRisk is MEDIUM or HIGH. */
+                    preCommencementAssessment?: {
+                        /** @description Whether the relationship changed significantly. */
+                        significantChange: boolean;
+                        /**
+                         * @description Risk resulting from the change.
+                         * @enum {string}
+                         */
+                        resultingRisk: "LOW" | "MEDIUM" | "HIGH";
+                        /** Format: date */
+                        assessedAt?: string;
+                    };
+                    /**
+                     * @description Designated-service catalog codes; duplicates are merged.
+                     * @example [
+                     *       "PRO-REAL-ESTATE"
+                     *     ]
+                     */
+                    preExistingServices?: string[];
+                    /** Format: date */
+                    preExistingServiceSince?: string;
+                    /** @description Risk pre-answers that seed the risk assessment; all optional. */
+                    risk?: {
+                        isNewCustomer?: boolean;
+                        isDesignatedService?: boolean;
+                        handlesCashOrCrypto?: boolean;
+                        metFaceToFace?: boolean;
+                        operatesCashBusiness?: boolean;
+                        unusualTransactions?: boolean;
+                        unexplainedWealth?: boolean;
+                        falseIdentityIndicators?: boolean;
+                        complexStructure?: boolean;
+                    };
+                    /**
+                     * @description Designated-service catalog codes; duplicates are merged.
+                     * @example [
+                     *       "PRO-REAL-ESTATE"
+                     *     ]
+                     */
+                    designatedServices?: string[];
+                };
+            };
+        };
+        responses: {
+            /** @description An entity customer (COMPANY, TRUST, PARTNERSHIP, SMSF or OTHER). */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        external_id: string | null;
+                        /** @enum {string} */
+                        type: "COMPANY" | "TRUST" | "PARTNERSHIP" | "SMSF" | "OTHER";
+                        name: string;
+                        /** @enum {string} */
+                        origin: "AUSTRALIAN" | "INTERNATIONAL";
+                        abn: string | null;
+                        acn: string | null;
+                        country_of_formation: string | null;
+                        registration_number: string | null;
+                        /** @enum {string} */
+                        kyb_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        kyb_started_at: string | null;
+                        kyb_completed_at: string | null;
+                        contact: {
+                            /** Format: uuid */
+                            id: string;
+                            external_id: string | null;
+                            full_name: string;
+                            email: string | null;
+                            /** @enum {string} */
+                            kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            kyc_required: boolean;
+                        } | null;
+                        /** @description AML screening status and flags. */
+                        aml: {
+                            /** @enum {string} */
+                            status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            screened_at: string | null;
+                            last_reviewed_at: string | null;
+                            flags: {
+                                pep: boolean;
+                                sanctions: boolean;
+                                adverse_media: boolean;
+                                terrorism: boolean;
+                            };
+                        };
+                        /** @enum {string} */
+                        added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
+                        /** @description ISO 8601 date-time (UTC). */
+                        created_at: string;
+                        /** @description ISO 8601 date-time (UTC). */
+                        updated_at: string;
+                    };
+                };
+            };
+            /** @description An entity customer (COMPANY, TRUST, PARTNERSHIP, SMSF or OTHER). */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        external_id: string | null;
+                        /** @enum {string} */
+                        type: "COMPANY" | "TRUST" | "PARTNERSHIP" | "SMSF" | "OTHER";
+                        name: string;
+                        /** @enum {string} */
+                        origin: "AUSTRALIAN" | "INTERNATIONAL";
+                        abn: string | null;
+                        acn: string | null;
+                        country_of_formation: string | null;
+                        registration_number: string | null;
+                        /** @enum {string} */
+                        kyb_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        kyb_started_at: string | null;
+                        kyb_completed_at: string | null;
+                        contact: {
+                            /** Format: uuid */
+                            id: string;
+                            external_id: string | null;
+                            full_name: string;
+                            email: string | null;
+                            /** @enum {string} */
+                            kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            kyc_required: boolean;
+                        } | null;
+                        /** @description AML screening status and flags. */
+                        aml: {
+                            /** @enum {string} */
+                            status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            screened_at: string | null;
+                            last_reviewed_at: string | null;
+                            flags: {
+                                pep: boolean;
+                                sanctions: boolean;
+                                adverse_media: boolean;
+                                terrorism: boolean;
+                            };
+                        };
+                        /** @enum {string} */
+                        added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
+                        /** @description ISO 8601 date-time (UTC). */
+                        created_at: string;
+                        /** @description ISO 8601 date-time (UTC). */
+                        updated_at: string;
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Error envelope */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getEntity: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description An entity customer (COMPANY, TRUST, PARTNERSHIP, SMSF or OTHER). */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        external_id: string | null;
+                        /** @enum {string} */
+                        type: "COMPANY" | "TRUST" | "PARTNERSHIP" | "SMSF" | "OTHER";
+                        name: string;
+                        /** @enum {string} */
+                        origin: "AUSTRALIAN" | "INTERNATIONAL";
+                        abn: string | null;
+                        acn: string | null;
+                        country_of_formation: string | null;
+                        registration_number: string | null;
+                        /** @enum {string} */
+                        kyb_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        kyb_started_at: string | null;
+                        kyb_completed_at: string | null;
+                        contact: {
+                            /** Format: uuid */
+                            id: string;
+                            external_id: string | null;
+                            full_name: string;
+                            email: string | null;
+                            /** @enum {string} */
+                            kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            kyc_required: boolean;
+                        } | null;
+                        /** @description AML screening status and flags. */
+                        aml: {
+                            /** @enum {string} */
+                            status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            screened_at: string | null;
+                            last_reviewed_at: string | null;
+                            flags: {
+                                pep: boolean;
+                                sanctions: boolean;
+                                adverse_media: boolean;
+                                terrorism: boolean;
+                            };
+                        };
+                        /** @enum {string} */
+                        added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
+                        /** @description ISO 8601 date-time (UTC). */
+                        created_at: string;
+                        /** @description ISO 8601 date-time (UTC). */
+                        updated_at: string;
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    updateEntity: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    name?: string;
+                    /** @description null clears it. */
+                    abn?: string | null;
+                    /** @description null clears it. */
+                    acn?: string | null;
+                    /** @description null clears it. */
+                    address?: string | null;
+                    /** @description null clears it. */
+                    registrationNumber?: string | null;
+                    /** @description Replaces the contact person. */
+                    contact?: {
+                        /** @description An existing individual's UUID or external_id. */
+                        customerId?: string;
+                        fullName?: string;
+                        /** Format: email */
+                        email?: string;
+                        /** @description Whether the contact’s own KYC is intended alongside KYB; default true. Records intent only. */
+                        kycRequired?: boolean;
+                    };
+                    /** @description Risk pre-answers that seed the risk assessment; all optional. */
+                    risk?: {
+                        isNewCustomer?: boolean;
+                        isDesignatedService?: boolean;
+                        handlesCashOrCrypto?: boolean;
+                        metFaceToFace?: boolean;
+                        operatesCashBusiness?: boolean;
+                        unusualTransactions?: boolean;
+                        unexplainedWealth?: boolean;
+                        falseIdentityIndicators?: boolean;
+                        complexStructure?: boolean;
+                    };
+                };
+            };
+        };
+        responses: {
+            /** @description An entity customer (COMPANY, TRUST, PARTNERSHIP, SMSF or OTHER). */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        external_id: string | null;
+                        /** @enum {string} */
+                        type: "COMPANY" | "TRUST" | "PARTNERSHIP" | "SMSF" | "OTHER";
+                        name: string;
+                        /** @enum {string} */
+                        origin: "AUSTRALIAN" | "INTERNATIONAL";
+                        abn: string | null;
+                        acn: string | null;
+                        country_of_formation: string | null;
+                        registration_number: string | null;
+                        /** @enum {string} */
+                        kyb_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        kyb_started_at: string | null;
+                        kyb_completed_at: string | null;
+                        contact: {
+                            /** Format: uuid */
+                            id: string;
+                            external_id: string | null;
+                            full_name: string;
+                            email: string | null;
+                            /** @enum {string} */
+                            kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            kyc_required: boolean;
+                        } | null;
+                        /** @description AML screening status and flags. */
+                        aml: {
+                            /** @enum {string} */
+                            status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            screened_at: string | null;
+                            last_reviewed_at: string | null;
+                            flags: {
+                                pep: boolean;
+                                sanctions: boolean;
+                                adverse_media: boolean;
+                                terrorism: boolean;
+                            };
+                        };
+                        /** @enum {string} */
+                        added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
+                        /** @description ISO 8601 date-time (UTC). */
+                        created_at: string;
+                        /** @description ISO 8601 date-time (UTC). */
+                        updated_at: string;
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Error envelope */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getEntityAml: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description AML screening status and flags. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @enum {string} */
+                        status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                        screened_at: string | null;
+                        last_reviewed_at: string | null;
+                        flags: {
+                            pep: boolean;
+                            sanctions: boolean;
+                            adverse_media: boolean;
+                            terrorism: boolean;
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listBeneficialOwners: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        ubos: {
+                            /** Format: uuid */
+                            id: string;
+                            name: string;
+                            holder_type: string;
+                            role_type: string;
+                            role_types: string[];
+                            percentage_held: number;
+                            kyc_required: boolean;
+                            /** @enum {string} */
+                            kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            kyc_email: string;
+                            linked_customer: {
+                                /** Format: uuid */
+                                id: string;
+                                external_id: string | null;
+                            };
+                            added_via: string;
+                            /** @description ISO 8601 date-time (UTC). */
+                            created_at: string;
+                            /** @description ISO 8601 date-time (UTC). */
+                            updated_at: string;
+                        }[];
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    addBeneficialOwners: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    owners: {
+                        fullName: string;
+                        /** Format: email */
+                        email: string;
+                        /**
+                         * @default INDIVIDUAL
+                         * @enum {string}
+                         */
+                        holderType?: "INDIVIDUAL" | "JOINT" | "NOMINEE";
+                        roleTypes: ("SHAREHOLDER" | "DIRECTOR" | "TRUSTEE" | "BENEFICIARY" | "SETTLOR" | "APPOINTOR" | "PARTNER" | "MEMBER" | "CONTROLLER")[];
+                        /** @default 0 */
+                        percentageHeld?: number;
+                        /** @default true */
+                        kycRequired?: boolean;
+                    }[];
+                };
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        ubos: {
+                            /** Format: uuid */
+                            id: string;
+                            name: string;
+                            holder_type: string;
+                            role_type: string;
+                            role_types: string[];
+                            percentage_held: number;
+                            kyc_required: boolean;
+                            /** @enum {string} */
+                            kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            kyc_email: string;
+                            linked_customer: {
+                                /** Format: uuid */
+                                id: string;
+                                external_id: string | null;
+                            };
+                            added_via: string;
+                            /** @description ISO 8601 date-time (UTC). */
+                            created_at: string;
+                            /** @description ISO 8601 date-time (UTC). */
+                            updated_at: string;
+                        }[];
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Error envelope */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    postGroups: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    name: string;
+                    reference?: string;
+                    /** Format: uuid */
+                    templateId?: string;
+                    parties?: {
+                        roleLabel: string;
+                        /**
+                         * @default EITHER
+                         * @enum {string}
+                         */
+                        partyType?: "INDIVIDUAL" | "ENTITY" | "EITHER";
+                        /** @default true */
+                        required?: boolean;
+                        /** Format: uuid */
+                        customerId?: string;
+                        customerExternalId?: string;
+                    }[];
+                };
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        name: string;
+                        reference: string | null;
+                        /** @enum {string} */
+                        status: "ACTIVE" | "ON_HOLD" | "COMPLETE" | "ARCHIVED";
+                        template_id: string | null;
+                        industry: string | null;
+                        parties: {
+                            /** Format: uuid */
+                            id: string;
+                            role_label: string;
+                            /** @enum {string} */
+                            party_type: "INDIVIDUAL" | "ENTITY" | "EITHER";
+                            required: boolean;
+                            customer_id: string | null;
+                        }[];
+                        /** Format: uri */
+                        url: string;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                    };
+                };
+            };
+            /** @description Created */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        name: string;
+                        reference: string | null;
+                        /** @enum {string} */
+                        status: "ACTIVE" | "ON_HOLD" | "COMPLETE" | "ARCHIVED";
+                        template_id: string | null;
+                        industry: string | null;
+                        parties: {
+                            /** Format: uuid */
+                            id: string;
+                            role_label: string;
+                            /** @enum {string} */
+                            party_type: "INDIVIDUAL" | "ENTITY" | "EITHER";
+                            required: boolean;
+                            customer_id: string | null;
+                        }[];
+                        /** Format: uri */
+                        url: string;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getGroupTemplates: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @enum {string} */
+                        object: "list";
+                        data: {
+                            /** Format: uuid */
+                            id: string;
+                            code: string;
+                            name: string;
+                            description: string;
+                            industry: string;
+                            /** @enum {string} */
+                            source: "PRE_BUILT" | "CUSTOM";
+                            is_verified: boolean;
+                            roles: {
+                                role_label: string;
+                                /** @enum {string} */
+                                party_type: "INDIVIDUAL" | "ENTITY" | "EITHER";
+                                required: boolean;
+                                /** @enum {string} */
+                                check_trigger: "ON_ADD" | "BEFORE_SETTLEMENT" | "MANUAL";
+                            }[];
+                        }[];
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    startKyb: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description automated (default for COMPANY/OTHER), contact_led, or manual (the only lane, and the default, for TRUST, PARTNERSHIP, SMSF).
+                     * @enum {string}
+                     */
+                    method?: "automated" | "contact_led" | "manual";
+                    /**
+                     * @description Omit to follow the record's billing default, else the organisation's.
+                     * @enum {string}
+                     */
+                    payer?: "organization" | "customer";
+                    /** @description Note included in the verification email. */
+                    customMessage?: string;
+                    /** @description Enhanced due-diligence add-ons (emailing lanes only); 1 credit each. */
+                    eddCheckTypes?: ("SOURCE_OF_FUNDS" | "SOURCE_OF_WEALTH" | "BIOMETRIC_VERIFICATION")[];
+                } | null;
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        external_id: string | null;
+                        /** @enum {string} */
+                        type: "COMPANY" | "TRUST" | "PARTNERSHIP" | "SMSF" | "OTHER";
+                        name: string;
+                        /** @enum {string} */
+                        origin: "AUSTRALIAN" | "INTERNATIONAL";
+                        abn: string | null;
+                        acn: string | null;
+                        country_of_formation: string | null;
+                        registration_number: string | null;
+                        /** @enum {string} */
+                        kyb_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        kyb_started_at: string | null;
+                        kyb_completed_at: string | null;
+                        contact: {
+                            /** Format: uuid */
+                            id: string;
+                            external_id: string | null;
+                            full_name: string;
+                            email: string | null;
+                            /** @enum {string} */
+                            kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            kyc_required: boolean;
+                        } | null;
+                        /** @description AML screening status and flags. */
+                        aml: {
+                            /** @enum {string} */
+                            status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            screened_at: string | null;
+                            last_reviewed_at: string | null;
+                            flags: {
+                                pep: boolean;
+                                sanctions: boolean;
+                                adverse_media: boolean;
+                                terrorism: boolean;
+                            };
+                        };
+                        /** @enum {string} */
+                        added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
+                        /** @description ISO 8601 date-time (UTC). */
+                        created_at: string;
+                        /** @description ISO 8601 date-time (UTC). */
+                        updated_at: string;
+                        /**
+                         * Format: uri
+                         * @description Portal link emailed to the person (emailing lanes only).
+                         */
+                        verification_link?: string;
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            402: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Error envelope */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    startKyc: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Omit to follow the record's billing default, else the organisation's.
+                     * @enum {string}
+                     */
+                    payer?: "organization" | "customer";
+                    /** @description Note included in the verification email. */
+                    customMessage?: string;
+                    /** @description Enhanced due-diligence add-ons (emailing lanes only); 1 credit each. */
+                    eddCheckTypes?: ("SOURCE_OF_FUNDS" | "SOURCE_OF_WEALTH" | "BIOMETRIC_VERIFICATION")[];
+                } | null;
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        external_id: string | null;
+                        /** @enum {string} */
+                        type: "INDIVIDUAL" | "SOLE_TRADER";
+                        full_name: string;
+                        email: string;
+                        /** @enum {string} */
+                        kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        kyc_started_at: string | null;
+                        kyc_completed_at: string | null;
+                        /** @description Populated only when kyc_status is VERIFIED. */
+                        identity: {
+                            verified_legal_name: string;
+                            /** @description ISO 3166-1 alpha-3. */
+                            verified_country: string;
+                        } | null;
+                        /** @description AML screening status and flags. */
+                        aml: {
+                            /** @enum {string} */
+                            status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            screened_at: string | null;
+                            last_reviewed_at: string | null;
+                            flags: {
+                                pep: boolean;
+                                sanctions: boolean;
+                                adverse_media: boolean;
+                                terrorism: boolean;
+                            };
+                        };
+                        /** @enum {string} */
+                        added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
+                        /** @description Present in the designated-services replace response. */
+                        designated_services?: string[];
+                        /**
+                         * @description ISO 8601 date-time (UTC).
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                        /**
+                         * @description ISO 8601 date-time (UTC).
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        updated_at: string;
+                        /**
+                         * Format: uri
+                         * @description Portal link emailed to the person (emailing lanes only).
+                         */
+                        verification_link?: string;
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            402: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Error envelope */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    sendBeneficialOwnerLink: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                id: string;
+                uboId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Omit to follow the record's billing default, else the organisation's.
+                     * @enum {string}
+                     */
+                    payer?: "organization" | "customer";
+                    /** @description Note included in the verification email. */
+                    customMessage?: string;
+                    /** @description Enhanced due-diligence add-ons (emailing lanes only); 1 credit each. */
+                    eddCheckTypes?: ("SOURCE_OF_FUNDS" | "SOURCE_OF_WEALTH" | "BIOMETRIC_VERIFICATION")[];
+                } | null;
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        name: string;
+                        holder_type: string;
+                        role_type: string;
+                        role_types: string[];
+                        percentage_held: number;
+                        kyc_required: boolean;
+                        /** @enum {string} */
+                        kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        kyc_email: string;
+                        linked_customer: {
+                            /** Format: uuid */
+                            id: string;
+                            external_id: string | null;
+                        };
+                        added_via: string;
+                        /** @description ISO 8601 date-time (UTC). */
+                        created_at: string;
+                        /** @description ISO 8601 date-time (UTC). */
+                        updated_at: string;
+                        /**
+                         * Format: uri
+                         * @description Portal link emailed to the person (emailing lanes only).
+                         */
+                        verification_link?: string;
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            402: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Error envelope */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listDesignatedServices: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @enum {string} */
+                        object: "list";
+                        data: {
+                            code: string;
+                            group: string;
+                            name: string;
+                            description: string;
+                        }[];
+                    };
+                };
+            };
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            403: components["responses"]["Forbidden"];
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+}

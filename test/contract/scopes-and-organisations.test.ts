@@ -24,12 +24,16 @@ const VALID_BODIES: Record<string, unknown> = {
   'POST /v1/entities': { type: 'COMPANY', name: 'Scope Probe Pty Ltd' },
   'PATCH /v1/entities/:id': { address: '1 Probe Street, Sydney NSW 2000' },
   'POST /v1/entities/:id/ubos': {
-    fullName: 'Owner Probe',
-    email: 'owner.probe@example.com',
-    holderType: 'INDIVIDUAL',
-    roleTypes: ['SHAREHOLDER'],
-    percentageHeld: 30,
-    kycRequired: true,
+    owners: [
+      {
+        fullName: 'Owner Probe',
+        email: 'owner.probe@example.com',
+        holderType: 'INDIVIDUAL',
+        roleTypes: ['SHAREHOLDER'],
+        percentageHeld: 30,
+        kycRequired: true,
+      },
+    ],
   },
   'POST /v1/entities/:id/ubos/:uboId/send-link': {},
   'POST /v1/entities/:id/kyb': { method: 'manual' },

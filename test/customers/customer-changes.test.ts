@@ -268,7 +268,7 @@ describe('customer.updated outbox events', () => {
     const service = createCustomersService({ database: ctx.database });
     await ctx.database.transaction(async (tx) => {
       await service.patch({ orgId: org.id, actor: { type: 'system', id: null } }, dto.id, { phone: 'slow' });
-      await tx.execute(sql`SELECT pg_sleep(0.3)`);
+      await tx.execute(sql`SELECT pg_sleep(0.8)`);
     });
     const events = await outboxEvents(dto.id);
     expect(events).toHaveLength(1);

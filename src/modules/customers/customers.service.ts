@@ -153,14 +153,24 @@ export function checkDueDiligenceInputs(
   }
 }
 
+/**
+ * A service list is a set: the sent codes, deduplicated, or the stored list itself when it holds the
+ * same codes in another order (so a reordered re-send is no change: no event, no new updated_at).
+ */
+function asStoredSet(sent: string[] | undefined, stored: string[]): string[] {
+  if (sent === undefined) return stored;
+  const codes = normalizeServiceCodes(sent);
+  return codes.length === stored.length && stored.every((code) => codes.includes(code)) ? stored : codes;
+}
+
 /** The services/flag/status/risk columns after a request that may touch them. */
 export function servicesUpdate(
   existing: CustomerRow | undefined,
   body: { designatedServices?: string[]; preExistingServices?: string[]; risk?: RiskAnswers; preCommencementAssessment?: PreCommencementAssessment },
   answers: RiskAnswers,
 ): Pick<NewCustomerRow, 'designatedServices' | 'preExistingServices' | 'isDesignatedService' | 'kycStatus' | 'riskRating' | 'clientClassification'> {
-  const services = body.designatedServices ? normalizeServiceCodes(body.designatedServices) : (existing?.designatedServices ?? []);
-  const preExisting = body.preExistingServices ? normalizeServiceCodes(body.preExistingServices) : (existing?.preExistingServices ?? []);
+  const services = asStoredSet(body.designatedServices, existing?.designatedServices ?? []);
+  const preExisting = asStoredSet(body.preExistingServices, existing?.preExistingServices ?? []);
   const flag =
     body.designatedServices !== undefined
       ? services.length > 0

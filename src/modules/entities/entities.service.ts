@@ -24,13 +24,6 @@ const UPSERT_ATTEMPTS = 5;
 const FROZEN_MESSAGE = 'Frozen after KYB verification.';
 const UNIQUE_CONFLICT_MESSAGE = 'Another entity already has this ABN, ACN or legal name and type.';
 
-/** Service lists are sets: the same codes in another order are no change (no event, no new updated_at). */
-function keepStoredOrder(sent: string[] | undefined, stored: string[]): string[] | undefined {
-  if (sent === undefined) return undefined;
-  const codes = new Set(sent);
-  return codes.size === stored.length && stored.every((code) => codes.has(code)) ? stored : sent;
-}
-
 function isUniqueViolation(error: unknown): boolean {
   const { code, cause } = error as { code?: string; cause?: { code?: string } };
   return code === '23505' || cause?.code === '23505';
@@ -183,18 +176,7 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
       preExistingServiceSince: body.preExistingServiceSince,
       // The assessment only decides the status of a new record.
       preCommencementAssessment: existing ? undefined : body.preCommencementAssessment,
-      ...servicesUpdate(
-        existing,
-        existing
-          ? {
-              ...body,
-              designatedServices: keepStoredOrder(body.designatedServices, existing.designatedServices),
-              preExistingServices: keepStoredOrder(body.preExistingServices, existing.preExistingServices),
-              preCommencementAssessment: undefined,
-            }
-          : body,
-        answers,
-      ),
+      ...servicesUpdate(existing, existing ? { ...body, preCommencementAssessment: undefined } : body, answers),
       ...(body.contact ? await resolveContact(ctx, body.contact, tx) : {}),
     };
     if (!existing) {
