@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { Config } from './config/config.js';
 import type { Database } from './db/client.js';
 import { createIdempotencyRepository } from './plugins/idempotency.repository.js';
+import { createDeliveryWorker } from './modules/webhooks/delivery.worker.js';
 
 export type BackgroundJobs = { stop(): Promise<void> };
 
@@ -47,6 +48,20 @@ export function startBackgroundJobs(deps: {
       (error) => logger.warn({ err: error }, 'idempotency cleanup failed'),
     ),
   ];
+  if (deps.webhookWorker) {
+    const worker = createDeliveryWorker({
+      database,
+      logger: logger.child({ component: 'webhook-worker' }),
+      allowPrivateUrls: deps.config.webhookAllowPrivateUrls,
+    });
+    const started = worker.start().catch((error: unknown) => logger.error({ err: error }, 'webhook worker failed to start'));
+    jobs.push({
+      async stop() {
+        await started;
+        await worker.stop();
+      },
+    });
+  }
   return {
     async stop() {
       await Promise.all(jobs.map((job) => job.stop()));

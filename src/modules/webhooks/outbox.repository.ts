@@ -17,7 +17,8 @@ export function createOutboxRepository(db: Executor) {
   return {
     /**
      * Writes the event in the caller's transaction together with one pending delivery per enabled
-     * endpoint of the organisation that subscribes to its type, and wakes the delivery workers at
+     * endpoint of the organisation that subscribes to its type (a `webhook.test` reaches every enabled
+     * endpoint, since it exists to check the endpoint itself), and wakes the delivery workers at
      * commit (NOTIFY is transactional). Returns the event id.
      */
     async record(event: OutboxEvent, tx: Executor = db): Promise<string> {
@@ -36,7 +37,8 @@ export function createOutboxRepository(db: Executor) {
           JOIN webhook_endpoints endpoint
             ON endpoint.org_id = event.org_id
            AND endpoint.enabled
-           AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types))
+           AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types)
+                OR event.type = 'webhook.test')
       `);
       await tx.execute(sql`SELECT pg_notify('webhook_deliveries', ${event.orgId})`);
       return id;
