@@ -44,7 +44,7 @@ type ClaimRow = {
 
 /** The delivery worker's queries; it works across organisations but every join keeps to one. */
 export function createDeliveryRepository(db: Executor) {
-  return {
+  const repository = {
     /**
      * Claims up to `limit` due deliveries in one short statement: `FOR UPDATE SKIP LOCKED` lets
      * several workers claim side by side without waiting on or double-taking a row, and the lease
@@ -88,55 +88,79 @@ export function createDeliveryRepository(db: Executor) {
     },
 
     /**
-     * Records the attempt and settles the delivery in one transaction (`tx` must be one). The update
-     * is fenced on this worker's claim, so a worker whose lease expired cannot overwrite the outcome
-     * of the worker that retook the delivery; its attempt is still kept in the history.
+     * Records the attempts and settles the deliveries of one worker in one statement (atomic without
+     * an explicit transaction, one round trip and one commit for the whole batch). Each update is
+     * fenced on this worker's claim, so a worker whose lease expired cannot overwrite the outcome of
+     * the worker that retook the delivery; its attempt is still kept in the history. Returns the ids
+     * whose settlement applied.
      */
-    async settle(claim: ClaimedDelivery, workerId: string, settlement: Settlement, tx: Executor = db): Promise<boolean> {
-      const attempt = settlement.attempt;
-      if (attempt) {
-        await tx.execute(sql`
+    async settleMany(items: Array<{ claim: ClaimedDelivery; settlement: Settlement }>, workerId: string, tx: Executor = db): Promise<Set<string>> {
+      if (items.length === 0) return new Set();
+      const rows = items.map(({ claim, settlement }) => {
+        const attempt = settlement.attempt;
+        const status = settlement.status === 'retry' || settlement.status === 'released' ? 'pending' : settlement.status;
+        const delayMs = settlement.status === 'retry' ? Math.round(settlement.delayMs) : 0;
+        const lastError = settlement.status === 'failed' && settlement.error ? settlement.error : (attempt?.error ?? null);
+        // An attempt that never reached the network does not count towards the schedule.
+        const uncounted = attempt ? 0 : 1;
+        return sql`(${claim.id}::uuid, ${claim.orgId}::uuid, ${claim.attempt}::int, ${status}::text, ${delayMs}::bigint,
+                    ${uncounted}::int, ${attempt !== null}::boolean, ${attempt?.statusCode ?? null}::int,
+                    ${attempt?.latencyMs ?? null}::int, ${attempt?.error ?? null}::text,
+                    ${attempt?.startedAt.toISOString() ?? null}::timestamptz, ${lastError}::text)`;
+      });
+      const result = await tx.execute<{ id: string }>(sql`
+        WITH input (id, org_id, attempt_number, status, delay_ms, uncounted, has_attempt, status_code, latency_ms, error, started_at, last_error) AS (
+          VALUES ${sql.join(rows, sql`, `)}
+        ),
+        recorded AS (
           INSERT INTO webhook_attempts (org_id, delivery_id, attempt_number, worker_id, status_code, latency_ms, error, started_at)
-          VALUES (${claim.orgId}, ${claim.id}, ${claim.attempt}, ${workerId}, ${attempt.statusCode}, ${attempt.latencyMs},
-                  ${attempt.error}, ${attempt.startedAt.toISOString()})
-        `);
-      }
-      const lastError = settlement.status === 'failed' && settlement.error ? settlement.error : (attempt?.error ?? null);
-      const status = settlement.status === 'retry' || settlement.status === 'released' ? 'pending' : settlement.status;
-      const delayMs = settlement.status === 'retry' ? settlement.delayMs : 0;
-      // An attempt that never reached the network does not count towards the schedule.
-      const uncounted = attempt ? 0 : 1;
-      const updated = await tx.execute(sql`
-        UPDATE webhook_deliveries
-           SET status = ${status},
-               attempts = attempts - ${uncounted},
-               next_attempt_at = CASE WHEN ${status} = 'pending'
-                                      THEN clock_timestamp() + ${delayMs} * interval '1 millisecond'
-                                      ELSE next_attempt_at END,
+          SELECT org_id, id, attempt_number, ${workerId}, status_code, latency_ms, error, started_at
+            FROM input
+           WHERE has_attempt
+        )
+        UPDATE webhook_deliveries delivery
+           SET status = input.status,
+               attempts = delivery.attempts - input.uncounted,
+               next_attempt_at = CASE WHEN input.status = 'pending'
+                                      THEN clock_timestamp() + input.delay_ms * interval '1 millisecond'
+                                      ELSE delivery.next_attempt_at END,
                locked_until = NULL,
                locked_by = NULL,
-               last_status_code = CASE WHEN ${attempt !== null} THEN ${attempt?.statusCode ?? null}::int ELSE last_status_code END,
-               last_error = ${lastError},
+               last_status_code = CASE WHEN input.has_attempt THEN input.status_code ELSE delivery.last_status_code END,
+               last_error = input.last_error,
                updated_at = clock_timestamp()
-         WHERE id = ${claim.id} AND org_id = ${claim.orgId}
-           AND status = 'pending' AND locked_by = ${workerId} AND attempts = ${claim.attempt}
+          FROM input
+         WHERE delivery.id = input.id AND delivery.org_id = input.org_id
+           AND delivery.status = 'pending' AND delivery.locked_by = ${workerId} AND delivery.attempts = input.attempt_number
+        RETURNING delivery.id
       `);
-      if (settlement.status === 'failed' && settlement.disableEndpointReason) {
-        const reason = settlement.disableEndpointReason;
-        await tx.execute(sql`
+      return new Set(result.rows.map((row) => row.id));
+    },
+
+    /**
+     * Settles one delivery; for a 410 it also disables the endpoint and fails the endpoint's other
+     * queued deliveries, all in one transaction.
+     */
+    async settle(claim: ClaimedDelivery, workerId: string, settlement: Settlement, tx: Executor = db): Promise<boolean> {
+      const disableReason = settlement.status === 'failed' ? settlement.disableEndpointReason : undefined;
+      if (!disableReason) return (await repository.settleMany([{ claim, settlement }], workerId, tx)).has(claim.id);
+      return tx.transaction(async (inner) => {
+        const applied = (await repository.settleMany([{ claim, settlement }], workerId, inner)).has(claim.id);
+        await inner.execute(sql`
           UPDATE webhook_endpoints
-             SET enabled = false, disabled_reason = ${reason}, updated_at = clock_timestamp()
+             SET enabled = false, disabled_reason = ${disableReason}, updated_at = clock_timestamp()
            WHERE id = ${claim.endpointId} AND org_id = ${claim.orgId} AND enabled
         `);
-        await tx.execute(sql`
+        await inner.execute(sql`
           UPDATE webhook_deliveries
-             SET status = 'failed', last_error = ${`endpoint disabled: ${reason}`}, updated_at = clock_timestamp()
+             SET status = 'failed', last_error = ${`endpoint disabled: ${disableReason}`}, updated_at = clock_timestamp()
            WHERE endpoint_id = ${claim.endpointId} AND org_id = ${claim.orgId} AND status = 'pending'
              AND (locked_until IS NULL OR locked_until < clock_timestamp())
         `);
-      }
-      return (updated.rowCount ?? 0) > 0;
+        return applied;
+      });
     },
   };
+  return repository;
 }
 export type DeliveryRepository = ReturnType<typeof createDeliveryRepository>;

@@ -116,11 +116,23 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
   const jitter = options.jitter ?? 0.2;
   const maxRetryAfterMs = options.maxRetryAfterMs ?? MAX_RETRY_AFTER_MS;
   const stopTimeoutMs = options.stopTimeoutMs ?? 10_000;
+  const refillAt = Math.max(1, Math.floor(concurrency / 4));
 
   const deliveries = createDeliveryRepository(database.db);
   const sender = createWebhookSender({ allowPrivateUrls: options.allowPrivateUrls, timeoutMs: requestTimeoutMs });
   const wake = createWakeSignal();
-  const inFlight = new Map<string, { controller: AbortController; task: Promise<void> }>();
+  /** Posts on the wire (they hold a concurrency slot and can be aborted on stop). */
+  const posting = new Map<string, AbortController>();
+  /** Every claimed delivery until its outcome is written, posting or waiting for its settle batch. */
+  const tasks = new Set<Promise<void>>();
+  /** Claimed ahead of free posting slots, so a claim round trip is not on every post's path. */
+  const ready: Array<{ claim: ClaimedDelivery; claimedAt: number }> = [];
+  const maxReady = concurrency;
+  // Posting, ready and waiting-to-settle together never exceed this, so a slow database pauses claiming.
+  const maxHeld = concurrency * 3;
+  // A claim that waited this long in the ready queue is handed back rather than posted, so a post
+  // can never start so late that it outlives the lease and overlaps another worker's attempt.
+  const maxReadyAgeMs = Math.max(0, leaseMs - requestTimeoutMs) / 2;
   const stats: DeliveryWorkerStats = { claimed: 0, succeeded: 0, retried: 0, failed: 0, released: 0 };
 
   let stopping = false;
@@ -150,8 +162,39 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
     return { status: 'retry', attempt, delayMs: retryDelay(claim.attempt, result) };
   }
 
+  /**
+   * Settlements are written in batches: whatever finished while the previous batch was being written
+   * goes out in the next statement, so under load one round trip settles many deliveries and at low
+   * load each is written at once (no timer).
+   */
+  const settleQueue: Array<{ claim: ClaimedDelivery; settlement: Settlement; done: (error: unknown, applied?: boolean) => void }> = [];
+  let flushing = false;
+
+  async function flushSettlements(): Promise<void> {
+    flushing = true;
+    try {
+      while (settleQueue.length > 0) {
+        const batch = settleQueue.splice(0, 200);
+        try {
+          const applied = await deliveries.settleMany(batch, workerId);
+          for (const item of batch) item.done(undefined, applied.has(item.claim.id));
+        } catch (error) {
+          for (const item of batch) item.done(error);
+        }
+      }
+    } finally {
+      flushing = false;
+    }
+  }
+
   async function settle(claim: ClaimedDelivery, settlement: Settlement): Promise<void> {
-    const applied = await database.db.transaction((tx) => deliveries.settle(claim, workerId, settlement, tx));
+    const applied =
+      settlement.status === 'failed' && settlement.disableEndpointReason
+        ? await deliveries.settle(claim, workerId, settlement)
+        : await new Promise<boolean>((resolve, reject) => {
+            settleQueue.push({ claim, settlement, done: (error, ok) => (error ? reject(error) : resolve(ok === true)) });
+            if (!flushing) void flushSettlements();
+          });
     if (!applied) {
       logger.warn({ deliveryId: claim.id, workerId }, 'webhook delivery was retaken by another worker before this attempt settled');
       return;
@@ -160,51 +203,81 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
     stats[counter] += 1;
   }
 
+  function wantToClaim(): number {
+    return Math.min(concurrency - posting.size + maxReady - ready.length, maxHeld - tasks.size - ready.length);
+  }
+
+  /** Starts ready claims on free posting slots, and asks the loop for more once enough room opened. */
+  function pump(): void {
+    while (posting.size < concurrency && ready.length > 0 && !stopping) {
+      const { claim, claimedAt } = ready.shift()!;
+      if (performance.now() - claimedAt > maxReadyAgeMs) track(claim, settle(claim, { status: 'released', attempt: null }));
+      else launch(claim);
+    }
+    // Refill in batches rather than one claim query per finished post.
+    if (saturated && wantToClaim() >= refillAt) wake.notify();
+  }
+
   async function deliver(claim: ClaimedDelivery, signal: AbortSignal): Promise<void> {
     if (!claim.endpointEnabled) {
       await settle(claim, { status: 'failed', attempt: null, error: 'endpoint disabled' });
       return;
     }
     const startedAt = new Date();
-    const result = await sender.send({ url: claim.url, secret: claim.secret, eventId: claim.eventId, payload: claim.payload, signal });
+    let result: SendResult;
+    try {
+      result = await sender.send({ url: claim.url, secret: claim.secret, eventId: claim.eventId, payload: claim.payload, signal });
+    } finally {
+      posting.delete(claim.id);
+      pump();
+    }
     const settlement = decide(claim, result, startedAt);
     logger.debug({ deliveryId: claim.id, eventId: claim.eventId, attempt: claim.attempt, outcome: settlement.status, statusCode: result.statusCode, latencyMs: result.latencyMs }, 'webhook attempt');
     await settle(claim, settlement);
   }
 
-  function launch(claim: ClaimedDelivery): void {
-    const controller = new AbortController();
-    const task = deliver(claim, controller.signal)
+  function track(claim: ClaimedDelivery, work: Promise<void>): void {
+    const task: Promise<void> = work
       .catch((error: unknown) => {
         // The lease runs out and another worker retakes the delivery; nothing is lost.
         logger.error({ err: error, deliveryId: claim.id }, 'webhook delivery could not be settled');
       })
       .finally(() => {
-        inFlight.delete(claim.id);
-        if (saturated) wake.notify();
+        posting.delete(claim.id);
+        tasks.delete(task);
+        pump();
       });
-    inFlight.set(claim.id, { controller, task });
+    tasks.add(task);
   }
 
+  function launch(claim: ClaimedDelivery): void {
+    const controller = new AbortController();
+    posting.set(claim.id, controller);
+    track(claim, deliver(claim, controller.signal));
+  }
+
+  /** Hands back claims that were never posted: due again at once, the attempt not counted. */
   async function releaseUnstarted(claims: ClaimedDelivery[]): Promise<void> {
-    for (const claim of claims) {
-      await settle(claim, { status: 'released', attempt: null }).catch((error: unknown) =>
-        logger.warn({ err: error, deliveryId: claim.id }, 'could not release a webhook delivery; its lease will expire'),
-      );
-    }
+    await Promise.all(
+      claims.map((claim) =>
+        settle(claim, { status: 'released', attempt: null }).catch((error: unknown) =>
+          logger.warn({ err: error, deliveryId: claim.id }, 'could not release a webhook delivery; its lease will expire'),
+        ),
+      ),
+    );
   }
 
   async function run(): Promise<void> {
     while (!stopping) {
-      const free = concurrency - inFlight.size;
-      if (free <= 0) {
+      const want = wantToClaim();
+      if (want < refillAt) {
         saturated = true;
         await wake.wait(pollIntervalMs);
         continue;
       }
       let claimed: ClaimedDelivery[];
       try {
-        claimed = await deliveries.claim(workerId, free, leaseMs);
+        claimed = await deliveries.claim(workerId, want, leaseMs);
       } catch (error) {
         logger.warn({ err: error }, 'claiming webhook deliveries failed; retrying');
         await wake.wait(pollIntervalMs);
@@ -215,10 +288,13 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
         await releaseUnstarted(claimed);
         break;
       }
-      for (const claim of claimed) launch(claim);
-      saturated = claimed.length === free;
+      const claimedAt = performance.now();
+      for (const claim of claimed) ready.push({ claim, claimedAt });
+      saturated = claimed.length === want;
+      pump();
       if (!saturated) await wake.wait(pollIntervalMs);
     }
+    await releaseUnstarted(ready.splice(0).map((entry) => entry.claim));
   }
 
   async function listen(): Promise<void> {
@@ -265,7 +341,7 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
         listener = undefined;
         await client?.end().catch(() => {});
         await loop;
-        const pending = () => Promise.allSettled([...inFlight.values()].map((entry) => entry.task));
+        const pending = () => Promise.allSettled([...tasks]);
         let timer: NodeJS.Timeout | undefined;
         const timedOut = await Promise.race([
           pending().then(() => false),
@@ -275,8 +351,8 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
         ]);
         clearTimeout(timer);
         if (timedOut) {
-          logger.warn({ inFlight: inFlight.size }, 'releasing unfinished webhook deliveries on stop');
-          for (const entry of inFlight.values()) entry.controller.abort();
+          logger.warn({ posting: posting.size }, 'releasing unfinished webhook deliveries on stop');
+          for (const controller of posting.values()) controller.abort();
           await pending();
         }
         sender.close();
