@@ -332,6 +332,53 @@ describe('webhook delivery across worker failures', () => {
   });
 });
 
+describe('webhook claims and leases', () => {
+  it('when a lease expired and another worker retook the delivery, the first worker cannot overwrite its outcome', async () => {
+    const { orgId } = await orgWithEndpoint();
+    const eventId = await emit(orgId);
+    const repository = createDeliveryRepository(ctx.database.db);
+    const [late] = await repository.claim('slow-worker', 10, 100);
+    expect(await repository.claim('other-worker', 10, 60_000)).toEqual([]);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    const [retaken] = await repository.claim('other-worker', 10, 60_000);
+    expect(retaken).toMatchObject({ id: late!.id, attempt: 2 });
+
+    const attempt = { statusCode: 200, latencyMs: 5, error: null, startedAt: new Date() };
+    expect(await repository.settle(late!, 'slow-worker', { status: 'succeeded', attempt })).toBe(false);
+    const [row] = await ctx.database.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.eventId, eventId));
+    expect(row).toMatchObject({ status: 'pending', lockedBy: 'other-worker' });
+    expect(await repository.settle(retaken!, 'other-worker', { status: 'retry', attempt: { ...attempt, statusCode: 500, error: 'HTTP 500' }, delayMs: 60_000 })).toBe(true);
+    const delivery = await deliveryOf(orgId, eventId);
+    expect(delivery).toMatchObject({ status: 'pending', last_status_code: 500 });
+    // Both attempts stay in the history, even the one that lost its lease.
+    expect(delivery.attempts.map((entry) => [entry.attempt_number, entry.worker_id])).toEqual([
+      [1, 'slow-worker'],
+      [2, 'other-worker'],
+    ]);
+  });
+
+  it('when background jobs run with the webhook worker on, events are delivered and stop() ends the worker', async () => {
+    const { orgId } = await orgWithEndpoint();
+    const pino = (await import('pino')).default;
+    const { startBackgroundJobs } = await import('../../src/jobs.js');
+    const jobs = startBackgroundJobs({
+      config: { ...ctx.config, webhookAllowPrivateUrls: true },
+      database: ctx.database,
+      logger: pino({ level: 'silent' }),
+      webhookWorker: true,
+    });
+    try {
+      const eventId = await emit(orgId);
+      expect((await settledDelivery(orgId, eventId)).status).toBe('succeeded');
+    } finally {
+      await jobs.stop();
+    }
+    const afterStop = await emit(orgId);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect((await deliveryOf(orgId, afterStop)).attempts).toEqual([]);
+  });
+});
+
 describe('webhook resend', () => {
   it('when a succeeded delivery is resent, a new delivery of the same event goes out with the same id', async () => {
     const { orgId, path } = await orgWithEndpoint();
