@@ -87,7 +87,7 @@ export async function startReceiver(reply: (receipt: Receipt, index: number) => 
 export type Receiver = Awaited<ReturnType<typeof startReceiver>>;
 
 /** Polls until `check` returns a truthy value (or throws after `timeoutMs`). */
-export async function waitFor<T>(check: () => T | Promise<T>, timeoutMs = 10_000, what = 'condition'): Promise<NonNullable<T>> {
+export async function waitFor<T>(check: () => T | Promise<T>, timeoutMs = 20_000, what = 'condition'): Promise<NonNullable<T>> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();

@@ -69,7 +69,7 @@ async function settledDelivery(orgId: string, eventId: string, status: 'succeede
   return waitFor(async () => {
     const delivery = await deliveryOf(orgId, eventId);
     return delivery.status === status ? delivery : undefined;
-  }, 10_000, `delivery of ${eventId} to be ${status}`);
+  }, 20_000, `delivery of ${eventId} to be ${status}`);
 }
 
 const receiptsFor = (path: string) => receiver.receipts.filter((receipt) => receipt.path === path);

@@ -42,6 +42,9 @@ type ClaimRow = {
   enabled: boolean;
 };
 
+const MAX_ERROR_LENGTH = 1000;
+const truncate = (text: string | null) => (text && text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH - 1)}…` : text);
+
 /** The delivery worker's queries; it works across organisations but every join keeps to one. */
 export function createDeliveryRepository(db: Executor) {
   const repository = {
@@ -100,12 +103,12 @@ export function createDeliveryRepository(db: Executor) {
         const attempt = settlement.attempt;
         const status = settlement.status === 'retry' || settlement.status === 'released' ? 'pending' : settlement.status;
         const delayMs = settlement.status === 'retry' ? Math.round(settlement.delayMs) : 0;
-        const lastError = settlement.status === 'failed' && settlement.error ? settlement.error : (attempt?.error ?? null);
+        const lastError = truncate(settlement.status === 'failed' && settlement.error ? settlement.error : (attempt?.error ?? null));
         // An attempt that never reached the network does not count towards the schedule.
         const uncounted = attempt ? 0 : 1;
         return sql`(${claim.id}::uuid, ${claim.orgId}::uuid, ${claim.attempt}::int, ${status}::text, ${delayMs}::bigint,
                     ${uncounted}::int, ${attempt !== null}::boolean, ${attempt?.statusCode ?? null}::int,
-                    ${attempt?.latencyMs ?? null}::int, ${attempt?.error ?? null}::text,
+                    ${attempt?.latencyMs ?? null}::int, ${truncate(attempt?.error ?? null)}::text,
                     ${attempt?.startedAt.toISOString() ?? null}::timestamptz, ${lastError}::text)`;
       });
       const result = await tx.execute<{ id: string }>(sql`

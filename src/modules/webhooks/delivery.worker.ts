@@ -179,7 +179,17 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
           const applied = await deliveries.settleMany(batch, workerId);
           for (const item of batch) item.done(undefined, applied.has(item.claim.id));
         } catch (error) {
-          for (const item of batch) item.done(error);
+          if (batch.length === 1) {
+            batch[0]!.done(error);
+            continue;
+          }
+          // One bad row must not cost the others their outcome: settle them one by one.
+          for (const item of batch) {
+            await deliveries
+              .settleMany([item], workerId)
+              .then((applied) => item.done(undefined, applied.has(item.claim.id)))
+              .catch((single: unknown) => item.done(single));
+          }
         }
       }
     } finally {
