@@ -126,6 +126,7 @@ try {
   await delivered;
   const workerMs = performance.now() - workerStart;
   await Promise.all(workers.map((worker) => worker.stop()));
+  const workerStats = workers.map((worker) => worker.stats());
   for (const pool of workerPools) await pool.close();
   const pending = await database.pool.query(`SELECT count(*)::int AS n FROM webhook_deliveries WHERE status <> 'succeeded'`);
   const [row] = (await database.pool.query(`SELECT payload FROM outbox_events LIMIT 1`)).rows as Array<{ payload: string }>;
@@ -159,7 +160,12 @@ try {
     concurrency_per_worker: CONCURRENCY,
     payload_bytes: Buffer.byteLength(payload),
     seed_events_per_second: Math.round(EVENTS / (seedMs / 1000)),
-    worker: { seconds: +(workerMs / 1000).toFixed(2), events_per_second: Math.round(workerRate) },
+    worker: {
+      seconds: +(workerMs / 1000).toFixed(2),
+      events_per_second: Math.round(workerRate),
+      claim_queries: workerStats.reduce((sum, stats) => sum + stats.claimQueries, 0),
+      settle_batches: workerStats.reduce((sum, stats) => sum + stats.settleBatches, 0),
+    },
     baseline: { seconds: +(baselineMs / 1000).toFixed(2), posts_per_second: Math.round(baselineRate) },
     worker_to_baseline_ratio: +(workerRate / baselineRate).toFixed(3),
     undelivered: (pending.rows[0] as { n: number }).n,

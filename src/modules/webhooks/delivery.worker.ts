@@ -60,7 +60,17 @@ export type DeliveryWorkerOptions = {
   listen?: boolean;
 };
 
-export type DeliveryWorkerStats = { claimed: number; succeeded: number; retried: number; failed: number; released: number };
+export type DeliveryWorkerStats = {
+  claimed: number;
+  succeeded: number;
+  retried: number;
+  failed: number;
+  released: number;
+  /** Claim statements run (claimed / claimQueries = rows per claim). */
+  claimQueries: number;
+  /** Settle statements run (settled / settleBatches = rows per batch). */
+  settleBatches: number;
+};
 
 export type DeliveryWorker = {
   readonly id: string;
@@ -133,7 +143,7 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
   // A claim that waited this long in the ready queue is handed back rather than posted, so a post
   // can never start so late that it outlives the lease and overlaps another worker's attempt.
   const maxReadyAgeMs = Math.max(0, leaseMs - requestTimeoutMs) / 2;
-  const stats: DeliveryWorkerStats = { claimed: 0, succeeded: 0, retried: 0, failed: 0, released: 0 };
+  const stats: DeliveryWorkerStats = { claimed: 0, succeeded: 0, retried: 0, failed: 0, released: 0, claimQueries: 0, settleBatches: 0 };
 
   let stopping = false;
   let saturated = false;
@@ -176,6 +186,7 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
       while (settleQueue.length > 0) {
         const batch = settleQueue.splice(0, 200);
         try {
+          stats.settleBatches += 1;
           const applied = await deliveries.settleMany(batch, workerId);
           for (const item of batch) item.done(undefined, applied.has(item.claim.id));
         } catch (error) {
@@ -287,6 +298,7 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
       }
       let claimed: ClaimedDelivery[];
       try {
+        stats.claimQueries += 1;
         claimed = await deliveries.claim(workerId, want, leaseMs);
       } catch (error) {
         logger.warn({ err: error }, 'claiming webhook deliveries failed; retrying');
