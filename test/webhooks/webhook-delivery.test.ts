@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { eq } from 'drizzle-orm';
+import { and, eq } from 'drizzle-orm';
 import { createDatabase } from '../../src/db/client.js';
-import { outboxEvents, webhookDeliveries, webhookEndpoints } from '../../src/db/schema.js';
+import { auditLog, outboxEvents, webhookDeliveries, webhookEndpoints } from '../../src/db/schema.js';
 import { createDeliveryRepository } from '../../src/modules/webhooks/delivery.repository.js';
 import { createDeliveryWorker, type DeliveryWorker, type DeliveryWorkerOptions } from '../../src/modules/webhooks/delivery.worker.js';
 import { createOutboxRepository, type EventType } from '../../src/modules/webhooks/outbox.repository.js';
@@ -145,6 +145,11 @@ describe('webhook delivery', () => {
     expect(receiptsFor(path)).toHaveLength(1);
     const [listed] = await service().listEndpoints(orgId);
     expect(listed).toMatchObject({ id: endpoint.id, enabled: false, disabled_reason: expect.stringMatching(/410 Gone/) });
+    const audit = await ctx.database.db.select().from(auditLog).where(and(eq(auditLog.orgId, orgId), eq(auditLog.subjectId, endpoint.id)));
+    expect(audit.map((row) => [row.action, row.actorType])).toEqual([
+      ['webhook_endpoint.created', 'system'],
+      ['webhook_endpoint.disabled', 'system'],
+    ]);
     const later = await emit(orgId);
     expect(await service().listDeliveries({ orgId, eventId: later })).toEqual([]);
   });

@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Executor } from '../../db/client.js';
+import { createAuditRepository } from '../audit/audit.repository.js';
 
 /** A delivery held by one worker: the stored payload and what is needed to sign and send it. */
 export type ClaimedDelivery = {
@@ -149,11 +150,26 @@ export function createDeliveryRepository(db: Executor) {
       if (!disableReason) return (await repository.settleMany([{ claim, settlement }], workerId, tx)).has(claim.id);
       return tx.transaction(async (inner) => {
         const applied = (await repository.settleMany([{ claim, settlement }], workerId, inner)).has(claim.id);
-        await inner.execute(sql`
+        const disabled = await inner.execute(sql`
           UPDATE webhook_endpoints
              SET enabled = false, disabled_reason = ${disableReason}, updated_at = clock_timestamp()
            WHERE id = ${claim.endpointId} AND org_id = ${claim.orgId} AND enabled
+          RETURNING id
         `);
+        if (disabled.rows.length > 0) {
+          await createAuditRepository(inner).record(
+            {
+              orgId: claim.orgId,
+              actor: { type: 'system', id: workerId },
+              action: 'webhook_endpoint.disabled',
+              subjectType: 'webhook_endpoint',
+              subjectId: claim.endpointId,
+              before: { enabled: true },
+              after: { enabled: false, disabled_reason: disableReason, delivery_id: claim.id, event_id: claim.eventId },
+            },
+            inner,
+          );
+        }
         await inner.execute(sql`
           UPDATE webhook_deliveries
              SET status = 'failed', last_error = ${`endpoint disabled: ${disableReason}`}, updated_at = clock_timestamp()
