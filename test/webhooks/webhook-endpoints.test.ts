@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { and, eq } from 'drizzle-orm';
 import { auditLog, webhookEndpoints } from '../../src/db/schema.js';
+import { DEFAULT_RETRY_SCHEDULE_MS } from '../../src/modules/webhooks/delivery.worker.js';
 import { isPublicAddress } from '../../src/modules/webhooks/endpoint-url.js';
 import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
 import { parseRetryAfter } from '../../src/modules/webhooks/webhook-sender.js';
@@ -173,6 +174,14 @@ describe('webhook address and header rules', () => {
     ['255.255.255.255', false],
   ])('when the address is %s, isPublicAddress is %s', (address, expected) => {
     expect(isPublicAddress(address)).toBe(expected);
+  });
+
+  it('when no Retry-After is given, retries follow a growing schedule of 15 attempts over about three days', () => {
+    expect(DEFAULT_RETRY_SCHEDULE_MS).toHaveLength(14);
+    expect([...DEFAULT_RETRY_SCHEDULE_MS].sort((a, b) => a - b)).toEqual(DEFAULT_RETRY_SCHEDULE_MS);
+    const totalHours = DEFAULT_RETRY_SCHEDULE_MS.reduce((sum, delay) => sum + delay, 0) / 3_600_000;
+    expect(totalHours).toBeGreaterThan(66);
+    expect(totalHours).toBeLessThan(78);
   });
 
   it('when Retry-After is delay-seconds or an HTTP date, it is read as a delay; anything else is ignored', () => {
