@@ -248,6 +248,10 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
     let result: SendResult;
     try {
       result = await sender.send({ url: claim.url, secret: claim.secret, eventId: claim.eventId, payload: claim.payload, signal });
+    } catch (error) {
+      // A request that cannot even be built is a failed attempt like any other, not a stuck claim.
+      const message = error instanceof Error ? error.message : String(error);
+      result = { statusCode: null, retryAfterMs: null, error: `request failed: ${message}`, latencyMs: 0, aborted: false };
     } finally {
       posting.delete(claim.id);
       pump();
