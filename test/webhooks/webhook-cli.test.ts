@@ -69,7 +69,7 @@ describe('svc webhook commands', () => {
       expect(await svcJson(['webhook', 'deliveries', '--org', org.id, '--status', 'failed'])).toEqual([]);
 
       const resent = await svcJson<{ id: string; resent_from: string; status: string }>(['webhook', 'resend', test.deliveries[0]!.id]);
-      expect(resent).toMatchObject({ resent_from: test.deliveries[0]!.id, status: 'pending' });
+      expect(resent).toMatchObject({ resent_from: test.deliveries[0]!.id, status: expect.stringMatching(/^(pending|succeeded)$/) });
       await waitFor(() => receiver.receipts.length === 2);
       expect(receiver.receipts.map((receipt) => receipt.webhookId)).toEqual([test.event.id, test.event.id]);
       expect(receiver.receipts.every((receipt) => receipt.verifyError === null)).toBe(true);

@@ -91,7 +91,9 @@ export function createWebhookSender(options: { allowPrivateUrls: boolean; timeou
         ...signed,
       };
 
-      return new Promise<SendResult>((resolve) => {
+      // A kept-alive connection the receiver closed while idle fails at once on reuse; that is not the
+      // receiver's answer, so the request goes out once more on a fresh connection.
+      const exchange = (retryStaleConnection: boolean): Promise<SendResult> => new Promise<SendResult>((resolve) => {
         let settled = false;
         let aborted = false;
         const finish = (result: Omit<SendResult, 'latencyMs' | 'aborted'>) => {
@@ -115,7 +117,17 @@ export function createWebhookSender(options: { allowPrivateUrls: boolean; timeou
         if (request.signal?.aborted) onAbort();
         else request.signal?.addEventListener('abort', onAbort, { once: true });
 
-        outgoing.on('error', (error) => finish({ statusCode: null, retryAfterMs: null, error: error.message }));
+        outgoing.on('error', (error: NodeJS.ErrnoException) => {
+          const stale = outgoing.reusedSocket && (error.code === 'ECONNRESET' || error.code === 'EPIPE');
+          if (stale && retryStaleConnection && !aborted && !settled) {
+            settled = true;
+            clearTimeout(timer);
+            request.signal?.removeEventListener('abort', onAbort);
+            resolve(exchange(false));
+            return;
+          }
+          finish({ statusCode: null, retryAfterMs: null, error: error.message });
+        });
         outgoing.on('response', (response) => {
           const statusCode = response.statusCode ?? 0;
           const retryAfter = response.headers['retry-after'];
@@ -146,6 +158,7 @@ export function createWebhookSender(options: { allowPrivateUrls: boolean; timeou
         });
         outgoing.end(body);
       });
+      return exchange(true);
     },
 
     close(): void {

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import type { Database } from '../../db/client.js';
+import type { Database, Tx } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
@@ -93,10 +93,16 @@ export function createWebhooksService(deps: { database: Database; allowPrivateUr
     if (!isUuid(orgId) || !(await organisations.findById(orgId))) throw AppError.notFound('Organisation');
   }
 
+  /** Deliveries and their attempts read from one snapshot, so a delivery settling meanwhile is seen whole. */
+  const snapshot = <T>(work: (tx: Tx) => Promise<T>) =>
+    database.db.transaction(work, { isolationLevel: 'repeatable read', accessMode: 'read only' });
+
   async function deliveryDto(orgId: string, id: string): Promise<WebhookDeliveryDto> {
-    const row = await webhooks.findDelivery(orgId, id);
-    if (!row) throw AppError.notFound('Delivery');
-    return toDeliveryDto(row, await webhooks.attemptsOf(orgId, [id]));
+    return snapshot(async (tx) => {
+      const row = await webhooks.findDelivery(orgId, id, tx);
+      if (!row) throw AppError.notFound('Delivery');
+      return toDeliveryDto(row, await webhooks.attemptsOf(orgId, [id], tx));
+    });
   }
 
   return {
@@ -175,9 +181,11 @@ export function createWebhooksService(deps: { database: Database; allowPrivateUr
       const { orgId, eventId, status, limit } = parsed.data;
       await requireOrg(orgId);
       if (eventId !== undefined && !isUuid(eventId)) throw AppError.field('eventId', 'Must be an event id (UUID).');
-      const rows = await webhooks.listDeliveries(orgId, { eventId, status, limit });
-      const attempts = await webhooks.attemptsOf(orgId, rows.map((row) => row.id));
-      return rows.map((row) => toDeliveryDto(row, attempts));
+      return snapshot(async (tx) => {
+        const rows = await webhooks.listDeliveries(orgId, { eventId, status, limit }, tx);
+        const attempts = await webhooks.attemptsOf(orgId, rows.map((row) => row.id), tx);
+        return rows.map((row) => toDeliveryDto(row, attempts));
+      });
     },
 
     /**
