@@ -3,6 +3,7 @@ import type { Config } from './config/config.js';
 import type { Database } from './db/client.js';
 import { createEmailSender } from './modules/emails/email-sender.js';
 import { createIdempotencyRepository } from './plugins/idempotency.repository.js';
+import { createDeliveryWorker } from './modules/webhooks/delivery.worker.js';
 
 export type BackgroundJobs = { stop(): Promise<void> };
 
@@ -60,6 +61,18 @@ export function startBackgroundJobs(deps: {
         (error) => logger.warn({ err: error }, 'email sending failed'),
       ),
     );
+    const worker = createDeliveryWorker({
+      database,
+      logger: logger.child({ component: 'webhook-worker' }),
+      allowPrivateUrls: deps.config.webhookAllowPrivateUrls,
+    });
+    const started = worker.start().catch((error: unknown) => logger.error({ err: error }, 'webhook worker failed to start'));
+    jobs.push({
+      async stop() {
+        await started;
+        await worker.stop();
+      },
+    });
   }
   return {
     async stop() {

@@ -2,6 +2,12 @@ import type { Command } from 'commander';
 import { registerBackOfficeCommands } from './back-office.command.js';
 import { registerOpenApiCommands } from './openapi.command.js';
 import { registerTemplateCommands } from './templates.command.js';
+import { registerWebhookCommands } from './webhooks.command.js';
 
 /** Operator commands contributed by domain modules (kyc, aml, webhooks, templates, emails, openapi). */
-export const cliCommandModules: Array<(program: Command) => void> = [registerTemplateCommands, registerBackOfficeCommands, registerOpenApiCommands];
+export const cliCommandModules: Array<(program: Command) => void> = [
+  registerTemplateCommands,
+  registerBackOfficeCommands,
+  registerWebhookCommands,
+  registerOpenApiCommands,
+];

@@ -17,28 +17,34 @@ export function createOutboxRepository(db: Executor) {
   return {
     /**
      * Writes the event in the caller's transaction together with one pending delivery per enabled
-     * endpoint of the organisation that subscribes to its type, and wakes the delivery workers at
-     * commit (NOTIFY is transactional). Returns the event id.
+     * endpoint of the organisation that subscribes to its type (a `webhook.test` reaches every enabled
+     * endpoint, since it exists to check the endpoint itself), and wakes the delivery workers at
+     * commit (NOTIFY is transactional, so a rolled-back change wakes nobody). Returns the event id.
      */
     async record(event: OutboxEvent, tx: Executor = db): Promise<string> {
       const id = randomUUID();
       const created = new Date().toISOString();
       const payload = JSON.stringify({ id, type: event.type, created, data: { customer: event.customer } });
+      // One round trip: the event, its deliveries, and a NOTIFY only when something was queued.
       await tx.execute(sql`
         WITH event AS (
           INSERT INTO outbox_events (id, org_id, type, customer_id, payload, created_at)
           VALUES (${id}, ${event.orgId}, ${event.type}, ${event.customerId}, ${payload}, ${created})
           RETURNING id, org_id, type
+        ),
+        queued AS (
+          INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id)
+          SELECT event.org_id, event.id, endpoint.id
+            FROM event
+            JOIN webhook_endpoints endpoint
+              ON endpoint.org_id = event.org_id
+             AND endpoint.enabled
+             AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types)
+                  OR event.type = 'webhook.test')
+          RETURNING 1
         )
-        INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id)
-        SELECT event.org_id, event.id, endpoint.id
-          FROM event
-          JOIN webhook_endpoints endpoint
-            ON endpoint.org_id = event.org_id
-           AND endpoint.enabled
-           AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types))
+        SELECT pg_notify('webhook_deliveries', ${event.orgId}) FROM (SELECT 1 FROM queued LIMIT 1) AS anything_queued
       `);
-      await tx.execute(sql`SELECT pg_notify('webhook_deliveries', ${event.orgId})`);
       return id;
     },
   };

@@ -1,0 +1,84 @@
+import type { Command } from 'commander';
+import { createWebhooksService } from '../../modules/webhooks/webhooks.service.js';
+import { DELIVERY_STATUSES, type DeliveryStatus } from '../../modules/webhooks/webhooks.schemas.js';
+import { EVENT_TYPES, type EventType } from '../../modules/webhooks/outbox.repository.js';
+import { parseInteger, parseList, runCommand, type CommandContext } from '../runner.js';
+
+const service = ({ config, database }: CommandContext) =>
+  createWebhooksService({ database, allowPrivateUrls: config.webhookAllowPrivateUrls });
+
+export function registerWebhookCommands(program: Command): void {
+  const webhook = program.command('webhook').description('Manage webhook endpoints and deliveries');
+
+  webhook
+    .command('add')
+    .description('Register an endpoint; its signing secret (whsec_…) is printed only here')
+    .requiredOption('--org <id>', 'organisation id')
+    .requiredOption('--url <url>', 'https URL that receives the events')
+    .option('--events <list>', `comma-separated event types (${EVENT_TYPES.join(', ')}); default all`)
+    .option('--disabled', 'register it disabled')
+    .action((options: { org: string; url: string; events?: string; disabled?: boolean }) =>
+      runCommand((context) =>
+        service(context).addEndpoint(
+          {
+            orgId: options.org,
+            url: options.url,
+            events: parseList(options.events) as EventType[] | undefined,
+            enabled: options.disabled ? false : undefined,
+          },
+          context.actor,
+        ),
+      ),
+    );
+
+  webhook
+    .command('list')
+    .description('List the endpoints of an organisation (no secrets)')
+    .requiredOption('--org <id>', 'organisation id')
+    .action((options: { org: string }) => runCommand((context) => service(context).listEndpoints(options.org)));
+
+  webhook
+    .command('disable')
+    .description('Disable an endpoint; its queued deliveries fail')
+    .argument('<id>', 'endpoint id')
+    .option('--org <id>', 'organisation id (refuses an endpoint of another organisation)')
+    .option('--reason <text>', 'why, kept on the endpoint')
+    .action((id: string, options: { org?: string; reason?: string }) =>
+      runCommand((context) =>
+        service(context).disableEndpoint(id, { orgId: options.org, reason: options.reason, actor: context.actor }),
+      ),
+    );
+
+  webhook
+    .command('deliveries')
+    .description('List deliveries, newest first, with every attempt (status code, latency, error)')
+    .requiredOption('--org <id>', 'organisation id')
+    .option('--event <id>', 'only deliveries of this event')
+    .option('--status <status>', `only deliveries in this status (${DELIVERY_STATUSES.join(', ')})`)
+    .option('--limit <n>', 'at most this many (1 to 1000, default 100)', parseInteger('--limit'))
+    .action((options: { org: string; event?: string; status?: string; limit?: number }) =>
+      runCommand((context) =>
+        service(context).listDeliveries({
+          orgId: options.org,
+          eventId: options.event,
+          status: options.status as DeliveryStatus | undefined,
+          limit: options.limit,
+        }),
+      ),
+    );
+
+  webhook
+    .command('resend')
+    .description('Send a delivery again now (a settled one gets a new delivery of the same event)')
+    .argument('<deliveryId>', 'delivery id')
+    .option('--org <id>', 'organisation id (refuses a delivery of another organisation)')
+    .action((deliveryId: string, options: { org?: string }) =>
+      runCommand((context) => service(context).resendDelivery(deliveryId, { orgId: options.org, actor: context.actor })),
+    );
+
+  webhook
+    .command('test')
+    .description('Emit a webhook.test event to every enabled endpoint of the organisation')
+    .requiredOption('--org <id>', 'organisation id')
+    .action((options: { org: string }) => runCommand((context) => service(context).sendTestEvent(options.org)));
+}

@@ -1,0 +1,185 @@
+import { sql } from 'drizzle-orm';
+import type { Executor } from '../../db/client.js';
+import { createAuditRepository } from '../audit/audit.repository.js';
+
+/** A delivery held by one worker: the stored payload and what is needed to sign and send it. */
+export type ClaimedDelivery = {
+  id: string;
+  orgId: string;
+  eventId: string;
+  endpointId: string;
+  /** This attempt's number (the claim counted it). */
+  attempt: number;
+  payload: string;
+  url: string;
+  secret: string;
+  endpointEnabled: boolean;
+};
+
+export type AttemptRecord = {
+  statusCode: number | null;
+  latencyMs: number | null;
+  error: string | null;
+  startedAt: Date;
+};
+
+/** How a claimed delivery ends this round. */
+export type Settlement =
+  | { status: 'succeeded'; attempt: AttemptRecord }
+  | { status: 'failed'; attempt: AttemptRecord | null; error?: string; disableEndpointReason?: string }
+  | { status: 'retry'; attempt: AttemptRecord; delayMs: number }
+  /** Handed back unfinished (the worker is stopping): due again at once for any worker. */
+  | { status: 'released'; attempt: AttemptRecord | null };
+
+type ClaimRow = {
+  id: string;
+  org_id: string;
+  event_id: string;
+  endpoint_id: string;
+  attempts: number;
+  payload: string;
+  url: string;
+  secret: string;
+  enabled: boolean;
+};
+
+const MAX_ERROR_LENGTH = 1000;
+const truncate = (text: string | null) => (text && text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH - 1)}…` : text);
+
+/** The delivery worker's queries; it works across organisations but every join keeps to one. */
+export function createDeliveryRepository(db: Executor) {
+  const repository = {
+    /**
+     * Claims up to `limit` due deliveries in one short statement: `FOR UPDATE SKIP LOCKED` lets
+     * several workers claim side by side without waiting on or double-taking a row, and the lease
+     * (`locked_until`) lets another worker retake a delivery whose worker died.
+     */
+    async claim(workerId: string, limit: number, leaseMs: number, tx: Executor = db): Promise<ClaimedDelivery[]> {
+      const result = await tx.execute<ClaimRow>(sql`
+        WITH due AS (
+          SELECT id
+            FROM webhook_deliveries
+           WHERE status = 'pending'
+             AND next_attempt_at <= clock_timestamp()
+             AND (locked_until IS NULL OR locked_until < clock_timestamp())
+           ORDER BY next_attempt_at
+           LIMIT ${limit}
+           FOR UPDATE SKIP LOCKED
+        )
+        UPDATE webhook_deliveries delivery
+           SET locked_until = clock_timestamp() + ${leaseMs} * interval '1 millisecond',
+               locked_by = ${workerId},
+               attempts = delivery.attempts + 1,
+               updated_at = clock_timestamp()
+          FROM due, outbox_events event, webhook_endpoints endpoint
+         WHERE delivery.id = due.id
+           AND event.id = delivery.event_id AND event.org_id = delivery.org_id
+           AND endpoint.id = delivery.endpoint_id AND endpoint.org_id = delivery.org_id
+        RETURNING delivery.id, delivery.org_id, delivery.event_id, delivery.endpoint_id, delivery.attempts,
+                  event.payload, endpoint.url, endpoint.secret, endpoint.enabled
+      `);
+      return result.rows.map((row) => ({
+        id: row.id,
+        orgId: row.org_id,
+        eventId: row.event_id,
+        endpointId: row.endpoint_id,
+        attempt: row.attempts,
+        payload: row.payload,
+        url: row.url,
+        secret: row.secret,
+        endpointEnabled: row.enabled,
+      }));
+    },
+
+    /**
+     * Records the attempts and settles the deliveries of one worker in one statement (atomic without
+     * an explicit transaction, one round trip and one commit for the whole batch). Each update is
+     * fenced on this worker's claim, so a worker whose lease expired cannot overwrite the outcome of
+     * the worker that retook the delivery; its attempt is still kept in the history. Returns the ids
+     * whose settlement applied.
+     */
+    async settleMany(items: Array<{ claim: ClaimedDelivery; settlement: Settlement }>, workerId: string, tx: Executor = db): Promise<Set<string>> {
+      if (items.length === 0) return new Set();
+      const rows = items.map(({ claim, settlement }) => {
+        const attempt = settlement.attempt;
+        const status = settlement.status === 'retry' || settlement.status === 'released' ? 'pending' : settlement.status;
+        const delayMs = settlement.status === 'retry' ? Math.round(settlement.delayMs) : 0;
+        const lastError = truncate(settlement.status === 'failed' && settlement.error ? settlement.error : (attempt?.error ?? null));
+        // An attempt that never reached the network does not count towards the schedule.
+        const uncounted = attempt ? 0 : 1;
+        return sql`(${claim.id}::uuid, ${claim.orgId}::uuid, ${claim.attempt}::int, ${status}::text, ${delayMs}::bigint,
+                    ${uncounted}::int, ${attempt !== null}::boolean, ${attempt?.statusCode ?? null}::int,
+                    ${attempt?.latencyMs ?? null}::int, ${truncate(attempt?.error ?? null)}::text,
+                    ${attempt?.startedAt.toISOString() ?? null}::timestamptz, ${lastError}::text)`;
+      });
+      const result = await tx.execute<{ id: string }>(sql`
+        WITH input (id, org_id, attempt_number, status, delay_ms, uncounted, has_attempt, status_code, latency_ms, error, started_at, last_error) AS (
+          VALUES ${sql.join(rows, sql`, `)}
+        ),
+        recorded AS (
+          INSERT INTO webhook_attempts (org_id, delivery_id, attempt_number, worker_id, status_code, latency_ms, error, started_at)
+          SELECT org_id, id, attempt_number, ${workerId}, status_code, latency_ms, error, started_at
+            FROM input
+           WHERE has_attempt
+        )
+        UPDATE webhook_deliveries delivery
+           SET status = input.status,
+               attempts = delivery.attempts - input.uncounted,
+               next_attempt_at = CASE WHEN input.status = 'pending'
+                                      THEN clock_timestamp() + input.delay_ms * interval '1 millisecond'
+                                      ELSE delivery.next_attempt_at END,
+               locked_until = NULL,
+               locked_by = NULL,
+               last_status_code = CASE WHEN input.has_attempt THEN input.status_code ELSE delivery.last_status_code END,
+               last_error = input.last_error,
+               updated_at = clock_timestamp()
+          FROM input
+         WHERE delivery.id = input.id AND delivery.org_id = input.org_id
+           AND delivery.status = 'pending' AND delivery.locked_by = ${workerId} AND delivery.attempts = input.attempt_number
+        RETURNING delivery.id
+      `);
+      return new Set(result.rows.map((row) => row.id));
+    },
+
+    /**
+     * Settles one delivery; for a 410 it also disables the endpoint and fails the endpoint's other
+     * queued deliveries, all in one transaction.
+     */
+    async settle(claim: ClaimedDelivery, workerId: string, settlement: Settlement, tx: Executor = db): Promise<boolean> {
+      const disableReason = settlement.status === 'failed' ? settlement.disableEndpointReason : undefined;
+      if (!disableReason) return (await repository.settleMany([{ claim, settlement }], workerId, tx)).has(claim.id);
+      return tx.transaction(async (inner) => {
+        const applied = (await repository.settleMany([{ claim, settlement }], workerId, inner)).has(claim.id);
+        const disabled = await inner.execute(sql`
+          UPDATE webhook_endpoints
+             SET enabled = false, disabled_reason = ${disableReason}, updated_at = clock_timestamp()
+           WHERE id = ${claim.endpointId} AND org_id = ${claim.orgId} AND enabled
+          RETURNING id
+        `);
+        if (disabled.rows.length > 0) {
+          await createAuditRepository(inner).record(
+            {
+              orgId: claim.orgId,
+              actor: { type: 'system', id: workerId },
+              action: 'webhook_endpoint.disabled',
+              subjectType: 'webhook_endpoint',
+              subjectId: claim.endpointId,
+              before: { enabled: true },
+              after: { enabled: false, disabled_reason: disableReason, delivery_id: claim.id, event_id: claim.eventId },
+            },
+            inner,
+          );
+        }
+        await inner.execute(sql`
+          UPDATE webhook_deliveries
+             SET status = 'failed', last_error = ${`endpoint disabled: ${disableReason}`}, updated_at = clock_timestamp()
+           WHERE endpoint_id = ${claim.endpointId} AND org_id = ${claim.orgId} AND status = 'pending'
+             AND (locked_until IS NULL OR locked_until < clock_timestamp())
+        `);
+        return applied;
+      });
+    },
+  };
+  return repository;
+}
+export type DeliveryRepository = ReturnType<typeof createDeliveryRepository>;

@@ -1,0 +1,184 @@
+import { and, asc, desc, eq, inArray, isNull, lt, or, sql, type SQL } from 'drizzle-orm';
+import type { Executor } from '../../db/client.js';
+import { outboxEvents, webhookAttempts, webhookDeliveries, webhookEndpoints } from '../../db/schema.js';
+import type { DeliveryStatus } from './webhooks.schemas.js';
+
+/** Every column but the signing secret, which is shown once at creation and only read by the worker. */
+const endpointColumns = {
+  id: webhookEndpoints.id,
+  orgId: webhookEndpoints.orgId,
+  url: webhookEndpoints.url,
+  eventTypes: webhookEndpoints.eventTypes,
+  enabled: webhookEndpoints.enabled,
+  disabledReason: webhookEndpoints.disabledReason,
+  createdAt: webhookEndpoints.createdAt,
+  updatedAt: webhookEndpoints.updatedAt,
+};
+export type WebhookEndpointRecord = {
+  id: string;
+  orgId: string;
+  url: string;
+  eventTypes: string[];
+  enabled: boolean;
+  disabledReason: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+};
+
+const deliveryColumns = {
+  id: webhookDeliveries.id,
+  orgId: webhookDeliveries.orgId,
+  eventId: webhookDeliveries.eventId,
+  eventType: outboxEvents.type,
+  endpointId: webhookDeliveries.endpointId,
+  endpointUrl: webhookEndpoints.url,
+  status: webhookDeliveries.status,
+  attempts: webhookDeliveries.attempts,
+  nextAttemptAt: webhookDeliveries.nextAttemptAt,
+  lockedUntil: webhookDeliveries.lockedUntil,
+  lastStatusCode: webhookDeliveries.lastStatusCode,
+  lastError: webhookDeliveries.lastError,
+  createdAt: webhookDeliveries.createdAt,
+  updatedAt: webhookDeliveries.updatedAt,
+};
+export type WebhookDeliveryRecord = {
+  id: string;
+  orgId: string;
+  eventId: string;
+  eventType: string;
+  endpointId: string;
+  endpointUrl: string;
+  status: DeliveryStatus;
+  attempts: number;
+  nextAttemptAt: Date;
+  lockedUntil: Date | null;
+  lastStatusCode: number | null;
+  lastError: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+};
+export type WebhookAttemptRecord = typeof webhookAttempts.$inferSelect;
+
+export function createWebhooksRepository(db: Executor) {
+  return {
+    async insertEndpoint(values: typeof webhookEndpoints.$inferInsert, tx: Executor = db): Promise<WebhookEndpointRecord> {
+      const [row] = await tx.insert(webhookEndpoints).values(values).returning(endpointColumns);
+      return row!;
+    },
+
+    async listEndpoints(orgId: string, tx: Executor = db): Promise<WebhookEndpointRecord[]> {
+      return tx
+        .select(endpointColumns)
+        .from(webhookEndpoints)
+        .where(eq(webhookEndpoints.orgId, orgId))
+        .orderBy(asc(webhookEndpoints.createdAt), asc(webhookEndpoints.id));
+    },
+
+    /** By id alone, for operator commands that name an endpoint without its organisation. */
+    async findEndpointById(id: string, tx: Executor = db): Promise<WebhookEndpointRecord | undefined> {
+      const [row] = await tx.select(endpointColumns).from(webhookEndpoints).where(eq(webhookEndpoints.id, id));
+      return row;
+    },
+
+    async disableEndpoint(orgId: string, id: string, reason: string, tx: Executor = db): Promise<WebhookEndpointRecord | undefined> {
+      const [row] = await tx
+        .update(webhookEndpoints)
+        .set({ enabled: false, disabledReason: reason, updatedAt: sql`clock_timestamp()` })
+        .where(and(eq(webhookEndpoints.orgId, orgId), eq(webhookEndpoints.id, id)))
+        .returning(endpointColumns);
+      return row;
+    },
+
+    /** Fails the endpoint's queued deliveries that no worker holds; held ones are settled by their worker. */
+    async failQueuedDeliveries(orgId: string, endpointId: string, reason: string, tx: Executor = db): Promise<number> {
+      const rows = await tx
+        .update(webhookDeliveries)
+        .set({ status: 'failed', lastError: reason, updatedAt: sql`clock_timestamp()` })
+        .where(
+          and(
+            eq(webhookDeliveries.orgId, orgId),
+            eq(webhookDeliveries.endpointId, endpointId),
+            eq(webhookDeliveries.status, 'pending'),
+            or(isNull(webhookDeliveries.lockedUntil), lt(webhookDeliveries.lockedUntil, sql`clock_timestamp()`)),
+          ),
+        )
+        .returning({ id: webhookDeliveries.id });
+      return rows.length;
+    },
+
+    async listDeliveries(
+      orgId: string,
+      filters: { eventId?: string; status?: DeliveryStatus; limit: number },
+      tx: Executor = db,
+    ): Promise<WebhookDeliveryRecord[]> {
+      const conditions: SQL[] = [eq(webhookDeliveries.orgId, orgId)];
+      if (filters.eventId) conditions.push(eq(webhookDeliveries.eventId, filters.eventId));
+      if (filters.status) conditions.push(eq(webhookDeliveries.status, filters.status));
+      return tx
+        .select(deliveryColumns)
+        .from(webhookDeliveries)
+        .innerJoin(outboxEvents, and(eq(outboxEvents.id, webhookDeliveries.eventId), eq(outboxEvents.orgId, orgId)))
+        .innerJoin(webhookEndpoints, and(eq(webhookEndpoints.id, webhookDeliveries.endpointId), eq(webhookEndpoints.orgId, orgId)))
+        .where(and(...conditions))
+        .orderBy(desc(webhookDeliveries.createdAt), desc(webhookDeliveries.id))
+        .limit(filters.limit);
+    },
+
+    async findDelivery(orgId: string, id: string, tx: Executor = db): Promise<WebhookDeliveryRecord | undefined> {
+      const [row] = await tx
+        .select(deliveryColumns)
+        .from(webhookDeliveries)
+        .innerJoin(outboxEvents, and(eq(outboxEvents.id, webhookDeliveries.eventId), eq(outboxEvents.orgId, orgId)))
+        .innerJoin(webhookEndpoints, and(eq(webhookEndpoints.id, webhookDeliveries.endpointId), eq(webhookEndpoints.orgId, orgId)))
+        .where(and(eq(webhookDeliveries.orgId, orgId), eq(webhookDeliveries.id, id)));
+      return row;
+    },
+
+    /** The organisation of a delivery, for operator commands that name it by id alone. */
+    async findDeliveryOrg(id: string, tx: Executor = db): Promise<string | undefined> {
+      const [row] = await tx.select({ orgId: webhookDeliveries.orgId }).from(webhookDeliveries).where(eq(webhookDeliveries.id, id));
+      return row?.orgId;
+    },
+
+    async attemptsOf(orgId: string, deliveryIds: string[], tx: Executor = db): Promise<WebhookAttemptRecord[]> {
+      if (deliveryIds.length === 0) return [];
+      return tx
+        .select()
+        .from(webhookAttempts)
+        .where(and(eq(webhookAttempts.orgId, orgId), inArray(webhookAttempts.deliveryId, deliveryIds)))
+        .orderBy(asc(webhookAttempts.deliveryId), asc(webhookAttempts.attemptNumber), asc(webhookAttempts.id));
+    },
+
+    /** Makes a queued delivery due now; a worker holding it keeps its claim and settles it as usual. */
+    async makeDue(orgId: string, id: string, tx: Executor = db): Promise<boolean> {
+      const rows = await tx
+        .update(webhookDeliveries)
+        .set({ nextAttemptAt: sql`clock_timestamp()`, updatedAt: sql`clock_timestamp()` })
+        .where(and(eq(webhookDeliveries.orgId, orgId), eq(webhookDeliveries.id, id), eq(webhookDeliveries.status, 'pending')))
+        .returning({ id: webhookDeliveries.id });
+      return rows.length > 0;
+    },
+
+    async insertDelivery(orgId: string, eventId: string, endpointId: string, tx: Executor = db): Promise<string> {
+      const [row] = await tx
+        .insert(webhookDeliveries)
+        .values({ orgId, eventId, endpointId })
+        .returning({ id: webhookDeliveries.id });
+      return row!.id;
+    },
+
+    async findEvent(orgId: string, id: string, tx: Executor = db) {
+      const [row] = await tx
+        .select()
+        .from(outboxEvents)
+        .where(and(eq(outboxEvents.orgId, orgId), eq(outboxEvents.id, id)));
+      return row;
+    },
+
+    /** Wakes the delivery workers when the transaction commits. */
+    async notifyWorkers(orgId: string, tx: Executor = db): Promise<void> {
+      await tx.execute(sql`SELECT pg_notify('webhook_deliveries', ${orgId})`);
+    },
+  };
+}
+export type WebhooksRepository = ReturnType<typeof createWebhooksRepository>;

@@ -1,0 +1,93 @@
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createDeliveryWorker } from '../../src/modules/webhooks/delivery.worker.js';
+import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { startReceiver, waitFor, type Receiver } from '../helpers/webhook-receiver.js';
+
+const SVC = fileURLToPath(new URL('../../bin/svc.js', import.meta.url));
+
+let ctx: TestContext;
+let receiver: Receiver;
+beforeAll(async () => {
+  ctx = await createTestContext();
+  receiver = await startReceiver();
+});
+afterAll(async () => {
+  await receiver?.close();
+  await ctx?.close();
+});
+
+type Run = { code: number; stdout: string; stderr: string };
+function svc(args: string[], env: Record<string, string> = {}): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      [SVC, ...args],
+      { env: { ...process.env, DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'warn', ...env }, timeout: 60_000 },
+      (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }),
+    );
+  });
+}
+async function svcJson<T = Record<string, unknown>>(args: string[], env: Record<string, string> = {}): Promise<T> {
+  const run = await svc(args, env);
+  expect(run.stderr).toBe('');
+  expect(run.code).toBe(0);
+  return JSON.parse(run.stdout) as T;
+}
+
+describe('svc webhook commands', () => {
+  it('when an operator adds, lists, tests, inspects, resends and disables, each command prints exactly one JSON document', async () => {
+    const org = await ctx.createOrg();
+    const privateOk = { WEBHOOK_ALLOW_PRIVATE_URLS: 'true' };
+
+    const added = await svcJson<{ id: string; url: string; secret: string; events: string[]; enabled: boolean }>(
+      ['webhook', 'add', '--org', org.id, '--url', receiver.url('/cli'), '--events', 'customer.updated,customer.kyc_completed'],
+      privateOk,
+    );
+    expect(added).toMatchObject({ url: receiver.url('/cli'), events: ['customer.updated', 'customer.kyc_completed'], enabled: true });
+    expect(added.secret).toMatch(/^whsec_/);
+    receiver.trust('/cli', added.secret);
+
+    const listed = await svcJson<Array<Record<string, unknown>>>(['webhook', 'list', '--org', org.id]);
+    expect(listed).toEqual([expect.objectContaining({ id: added.id })]);
+    expect(listed[0]).not.toHaveProperty('secret');
+
+    const test = await svcJson<{ event: { id: string; type: string }; deliveries: Array<{ id: string }> }>(['webhook', 'test', '--org', org.id]);
+    expect(test.event.type).toBe('webhook.test');
+    expect(test.deliveries).toHaveLength(1);
+
+    const worker = createDeliveryWorker({ database: ctx.database, allowPrivateUrls: true, pollIntervalMs: 100 });
+    await worker.start();
+    try {
+      await waitFor(() => receiver.receipts.length === 1);
+      const deliveries = await waitFor(async () => {
+        const current = await svcJson<Array<{ status: string; attempts: unknown[] }>>(['webhook', 'deliveries', '--org', org.id, '--event', test.event.id]);
+        return current[0]?.status === 'succeeded' ? current : undefined;
+      });
+      expect(deliveries[0]!.attempts).toEqual([expect.objectContaining({ attempt_number: 1, status_code: 200 })]);
+      expect(await svcJson(['webhook', 'deliveries', '--org', org.id, '--status', 'failed'])).toEqual([]);
+
+      const resent = await svcJson<{ id: string; resent_from: string; status: string }>(['webhook', 'resend', test.deliveries[0]!.id]);
+      expect(resent).toMatchObject({ resent_from: test.deliveries[0]!.id, status: expect.stringMatching(/^(pending|succeeded)$/) });
+      await waitFor(() => receiver.receipts.length === 2);
+      expect(receiver.receipts.map((receipt) => receipt.webhookId)).toEqual([test.event.id, test.event.id]);
+      expect(receiver.receipts.every((receipt) => receipt.verifyError === null)).toBe(true);
+    } finally {
+      await worker.stop();
+    }
+
+    const disabled = await svcJson(['webhook', 'disable', added.id]);
+    expect(disabled).toMatchObject({ id: added.id, enabled: false });
+  }, 120_000);
+
+  it('when the URL is refused, the command exits non-zero with the reason on stderr and nothing on stdout', async () => {
+    const org = await ctx.createOrg();
+    const run = await svc(['webhook', 'add', '--org', org.id, '--url', 'https://169.254.169.254/latest'], {
+      WEBHOOK_ALLOW_PRIVATE_URLS: 'false',
+    });
+    expect(run.code).not.toBe(0);
+    expect(run.stdout).toBe('');
+    expect(run.stderr).toMatch(/url: .*169\.254\.169\.254, which is not a public address/);
+  }, 60_000);
+});
