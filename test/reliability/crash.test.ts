@@ -2,6 +2,8 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createDatabase, type Database } from '../../src/db/client.js';
 import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
 import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
+import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
+import { createServer, type Server } from 'node:http';
 import { createTestDatabase } from '../helpers/database.js';
 import { ALL_SCOPES } from '../helpers/harness.js';
 import { call, startServerProcess } from './processes.js';
@@ -25,7 +27,17 @@ afterAll(async () => {
 it('when an instance is killed with SIGKILL during a write load, every committed record has its audit and outbox rows and nothing is half-written', async () => {
   const org = await createOrganisationsService({ database }).create({ name: 'Crash', credits: 0 });
   const { key } = await createApiKeysService({ database }).create({ orgId: org.id, scopes: ALL_SCOPES });
-  const server = await startServerProcess({ DATABASE_URL: url });
+  // A receiver that only counts distinct event ids; no worker runs before the crash.
+  const received = new Set<string>();
+  const receiver: Server = createServer((request, response) => {
+    received.add(String(request.headers['webhook-id']));
+    request.resume();
+    request.on('end', () => response.writeHead(204).end());
+  });
+  await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  const receiverPort = (receiver.address() as { port: number }).port;
+  await createWebhooksService({ database, allowPrivateUrls: true }).addEndpoint({ orgId: org.id, url: `http://127.0.0.1:${receiverPort}/hooks` });
+  const server = await startServerProcess({ DATABASE_URL: url, WEBHOOK_WORKER: 'off' });
 
   let sent = 0;
   let stop = false;
@@ -77,9 +89,16 @@ it('when an instance is killed with SIGKILL during a write load, every committed
   );
   expect(drift).toEqual([]);
 
-  // A restarted instance serves the same data.
-  const restarted = await startServerProcess({ DATABASE_URL: url });
+  // A restarted instance (with its delivery worker) serves the same data and delivers every event
+  // that was committed before the crash.
+  const restarted = await startServerProcess({ DATABASE_URL: url, WEBHOOK_WORKER: 'on', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' });
   const list = await call(restarted, 'GET', '/v1/customers?include=total_count&limit=1', { key });
   expect(JSON.parse(list.body).total_count).toBe(stored.length);
+  const { rows: committedEvents } = await database.pool.query(`SELECT id FROM outbox_events WHERE org_id = $1`, [org.id]);
+  expect(committedEvents.length).toBeGreaterThan(0);
+  const deadline = Date.now() + 60_000;
+  while (received.size < committedEvents.length && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 200));
+  expect([...received].sort()).toEqual(committedEvents.map((row) => row.id).sort());
   await restarted.stop();
+  await new Promise<void>((resolve) => receiver.close(() => resolve()));
 });
