@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
-import { balanceOf, createCustomer, createEntity, customerRow, emailsOf, ledgerOf, verificationsOf } from './verification-fixtures.js';
+import { balanceOf, createCustomer, createEntity, customerRow, emailsOf, expectNothingArmed, ledgerOf, verificationsOf } from './verification-fixtures.js';
 
 let ctx: TestContext;
 beforeAll(async () => {
@@ -66,5 +66,18 @@ describe('starts under replay and concurrency', () => {
     expect(ledger.map((row) => row.balanceAfter).sort()).toEqual([1, 3]);
     expect(await verificationsOf(ctx, org.id)).toHaveLength(2);
     expect(await emailsOf(ctx, org.id)).toHaveLength(2);
+  });
+
+  it('when a refused start (402) carries an Idempotency-Key, nothing is armed and the replay answers the same 402', async () => {
+    const org = await ctx.createOrg({ credits: 1 });
+    const entity = await createEntity(ctx, org);
+    const status = (await customerRow(ctx, entity.id)).kycStatus;
+    const headers = { 'idempotency-key': `poor-${entity.id}` };
+    const first = await ctx.request('POST', `/v1/entities/${entity.id}/kyb`, { key: org.key, headers, body: {} });
+    const second = await ctx.request('POST', `/v1/entities/${entity.id}/kyb`, { key: org.key, headers, body: {} });
+    expect(first.statusCode, first.body).toBe(402);
+    expect(second.statusCode).toBe(402);
+    expect(second.json()).toEqual(first.json());
+    await expectNothingArmed(ctx, org, entity.id, { credits: 1, status });
   });
 });
