@@ -10,6 +10,7 @@ import {
   customerRow,
   emailsOf,
   errorOf,
+  eventsOf,
   expectNothingArmed,
   ledgerOf,
   setStatus,
@@ -125,6 +126,27 @@ describe('POST /v1/entities/{id}/kyb: emailing lanes on COMPANY and OTHER', () =
     const audit = await auditOf(ctx, org.id, entity.id, 'entity.kyb_started');
     expect(audit).toHaveLength(1);
     expect(audit[0]).toMatchObject({ actorType: 'api_key', actorId: org.keyId });
+  });
+  it('when a start succeeds on an integration-added entity, it writes one customer.updated event with the entity DTO, without the link', async () => {
+    const org = await ctx.createOrg({ credits: 10 });
+    const entity = await createEntity(ctx, org);
+    const response = await startKyb(org, entity.id);
+    expect(response.statusCode).toBe(200);
+    const events = await eventsOf(ctx, org.id, 'customer.updated');
+    expect(events).toHaveLength(1);
+    const { verification_link: link, updated_at: _ignored, ...entityState } = response.json() as StartResponse & { updated_at: string };
+    expect(link).toBeDefined();
+    const { updated_at: _eventUpdatedAt, ...eventState } = events[0]!.document.data.customer;
+    expect(eventState).toEqual(entityState);
+    expect(events[0]!.document.data.customer).not.toHaveProperty('verification_link');
+  });
+
+  it('when a start is refused, it writes no event and no audit row', async () => {
+    const org = await ctx.createOrg({ credits: 1 });
+    const entity = await createEntity(ctx, org);
+    expect((await startKyb(org, entity.id)).statusCode).toBe(402);
+    expect(await eventsOf(ctx, org.id, 'customer.updated')).toEqual([]);
+    expect(await auditOf(ctx, org.id, entity.id, 'entity.kyb_started')).toEqual([]);
   });
 });
 
