@@ -288,6 +288,9 @@ describe('operator CLI', () => {
     expect(listed).toHaveLength(1);
     expect(listed[0]!.recipient).toBe(person.email);
     expect(listed[0]!.link).toMatch(/\/verify\//);
+    const toPerson = (await svc('emails', '--org', org.id, '--to', person.email.toUpperCase())) as unknown[];
+    expect(toPerson).toHaveLength(1);
+    expect(await svc('emails', '--org', org.id, '--to', 'nobody@example.test')).toEqual([]);
   });
 
   it('when aml set and aml resolve run, each prints the AML block', async () => {
