@@ -272,7 +272,8 @@ describe('aml set and aml resolve', () => {
   });
 });
 
-describe('operator CLI', () => {
+// Each command is a fresh Node process compiling TypeScript through tsx: seconds each on a busy machine.
+describe('operator CLI', { timeout: 120_000 }, () => {
   it('when kyc submit, kyc verdict and emails run, each prints one JSON document and the verdict fires the event', async () => {
     const org = await ctx.createOrg();
     const person = await startedPerson(org);
