@@ -212,6 +212,14 @@ describe('POST /v1/entities/{id}/kyb: the manual lane', () => {
     }
   }
 
+  it('when the organisation has no credits, the free manual lane still starts', async () => {
+    const org = await ctx.createOrg({ credits: 0 });
+    const entity = await createEntity(ctx, org);
+    const response = await startKyb(org, entity.id, { method: 'manual' });
+    expect(response.statusCode, response.body).toBe(200);
+    expect(await ledgerOf(ctx, org.id)).toEqual([]);
+  });
+
   it('when eddCheckTypes are sent on the manual lane, it answers 422 on eddCheckTypes and arms nothing', async () => {
     const org = await ctx.createOrg({ credits: 10 });
     const entity = await createEntity(ctx, org);
@@ -473,6 +481,21 @@ describe('POST /v1/entities/{id}/kyb: errors arm nothing', () => {
     expect(response.statusCode).toBe(422);
     expect(errorOf(response).details?.issues?.method).toBeDefined();
     expect(await verificationsOf(ctx, org.id)).toEqual([]);
+  });
+});
+
+describe('after a start', () => {
+  it('when the entity is read back, it shows the new status but never the link or its token', async () => {
+    const org = await ctx.createOrg({ credits: 10 });
+    const entity = await createEntity(ctx, org);
+    const started = await startKyb(org, entity.id);
+    const token = (started.json() as StartResponse).verification_link!.split('/').pop()!;
+    const fetched = await ctx.request('GET', `/v1/entities/${entity.id}`, { key: org.key });
+    expect(fetched.json()).toMatchObject({ kyb_status: 'PENDING' });
+    expect(fetched.json()).not.toHaveProperty('verification_link');
+    expect(fetched.body).not.toContain(token);
+    const listed = await ctx.request('GET', '/v1/entities', { key: org.key });
+    expect(listed.body).not.toContain(token);
   });
 });
 
