@@ -221,6 +221,17 @@ describe('POST /v1/entities/{id}/ubos/{uboId}/send-link', () => {
     expect(await emailsOf(ctx, org.id)).toHaveLength(1);
   });
 
+  it("when an owner's link is billed to the customer, it emails a pay link and spends no credits", async () => {
+    const org = await ctx.createOrg({ credits: 5 });
+    const { entity, owner } = await entityWithOwner(org);
+    const response = await ctx.request('POST', `/v1/entities/${entity.id}/ubos/${owner.id}/send-link`, { key: org.key, body: { payer: 'customer' } });
+    expect(response.statusCode, response.body).toBe(200);
+    expect((response.json() as { verification_link: string }).verification_link).toContain('/pay/');
+    expect(await balanceOf(ctx, org.id)).toBe(5);
+    expect(await ledgerOf(ctx, org.id)).toEqual([]);
+    expect((await verificationsOf(ctx, org.id, owner.linked_customer.id))[0]).toMatchObject({ payer: 'customer', status: 'PAYMENT_PENDING' });
+  });
+
   it('when the owner id is unknown, it answers 404 and arms nothing', async () => {
     const org = await ctx.createOrg({ credits: 5 });
     const { entity } = await entityWithOwner(org);
