@@ -1,10 +1,17 @@
 import nodemailer, { type Transporter } from 'nodemailer';
+import { parseConnectionUrl } from 'nodemailer/lib/shared/index.js';
 import type { Database } from '../../db/client.js';
 import { createEmailsRepository, type EmailRow } from './emails.repository.js';
 
 const BATCH = 20;
 const LEASE_SECONDS = 120;
 const MAX_ATTEMPTS = 10;
+/**
+ * Bounds on one SMTP exchange, well inside the claim lease: nodemailer's own defaults (2 min to
+ * connect, 10 min of socket silence) would let a stalled server outlive the lease, so another sender
+ * would claim and send the same email again, and the stalled batch would block the job meanwhile.
+ */
+const SMTP_TIMEOUT_MS = 20_000;
 
 type Logger = { info(obj: object, message: string): void; warn(obj: object, message: string): void };
 
@@ -13,9 +20,13 @@ type Logger = { info(obj: object, message: string): void; warn(obj: object, mess
  * backoff on failure (never dropped: after the last attempt they stay as `failed` for operators);
  * without it they are marked `recorded` and logged, which is the development default.
  */
-export function createEmailSender(deps: { database: Database; smtpUrl: string | undefined; from: string; logger: Logger }) {
+export function createEmailSender(deps: { database: Database; smtpUrl: string | undefined; from: string; logger: Logger; smtpTimeoutMs?: number }) {
   const repository = createEmailsRepository(deps.database.db);
-  const transport: Transporter | undefined = deps.smtpUrl ? nodemailer.createTransport(deps.smtpUrl) : undefined;
+  const timeout = deps.smtpTimeoutMs ?? SMTP_TIMEOUT_MS;
+  const transport: Transporter | undefined = deps.smtpUrl
+    ? // Parsed here because nodemailer ignores every other option given next to `url`; the URL's own query options still win.
+      nodemailer.createTransport({ connectionTimeout: timeout, greetingTimeout: timeout, socketTimeout: timeout, ...parseConnectionUrl(deps.smtpUrl) })
+    : undefined;
 
   async function deliver(email: EmailRow): Promise<void> {
     if (!transport) {
