@@ -56,8 +56,12 @@ const environmentSchema = z.object({
     })
     .transform((value) => (value === '' ? undefined : value)),
   DATA_DIR: z.string().min(1).default('./data'),
-  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
-  PUBLIC_BASE_URL: z.url({ error: 'must be an absolute http(s) URL' }).optional(),
+  LOG_LEVEL: z
+    .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
+      error: 'must be one of fatal, error, warn, info, debug, trace, silent',
+    })
+    .default('info'),
+  PUBLIC_BASE_URL: z.url({ protocol: /^https?$/, error: 'must be an absolute http(s) URL' }).optional(),
   TRUST_PROXY: trustedProxyList,
   RATE_LIMIT_BURST: positiveInt(25),
   RATE_LIMIT_DAILY: positiveInt(100_000),
@@ -101,7 +105,9 @@ export class ConfigError extends Error {
 
 /** Parses the environment once; every bad variable is named with what is wrong with it. */
 export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config {
-  const parsed = environmentSchema.safeParse(environment);
+  // `PORT=` in a compose file or shell means "not set", not "port 0" or "an empty host".
+  const present = Object.fromEntries(Object.entries(environment).filter(([, value]) => value !== undefined && value.trim() !== ''));
+  const parsed = environmentSchema.safeParse(present);
   if (!parsed.success) {
     throw new ConfigError(
       parsed.error.issues.map((issue) => `${issue.path.join('.') || 'environment'}: ${issue.message}`),
