@@ -1,6 +1,9 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config/config.js';
 import { runSvc } from '../helpers/svc-process.js';
+
+// Each spawned `svc` loads the TypeScript sources (about a second, several on a busy machine).
+vi.setConfig({ testTimeout: 120_000 });
 
 const BAD_VALUES: Array<[variable: string, value: string, problem: RegExp]> = [
   ['PORT', 'abc', /port number/],

@@ -3,8 +3,11 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { API_KEY_IN_OUTPUT, runSvc, startServe, temporaryDataDir, type ServeProcess } from '../helpers/svc-process.js';
+
+// Each spawned `svc` loads the TypeScript sources (about a second, several on a busy machine).
+vi.setConfig({ testTimeout: 120_000 });
 
 // `svc serve` without DATABASE_URL: the embedded PostgreSQL under DATA_DIR, started and stopped with the process.
 // The steps share one DATA_DIR and run in order: first start, restart, operator CLI alongside the server.
