@@ -185,6 +185,36 @@ describe('svc key', () => {
   });
 });
 
+describe('operator changes are audited', () => {
+  it('when an operator creates and updates an organisation and creates and revokes a key, each change has an audit row naming the operator, without the key', async () => {
+    const org = await svcJson<{ id: string }>('org', 'create', '--name', 'Audited', '--credits', '1');
+    await svcJson('org', 'update', org.id, '--add-credits', '4');
+    const key = await svcJson<{ id: string; key: string }>('key', 'create', '--org', org.id, '--scopes', 'customers:read');
+    await svcJson('key', 'revoke', key.id);
+    await svcJson('key', 'revoke', key.id); // already revoked: no second row
+
+    const { rows } = await ctx.database.pool.query(
+      'SELECT actor_type, actor_id, action, subject_id, before, after FROM audit_log WHERE org_id = $1 ORDER BY id',
+      [org.id],
+    );
+    expect(rows.map((row) => [row.action, row.subject_id])).toEqual([
+      ['organisation.created', org.id],
+      ['organisation.updated', org.id],
+      ['api_key.created', key.id],
+      ['api_key.revoked', key.id],
+    ]);
+    for (const row of rows) {
+      expect(row.actor_type).toBe('operator');
+      expect(row.actor_id).toMatch(/^cli:/);
+    }
+    expect(rows[1].before).toMatchObject({ credits: 1 });
+    expect(rows[1].after).toMatchObject({ credits: 5 });
+    expect(rows[3].before).toMatchObject({ revoked_at: null });
+    expect(rows[3].after.revoked_at).toEqual(expect.any(String));
+    expect(JSON.stringify(rows)).not.toContain(key.key);
+  });
+});
+
 describe('svc --help', () => {
   const NO_DATABASE = { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' };
 

@@ -26,8 +26,9 @@ export function registerApiKeyCommands(program: Command): void {
         burstLimit?: number;
         dailyLimit?: number;
       }) =>
-        runCommand(({ database }) =>
-          createApiKeysService({ database }).create({
+        runCommand(({ database, actor }) =>
+          createApiKeysService({ database }).create(
+            {
             orgId: options.org,
             scopes: parseList(options.scopes) ?? [],
             label: options.label,
@@ -35,7 +36,9 @@ export function registerApiKeyCommands(program: Command): void {
             allowIps: parseList(options.allowIp),
             burstLimit: options.burstLimit,
             dailyLimit: options.dailyLimit,
-          }),
+            },
+            actor,
+          ),
         ),
     );
 
@@ -51,5 +54,5 @@ export function registerApiKeyCommands(program: Command): void {
     .command('revoke')
     .description('Revoke a key; the next request with it is refused on every instance')
     .argument('<id>', 'key id')
-    .action((id: string) => runCommand(({ database }) => createApiKeysService({ database }).revoke(id)));
+    .action((id: string) => runCommand(({ database, actor }) => createApiKeysService({ database }).revoke(id, actor)));
 }
