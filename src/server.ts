@@ -16,11 +16,23 @@ export async function startServer(config: Config, options: { worker?: boolean } 
   const connection = await connect(config, { info: (message) => logger.info(message) });
   const { database } = connection;
 
-  const sandbox = await bootstrapSandbox({ database });
-  const app = await buildApp({ config, database, logger: loggerOptions(config) });
-  const jobs = startBackgroundJobs({ config, database, logger, webhookWorker: options.worker ?? config.webhookWorker });
-
-  await app.listen({ port: config.port, host: config.host });
+  let sandbox: Awaited<ReturnType<typeof bootstrapSandbox>>;
+  let app: FastifyInstance | undefined;
+  let jobs: BackgroundJobs | undefined;
+  try {
+    sandbox = await bootstrapSandbox({ database });
+    app = await buildApp({ config, database, logger: loggerOptions(config) });
+    jobs = startBackgroundJobs({ config, database, logger, webhookWorker: options.worker ?? config.webhookWorker });
+    await app.listen({ port: config.port, host: config.host });
+  } catch (error) {
+    // The sandbox key, if just created, is valid: this is the only chance to show it.
+    if (sandbox) printSandboxKey(sandbox, config.port);
+    // A failed start (port in use, …) must not leave the embedded PostgreSQL running.
+    await app?.close().catch(() => {});
+    await jobs?.stop().catch(() => {});
+    await connection.close().catch(() => {});
+    throw error;
+  }
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : config.port;
   if (sandbox) printSandboxKey(sandbox, port);
@@ -32,7 +44,7 @@ export async function startServer(config: Config, options: { worker?: boolean } 
       await jobs.stop(); // finishes or releases claimed work
       await connection.close(); // pool, then the embedded server if this process started it
     })());
-  return { app, connection, jobs, close };
+  return { app, jobs, connection, close };
 }
 
 /** `svc worker`: background delivery only, no HTTP. */

@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, describe, expect, it, vi } from 'vitest';
@@ -128,5 +129,25 @@ describe('svc serve on the embedded database', () => {
     expect(found.rows).toEqual([{ name: 'Operator Org' }]);
 
     await expectStoppedCleanly(server, 'SIGTERM');
+  });
+});
+
+describe('svc serve failing to start on the embedded database', () => {
+  it('when the port is taken, it exits non-zero naming the cause, still shows the key it created, and leaves no PostgreSQL running', async () => {
+    const blocker = createServer();
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+    const port = (blocker.address() as AddressInfo).port;
+    const otherDataDir = temporaryDataDir();
+    try {
+      const result = await runSvc(['serve'], { ...env, DATA_DIR: otherDataDir, PORT: String(port) });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toMatch(/EADDRINUSE/);
+      expect(result.stdout.match(API_KEY_IN_OUTPUT) ?? []).toHaveLength(2); // the key line and the curl line
+      expect(existsSync(join(otherDataDir, 'postgres', 'postmaster.pid'))).toBe(false);
+      expect(postgresProcessesFor(otherDataDir)).toEqual([]);
+    } finally {
+      blocker.close();
+      rmSync(otherDataDir, { recursive: true, force: true });
+    }
   });
 });
