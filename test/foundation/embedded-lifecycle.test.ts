@@ -130,6 +130,17 @@ describe('svc serve on the embedded database', () => {
 
     await expectStoppedCleanly(server, 'SIGTERM');
   });
+  it('when a server was killed (SIGKILL) and left PostgreSQL running, the next start adopts it and stops it on shutdown', async () => {
+    const killed = serve();
+    await expectReady(killed);
+    expect(await killed.stop('SIGKILL')).toEqual({ code: null, signal: 'SIGKILL' });
+    expect(existsSync(join(postgresDir, 'postmaster.pid'))).toBe(true); // orphaned
+
+    const next = serve();
+    await expectReady(next);
+    expect(next.stdout()).not.toContain('svc_live_');
+    await expectStoppedCleanly(next, 'SIGTERM');
+  });
 });
 
 describe('svc serve failing to start on the embedded database', () => {
