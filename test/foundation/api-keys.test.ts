@@ -1,8 +1,11 @@
 import { createHash } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 import { runSvc } from '../helpers/svc-process.js';
+
+// One test spawns `svc`, which loads the TypeScript sources (several seconds on a busy machine).
+vi.setConfig({ testTimeout: 120_000 });
 
 let ctx: TestContext;
 beforeAll(async () => {
