@@ -89,7 +89,7 @@ export function startServe(env: SvcEnv = {}): ServeProcess {
     port,
     exited,
     baseUrl: async () => `http://127.0.0.1:${await port}`,
-    async stop(signal = 'SIGTERM', timeoutMs = 15_000) {
+    async stop(signal = 'SIGTERM', timeoutMs = 30_000) {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal);
       const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
       const result = await exited;
