@@ -40,7 +40,11 @@ export async function startServer(config: Config, options: { worker?: boolean } 
   let closing: Promise<void> | undefined;
   const close = () =>
     (closing ??= (async () => {
-      await app.close(); // stops accepting, lets in-flight requests finish
+      // Stops accepting and lets in-flight requests finish. A keep-alive connection busy at that
+      // moment would otherwise stay open after its response (until the client's idle timeout) and
+      // hold the shutdown, so idle connections are closed as they appear.
+      const sweep = setInterval(() => app.server.closeIdleConnections(), 100);
+      await app.close().finally(() => clearInterval(sweep));
       await jobs.stop(); // finishes or releases claimed work
       await connection.close(); // pool, then the embedded server if this process started it
     })());

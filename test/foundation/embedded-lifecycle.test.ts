@@ -52,6 +52,14 @@ function embeddedDatabaseUrl(): string {
   return `postgres://postgres:postgres@127.0.0.1:${lines[3]}/verification`;
 }
 
+async function waitFor(condition: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
 async function expectReady(server: ServeProcess, key?: string): Promise<void> {
   const response = await fetch(`${await server.baseUrl()}/readyz`, key ? { headers: { authorization: `Bearer ${key}` } } : {});
   expect(response.status).toBe(200);
@@ -130,6 +138,34 @@ describe('svc serve on the embedded database', () => {
 
     await expectStoppedCleanly(server, 'SIGTERM');
   });
+  it('when SIGTERM arrives during a request, the request completes before PostgreSQL is stopped', async () => {
+    const server = serve();
+    await expectReady(server);
+    // Hold a lock /readyz needs, so its request is provably in flight when the signal arrives.
+    const blocker = new pg.Client({ connectionString: embeddedDatabaseUrl() });
+    await blocker.connect();
+    await blocker.query('BEGIN');
+    await blocker.query('LOCK TABLE drizzle.__drizzle_migrations IN ACCESS EXCLUSIVE MODE');
+    const inFlight = fetch(`${await server.baseUrl()}/readyz`);
+    await waitFor(async () => {
+      const waiting = await blocker.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE '%__drizzle_migrations%'`);
+      return waiting.rowCount! > 0;
+    });
+
+    server.child.kill('SIGTERM');
+    await waitFor(async () => server.stderr().includes('shutting down on SIGTERM'));
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    await blocker.query('COMMIT'); // the database is still up: the server waits for its request
+    await blocker.end();
+
+    const response = await inFlight;
+    expect(response.status).toBe(200);
+    expect(await response.json()).toEqual({ status: 'ready', database: 'ok' });
+    expect(await server.exited, server.stderr()).toEqual({ code: 0, signal: null });
+    expect(existsSync(join(postgresDir, 'postmaster.pid'))).toBe(false);
+    expect(postgresProcessesFor(postgresDir)).toEqual([]);
+  });
+
   it('when a server was killed (SIGKILL) and left PostgreSQL running, the next start adopts it and stops it on shutdown', async () => {
     const killed = serve();
     await expectReady(killed);
