@@ -1,10 +1,12 @@
 import closeWithGrace from 'close-with-grace';
 import type { FastifyInstance } from 'fastify';
 import type { FastifyServerOptions } from 'fastify';
+import pino from 'pino';
 import { buildApp } from './app.js';
 import { createLogger, loggerOptions, prettyLogsWanted } from './shared/logging.js';
 import type { Config } from './config/config.js';
 import { connect, type Connection } from './db/connect.js';
+import { leaveSignalsToCaller } from './db/embedded-postgres.js';
 import { bootstrapSandbox } from './modules/organisations/sandbox.service.js';
 import { startBackgroundJobs, type BackgroundJobs } from './jobs.js';
 
@@ -26,8 +28,9 @@ export async function startServer(config: Config, options: { worker?: boolean } 
   const close = () =>
     (closing ??= inOrder([() => app?.close(), () => jobs?.stop(), () => connection.close()]));
 
+  let sandbox: Awaited<ReturnType<typeof bootstrapSandbox>>;
   try {
-    const sandbox = await bootstrapSandbox({ database });
+    sandbox = await bootstrapSandbox({ database });
     app = await buildApp({ config, database, logger: httpLoggerOptions(config) });
     jobs = startBackgroundJobs({ config, database, logger, webhookWorker: options.worker ?? config.webhookWorker });
     await app.listen({ port: config.port, host: config.host });
@@ -36,6 +39,8 @@ export async function startServer(config: Config, options: { worker?: boolean } 
     if (sandbox) printSandboxKey(sandbox, port);
     return { app, connection, jobs, close };
   } catch (error) {
+    // The sandbox key, if just created, is valid: this is the only chance to show it.
+    if (sandbox) printSandboxKey(sandbox, config.port);
     // A start that fails (port taken, bad sandbox) must not leave the embedded database running.
     await close().catch((closeError: unknown) => logger.error({ err: closeError }, 'cleanup after a failed start failed'));
     throw error;
@@ -65,11 +70,14 @@ async function inOrder(steps: Array<() => Promise<unknown> | undefined>): Promis
   if (failure !== undefined) throw failure;
 }
 
-/** JSON lines on stdout; human-readable ones only on a terminal in development (never in production or CI). */
+/**
+ * JSON lines on stderr (stdout carries only what a person or script reads: the first-start key);
+ * human-readable ones only on a terminal in development (never in production or CI).
+ */
 function httpLoggerOptions(config: Config): FastifyServerOptions['logger'] {
   const options = loggerOptions(config);
-  if (!prettyLogsWanted(config, process.stdout)) return options;
-  return { ...options, transport: { target: 'pino-pretty', options: { destination: 1, translateTime: 'SYS:HH:MM:ss.l' } } };
+  if (!prettyLogsWanted(config, process.stderr)) return { ...options, stream: pino.destination(2) };
+  return { ...options, transport: { target: 'pino-pretty', options: { destination: 2, translateTime: 'SYS:HH:MM:ss.l' } } };
 }
 
 function printSandboxKey(sandbox: { orgId: string; key: string }, port: number): void {
@@ -97,4 +105,5 @@ export function closeOnSignals(target: { close(): Promise<void> }, logger: { inf
     logger.info(`shutting down${signal ? ` on ${signal}` : ''}`);
     await target.close();
   });
+  leaveSignalsToCaller(); // from here on, this handler stops the embedded database, after the drain
 }

@@ -1,7 +1,6 @@
 import { Command, CommanderError } from 'commander';
 import { loadConfig, type Config } from '../config/config.js';
 import { runMigrations } from '../db/migrate.js';
-import { closeOnSignals, startServer, startWorker } from '../server.js';
 import { cliLogger, fail, printJson } from './runner.js';
 import { connect } from '../db/connect.js';
 import { registerOrganisationCommands } from './commands/organisations.command.js';
@@ -29,6 +28,8 @@ program
     const config = configOrExit();
     const logger = cliLogger({ ...config, logLevel: config.logLevel });
     try {
+      // Loaded on demand: the HTTP stack is not needed by the operator commands, which start faster without it.
+      const { closeOnSignals, startServer } = await import('../server.js');
       const server = await startServer(config);
       closeOnSignals(server, { info: (message) => server.app.log.info(message), error: (error) => server.app.log.error(error) });
     } catch (error) {
@@ -44,6 +45,7 @@ program
     const config = configOrExit();
     const logger = cliLogger(config);
     try {
+      const { closeOnSignals, startWorker } = await import('../server.js');
       const worker = await startWorker(config);
       closeOnSignals(worker, { info: (message) => logger.warn(message), error: (error) => logger.error(error) });
     } catch (error) {

@@ -56,11 +56,15 @@ const environmentSchema = z.object({
     })
     .transform((value) => (value === '' ? undefined : value)),
   DATA_DIR: z.string().min(1).default('./data'),
-  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  LOG_LEVEL: z
+    .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
+      error: 'must be one of fatal, error, warn, info, debug, trace, silent',
+    })
+    .default('info'),
   LOG_FORMAT: z.enum(['auto', 'json', 'pretty'], { error: 'must be one of auto, json, pretty' }).default('auto'),
   NODE_ENV: z.string().optional(),
   CI: z.string().optional(),
-  PUBLIC_BASE_URL: z.url({ error: 'must be an absolute http(s) URL' }).optional(),
+  PUBLIC_BASE_URL: z.url({ protocol: /^https?$/, error: 'must be an absolute http(s) URL' }).optional(),
   TRUST_PROXY: trustedProxyList,
   RATE_LIMIT_BURST: positiveInt(25),
   RATE_LIMIT_DAILY: positiveInt(100_000),
@@ -109,7 +113,9 @@ export class ConfigError extends Error {
 
 /** Parses the environment once; every bad variable is named with what is wrong with it. */
 export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config {
-  const parsed = environmentSchema.safeParse(environment);
+  // `PORT=` in a compose file or shell means "not set", not "port 0" or "an empty host".
+  const present = Object.fromEntries(Object.entries(environment).filter(([, value]) => value !== undefined && value.trim() !== ''));
+  const parsed = environmentSchema.safeParse(present);
   if (!parsed.success) {
     throw new ConfigError(
       parsed.error.issues.map((issue) => `${issue.path.join('.') || 'environment'}: ${issue.message}`),

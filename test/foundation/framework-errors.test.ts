@@ -1,11 +1,52 @@
+import { Writable } from 'node:stream';
+import type { FastifyInstance } from 'fastify';
+import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp } from '../../src/app.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 
 let ctx: TestContext;
+let app: FastifyInstance;
+const logLines: Array<Record<string, unknown>> = [];
+
+/** A pg error as the driver raises it: SQL state, detail, the failing query and a stack. */
+function pgLikeError(): Error {
+  return Object.assign(new Error('duplicate key value violates unique constraint "customers_org_external_id_key"'), {
+    code: '23505',
+    severity: 'ERROR',
+    detail: 'Key (org_id, external_id)=(7c0b…, crm-42) already exists.',
+    table: 'customers',
+    constraint: 'customers_org_external_id_key',
+    query: 'insert into "customers" ("org_id", "external_id") values ($1, $2)',
+  });
+}
+
 beforeAll(async () => {
   ctx = await createTestContext();
+  const logStream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      for (const line of chunk.toString().split('\n').filter(Boolean)) logLines.push(JSON.parse(line) as Record<string, unknown>);
+      done();
+    },
+  });
+  app = await buildApp({ config: ctx.config, database: ctx.database, logger: { level: 'error', stream: logStream } });
+  // Test-only routes outside /v1 (the auth plugin guards /v1 only), registered before ready().
+  await app.register(async (instance) => {
+    instance.post(
+      '/test/echo',
+      { schema: { body: z.object({ name: z.string() }).strict() } },
+      async (request) => ({ received: request.body }),
+    );
+    instance.get('/test/database-failure', async () => {
+      throw pgLikeError();
+    });
+  });
+  await app.ready();
 });
-afterAll(async () => ctx?.close());
+afterAll(async () => {
+  await app?.close();
+  await ctx?.close();
+});
 
 describe('health routes', () => {
   it('when the process is up, GET /healthz answers 200 without a key', async () => {
@@ -23,13 +64,88 @@ describe('health routes', () => {
 
 describe('framework errors use the error envelope', () => {
   it('when no route matches, it answers 404 not_found in the envelope', async () => {
-    const response = await ctx.request('GET', '/v1/no-such-route');
-    expect(response.statusCode).toBe(404);
-    expect(response.json()).toEqual({ error: { code: 'not_found', message: expect.any(String) } });
+    for (const [method, url] of [
+      ['GET', '/v1/no-such-route'],
+      ['POST', '/v1/no-such-route'],
+      ['GET', '/nowhere?x=1'],
+    ] as const) {
+      const response = await app.inject({ method, url });
+      expect(response.statusCode).toBe(404);
+      expect(response.headers['content-type']).toMatch(/^application\/json/);
+      expect(response.json()).toEqual({ error: { code: 'not_found', message: expect.stringContaining(url.split('?')[0]!) } });
+    }
   });
 
-  it('when every response carries a request id, it is echoed in X-Request-Id', async () => {
-    const response = await ctx.request('GET', '/healthz', { headers: { 'x-request-id': 'abc-123' } });
-    expect(response.headers['x-request-id']).toBe('abc-123');
+  it('when the request carries an X-Request-Id, it is echoed; otherwise one is generated', async () => {
+    const echoed = await app.inject({ method: 'GET', url: '/healthz', headers: { 'x-request-id': 'abc-123' } });
+    expect(echoed.headers['x-request-id']).toBe('abc-123');
+    const generated = await app.inject({ method: 'GET', url: '/healthz', headers: { 'x-request-id': 'bad id with spaces' } });
+    expect(generated.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+  });
+
+  it('when the body is malformed JSON, it answers 400 invalid_json', async () => {
+    const response = await app.inject({
+      method: 'POST',
+      url: '/test/echo',
+      headers: { 'content-type': 'application/json' },
+      payload: '{"name": "Ada",',
+    });
+    expect(response.statusCode).toBe(400);
+    expect(response.json()).toEqual({ error: { code: 'invalid_json', message: expect.any(String) } });
+  });
+
+  it.each([
+    ['text/plain', 'name=Ada'],
+    ['application/x-www-form-urlencoded', 'name=Ada'],
+    ['application/xml', '<name>Ada</name>'],
+  ])('when the body is sent as %s, it answers 415 unsupported_media_type', async (contentType, payload) => {
+    const response = await app.inject({ method: 'POST', url: '/test/echo', headers: { 'content-type': contentType }, payload });
+    expect(response.statusCode).toBe(415);
+    expect(response.json()).toEqual({ error: { code: 'unsupported_media_type', message: expect.stringContaining('application/json') } });
+  });
+
+  it('when the body is over 1 MiB, it answers 413 payload_too_large', async () => {
+    const response = await app.inject({
+      method: 'POST',
+      url: '/test/echo',
+      headers: { 'content-type': 'application/json' },
+      payload: JSON.stringify({ name: 'x'.repeat(1024 * 1024) }),
+    });
+    expect(response.statusCode).toBe(413);
+    expect(response.json()).toEqual({ error: { code: 'payload_too_large', message: expect.stringContaining('1 MiB') } });
+  });
+
+  it('when the body is just under 1 MiB, it is accepted', async () => {
+    const name = 'x'.repeat(1024 * 1024 - 100);
+    const response = await app.inject({
+      method: 'POST',
+      url: '/test/echo',
+      headers: { 'content-type': 'application/json; charset=utf-8' },
+      payload: JSON.stringify({ name }),
+    });
+    expect(response.statusCode).toBe(200);
+    expect(response.json()).toEqual({ received: { name } });
+  });
+
+  it('when the body fails the schema (unknown property), it answers 422 validation_failed naming the property', async () => {
+    const response = await app.inject({ method: 'POST', url: '/test/echo', payload: { name: 'Ada', role: 'admin' } });
+    expect(response.statusCode).toBe(422);
+    expect(response.json()).toEqual({
+      error: { code: 'validation_failed', message: expect.any(String), details: { issues: { role: ['Unknown property.'] } } },
+    });
+  });
+
+  it('when a handler fails with a database error, it answers 500 internal without stack or SQL, with the request id in details and in the log', async () => {
+    const response = await app.inject({ method: 'GET', url: '/test/database-failure', headers: { 'x-request-id': 'req-500-check' } });
+    expect(response.statusCode).toBe(500);
+    expect(response.json()).toEqual({
+      error: { code: 'internal', message: expect.any(String), details: { request_id: 'req-500-check' } },
+    });
+    for (const leak of ['duplicate key', 'insert into', 'customers_org_external_id_key', '23505', 'crm-42', 'at ', '.ts:']) {
+      expect(response.body).not.toContain(leak);
+    }
+    const logged = logLines.find((line) => line.reqId === 'req-500-check' && line.level === 50);
+    expect(logged).toBeDefined();
+    expect(JSON.stringify(logged)).toContain('23505');
   });
 });

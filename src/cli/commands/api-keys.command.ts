@@ -1,7 +1,17 @@
-import type { Command } from 'commander';
+import { InvalidArgumentError, type Command } from 'commander';
 import { createApiKeysService } from '../../modules/api-keys/api-keys.service.js';
 import { SCOPES } from '../../plugins/route-scopes.js';
 import { parseInteger, parseList, runCommand } from '../runner.js';
+
+/** An operator issuing an already expired key is a mistake (the service allows it, for tests of expiry). */
+function futureDateTime(value: string): Date {
+  const date = new Date(value);
+  if (!/^\d{4}-\d{2}-\d{2}/.test(value) || Number.isNaN(date.getTime())) {
+    throw new InvalidArgumentError('must be an ISO 8601 date-time, e.g. 2027-01-31T00:00:00Z');
+  }
+  if (date.getTime() <= Date.now()) throw new InvalidArgumentError('must be in the future');
+  return date;
+}
 
 export function registerApiKeyCommands(program: Command): void {
   const key = program.command('key').description('Manage API keys');
@@ -12,7 +22,7 @@ export function registerApiKeyCommands(program: Command): void {
     .requiredOption('--org <id>', 'organisation id')
     .requiredOption('--scopes <list>', `comma-separated scopes (${SCOPES.join(', ')})`)
     .option('--label <label>', 'a name for the key')
-    .option('--expires-at <iso>', 'expiry as an ISO 8601 date-time')
+    .option('--expires-at <iso>', 'expiry as an ISO 8601 date-time in the future', futureDateTime)
     .option('--allow-ip <list>', 'comma-separated IPv4/IPv6 addresses or CIDR ranges')
     .option('--burst-limit <n>', 'requests per second for this key', parseInteger('--burst-limit'))
     .option('--daily-limit <n>', 'requests per UTC day for this key', parseInteger('--daily-limit'))
@@ -21,21 +31,24 @@ export function registerApiKeyCommands(program: Command): void {
         org: string;
         scopes: string;
         label?: string;
-        expiresAt?: string;
+        expiresAt?: Date;
         allowIp?: string;
         burstLimit?: number;
         dailyLimit?: number;
       }) =>
-        runCommand(({ database }) =>
-          createApiKeysService({ database }).create({
+        runCommand(({ database, actor }) =>
+          createApiKeysService({ database }).create(
+            {
             orgId: options.org,
             scopes: parseList(options.scopes) ?? [],
             label: options.label,
-            expiresAt: options.expiresAt !== undefined ? new Date(options.expiresAt) : undefined,
+            expiresAt: options.expiresAt,
             allowIps: parseList(options.allowIp),
             burstLimit: options.burstLimit,
             dailyLimit: options.dailyLimit,
-          }),
+            },
+            actor,
+          ),
         ),
     );
 
@@ -51,5 +64,5 @@ export function registerApiKeyCommands(program: Command): void {
     .command('revoke')
     .description('Revoke a key; the next request with it is refused on every instance')
     .argument('<id>', 'key id')
-    .action((id: string) => runCommand(({ database }) => createApiKeysService({ database }).revoke(id)));
+    .action((id: string) => runCommand(({ database, actor }) => createApiKeysService({ database }).revoke(id, actor)));
 }

@@ -26,13 +26,16 @@ export function registerOrganisationCommands(program: Command): void {
     .option('--credits <n>', 'initial credit balance', parseInteger('--credits'))
     .option('--default-payer <payer>', 'who pays for checks by default (organization | customer)', payer)
     .action((options: { name: string; features?: Feature[]; credits?: number; defaultPayer?: Payer }) =>
-      runCommand(({ database }) =>
-        createOrganisationsService({ database }).create({
-          name: options.name,
-          features: options.features ?? [],
-          credits: options.credits ?? 0,
-          defaultPayer: options.defaultPayer ?? 'organization',
-        }),
+      runCommand(({ database, actor }) =>
+        createOrganisationsService({ database }).create(
+          {
+            name: options.name,
+            features: options.features ?? [],
+            credits: options.credits ?? 0,
+            defaultPayer: options.defaultPayer ?? 'organization',
+          },
+          actor,
+        ),
       ),
     );
 
@@ -51,6 +54,6 @@ export function registerOrganisationCommands(program: Command): void {
     .option('--add-credits <n>', 'add (or, negative, remove) credits', parseInteger('--add-credits'))
     .option('--default-payer <payer>', 'organization | customer', payer)
     .action((id: string, options: { name?: string; features?: Feature[]; addCredits?: number; defaultPayer?: Payer }) =>
-      runCommand(({ database }) => createOrganisationsService({ database }).update(id, options)),
+      runCommand(({ database, actor }) => createOrganisationsService({ database }).update(id, options, actor)),
     );
 }

@@ -4,6 +4,7 @@ import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { SCOPES, type Scope } from '../../plugins/route-scopes.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
+import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
 import { displayPrefix, generateApiKey, hashApiKey } from './api-key-secret.js';
 import { createApiKeysRepository, type ApiKeyRecord } from './api-keys.repository.js';
 
@@ -64,14 +65,17 @@ export function normalizeCidr(value: string): string {
   }
 }
 
+const SYSTEM_ACTOR: Actor = { type: 'system', id: null };
+
 export function createApiKeysService(deps: { database: Database }) {
   const { database } = deps;
   const keys = createApiKeysRepository(database.db);
   const organisations = createOrganisationsRepository(database.db);
+  const audit = createAuditRepository(database.db);
 
   return {
     /** Issues a key; the plaintext is returned here and never again. */
-    async create(input: CreateApiKeyInput): Promise<ApiKeyDto & { key: string }> {
+    async create(input: CreateApiKeyInput, actor: Actor = SYSTEM_ACTOR): Promise<ApiKeyDto & { key: string }> {
       const scopes = [...new Set(input.scopes.map((scope) => scope.trim()).filter(Boolean))];
       const unknown = scopes.filter((scope) => !SCOPES.includes(scope as Scope));
       if (scopes.length === 0) throw AppError.field('scopes', `At least one scope is required (${SCOPES.join(', ')}).`);
@@ -102,7 +106,12 @@ export function createApiKeysService(deps: { database: Database }) {
           },
           tx,
         );
-        return { ...toApiKeyDto(row), key: plaintext };
+        const dto = toApiKeyDto(row);
+        await audit.record(
+          { orgId: dto.org_id, actor, action: 'api_key.created', subjectType: 'api_key', subjectId: dto.id, before: null, after: dto },
+          tx,
+        );
+        return { ...dto, key: plaintext };
       });
     },
 
@@ -111,10 +120,21 @@ export function createApiKeysService(deps: { database: Database }) {
       return (await keys.listByOrg(orgId)).map(toApiKeyDto);
     },
 
-    async revoke(id: string): Promise<ApiKeyDto> {
-      const row = isUuid(id) ? await keys.revoke(id) : undefined;
-      if (!row) throw AppError.notFound('API key');
-      return toApiKeyDto(row);
+    /** Revokes a key; revoking it again keeps the first revocation time and writes no second audit row. */
+    async revoke(id: string, actor: Actor = SYSTEM_ACTOR): Promise<ApiKeyDto> {
+      if (!isUuid(id)) throw AppError.notFound('API key');
+      return database.transaction(async (tx) => {
+        const existing = await keys.findById(id, tx);
+        if (!existing) throw AppError.notFound('API key');
+        if (existing.revokedAt) return toApiKeyDto(existing);
+        const row = await keys.revoke(id, tx);
+        const after = toApiKeyDto(row!);
+        await audit.record(
+          { orgId: after.org_id, actor, action: 'api_key.revoked', subjectType: 'api_key', subjectId: id, before: toApiKeyDto(existing), after },
+          tx,
+        );
+        return after;
+      });
     },
   };
 }

@@ -2,6 +2,7 @@ import type { Database } from '../../db/client.js';
 import type { OrganisationRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
+import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
 import { createOrganisationsRepository } from './organisations.repository.js';
 import {
   FEATURES,
@@ -25,9 +26,12 @@ export function toOrganisationDto(row: OrganisationRow): OrganisationDto {
   };
 }
 
+const SYSTEM_ACTOR: Actor = { type: 'system', id: null };
+
 export function createOrganisationsService(deps: { database: Database }) {
   const { database } = deps;
   const repository = createOrganisationsRepository(database.db);
+  const audit = createAuditRepository(database.db);
 
   async function require(id: string): Promise<OrganisationRow> {
     const row = isUuid(id) ? await repository.findById(id, database.current()) : undefined;
@@ -36,7 +40,7 @@ export function createOrganisationsService(deps: { database: Database }) {
   }
 
   return {
-    async create(input: OrganisationInput): Promise<OrganisationDto> {
+    async create(input: OrganisationInput, actor: Actor = SYSTEM_ACTOR): Promise<OrganisationDto> {
       const parsed = organisationInputSchema.safeParse(input);
       if (!parsed.success) {
         throw AppError.validation(
@@ -58,7 +62,12 @@ export function createOrganisationsService(deps: { database: Database }) {
           parsed.data.credits > 0
             ? await repository.adjustCredits(row.id, parsed.data.credits, { reason: 'initial_credits' }, tx)
             : row;
-        return toOrganisationDto(funded!);
+        const dto = toOrganisationDto(funded!);
+        await audit.record(
+          { orgId: dto.id, actor, action: 'organisation.created', subjectType: 'organisation', subjectId: dto.id, before: null, after: dto },
+          tx,
+        );
+        return dto;
       });
     },
 
@@ -69,13 +78,14 @@ export function createOrganisationsService(deps: { database: Database }) {
     async update(
       id: string,
       changes: { name?: string; features?: Feature[]; defaultPayer?: Payer; addCredits?: number },
+      actor: Actor = SYSTEM_ACTOR,
     ): Promise<OrganisationDto> {
       if (changes.features) {
         const unknown = changes.features.filter((feature) => !FEATURES.includes(feature));
         if (unknown.length) throw AppError.field('features', `Unknown feature(s): ${unknown.join(', ')}.`);
       }
       return database.transaction(async (tx) => {
-        await require(id);
+        const before = toOrganisationDto(await require(id));
         let row: OrganisationRow | undefined;
         if (changes.name !== undefined || changes.features !== undefined || changes.defaultPayer !== undefined) {
           row = await repository.update(
@@ -92,7 +102,13 @@ export function createOrganisationsService(deps: { database: Database }) {
           row = await repository.adjustCredits(id, changes.addCredits, { reason: 'operator_adjustment' }, tx);
           if (!row) throw AppError.field('addCredits', 'The balance cannot go below zero.');
         }
-        return toOrganisationDto(row ?? (await require(id)));
+        if (!row) return before; // nothing asked to change: no write, no audit row
+        const after = toOrganisationDto(row);
+        await audit.record(
+          { orgId: id, actor, action: 'organisation.updated', subjectType: 'organisation', subjectId: id, before, after },
+          tx,
+        );
+        return after;
       });
     },
   };

@@ -1,0 +1,123 @@
+import { describe, expect, it, vi } from 'vitest';
+import { ConfigError, loadConfig } from '../../src/config/config.js';
+import { runSvc } from '../helpers/svc-process.js';
+
+// Each spawned `svc` loads the TypeScript sources (about a second, several on a busy machine).
+vi.setConfig({ testTimeout: 120_000 });
+
+const BAD_VALUES: Array<[variable: string, value: string, problem: RegExp]> = [
+  ['PORT', 'abc', /port number/],
+  ['PORT', '70000', /at most 65535/],
+  ['PORT', '80.5', /port number|whole number/],
+  ['DATABASE_URL', 'mysql://x', /postgres:\/\//],
+  ['LOG_LEVEL', 'loud', /one of/],
+  ['TRUST_PROXY', 'true', /never a blanket/],
+  ['TRUST_PROXY', '*', /never a blanket/],
+  ['TRUST_PROXY', 'not-an-ip', /not an IP address/],
+  ['TRUST_PROXY', '10.0.0.0/99', /not an IP address/],
+  ['RATE_LIMIT_BURST', '0', /greater than zero/],
+  ['RATE_LIMIT_DAILY', '-5', /greater than zero/],
+  ['RATE_LIMIT_BURST', '2.5', /whole number/],
+  ['WEBHOOK_WORKER', 'maybe', /one of/],
+  ['WEBHOOK_ALLOW_PRIVATE_URLS', 'sure', /one of/],
+  ['PUBLIC_BASE_URL', 'nope', /http\(s\) URL/],
+  ['PUBLIC_BASE_URL', 'ftp://files.example.com', /http\(s\) URL/],
+  ['SMTP_URL', 'http://mail.example.com', /smtp:\/\//],
+  ['DATABASE_POOL_SIZE', 'many', /whole number/],
+];
+
+function configErrorFor(environment: NodeJS.ProcessEnv): ConfigError {
+  try {
+    loadConfig(environment);
+  } catch (error) {
+    if (error instanceof ConfigError) return error;
+    throw error;
+  }
+  throw new Error(`expected a ConfigError for ${JSON.stringify(environment)}`);
+}
+
+describe('configuration from the environment', () => {
+  it.each(BAD_VALUES)('when %s=%s, it throws a ConfigError naming the variable and the problem', (variable, value, problem) => {
+    const error = configErrorFor({ [variable]: value });
+    expect(error.problems).toHaveLength(1);
+    expect(error.problems[0]).toMatch(new RegExp(`^${variable}: `));
+    expect(error.problems[0]).toMatch(problem);
+    expect(error.message).toContain(variable);
+  });
+
+  it('when several variables are bad, it names every one of them', () => {
+    const error = configErrorFor({ PORT: 'abc', LOG_LEVEL: 'loud', WEBHOOK_WORKER: 'maybe' });
+    expect(error.problems.map((problem) => problem.split(':')[0]).sort()).toEqual(['LOG_LEVEL', 'PORT', 'WEBHOOK_WORKER']);
+  });
+
+  it('when nothing is set, it uses the documented defaults', () => {
+    // toMatchObject: variables added by other modules bring their own default tests.
+    expect(loadConfig({})).toMatchObject({
+      port: 8080,
+      host: '0.0.0.0',
+      databaseUrl: undefined,
+      dataDir: './data',
+      logLevel: 'info',
+      publicBaseUrl: 'http://localhost:8080',
+      trustProxy: [],
+      rateLimit: { burst: 25, daily: 100_000 },
+      smtpUrl: undefined,
+      smtpFrom: 'Verification <no-reply@verification.local>',
+      webhookWorker: true,
+      webhookAllowPrivateUrls: true,
+      databasePoolSize: 10,
+    });
+  });
+
+  it('when a variable is set but empty, it is treated as unset', () => {
+    const config = loadConfig({ PORT: '', DATABASE_URL: '', RATE_LIMIT_BURST: ' ', HOST: '' });
+    expect(config.port).toBe(8080);
+    expect(config.databaseUrl).toBeUndefined();
+    expect(config.rateLimit.burst).toBe(25);
+    expect(config.host).toBe('0.0.0.0');
+  });
+
+  it('when valid values are given, it parses them into the typed config', () => {
+    const config = loadConfig({
+      PORT: '0',
+      DATABASE_URL: 'postgresql://app@db.internal:5432/verification',
+      LOG_LEVEL: 'warn',
+      TRUST_PROXY: '10.0.0.1, 192.168.0.0/16,2001:db8::/32',
+      RATE_LIMIT_BURST: '5',
+      RATE_LIMIT_DAILY: '1000',
+      WEBHOOK_WORKER: 'off',
+      PUBLIC_BASE_URL: 'https://verify.example.com/',
+      SMTP_URL: 'smtps://user:pass@mail.example.com',
+    });
+    expect(config).toMatchObject({
+      port: 0,
+      databaseUrl: 'postgresql://app@db.internal:5432/verification',
+      logLevel: 'warn',
+      trustProxy: ['10.0.0.1', '192.168.0.0/16', '2001:db8::/32'],
+      rateLimit: { burst: 5, daily: 1000 },
+      webhookWorker: false,
+      publicBaseUrl: 'https://verify.example.com',
+      smtpUrl: 'smtps://user:pass@mail.example.com',
+    });
+  });
+
+  it('when DATABASE_URL is set, private webhook targets stay blocked unless WEBHOOK_ALLOW_PRIVATE_URLS says otherwise', () => {
+    expect(loadConfig({ DATABASE_URL: 'postgres://x@h/db' }).webhookAllowPrivateUrls).toBe(false);
+    expect(loadConfig({ DATABASE_URL: 'postgres://x@h/db', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' }).webhookAllowPrivateUrls).toBe(true);
+    expect(loadConfig({ WEBHOOK_ALLOW_PRIVATE_URLS: 'false' }).webhookAllowPrivateUrls).toBe(false);
+  });
+});
+
+describe('svc serve with a bad configuration', () => {
+  it.each([
+    ['PORT', 'abc'],
+    ['DATABASE_URL', 'mysql://x'],
+    ['TRUST_PROXY', 'true'],
+  ])('when %s=%s, it exits non-zero naming the variable on stderr and printing nothing on stdout', async (variable, value) => {
+    const result = await runSvc(['serve'], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none', [variable]: value });
+    expect(result.code).not.toBe(0);
+    expect(result.code).not.toBeNull();
+    expect(result.stderr).toContain(`${variable}: `);
+    expect(result.stdout).toBe('');
+  });
+});

@@ -1,0 +1,200 @@
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import pg from 'pg';
+import { afterAll, describe, expect, it, vi } from 'vitest';
+import { API_KEY_IN_OUTPUT, runSvc, startServe, temporaryDataDir, type ServeProcess } from '../helpers/svc-process.js';
+
+// Each spawned `svc` loads the TypeScript sources (about a second, several on a busy machine).
+vi.setConfig({ testTimeout: 120_000 });
+
+// `svc serve` without DATABASE_URL: the embedded PostgreSQL under DATA_DIR, started and stopped with the process.
+// The steps share one DATA_DIR and run in order: first start, restart, operator CLI alongside the server.
+const dataDir = temporaryDataDir();
+const postgresDir = join(dataDir, 'postgres');
+const env = { DATA_DIR: dataDir, DATABASE_URL: undefined, WEBHOOK_WORKER: 'off' };
+const running: ServeProcess[] = [];
+
+afterAll(async () => {
+  await Promise.all(running.map((server) => server.stop('SIGKILL')));
+  // Should a test have failed half-way, stop a postmaster it left behind before removing its files.
+  if (existsSync(join(postgresDir, 'postmaster.pid'))) {
+    const pid = Number(readFileSync(join(postgresDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+    try {
+      process.kill(pid, 'SIGQUIT');
+    } catch {
+      /* already gone */
+    }
+  }
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+function serve(): ServeProcess {
+  const server = startServe(env);
+  running.push(server);
+  return server;
+}
+
+function postgresProcessesFor(dir: string): string[] {
+  try {
+    return execFileSync('pgrep', ['-af', dir], { encoding: 'utf8' })
+      .split('\n')
+      .filter((line) => line.includes('postgres') && !line.includes('pgrep'));
+  } catch {
+    return []; // pgrep exits 1 when nothing matches
+  }
+}
+
+function embeddedDatabaseUrl(): string {
+  const lines = readFileSync(join(postgresDir, 'postmaster.pid'), 'utf8').split('\n');
+  return `postgres://postgres:postgres@127.0.0.1:${lines[3]}/verification`;
+}
+
+async function waitFor(condition: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+async function expectReady(server: ServeProcess, key?: string): Promise<void> {
+  const response = await fetch(`${await server.baseUrl()}/readyz`, key ? { headers: { authorization: `Bearer ${key}` } } : {});
+  expect(response.status).toBe(200);
+  expect(await response.json()).toEqual({ status: 'ready', database: 'ok' });
+}
+
+async function expectStoppedCleanly(server: ServeProcess, signal: NodeJS.Signals): Promise<void> {
+  const exit = await server.stop(signal);
+  expect(exit, server.stderr()).toEqual({ code: 0, signal: null });
+  expect(existsSync(join(postgresDir, 'postmaster.pid'))).toBe(false);
+  expect(postgresProcessesFor(postgresDir)).toEqual([]);
+}
+
+describe('svc serve on the embedded database', () => {
+  let sandboxKey = '';
+
+  it('when started on an empty DATA_DIR, it prints a sandbox key and a curl line, answers /readyz, and stops PostgreSQL on SIGTERM', async () => {
+    const server = serve();
+    await expectReady(server);
+    const printed = server.stdout().match(API_KEY_IN_OUTPUT) ?? [];
+    expect(new Set(printed).size).toBe(1);
+    sandboxKey = printed[0]!;
+    expect(server.stdout()).toContain(`curl -H "Authorization: Bearer ${sandboxKey}" http://localhost:${await server.port}/`);
+    await expectReady(server, sandboxKey);
+
+    const client = new pg.Client({ connectionString: embeddedDatabaseUrl() });
+    await client.connect();
+    const keys = await client.query('SELECT k.key_hash, k.scopes, o.credits, o.features, o.is_sandbox FROM api_keys k JOIN organisations o ON o.id = k.org_id');
+    await client.end();
+    expect(keys.rows).toEqual([
+      {
+        key_hash: createHash('sha256').update(sandboxKey).digest('hex'),
+        scopes: expect.arrayContaining(['customers:read', 'customers:write', 'verification:write']),
+        credits: 100,
+        features: ['groups', 'kyb_extra_methods'],
+        is_sandbox: true,
+      },
+    ]);
+
+    await expectStoppedCleanly(server, 'SIGTERM');
+  });
+
+  it('when started again on the same DATA_DIR, it reuses the data, prints no new key, and stops PostgreSQL on SIGINT', async () => {
+    expect(sandboxKey).not.toBe('');
+    const server = serve();
+    await expectReady(server, sandboxKey);
+    expect(server.stdout()).not.toContain('svc_live_');
+
+    const client = new pg.Client({ connectionString: embeddedDatabaseUrl() });
+    await client.connect();
+    const count = await client.query('SELECT (SELECT count(*)::int FROM organisations) AS organisations, (SELECT count(*)::int FROM api_keys) AS keys');
+    await client.end();
+    expect(count.rows).toEqual([{ organisations: 1, keys: 1 }]);
+
+    await expectStoppedCleanly(server, 'SIGINT');
+  });
+
+  it('when the server runs, the operator CLI with the same DATA_DIR reaches the same database and leaves it running', async () => {
+    const server = serve();
+    await expectReady(server);
+
+    const created = await runSvc(['org', 'create', '--name', 'Operator Org', '--credits', '7'], env);
+    expect(created.code, created.stderr).toBe(0);
+    const org = JSON.parse(created.stdout) as { id: string };
+    const shown = await runSvc(['org', 'show', org.id], env);
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(JSON.parse(shown.stdout)).toMatchObject({ id: org.id, name: 'Operator Org', credits: 7 });
+
+    // The CLI did not start (or stop) a PostgreSQL of its own: the server's one still serves.
+    await expectReady(server);
+    const client = new pg.Client({ connectionString: embeddedDatabaseUrl() });
+    await client.connect();
+    const found = await client.query('SELECT name FROM organisations WHERE id = $1', [org.id]);
+    await client.end();
+    expect(found.rows).toEqual([{ name: 'Operator Org' }]);
+
+    await expectStoppedCleanly(server, 'SIGTERM');
+  });
+  it('when SIGTERM arrives during a request, the request completes before PostgreSQL is stopped', async () => {
+    const server = serve();
+    await expectReady(server);
+    // Hold a lock /readyz needs, so its request is provably in flight when the signal arrives.
+    const blocker = new pg.Client({ connectionString: embeddedDatabaseUrl() });
+    await blocker.connect();
+    await blocker.query('BEGIN');
+    await blocker.query('LOCK TABLE drizzle.__drizzle_migrations IN ACCESS EXCLUSIVE MODE');
+    const inFlight = fetch(`${await server.baseUrl()}/readyz`);
+    await waitFor(async () => {
+      const waiting = await blocker.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE '%__drizzle_migrations%'`);
+      return waiting.rowCount! > 0;
+    });
+
+    server.child.kill('SIGTERM');
+    await waitFor(async () => server.stderr().includes('shutting down on SIGTERM'));
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    await blocker.query('COMMIT'); // the database is still up: the server waits for its request
+    await blocker.end();
+
+    const response = await inFlight;
+    expect(response.status).toBe(200);
+    expect(await response.json()).toEqual({ status: 'ready', database: 'ok' });
+    expect(await server.exited, server.stderr()).toEqual({ code: 0, signal: null });
+    expect(existsSync(join(postgresDir, 'postmaster.pid'))).toBe(false);
+    expect(postgresProcessesFor(postgresDir)).toEqual([]);
+  });
+
+  it('when a server was killed (SIGKILL) and left PostgreSQL running, the next start adopts it and stops it on shutdown', async () => {
+    const killed = serve();
+    await expectReady(killed);
+    expect(await killed.stop('SIGKILL')).toEqual({ code: null, signal: 'SIGKILL' });
+    expect(existsSync(join(postgresDir, 'postmaster.pid'))).toBe(true); // orphaned
+
+    const next = serve();
+    await expectReady(next);
+    expect(next.stdout()).not.toContain('svc_live_');
+    await expectStoppedCleanly(next, 'SIGTERM');
+  });
+});
+
+describe('svc serve failing to start on the embedded database', () => {
+  it('when the port is taken, it exits non-zero naming the cause, still shows the key it created, and leaves no PostgreSQL running', async () => {
+    const blocker = createServer();
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+    const port = (blocker.address() as AddressInfo).port;
+    const otherDataDir = temporaryDataDir();
+    try {
+      const result = await runSvc(['serve'], { ...env, DATA_DIR: otherDataDir, PORT: String(port) });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toMatch(/EADDRINUSE/);
+      expect(result.stdout.match(API_KEY_IN_OUTPUT) ?? []).toHaveLength(2); // the key line and the curl line
+      expect(existsSync(join(otherDataDir, 'postgres', 'postmaster.pid'))).toBe(false);
+      expect(postgresProcessesFor(otherDataDir)).toEqual([]);
+    } finally {
+      blocker.close();
+      rmSync(otherDataDir, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,90 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import pg from 'pg';
+import { afterAll, describe, expect, it, vi } from 'vitest';
+import { migrationsFolder, runMigrations } from '../../src/db/migrate.js';
+import { createEmptyDatabase } from '../helpers/database.js';
+import { API_KEY_IN_OUTPUT, startServe, type ServeProcess } from '../helpers/svc-process.js';
+
+// Each spawned `svc` loads the TypeScript sources (about a second, several on a busy machine).
+vi.setConfig({ testTimeout: 120_000 });
+
+const journal = JSON.parse(readFileSync(join(migrationsFolder(), 'meta', '_journal.json'), 'utf8')) as {
+  entries: Array<{ tag: string }>;
+};
+const EXPECTED_TABLES = ['organisations', 'api_keys', 'audit_log', 'customers', 'idempotency_keys', 'outbox_events'];
+
+const cleanups: Array<() => Promise<void>> = [];
+afterAll(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+});
+
+async function query<T extends pg.QueryResultRow>(url: string, text: string): Promise<T[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query<T>(text)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+async function expectMigratedOnce(url: string): Promise<void> {
+  const applied = await query<{ hash: string; count: number }>(
+    url,
+    'SELECT hash, count(*)::int AS count FROM drizzle.__drizzle_migrations GROUP BY hash',
+  );
+  expect(applied).toHaveLength(journal.entries.length);
+  expect(applied.every((row) => row.count === 1)).toBe(true);
+  const tables = await query<{ table_name: string }>(
+    url,
+    `SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'`,
+  );
+  expect(tables.map((row) => row.table_name)).toEqual(expect.arrayContaining(EXPECTED_TABLES));
+}
+
+describe('migrations under concurrency', () => {
+  it('when four migrators run at once on an empty database, all succeed and each migration is applied exactly once', async () => {
+    const database = await createEmptyDatabase();
+    cleanups.push(database.drop);
+
+    const results = await Promise.all([1, 2, 3, 4].map(() => runMigrations(database.url)));
+
+    expect(results.map((result) => result.applied).sort((a, b) => a - b)).toEqual([0, 0, 0, journal.entries.length]);
+    await expectMigratedOnce(database.url);
+  });
+
+  it('when the database is already current, running the migrations again applies nothing', async () => {
+    const database = await createEmptyDatabase();
+    cleanups.push(database.drop);
+    await runMigrations(database.url);
+    expect(await runMigrations(database.url)).toEqual({ applied: 0 });
+    await expectMigratedOnce(database.url);
+  });
+
+  it('when two svc serve processes start at once on one empty database, both become ready, the schema is migrated once and one sandbox key is printed in total', async () => {
+    const database = await createEmptyDatabase();
+    cleanups.push(database.drop);
+    const servers: ServeProcess[] = [1, 2].map(() => startServe({ DATABASE_URL: database.url, WEBHOOK_WORKER: 'off' }));
+    cleanups.push(async () => void (await Promise.all(servers.map((server) => server.stop('SIGKILL')))));
+
+    for (const server of servers) {
+      const response = await fetch(`${await server.baseUrl()}/readyz`);
+      expect(response.status).toBe(200);
+      expect(await response.json()).toEqual({ status: 'ready', database: 'ok' });
+    }
+    await expectMigratedOnce(database.url);
+    const organisations = await query<{ is_sandbox: boolean }>(database.url, 'SELECT is_sandbox FROM organisations');
+    expect(organisations).toEqual([{ is_sandbox: true }]);
+    expect(await query(database.url, 'SELECT id FROM api_keys')).toHaveLength(1);
+    const printedKeys = servers.flatMap((server) => server.stdout().match(API_KEY_IN_OUTPUT) ?? []);
+    expect(new Set(printedKeys).size).toBe(1);
+    expect(servers.filter((server) => (server.stdout().match(API_KEY_IN_OUTPUT) ?? []).length > 0)).toHaveLength(1);
+
+    const exits = await Promise.all(servers.map((server) => server.stop('SIGTERM')));
+    expect(exits).toEqual([
+      { code: 0, signal: null },
+      { code: 0, signal: null },
+    ]);
+  });
+});
