@@ -249,5 +249,5 @@ describe('svc --help', () => {
       expect(result.code, `svc ${path} --help`).toBe(0);
       expect(result.stdout, `svc ${path} --help`).toMatch(new RegExp(`^Usage: svc ${path}`.trimEnd()));
     }
-  });
+  }, 300_000); // one process per command (about 30), on 2 cores shared with the other test files
 });
