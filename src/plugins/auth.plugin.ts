@@ -20,6 +20,11 @@ declare module 'fastify' {
   }
 }
 
+/** Adds the key and organisation to the request's own logger (pino's setBindings; absent when logging is off). */
+function bindToLog(log: unknown, auth: { apiKeyId: string; orgId: string }): void {
+  (log as { setBindings?: (bindings: Record<string, string>) => void }).setBindings?.({ apiKeyId: auth.apiKeyId, orgId: auth.orgId });
+}
+
 /** RateLimit-Policy / RateLimit headers in the IETF httpapi draft's structured-field syntax. */
 export function setRateLimitHeaders(reply: FastifyReply, windows: RateLimitWindow[]): void {
   reply.header('RateLimit-Policy', windows.map((w) => `"${w.name}";q=${w.limit};w=${w.windowSeconds}`).join(', '));
@@ -55,13 +60,13 @@ export const authPlugin = fp(
         const grant = await access.authenticate(request.headers.authorization, request.ip);
         request.auth = grant.auth;
         // Every later line of this request (including "request completed") names the key and org.
-        request.log = request.log.child({ apiKeyId: grant.auth.apiKeyId, orgId: grant.auth.orgId });
-        reply.log = request.log;
+        // setBindings changes the request's own child logger in place: a new child per request
+        // would recompile the redaction paths each time.
+        bindToLog(request.log, grant.auth);
         setRateLimitHeaders(reply, grant.windows);
       } catch (error) {
         if (error instanceof RateLimitedError) {
-          request.log = request.log.child({ apiKeyId: error.grant.auth.apiKeyId, orgId: error.grant.auth.orgId });
-          reply.log = request.log;
+          bindToLog(request.log, error.grant.auth);
           setRateLimitHeaders(reply, error.grant.windows);
           reply.header('Retry-After', String(error.window.resetSeconds));
           app.metrics?.rateLimited(error.window.name);
