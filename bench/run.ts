@@ -3,7 +3,7 @@
  * run, and reports req/s, p50/p99 latency, the project/baseline ratio and the servers' RSS.
  * Needs DATABASE_URL (a scratch database is created on that server and dropped afterwards).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -72,6 +72,8 @@ async function main() {
   const org = await createOrganisationsService({ database }).create({ name: 'Bench', credits: 0 });
   const { key } = await createApiKeysService({ database }).create({ orgId: org.id, scopes: ['customers:read', 'customers:write'] });
 
+  // Benchmark what operators run: the compiled build under NODE_ENV=production.
+  execFileSync('npm', ['run', '-s', 'build'], { cwd: root, stdio: 'inherit' });
   const projectPort = await freeLoopbackPort();
   const baselinePort = await freeLoopbackPort();
   const project = await startProcess(['bin/svc.js', 'serve'], {
@@ -82,6 +84,7 @@ async function main() {
     WEBHOOK_WORKER: 'off',
     RATE_LIMIT_BURST: '1000000',
     RATE_LIMIT_DAILY: '1000000000',
+    NODE_ENV: 'production',
   }, `http://127.0.0.1:${projectPort}/readyz`);
   const baseline = await startProcess(['--import', 'tsx', 'bench/baseline-server.ts'], { DATABASE_URL: url, PORT: String(baselinePort), BENCH_ORG_ID: org.id }, `http://127.0.0.1:${baselinePort}/healthz`);
   const projectUrl = `http://127.0.0.1:${projectPort}`;

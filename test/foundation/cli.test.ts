@@ -220,11 +220,12 @@ describe('svc --help', () => {
   const NO_DATABASE = { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' };
 
   function subcommands(help: string): string[] {
-    const section = help.split(/\nCommands:\n/)[1] ?? '';
+    // Only the "Commands:" block, which ends at the first blank line (help text may follow it).
+    const section = (help.split(/\nCommands:\n/)[1] ?? '').split(/\n\s*\n/)[0] ?? '';
     return section
       .split('\n')
       .map((line) => /^ {2}(\S+)/.exec(line)?.[1])
-      .filter((name): name is string => name !== undefined && name !== 'help');
+      .filter((name): name is string => name !== undefined && name !== 'help' && /^[a-z][a-z-]*$/.test(name));
   }
 
   it('when --help is given to any command, it prints usage and exits 0 without touching a database', async () => {

@@ -28,6 +28,35 @@ function filterConditions(orgId: string, filters: ListFilters): SQL[] {
 }
 
 export function createCustomersRepository(db: Executor) {
+  const placeholder = {
+    orgId: sql.placeholder('orgId'),
+    kind: sql.placeholder('kind'),
+    ref: sql.placeholder('ref'),
+  };
+  const once = <T>(build: () => T) => {
+    let built: T | undefined;
+    return () => (built ??= build());
+  };
+  const prepared = {
+    byUuidRef: once(() =>
+      db
+        .select()
+        .from(customers)
+        .where(and(eq(customers.orgId, placeholder.orgId), eq(customers.kind, placeholder.kind), or(eq(customers.id, placeholder.ref), eq(customers.externalId, placeholder.ref))))
+        .orderBy(sql`(${customers.id} = ${placeholder.ref}) DESC`)
+        .limit(1)
+        .prepare('customers_find_by_uuid_ref'),
+    ),
+    byExternalRef: once(() =>
+      db
+        .select()
+        .from(customers)
+        .where(and(eq(customers.orgId, placeholder.orgId), eq(customers.kind, placeholder.kind), eq(customers.externalId, placeholder.ref)))
+        .limit(1)
+        .prepare('customers_find_by_external_ref'),
+    ),
+  };
+
   async function first(query: Promise<CustomerRow[]>): Promise<CustomerRow | undefined> {
     const [row] = await query;
     return row;
@@ -45,6 +74,11 @@ export function createCustomersRepository(db: Executor) {
      * UUID-shaped value that is not an id is still tried as an external_id.
      */
     async findByRef(orgId: string, kind: CustomerKind, ref: string, tx: Executor = db, lock: LockOption = {}): Promise<CustomerRow | undefined> {
+      if (tx === db && !lock.forUpdate) {
+        // The hot read path (GET by id): a named prepared statement, built once, planned once per connection.
+        const [row] = await (isUuid(ref) ? prepared.byUuidRef() : prepared.byExternalRef()).execute({ orgId, kind, ref });
+        return row;
+      }
       const match = isUuid(ref) ? or(eq(customers.id, ref), eq(customers.externalId, ref)) : eq(customers.externalId, ref);
       const query = tx
         .select()
