@@ -41,6 +41,8 @@ declare module 'fastify' {
 export { loggerOptions };
 
 const MAX_PATH_PARAM_LENGTH = 1024;
+const NUL_IN_JSON = /\\u0000|\u0000/;
+const NUL_MESSAGE = 'Must not contain NUL characters (U+0000).';
 const REQUEST_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /** Builds the HTTP application on the given dependencies; it neither listens nor reads the environment. */
@@ -73,6 +75,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, body, done) => {
     const text = typeof body === 'string' ? body : body.toString('utf8');
     if (text.trim() === '') return done(null, undefined);
+    // PostgreSQL text cannot hold U+0000; refuse it here rather than fail at the database.
+    if (NUL_IN_JSON.test(text)) return done(AppError.validation({ body: [NUL_MESSAGE] }), undefined);
     try {
       done(null, secureJson.parse(text, undefined, { protoAction: 'error', constructorAction: 'error' }));
     } catch {
@@ -82,6 +86,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Fastify parses text/plain bodies by default; the API takes JSON only, so anything else is a 415
   // rather than a string that fails validation with a misleading 422.
   app.removeContentTypeParser('text/plain');
+  app.addHook('preValidation', async (request) => {
+    for (const values of [request.query, request.params]) {
+      if (!values || typeof values !== 'object') continue;
+      for (const [name, value] of Object.entries(values as Record<string, unknown>)) {
+        if (typeof value === 'string' && value.includes('\u0000')) throw AppError.validation({ [name]: [NUL_MESSAGE] });
+      }
+    }
+  });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(deps.validateResponses ? serializerCompiler : () => (data) => JSON.stringify(data));
   app.decorate('deps', { config: deps.config, database: deps.database, clock: deps.clock ?? systemClock });

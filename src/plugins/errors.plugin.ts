@@ -18,7 +18,8 @@ export function formatFieldPath(segments: ReadonlyArray<PropertyKey>): string {
 type ValidationItem = { instancePath: string; message?: string; keyword?: string; params?: Record<string, unknown> };
 
 function issuesFromValidation(items: ValidationItem[], context: string | undefined): Record<string, string[]> {
-  const issues: Record<string, string[]> = {};
+  // No prototype: a field named like an Object method ("constructor") must not collide with it.
+  const issues: Record<string, string[]> = Object.create(null);
   const add = (path: string, message: string) => {
     (issues[path] ??= []).push(message);
   };

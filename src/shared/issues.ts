@@ -2,7 +2,7 @@ import { AppError } from './app-error.js';
 
 /** Collects every validation problem of a request, so the caller sees them all at once. */
 export class Issues {
-  private readonly issues: Record<string, string[]> = {};
+  private readonly issues: Record<string, string[]> = Object.create(null);
 
   add(path: string, message: string): this {
     (this.issues[path] ??= []).push(message);

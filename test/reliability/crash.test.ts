@@ -39,17 +39,21 @@ it('when an instance is killed with SIGKILL during a write load, every committed
   await createWebhooksService({ database, allowPrivateUrls: true }).addEndpoint({ orgId: org.id, url: `http://127.0.0.1:${receiverPort}/hooks` });
   const server = await startServerProcess({ DATABASE_URL: url, WEBHOOK_WORKER: 'off' });
 
+  // Every record exists before the load, so each write during it is an update that emits an event.
+  for (let index = 0; index < 50; index += 1) {
+    await call(server, 'POST', '/v1/customers', { key, body: { externalId: `crash-${index}`, fullName: `Crash ${index}`, email: `crash${index}@test.dev` } });
+  }
   let sent = 0;
   let stop = false;
   const acknowledged = new Set<string>();
   const writers = Array.from({ length: 20 }, async (_, worker) => {
     while (!stop) {
       const index = sent++;
-      const externalId = `crash-${index % 300}`;
+      const externalId = `crash-${index % 50}`;
       try {
         const response = await call(server, 'POST', '/v1/customers', {
           key,
-          body: { externalId, fullName: `Crash ${index % 300}`, email: `crash${index % 300}@test.dev`, phone: `${worker}-${index}` },
+          body: { externalId, fullName: `Crash ${index % 50}`, email: `crash${index % 50}@test.dev`, phone: `${worker}-${index}` },
         });
         if (response.status === 200 || response.status === 201) acknowledged.add(externalId);
       } catch {

@@ -8,7 +8,7 @@ type Operation = {
   parameters?: Array<{ in: string; name: string; schema?: Record<string, unknown>; required?: boolean }>;
   requestBody?: { content?: Record<string, { schema?: Record<string, unknown> }> };
 };
-type Document = { paths: Record<string, Record<string, Operation>>; components?: { schemas?: Record<string, Record<string, unknown>> } };
+type Document = { servers?: Array<{ url: string }>; paths: Record<string, Record<string, Operation>>; components?: { schemas?: Record<string, Record<string, unknown>> } };
 
 const REQUESTS = Number(process.env.FUZZ_REQUESTS ?? 10_000);
 
@@ -36,7 +36,10 @@ afterAll(async () => ctx?.close());
 it(`when ${REQUESTS.toLocaleString('en')} requests generated from the OpenAPI document hit every route, none answers 5xx and every error uses the envelope`, async () => {
   const document = (ctx.app as unknown as { swagger(): Document }).swagger();
   const components = (document.components?.schemas ?? {}) as never;
+  // Paths in the document are relative to its server URL (/v1).
+  const base = (document.servers?.[0]?.url ?? '').replace(/\/$/, '');
   const operations = Object.entries(document.paths)
+    .map(([path, methods]) => [`${base}${path}`, methods] as const)
     .filter(([path]) => path.startsWith('/v1/'))
     .flatMap(([path, methods]) => Object.entries(methods).map(([method, operation]) => ({ path, method: method.toUpperCase(), operation })))
     .filter(({ method }) => ['GET', 'POST', 'PATCH', 'PUT'].includes(method));
