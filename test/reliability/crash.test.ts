@@ -96,13 +96,16 @@ it('when an instance is killed with SIGKILL during a write load, every committed
   // A restarted instance (with its delivery worker) serves the same data and delivers every event
   // that was committed before the crash.
   const restarted = await startServerProcess({ DATABASE_URL: url, WEBHOOK_WORKER: 'on', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' });
-  const list = await call(restarted, 'GET', '/v1/customers?include=total_count&limit=1', { key });
-  expect(JSON.parse(list.body).total_count).toBe(stored.length);
-  const { rows: committedEvents } = await database.pool.query(`SELECT id FROM outbox_events WHERE org_id = $1`, [org.id]);
-  expect(committedEvents.length).toBeGreaterThan(0);
-  const deadline = Date.now() + 60_000;
-  while (received.size < committedEvents.length && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 200));
-  expect([...received].sort()).toEqual(committedEvents.map((row) => row.id).sort());
-  await restarted.stop();
-  await new Promise<void>((resolve) => receiver.close(() => resolve()));
+  try {
+    const list = await call(restarted, 'GET', '/v1/customers?include=total_count&limit=1', { key });
+    expect(JSON.parse(list.body).total_count).toBe(stored.length);
+    const { rows: committedEvents } = await database.pool.query(`SELECT id FROM outbox_events WHERE org_id = $1`, [org.id]);
+    expect(committedEvents.length).toBeGreaterThan(0);
+    const deadline = Date.now() + 60_000;
+    while (received.size < committedEvents.length && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 200));
+    expect([...received].sort()).toEqual(committedEvents.map((row) => row.id).sort());
+  } finally {
+    await restarted.stop();
+    await new Promise<void>((resolve) => receiver.close(() => resolve()));
+  }
 });

@@ -34,6 +34,10 @@ export async function startServerProcess(env: Record<string, string>): Promise<S
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  // Never outlive the test process, even when a test fails before stopping its server.
+  const reap = () => child.kill('SIGKILL');
+  process.once('exit', reap);
+  child.once('exit', () => process.removeListener('exit', reap));
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const url = `http://127.0.0.1:${port}`;
