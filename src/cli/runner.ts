@@ -1,3 +1,4 @@
+import { InvalidArgumentError } from 'commander';
 import { userInfo } from 'node:os';
 import { createLogger } from '../shared/logging.js';
 import { loadConfig, type Config } from '../config/config.js';
@@ -63,6 +64,14 @@ export function parseList(value: string | undefined): string[] | undefined {
     .split(',')
     .map((part) => part.trim())
     .filter(Boolean);
+}
+
+/** A commander argument parser accepting exactly one of `values`. */
+export function oneOf<T extends string>(values: readonly T[]) {
+  return (value: string): T => {
+    if (!values.includes(value as T)) throw new InvalidArgumentError(`must be one of ${values.join(', ')}`);
+    return value as T;
+  };
 }
 
 export function parseInteger(name: string) {

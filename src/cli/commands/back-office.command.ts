@@ -1,15 +1,8 @@
-import { InvalidArgumentError, type Command } from 'commander';
+import type { Command } from 'commander';
 import { createEmailsService } from '../../modules/emails/emails.service.js';
 import { createBackOfficeService, SCREENING_STATUSES, VERDICTS, type Verdict } from '../../modules/verification/back-office.service.js';
 import type { AmlStatus } from '../../modules/customers/customers.schemas.js';
-import { runCommand } from '../runner.js';
-
-function oneOf<T extends string>(values: readonly T[]) {
-  return (value: string): T => {
-    if (!values.includes(value as T)) throw new InvalidArgumentError(`must be one of ${values.join(', ')}`);
-    return value as T;
-  };
-}
+import { oneOf, runCommand } from '../runner.js';
 
 /** Back-office operations: KYC portal submission and verdicts, AML screening and review, emails. */
 export function registerBackOfficeCommands(program: Command): void {

@@ -1,7 +1,7 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { createOrganisationsService } from '../../modules/organisations/organisations.service.js';
 import { FEATURES, PAYERS, type Feature, type Payer } from '../../modules/organisations/organisations.schemas.js';
-import { parseInteger, parseList, runCommand } from '../runner.js';
+import { oneOf, parseInteger, parseList, runCommand } from '../runner.js';
 
 function features(value: string): Feature[] {
   const list = parseList(value) ?? [];
@@ -10,10 +10,7 @@ function features(value: string): Feature[] {
   return list as Feature[];
 }
 
-function payer(value: string): Payer {
-  if (!PAYERS.includes(value as Payer)) throw new InvalidArgumentError(`must be one of ${PAYERS.join(', ')}`);
-  return value as Payer;
-}
+const payer = oneOf(PAYERS);
 
 export function registerOrganisationCommands(program: Command): void {
   const org = program.command('org').description('Manage organisations');
