@@ -8,8 +8,10 @@ import { startServer } from '../../src/server.js';
 import { createTestContext, testConfig, type TestContext, type TestOrg } from '../helpers/harness.js';
 
 /** A slow v1 route of this test only, to have a request in flight while the server closes. */
+let markArrived: () => void = () => {};
 const slowRoutes = async (app: FastifyInstance) => {
   app.get('/slow-probe', async () => {
+    markArrived();
     await new Promise((resolve) => setTimeout(resolve, 400));
     return { done: true };
   });
@@ -62,8 +64,10 @@ describe('graceful shutdown of svc serve', () => {
     const baseline = await connectionsToDatabase();
     const server = await startServer(config());
     const { port } = server.app.server.address() as { port: number };
+    const arrived = new Promise<void>((resolve) => (markArrived = resolve));
     const inFlight = fetch(`http://127.0.0.1:${port}/v1/slow-probe`, { headers: { authorization: `Bearer ${org.key}` } });
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    // Close only once the handler runs: a request still on its way (a busy machine) would get 503.
+    await arrived;
 
     const closed = server.close();
     const response = await inFlight;
