@@ -1,4 +1,8 @@
+import { Writable } from 'node:stream';
+import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp } from '../../src/app.js';
+import { loggerOptions } from '../../src/shared/logging.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 
 let ctx: TestContext;
@@ -7,8 +11,12 @@ let b: TestOrg;
 const ofA: Record<string, string> = {};
 const MISSING_UUID = '00000000-0000-4000-8000-000000000000';
 
+/** Every request of B goes through an instance logging at debug level into `logOfB`. */
+const logOfB: string[] = [];
+let appOfB: FastifyInstance;
+
 async function json(method: string, url: string, key: string, body?: unknown, headers?: Record<string, string>) {
-  const response = await ctx.request(method, url, { key, body, headers });
+  const response = await ctx.request(method, url, { key, body, headers }, key === b.key ? appOfB : ctx.app);
   return { status: response.statusCode, body: response.body };
 }
 
@@ -16,6 +24,13 @@ beforeAll(async () => {
   ctx = await createTestContext();
   a = await ctx.createOrg({ credits: 100 });
   b = await ctx.createOrg({ credits: 100 });
+  const stream = new Writable({
+    write(chunk, _encoding, done) {
+      logOfB.push(...String(chunk).split('\n').filter(Boolean));
+      done();
+    },
+  });
+  appOfB = await buildApp({ config: ctx.config, database: ctx.database, logger: { ...loggerOptions({ logLevel: 'debug' }), stream } });
   const person = JSON.parse((await json('POST', '/v1/customers', a.key, { externalId: 'a-person', fullName: 'Alice Secret', email: 'alice@a.test' })).body);
   const entity = JSON.parse(
     (await json('POST', '/v1/entities', a.key, { externalId: 'a-entity', type: 'COMPANY', name: 'Alpha Secret Pty Ltd', contact: { customerId: person.id } })).body,
@@ -24,7 +39,10 @@ beforeAll(async () => {
   const templates = JSON.parse((await json('GET', '/v1/group-templates', a.key)).body);
   Object.assign(ofA, { person: person.id, entity: entity.id, owner: owners.ubos[0].id, template: templates.data[0].id });
 });
-afterAll(async () => ctx?.close());
+afterAll(async () => {
+  await appOfB?.close();
+  await ctx?.close();
+});
 
 describe("organisation B with organisation A's identifiers", () => {
   const pathCases: Array<[string, (id: string) => string, unknown?]> = [
@@ -116,5 +134,14 @@ describe("organisation B with organisation A's identifiers", () => {
     }
     const { rows } = await ctx.database.pool.query(`SELECT payload FROM outbox_events WHERE org_id = $1`, [b.id]);
     for (const row of rows) for (const secret of [ofA.person!, ofA.entity!, 'Alice Secret']) expect(row.payload).not.toContain(secret);
+  });
+
+  // Last in the file: by now B has sent every request above through the logging instance.
+  it("when B's requests are logged, no line of B's log carries A's organisation, key, names or emails", () => {
+    expect(logOfB.length).toBeGreaterThan(50);
+    expect(logOfB.some((line) => line.includes(b.id))).toBe(true);
+    for (const secret of [a.id, a.keyId, 'Alice Secret', 'Olive Secret', 'alice@a.test', 'olive@a.test']) {
+      expect(logOfB.filter((line) => line.includes(secret))).toEqual([]);
+    }
   });
 });
