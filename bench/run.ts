@@ -20,6 +20,8 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 10);
 const LARGE = Number(process.env.BENCH_LARGE_ROWS ?? 1_000_000);
+/** Which scenarios to run: `get`, `upsert`, `poll` (comma-separated; all by default). */
+const SCENARIOS = new Set((process.env.BENCH_SCENARIOS ?? 'get,upsert,poll').split(',').map((name) => name.trim()));
 
 type Measure = { rps: number; p50: number; p99: number; errors: number; non2xx: number };
 
@@ -107,13 +109,15 @@ async function main() {
     }).then((response) => response.json() as Promise<{ id: string }>);
 
     // Warm-up, then GET by id.
-    await load({ url: `${baselineUrl}/customers/${seeded.id}`, duration: 2 });
-    await load({ url: `${projectUrl}/v1/customers/${seeded.id}`, headers: auth, duration: 2 });
-    rows.push({
-      scenario: 'GET /v1/customers/{id}',
-      baseline: await load({ url: `${baselineUrl}/customers/${seeded.id}` }),
-      project: await load({ url: `${projectUrl}/v1/customers/${seeded.id}`, headers: auth }),
-    });
+    if (SCENARIOS.has('get')) {
+      await load({ url: `${baselineUrl}/customers/${seeded.id}`, duration: 2 });
+      await load({ url: `${projectUrl}/v1/customers/${seeded.id}`, headers: auth, duration: 2 });
+      rows.push({
+        scenario: 'GET /v1/customers/{id}',
+        baseline: await load({ url: `${baselineUrl}/customers/${seeded.id}` }),
+        project: await load({ url: `${projectUrl}/v1/customers/${seeded.id}`, headers: auth }),
+      });
+    }
 
     // Upsert by externalId over 1,000 ids with a changing phone (every request is a real write).
     const upsert = (base: string, path: string, headers: Record<string, string>) => {
@@ -138,15 +142,17 @@ async function main() {
         ],
       });
     };
-    rows.push({
-      scenario: 'POST /v1/customers (upsert by externalId)',
-      baseline: await upsert(baselineUrl, '/customers', { 'content-type': 'application/json' }),
-      project: await upsert(projectUrl, '/v1/customers', auth),
-    });
+    if (SCENARIOS.has('upsert')) {
+      rows.push({
+        scenario: 'POST /v1/customers (upsert by externalId)',
+        baseline: await upsert(baselineUrl, '/customers', { 'content-type': 'application/json' }),
+        project: await upsert(projectUrl, '/v1/customers', auth),
+      });
+    }
 
     // Polling at 10k and LARGE rows in one organisation, seeded in bulk (not through the API).
     const polls: Record<string, { project: Measure; baseline: Measure; explain: string }> = {};
-    for (const size of [10_000, LARGE]) {
+    for (const size of SCENARIOS.has('poll') ? [10_000, LARGE] : []) {
       await seed(database, org.id, size);
       const since = new Date(Date.now() - 60_000).toISOString();
       const query = `updated_since=${encodeURIComponent(since)}&limit=50`;
