@@ -211,7 +211,9 @@ export interface paths {
         put?: never;
         /**
          * Create a group
-         * @description Required scope: `groups:write`.
+         * @description Creates a group workspace from a template (its roles become party slots) or from explicit parties, never both. When an ACTIVE group already holds `reference`, that group is returned unchanged with 200 and nothing is created. An unknown template is 404; an unknown customer is 422 naming the party. Nothing is charged and no verification is started. Needs the Groups feature.
+         *
+         *     Required scope: `groups:write`.
          */
         post: operations["postGroups"];
         delete?: never;
@@ -229,7 +231,9 @@ export interface paths {
         };
         /**
          * List group templates
-         * @description Required scope: `groups:read`.
+         * @description The organisation's custom templates plus its own copies of the curated pre-built set; not paginated. Needs the Groups feature.
+         *
+         *     Required scope: `groups:read`.
          */
         get: operations["getGroupTemplates"];
         put?: never;
@@ -3196,21 +3200,36 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description Display name, for example a property address. */
                     name: string;
+                    /** @description Caller's stable deal or listing id; also the duplicate guard among ACTIVE groups. */
                     reference?: string;
-                    /** Format: uuid */
+                    /**
+                     * Format: uuid
+                     * @description Template whose roles become the party slots. Not with parties.
+                     */
                     templateId?: string;
+                    /** @description Explicit party slots. Not with templateId. */
                     parties?: {
+                        /** @description The role this party plays, e.g. Vendor or Borrower. */
                         roleLabel: string;
                         /**
+                         * @description Which kind of customer may fill the slot.
                          * @default EITHER
                          * @enum {string}
                          */
                         partyType?: "INDIVIDUAL" | "ENTITY" | "EITHER";
-                        /** @default true */
+                        /**
+                         * @description Whether the slot must be filled.
+                         * @default true
+                         */
                         required?: boolean;
-                        /** Format: uuid */
+                        /**
+                         * Format: uuid
+                         * @description Attach an existing customer or entity by its service UUID.
+                         */
                         customerId?: string;
+                        /** @description Attach an existing customer or entity by the caller's external_id; not with customerId. */
                         customerExternalId?: string;
                     }[];
                 };
@@ -3291,13 +3310,119 @@ export interface operations {
                     };
                 };
             };
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
-            422: components["responses"]["ValidationFailed"];
-            429: components["responses"]["RateLimited"];
+            /** @description Error envelope */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -3345,9 +3470,72 @@ export interface operations {
                     };
                 };
             };
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            429: components["responses"]["RateLimited"];
+            /** @description Error envelope */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description Error envelope */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            /** @description Stable machine-readable code, e.g. validation_failed. */
+                            code: string;
+                            /** @description Human-readable explanation. */
+                            message: string;
+                            details?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
+                };
+            };
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };

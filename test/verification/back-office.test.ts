@@ -1,6 +1,8 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { customers as customersTable } from '../../src/db/schema.js';
 import { isAppError } from '../../src/shared/app-error.js';
 import { createBackOfficeService } from '../../src/modules/verification/back-office.service.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
@@ -269,6 +271,39 @@ describe('aml set and aml resolve', () => {
     expect(block.flags.terrorism).toBe(true);
     const fetched = await ctx.request('GET', `/v1/entities/${entity.id}/aml`, { key: org.key });
     expect(fetched.json()).toEqual(block);
+  });
+});
+
+describe('customer.updated from the back office', () => {
+  it('when the back office changes an integration-added record, submit, verdict, aml set and aml resolve each write one customer.updated event with the DTO', async () => {
+    const org = await ctx.createOrg();
+    const person = await startedPerson(org);
+    const updatedEvents = async () => (await eventsOf(ctx, org.id, 'customer.updated')).filter((event) => event.customerId === person.id);
+    const afterStart = (await updatedEvents()).length;
+
+    await backOffice.submit(org.id, person.id, operator);
+    await backOffice.verdict(org.id, person.id, { result: 'VERIFIED' }, operator);
+    await backOffice.setAml(org.id, person.id, { status: 'NEEDS_REVIEW', pep: true }, operator);
+    await backOffice.resolveAml(org.id, person.id, operator);
+
+    const events = (await updatedEvents()).slice(afterStart);
+    expect(events).toHaveLength(4);
+    const customers = events.map((event) => event.document.data.customer as { kyc_status: string; aml: { status: string } });
+    expect(customers.map((customer) => customer.kyc_status)).toEqual(['IN_PROGRESS', 'VERIFIED', 'VERIFIED', 'VERIFIED']);
+    expect(customers.map((customer) => customer.aml.status)).toEqual(['NOT_SCREENED', 'NOT_SCREENED', 'NEEDS_REVIEW', 'RESOLVED']);
+    expect(sameState(events[3]!.document.data.customer)).toEqual(sameState(await getCustomer(org, person.id)));
+  });
+
+  it('when the record was not added by the integration, the back office writes no customer.updated event', async () => {
+    const org = await ctx.createOrg();
+    const person = await startedPerson(org);
+    await ctx.database.db.update(customersTable).set({ addedVia: 'ADMIN_MANUAL' }).where(eq(customersTable.id, person.id));
+    const before = (await eventsOf(ctx, org.id, 'customer.updated')).length;
+    await backOffice.submit(org.id, person.id, operator);
+    await backOffice.verdict(org.id, person.id, { result: 'FAILED' }, operator);
+    await backOffice.setAml(org.id, person.id, { status: 'CLEAR' }, operator);
+    expect(await eventsOf(ctx, org.id, 'customer.updated')).toHaveLength(before);
+    expect(await eventsOf(ctx, org.id, 'customer.kyc_completed')).toHaveLength(1);
   });
 });
 

@@ -213,3 +213,30 @@ describe('email sender', () => {
     }
   });
 });
+
+describe('email sending in the running service', () => {
+  it('when background jobs run with the worker on, a start\'s queued email is sent through SMTP_URL without anyone calling the sender', async () => {
+    const smtp = await startSmtpServer();
+    const pino = (await import('pino')).default;
+    const { startBackgroundJobs } = await import('../../src/jobs.js');
+    const jobs = startBackgroundJobs({
+      config: { ...ctx.config, smtpUrl: smtp.url, smtpFrom: FROM },
+      database: ctx.database,
+      logger: pino({ level: 'silent' }),
+      webhookWorker: true,
+    });
+    try {
+      const { email, link, entity } = await queueOneEmail();
+      const deadline = Date.now() + 15_000;
+      while ((await emailRow(email.id)).status === 'queued' && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      expect((await emailRow(email.id)).status).toBe('sent');
+      const message = smtp.received.find((received) => received.to.includes(entity.contactEmail));
+      expect(message?.raw).toContain(link);
+    } finally {
+      await jobs.stop();
+      await smtp.close();
+    }
+  });
+});

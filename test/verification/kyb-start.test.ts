@@ -119,6 +119,19 @@ describe('POST /v1/entities/{id}/kyb: emailing lanes on COMPANY and OTHER', () =
     expect(await balanceOf(ctx, org.id)).toBe(10 - 3);
   });
 
+  it("when KYB starts, the contact's own KYC is not started: its status is unchanged and only the KYB is charged", async () => {
+    const org = await ctx.createOrg({ credits: 10 });
+    const entity = await createEntity(ctx, org);
+    const contactId = (await customerRow(ctx, entity.id)).contactCustomerId!;
+    const before = (await customerRow(ctx, contactId)).kycStatus;
+    expect((await startKyb(org, entity.id, { method: 'automated' })).statusCode).toBe(200);
+    expect((await customerRow(ctx, contactId)).kycStatus).toBe(before);
+    expect(await verificationsOf(ctx, org.id, contactId)).toEqual([]);
+    expect(await balanceOf(ctx, org.id)).toBe(8);
+    const fetched = await ctx.request('GET', `/v1/entities/${entity.id}`, { key: org.key });
+    expect((fetched.json() as { contact: { kyc_status: string; kyc_required: boolean } }).contact).toMatchObject({ kyc_status: before, kyc_required: true });
+  });
+
   it('when a start succeeds, it writes an audit row for the status change', async () => {
     const org = await ctx.createOrg({ credits: 10 });
     const entity = await createEntity(ctx, org);

@@ -1,6 +1,7 @@
 import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { customers } from '../../src/db/schema.js';
+import { createBackOfficeService } from '../../src/modules/verification/back-office.service.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 import {
   auditOf,
@@ -169,6 +170,46 @@ describe('POST /v1/customers/{id}/kyc', () => {
     await expectNothingArmed(ctx, org, person.id, before);
   });
 
+  it("when another organisation's customer is named, it answers 404 and touches neither organisation", async () => {
+    const owner = await ctx.createOrg({ credits: 5 });
+    const stranger = await ctx.createOrg({ credits: 5 });
+    const person = await createCustomer(ctx, owner);
+    const before = { credits: 5, status: (await customerRow(ctx, person.id)).kycStatus };
+    const response = await startKyc(stranger, person.id);
+    expect(response.statusCode, response.body).toBe(404);
+    expect(errorOf(response).code).toBe('not_found');
+    await expectNothingArmed(ctx, owner, person.id, before);
+    expect(await balanceOf(ctx, stranger.id)).toBe(5);
+    expect(await verificationsOf(ctx, stranger.id)).toEqual([]);
+    expect(await emailsOf(ctx, stranger.id)).toEqual([]);
+  });
+
+  it('when the previous KYC FAILED, a new start is allowed: it charges again, emails a new link and clears kyc_completed_at', async () => {
+    const org = await ctx.createOrg({ credits: 5 });
+    const person = await createCustomer(ctx, org);
+    const backOffice = createBackOfficeService({ database: ctx.database });
+    const operator = { type: 'operator' as const, id: 'test' };
+    const first = await startKyc(org, person.id);
+    expect(first.statusCode, first.body).toBe(200);
+    await backOffice.submit(org.id, person.id, operator);
+    await backOffice.verdict(org.id, person.id, { result: 'FAILED' }, operator);
+    expect((await customerRow(ctx, person.id)).kycCompletedAt).not.toBeNull();
+
+    const again = await startKyc(org, person.id);
+    expect(again.statusCode, again.body).toBe(200);
+    const body = again.json() as IndividualStart & { kyc_completed_at: string | null; identity: unknown };
+    expect(body.kyc_status).toBe('PENDING');
+    expect(body.kyc_completed_at).toBeNull();
+    expect(body.identity).toBeNull();
+    expect(body.verification_link).not.toBe((first.json() as IndividualStart).verification_link);
+    expect(await balanceOf(ctx, org.id)).toBe(3);
+    expect(await ledgerOf(ctx, org.id)).toHaveLength(2);
+    expect(await verificationsOf(ctx, org.id, person.id)).toHaveLength(2);
+    expect((await emailsOf(ctx, org.id)).map((email) => email.link).sort()).toEqual(
+      [(first.json() as IndividualStart).verification_link, body.verification_link].sort(),
+    );
+  });
+
   it('when the person was VERIFIED, a start answers 409', async () => {
     const org = await ctx.createOrg({ credits: 5 });
     const person = await createCustomer(ctx, org);
@@ -230,6 +271,39 @@ describe('POST /v1/entities/{id}/ubos/{uboId}/send-link', () => {
     expect(await balanceOf(ctx, org.id)).toBe(5);
     expect(await ledgerOf(ctx, org.id)).toEqual([]);
     expect((await verificationsOf(ctx, org.id, owner.linked_customer.id))[0]).toMatchObject({ payer: 'customer', status: 'PAYMENT_PENDING' });
+  });
+
+  it("when the owner has a recorded representative, the owner's link goes to the representative", async () => {
+    const org = await ctx.createOrg({ credits: 5 });
+    const person = await createCustomer(ctx, org, { representative: true });
+    const entity = await createEntity(ctx, org);
+    const added = await ctx.request('POST', `/v1/entities/${entity.id}/ubos`, {
+      key: org.key,
+      body: { owners: [{ fullName: person.dto.full_name, email: person.email, roleTypes: ['SHAREHOLDER'], percentageHeld: 40 }] },
+    });
+    expect(added.statusCode, added.body).toBe(200);
+    const owner = (added.json() as { ubos: Array<{ id: string; linked_customer: { id: string } }> }).ubos[0]!;
+    expect(owner.linked_customer.id).toBe(person.id);
+
+    const response = await ctx.request('POST', `/v1/entities/${entity.id}/ubos/${owner.id}/send-link`, { key: org.key });
+    expect(response.statusCode, response.body).toBe(200);
+    const sent = await emailsOf(ctx, org.id);
+    expect(sent).toHaveLength(1);
+    expect(sent[0]).toMatchObject({ recipient: person.representativeEmail, link: (response.json() as { verification_link: string }).verification_link });
+    expect(sent[0]!.body).toMatch(/^Hello Attorney /);
+    expect((await verificationsOf(ctx, org.id, person.id))[0]!.recipientEmail).toBe(person.representativeEmail);
+  });
+
+  it("when the entity's own default payer is customer, an omitted payer bills the owner's link to the customer", async () => {
+    const org = await ctx.createOrg({ credits: 5, defaultPayer: 'organization' });
+    const { entity, owner } = await entityWithOwner(org);
+    await ctx.database.db.update(customers).set({ defaultPayer: 'customer' }).where(eq(customers.id, entity.id));
+    const response = await ctx.request('POST', `/v1/entities/${entity.id}/ubos/${owner.id}/send-link`, { key: org.key });
+    expect(response.statusCode, response.body).toBe(200);
+    expect((response.json() as { verification_link: string }).verification_link).toContain('/pay/');
+    expect((await verificationsOf(ctx, org.id, owner.linked_customer.id))[0]).toMatchObject({ payer: 'customer', status: 'PAYMENT_PENDING', cost: 0 });
+    expect(await balanceOf(ctx, org.id)).toBe(5);
+    expect(await ledgerOf(ctx, org.id)).toEqual([]);
   });
 
   it('when the owner id is unknown, it answers 404 and arms nothing', async () => {

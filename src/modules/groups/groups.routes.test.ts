@@ -1,6 +1,17 @@
 import { and, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { auditLog, creditLedger, customers, groupParties, groups, groupTemplates, organisations } from '../../db/schema.js';
+import {
+  auditLog,
+  creditLedger,
+  customers,
+  emails,
+  groupParties,
+  groups,
+  groupTemplates,
+  organisations,
+  outboxEvents,
+  verifications,
+} from '../../db/schema.js';
 import { createTestContext, type TestContext, type TestOrg } from '../../../test/helpers/harness.js';
 import { CURATED_CODES } from './curated-templates.js';
 import { createGroupsService } from './groups.service.js';
@@ -417,6 +428,21 @@ describe('POST /v1/groups', () => {
     const ledger = await ctx.database.db.select().from(creditLedger).where(eq(creditLedger.orgId, org.id));
     expect(ledger.map((entry) => entry.reason)).toEqual(['initial_credits']);
   });
+
+  it('when a group attaches customers, no verification is started, nothing is emailed and no event fires', async () => {
+    const person = await insertCustomer(org.id, { kind: 'individual', name: 'Untouched Person', externalId: 'crm-untouched' });
+    const events = await ctx.database.db.$count(outboxEvents, eq(outboxEvents.orgId, org.id));
+    const response = await ctx.request('POST', '/v1/groups', {
+      key: org.key,
+      body: { name: 'Quiet deal', parties: [{ roleLabel: 'Purchaser', customerExternalId: 'crm-untouched' }] },
+    });
+    expect(response.statusCode, response.body).toBe(201);
+    expect(await ctx.database.db.$count(verifications, eq(verifications.orgId, org.id))).toBe(0);
+    expect(await ctx.database.db.$count(emails, eq(emails.orgId, org.id))).toBe(0);
+    expect(await ctx.database.db.$count(outboxEvents, eq(outboxEvents.orgId, org.id))).toBe(events);
+    const [row] = await ctx.database.db.select().from(customers).where(eq(customers.id, person));
+    expect(row!.kycStatus).toBe('NOT_REQUIRED');
+  });
 });
 
 describe('access to groups', () => {
@@ -450,6 +476,14 @@ describe('access to groups', () => {
     const writer = await ctx.createKey(org.id, { scopes: ['groups:write'] });
     const list = await ctx.request('GET', '/v1/group-templates', { key: writer.key });
     expect(list.json().error).toMatchObject({ code: 'forbidden_scope', details: { required_scope: 'groups:read' } });
+  });
+
+  it('when the API document is read, both routes list the errors the spec gives them, POST /groups including 404 for an unknown template', async () => {
+    const response = await ctx.request('GET', '/openapi.json');
+    expect(response.statusCode).toBe(200);
+    const paths = (response.json() as { paths: Record<string, Record<string, { responses: Record<string, unknown> }>> }).paths;
+    expect(Object.keys(paths['/groups']!.post!.responses)).toEqual(expect.arrayContaining(['200', '201', '401', '403', '404', '422', '429']));
+    expect(Object.keys(paths['/group-templates']!.get!.responses)).toEqual(expect.arrayContaining(['200', '401', '403', '429']));
   });
 
   it('when no key is sent, it answers 401', async () => {

@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { errorResponses } from '../../shared/error-responses.js';
 import { createGroupsService, type GroupsCaller } from './groups.service.js';
 import { createGroupBodySchema, groupSchema, groupTemplateListSchema } from './groups.schemas.js';
 
@@ -26,9 +27,11 @@ export async function groupsRoutes(fastify: FastifyInstance): Promise<void> {
     {
       schema: {
         summary: 'Create a group',
+        description:
+          'Creates a group workspace from a template (its roles become party slots) or from explicit parties, never both. When an ACTIVE group already holds `reference`, that group is returned unchanged with 200 and nothing is created. An unknown template is 404; an unknown customer is 422 naming the party. Nothing is charged and no verification is started. Needs the Groups feature.',
         tags: ['Groups'],
         body: createGroupBodySchema,
-        response: { 200: groupSchema, 201: groupSchema },
+        response: { 200: groupSchema, 201: groupSchema, ...errorResponses(401, 403, 404, 422, 429) },
       },
     },
     async (request, reply) => {
@@ -44,8 +47,9 @@ export async function groupsRoutes(fastify: FastifyInstance): Promise<void> {
     {
       schema: {
         summary: 'List group templates',
+        description: "The organisation's custom templates plus its own copies of the curated pre-built set; not paginated. Needs the Groups feature.",
         tags: ['Groups'],
-        response: { 200: groupTemplateListSchema },
+        response: { 200: groupTemplateListSchema, ...errorResponses(401, 403, 429) },
       },
     },
     async (request) => ({ object: 'list' as const, data: await service.listTemplates(callerOf(request)) }),

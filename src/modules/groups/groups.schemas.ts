@@ -16,12 +16,16 @@ const text = (max: number) => requiredString().trim().min(1, 'must not be empty'
 
 export const groupPartyInputSchema = z
   .object({
-    roleLabel: text(255),
-    partyType: z.enum(PARTY_TYPES).default('EITHER'),
-    required: z.boolean().default(true),
-    customerId: z.uuid({ error: 'must be a UUID' }).optional(),
+    roleLabel: text(255).describe('The role this party plays, e.g. Vendor or Borrower.'),
+    partyType: z.enum(PARTY_TYPES).default('EITHER').describe('Which kind of customer may fill the slot.'),
+    required: z.boolean().default(true).describe('Whether the slot must be filled.'),
+    customerId: z.uuid({ error: 'must be a UUID' }).optional().describe('Attach an existing customer or entity by its service UUID.'),
     // Not trimmed: it must equal the stored external_id exactly.
-    customerExternalId: requiredString().min(1, 'must not be empty').max(255, 'must be at most 255 characters').optional(),
+    customerExternalId: requiredString()
+      .min(1, 'must not be empty')
+      .max(255, 'must be at most 255 characters')
+      .optional()
+      .describe("Attach an existing customer or entity by the caller's external_id; not with customerId."),
   })
   .strict()
   .superRefine((party, context) => {
@@ -36,10 +40,14 @@ export const groupPartyInputSchema = z
 
 export const createGroupBodySchema = z
   .object({
-    name: text(255),
-    reference: text(255).optional(),
-    templateId: z.uuid({ error: 'must be a UUID' }).optional(),
-    parties: z.array(groupPartyInputSchema).max(MAX_GROUP_PARTIES, `at most ${MAX_GROUP_PARTIES} parties`).optional(),
+    name: text(255).describe('Display name, for example a property address.'),
+    reference: text(255).optional().describe("Caller's stable deal or listing id; also the duplicate guard among ACTIVE groups."),
+    templateId: z.uuid({ error: 'must be a UUID' }).optional().describe('Template whose roles become the party slots. Not with parties.'),
+    parties: z
+      .array(groupPartyInputSchema)
+      .max(MAX_GROUP_PARTIES, `at most ${MAX_GROUP_PARTIES} parties`)
+      .optional()
+      .describe('Explicit party slots. Not with templateId.'),
   })
   .strict()
   .superRefine((body, context) => {
