@@ -93,12 +93,56 @@ describe('kyb_status derivation on create', () => {
     expect(response.json().kyb_status).toBe('NOT_STARTED');
   });
 
+  it('when only preExistingServices are sent, they never trigger due diligence (NOT_REQUIRED) but are recorded', async () => {
+    const entity = await createEntity(ctx, org, { risk: { isNewCustomer: false }, preExistingServices: ['FIN-CRYPTO'] });
+    expect(entity.kyb_status).toBe('NOT_REQUIRED');
+    const [row] = await sql(ctx, 'SELECT pre_existing_services, designated_services FROM customers WHERE id = $1', [entity.id]);
+    expect(row).toEqual({ pre_existing_services: ['FIN-CRYPTO'], designated_services: [] });
+  });
+
   it.each(['SMSF', 'OTHER'])('when the type is %s, responses keep the stored type', async (type) => {
     const entity = await createEntity(ctx, org, { type });
     expect(entity.type).toBe(type);
     expect((await ctx.request('GET', `/v1/entities/${entity.id}`, { key: org.key })).json().type).toBe(type);
     const [row] = await sql(ctx, 'SELECT type FROM customers WHERE id = $1', [entity.id]);
     expect(row!.type).toBe(type);
+  });
+});
+
+describe('due-diligence input rules shared with individuals', () => {
+  const tomorrowEverywhere = new Date(Date.now() + 2 * 86_400_000).toISOString().slice(0, 10);
+  it.each([
+    ['clientSinceDate in the future', { risk: { isNewCustomer: false }, clientSinceDate: tomorrowEverywhere }, 'clientSinceDate'],
+    ['clientSinceDate without isNewCustomer false', { clientSinceDate: '2020-01-01' }, 'clientSinceDate'],
+    ['preExistingServices with a non-empty designatedServices', { risk: { isNewCustomer: false }, preExistingServices: ['FIN-FX'], designatedServices: ['FIN-LOANS'] }, 'preExistingServices'],
+    ['preExistingServices without isNewCustomer false', { preExistingServices: ['FIN-FX'] }, 'preExistingServices'],
+    ['an assessment without a non-empty designatedServices', { risk: { isNewCustomer: false }, preCommencementAssessment: noTrigger }, 'preCommencementAssessment'],
+    ['isDesignatedService false with a non-empty list', { designatedServices: ['FIN-FX'], risk: { isDesignatedService: false } }, 'risk.isDesignatedService'],
+    ['65 designated services', { designatedServices: Array.from({ length: 65 }, () => 'FIN-FX') }, 'designatedServices'],
+  ])('when an entity is created with %s, it answers 422 naming the field and creates nothing', async (_label, extra, field) => {
+    const name = uniqueName();
+    expectValidation(await postEntity(ctx, org, { type: 'COMPANY', name, ...extra }), field);
+    expect(await sql(ctx, 'SELECT id FROM customers WHERE name = $1', [name])).toEqual([]);
+  });
+
+  it('when an update sends isDesignatedService false without a list while the entity has services, it answers 422 and keeps the flag', async () => {
+    const externalId = `crm-${randomDigits(8)}`;
+    const entity = await createEntity(ctx, org, { externalId, designatedServices: ['FIN-FX'] });
+    expectValidation(await postEntity(ctx, org, { externalId, risk: { isDesignatedService: false } }), 'risk.isDesignatedService');
+    const patched = await ctx.request('PATCH', `/v1/entities/${entity.id}`, { key: org.key, body: { risk: { isDesignatedService: false } } });
+    expectValidation(patched, 'risk.isDesignatedService');
+    const [row] = await sql(ctx, 'SELECT is_designated_service, designated_services FROM customers WHERE id = $1', [entity.id]);
+    expect(row).toEqual({ is_designated_service: true, designated_services: ['FIN-FX'] });
+  });
+
+  it('when preExistingServices is sent on an update of an entity that has designated services, it answers 422 unless the request empties them', async () => {
+    const externalId = `crm-${randomDigits(8)}`;
+    const entity = await createEntity(ctx, org, { externalId, risk: { isNewCustomer: false }, designatedServices: ['FIN-FX'] });
+    expectValidation(await postEntity(ctx, org, { externalId, preExistingServices: ['FIN-LOANS'] }), 'preExistingServices');
+    const emptied = await postEntity(ctx, org, { externalId, preExistingServices: ['FIN-LOANS'], designatedServices: [] });
+    expect(emptied.statusCode, emptied.body).toBe(200);
+    const [row] = await sql(ctx, 'SELECT pre_existing_services, designated_services FROM customers WHERE id = $1', [entity.id]);
+    expect(row).toEqual({ pre_existing_services: ['FIN-LOANS'], designated_services: [] });
   });
 });
 
