@@ -109,6 +109,24 @@ describe('kyb_status derivation on create', () => {
   });
 });
 
+describe('risk rating of entities (docs/risk-model.md)', () => {
+  it('when services or risk answers change through create, upsert and PATCH, the rating and classification are recomputed', async () => {
+    const externalId = `crm-${randomDigits(8)}`;
+    const entity = await createEntity(ctx, org, { externalId, designatedServices: ['FIN-CRYPTO'] });
+    const ratingOf = async () => (await sql(ctx, 'SELECT risk_rating, client_classification FROM customers WHERE id = $1', [entity.id]))[0];
+    expect(await ratingOf()).toEqual({ risk_rating: 'MEDIUM', client_classification: 'STANDARD_CDD' });
+    await postEntity(ctx, org, { externalId, risk: { handlesCashOrCrypto: true } });
+    expect(await ratingOf()).toEqual({ risk_rating: 'HIGH', client_classification: 'ENHANCED_CDD' });
+    await postEntity(ctx, org, { externalId, designatedServices: ['FIN-PAYROLL'] });
+    expect(await ratingOf()).toEqual({ risk_rating: 'MEDIUM', client_classification: 'STANDARD_CDD' });
+    await ctx.request('PATCH', `/v1/entities/${entity.id}`, { key: org.key, body: { risk: { complexStructure: true } } });
+    expect(await ratingOf()).toEqual({ risk_rating: 'HIGH', client_classification: 'ENHANCED_CDD' });
+    const audit = await sql(ctx, 'SELECT action, before, after FROM audit_log WHERE subject_id = $1 ORDER BY id', [entity.id]);
+    expect(audit.map((row) => row.action)).toEqual(['entity.created', 'entity.upserted', 'entity.upserted', 'entity.patched']);
+    expect(audit[1]).toMatchObject({ before: { riskRating: 'MEDIUM' }, after: { riskRating: 'HIGH' } });
+  });
+});
+
 describe('due-diligence input rules shared with individuals', () => {
   const tomorrowEverywhere = new Date(Date.now() + 2 * 86_400_000).toISOString().slice(0, 10);
   it.each([
