@@ -150,3 +150,28 @@ describe('status after later service changes', () => {
     expect(issues(response)).toHaveProperty('kycStatus');
   });
 });
+
+describe('ingest never starts KYC', () => {
+  it('when customers are created, upserted, patched and their services replaced, no KYC starts and nothing is emailed, charged or armed', async () => {
+    const fresh = await ctx.createOrg({ credits: 40 });
+    const count = async (table: string) =>
+      (await ctx.database.pool.query(`SELECT count(*)::int AS n FROM ${table} WHERE org_id = $1`, [fresh.id])).rows[0].n as number;
+    const ledgerBefore = await count('credit_ledger');
+    const body = person({ externalId: 'kyc-owed', designatedServices: ['FIN-CRYPTO'], representative: { fullName: 'Ann Attorney', email: 'ann@example.com' } });
+    const created = await upsert(ctx, fresh, body);
+    expect(created.statusCode).toBe(201);
+    expect(created.json()).toMatchObject({ kyc_status: 'NOT_STARTED', kyc_started_at: null, kyc_completed_at: null });
+    const notOwed = await createCustomer(ctx, fresh, person({ designatedServices: [] }));
+    const again = await upsert(ctx, fresh, { externalId: 'kyc-owed', designatedServices: ['FIN-FX'], phone: '1' });
+    expect(again.json()).toMatchObject({ kyc_status: 'NOT_STARTED', kyc_started_at: null });
+    await ctx.request('PATCH', `/v1/customers/kyc-owed`, { key: fresh.key, body: { risk: { handlesCashOrCrypto: true } } });
+    const put = await ctx.request('PUT', `/v1/customers/${notOwed.id}/designated-services`, { key: fresh.key, body: { service_codes: ['RE-BROKER'] } });
+    expect(put.json()).toMatchObject({ kyc_status: 'NOT_STARTED', kyc_started_at: null });
+
+    expect(await count('verifications')).toBe(0);
+    expect(await count('emails')).toBe(0);
+    expect(await count('credit_ledger')).toBe(ledgerBefore);
+    const { rows } = await ctx.database.pool.query('SELECT credits FROM organisations WHERE id = $1', [fresh.id]);
+    expect(rows[0].credits).toBe(40);
+  });
+});
