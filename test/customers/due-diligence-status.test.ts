@@ -114,6 +114,22 @@ describe('status after later service changes', () => {
     expect(response.json().kyc_status).toBe('NOT_STARTED');
   });
 
+  it('when a PATCH turns risk.isDesignatedService on for a NOT_REQUIRED record, it moves to NOT_STARTED', async () => {
+    const dto = await createCustomer(ctx, org, person());
+    expect(dto.kyc_status).toBe('NOT_REQUIRED');
+    const response = await ctx.request('PATCH', `/v1/customers/${dto.id}`, { key: org.key, body: { risk: { isDesignatedService: true } } });
+    expect(response.statusCode).toBe(200);
+    expect(response.json().kyc_status).toBe('NOT_STARTED');
+    expect((await customerRow(ctx, dto.id)).is_designated_service).toBe(true);
+  });
+
+  it('when services are added to a record whose due diligence is already under way, its status is not touched', async () => {
+    const dto = await createCustomer(ctx, org, person({ designatedServices: ['FIN-LOANS'] }));
+    await ctx.database.pool.query(`UPDATE customers SET kyc_status = 'IN_PROGRESS' WHERE id = $1`, [dto.id]);
+    const response = await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, { key: org.key, body: { service_codes: ['FIN-LOANS', 'FIN-CRYPTO'] } });
+    expect(response.json()).toMatchObject({ kyc_status: 'IN_PROGRESS', designated_services: ['FIN-LOANS', 'FIN-CRYPTO'] });
+  });
+
   it('when an existing client later receives services through an upsert with a no-trigger assessment, it stays NOT_REQUIRED with the services recorded', async () => {
     const body = person({ externalId: 'crm-carve-out-later', risk: { isNewCustomer: false } });
     const dto = await createCustomer(ctx, org, body);

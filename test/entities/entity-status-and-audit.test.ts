@@ -93,6 +93,22 @@ describe('kyb_status derivation on create', () => {
     expect(response.json().kyb_status).toBe('NOT_STARTED');
   });
 
+  it('when a PATCH turns risk.isDesignatedService on for a NOT_REQUIRED entity, it becomes NOT_STARTED', async () => {
+    const entity = await createEntity(ctx, org);
+    expect(entity.kyb_status).toBe('NOT_REQUIRED');
+    const response = await ctx.request('PATCH', `/v1/entities/${entity.id}`, { key: org.key, body: { risk: { isDesignatedService: true } } });
+    expect(response.statusCode, response.body).toBe(200);
+    expect(response.json().kyb_status).toBe('NOT_STARTED');
+  });
+
+  it('when the services of an entity are emptied later, kyb_status never moves back to NOT_REQUIRED', async () => {
+    const externalId = `crm-${randomDigits(8)}`;
+    await createEntity(ctx, org, { externalId, designatedServices: ['FIN-FX'] });
+    const response = await postEntity(ctx, org, { externalId, designatedServices: [] });
+    expect(response.statusCode, response.body).toBe(200);
+    expect(response.json().kyb_status).toBe('NOT_STARTED');
+  });
+
   it('when only preExistingServices are sent, they never trigger due diligence (NOT_REQUIRED) but are recorded', async () => {
     const entity = await createEntity(ctx, org, { risk: { isNewCustomer: false }, preExistingServices: ['FIN-CRYPTO'] });
     expect(entity.kyb_status).toBe('NOT_REQUIRED');
