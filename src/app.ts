@@ -6,6 +6,7 @@ import type { Config } from './config/config.js';
 import { AppError } from './shared/app-error.js';
 import type { Database } from './db/client.js';
 import { systemClock, type Clock } from './shared/clock.js';
+import type { BusinessRegister } from './modules/customers/business-register.js';
 import { loggerOptions } from './shared/logging.js';
 import { errorsPlugin, renderError } from './plugins/errors.plugin.js';
 import { authPlugin } from './plugins/auth.plugin.js';
@@ -20,6 +21,11 @@ export type AppDeps = {
   config: Config;
   database: Database;
   clock?: Clock;
+  /**
+   * The business-register (ABN) lookup for sole traders. None by default: the ABN is recorded as
+   * NOT_CHECKED. A miss, an error or a slow answer never blocks ingest.
+   */
+  businessRegister?: BusinessRegister;
   /** Pino options, or false for silence (tests). Defaults to JSON logs at config.logLevel. */
   logger?: FastifyServerOptions['logger'];
   /**
@@ -29,7 +35,7 @@ export type AppDeps = {
   validateResponses?: boolean;
 };
 
-export type ResolvedDeps = Required<Omit<AppDeps, 'logger' | 'validateResponses'>>;
+export type ResolvedDeps = Required<Omit<AppDeps, 'logger' | 'validateResponses' | 'businessRegister'>> & Pick<AppDeps, 'businessRegister'>;
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -96,7 +102,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(deps.validateResponses ? serializerCompiler : () => (data) => JSON.stringify(data));
-  app.decorate('deps', { config: deps.config, database: deps.database, clock: deps.clock ?? systemClock });
+  app.decorate('deps', { config: deps.config, database: deps.database, clock: deps.clock ?? systemClock, businessRegister: deps.businessRegister });
   app.addHook('onRequest', async (request, reply) => {
     reply.header('X-Request-Id', request.id);
   });

@@ -232,6 +232,19 @@ describe('risk rating and audit', () => {
     expect((await get(dto.id)).json().updated_at).toBe(committed);
   });
 
+  it('when an upsert or PUT re-sends the stored services in another order, it is a no-op (service lists are sets)', async () => {
+    const body = person({ externalId: 'crm-set-order', designatedServices: ['FIN-FX', 'PRO-REAL-ESTATE'] });
+    const dto = await createCustomer(ctx, org, body);
+    const committed = (await get(dto.id)).json().updated_at;
+    const reordered = await upsert(ctx, org, { ...body, designatedServices: ['PRO-REAL-ESTATE', 'FIN-FX', 'FIN-FX'] });
+    expect(reordered.statusCode).toBe(200);
+    const put = await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, { key: org.key, body: { service_codes: ['PRO-REAL-ESTATE', 'FIN-FX'] } });
+    expect(put.json().designated_services).toEqual(['FIN-FX', 'PRO-REAL-ESTATE']);
+    expect(await auditRows(dto.id)).toHaveLength(1);
+    expect(await outboxEvents(dto.id)).toHaveLength(0);
+    expect((await get(dto.id)).json().updated_at).toBe(committed);
+  });
+
   it('when a raw SQL writer rewrites the same values, the database keeps updated_at (no-op writes never move it)', async () => {
     const dto = await createCustomer(ctx, org, person());
     const committed = (await get(dto.id)).json().updated_at;

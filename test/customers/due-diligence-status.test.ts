@@ -114,6 +114,22 @@ describe('status after later service changes', () => {
     expect(response.json().kyc_status).toBe('NOT_STARTED');
   });
 
+  it('when a PATCH turns risk.isDesignatedService on for a NOT_REQUIRED record, it moves to NOT_STARTED', async () => {
+    const dto = await createCustomer(ctx, org, person());
+    expect(dto.kyc_status).toBe('NOT_REQUIRED');
+    const response = await ctx.request('PATCH', `/v1/customers/${dto.id}`, { key: org.key, body: { risk: { isDesignatedService: true } } });
+    expect(response.statusCode).toBe(200);
+    expect(response.json().kyc_status).toBe('NOT_STARTED');
+    expect((await customerRow(ctx, dto.id)).is_designated_service).toBe(true);
+  });
+
+  it('when services are added to a record whose due diligence is already under way, its status is not touched', async () => {
+    const dto = await createCustomer(ctx, org, person({ designatedServices: ['FIN-LOANS'] }));
+    await ctx.database.pool.query(`UPDATE customers SET kyc_status = 'IN_PROGRESS' WHERE id = $1`, [dto.id]);
+    const response = await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, { key: org.key, body: { service_codes: ['FIN-LOANS', 'FIN-CRYPTO'] } });
+    expect(response.json()).toMatchObject({ kyc_status: 'IN_PROGRESS', designated_services: ['FIN-LOANS', 'FIN-CRYPTO'] });
+  });
+
   it('when an existing client later receives services through an upsert with a no-trigger assessment, it stays NOT_REQUIRED with the services recorded', async () => {
     const body = person({ externalId: 'crm-carve-out-later', risk: { isNewCustomer: false } });
     const dto = await createCustomer(ctx, org, body);
@@ -148,5 +164,30 @@ describe('status after later service changes', () => {
     const response = await upsert(ctx, org, person({ kycStatus: 'VERIFIED' }));
     expect(response.statusCode).toBe(422);
     expect(issues(response)).toHaveProperty('kycStatus');
+  });
+});
+
+describe('ingest never starts KYC', () => {
+  it('when customers are created, upserted, patched and their services replaced, no KYC starts and nothing is emailed, charged or armed', async () => {
+    const fresh = await ctx.createOrg({ credits: 40 });
+    const count = async (table: string) =>
+      (await ctx.database.pool.query(`SELECT count(*)::int AS n FROM ${table} WHERE org_id = $1`, [fresh.id])).rows[0].n as number;
+    const ledgerBefore = await count('credit_ledger');
+    const body = person({ externalId: 'kyc-owed', designatedServices: ['FIN-CRYPTO'], representative: { fullName: 'Ann Attorney', email: 'ann@example.com' } });
+    const created = await upsert(ctx, fresh, body);
+    expect(created.statusCode).toBe(201);
+    expect(created.json()).toMatchObject({ kyc_status: 'NOT_STARTED', kyc_started_at: null, kyc_completed_at: null });
+    const notOwed = await createCustomer(ctx, fresh, person({ designatedServices: [] }));
+    const again = await upsert(ctx, fresh, { externalId: 'kyc-owed', designatedServices: ['FIN-FX'], phone: '1' });
+    expect(again.json()).toMatchObject({ kyc_status: 'NOT_STARTED', kyc_started_at: null });
+    await ctx.request('PATCH', `/v1/customers/kyc-owed`, { key: fresh.key, body: { risk: { handlesCashOrCrypto: true } } });
+    const put = await ctx.request('PUT', `/v1/customers/${notOwed.id}/designated-services`, { key: fresh.key, body: { service_codes: ['RE-BROKER'] } });
+    expect(put.json()).toMatchObject({ kyc_status: 'NOT_STARTED', kyc_started_at: null });
+
+    expect(await count('verifications')).toBe(0);
+    expect(await count('emails')).toBe(0);
+    expect(await count('credit_ledger')).toBe(ledgerBefore);
+    const { rows } = await ctx.database.pool.query('SELECT credits FROM organisations WHERE id = $1', [fresh.id]);
+    expect(rows[0].credits).toBe(40);
   });
 });

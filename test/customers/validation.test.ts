@@ -226,6 +226,16 @@ describe('length bounds', () => {
     await rejects(person({ phone: '1'.repeat(33) }), 'phone');
   });
 
+  it.each(['firstName', 'middleName', 'lastName'])('when %s has 256 characters, it answers 422 naming it (255 is accepted)', async (field) => {
+    const names = { firstName: 'Jane', middleName: 'Q', lastName: 'Citizen' };
+    await rejects(person({ ...names, [field]: 'n'.repeat(256) }), field);
+    expect((await upsert(ctx, org, person({ ...names, [field]: 'n'.repeat(255) }))).statusCode).toBe(201);
+  });
+
+  it('when representative.fullName has 256 characters, it answers 422 naming it', async () => {
+    await rejects(person({ representative: { fullName: 'r'.repeat(256), email: 'attorney@example.com' } }), 'representative.fullName');
+  });
+
   it('when businessName has 256 characters, it answers 422', async () => {
     await rejects(person({ type: 'SOLE_TRADER', businessName: 'b'.repeat(256) }), 'businessName');
   });

@@ -140,6 +140,17 @@ describe('POST /entities: limits and unknown properties', () => {
     expectValidation(response, 'registrationNumber');
   });
 
+  it('when externalId is 256 characters, it answers 422 naming externalId (255 is accepted)', async () => {
+    expectValidation(await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), externalId: 'e'.repeat(256) }), 'externalId');
+    const entity = await createEntity(ctx, org, { externalId: `${'e'.repeat(247)}${randomDigits(8)}` });
+    expect(entity.external_id).toHaveLength(255);
+  });
+
+  it('when an inline contact name is 256 characters or its email is not an email, it answers 422 naming the contact field', async () => {
+    expectValidation(await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), contact: { fullName: 'c'.repeat(256), email: 'c@example.com' } }), 'contact.fullName');
+    expectValidation(await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), contact: { fullName: 'Casey', email: 'casey' } }), 'contact.email');
+  });
+
   it('when the body has an unknown property, it answers 422 naming it and writes nothing', async () => {
     const before = await countEntities();
     const response = await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), kybStatus: 'VERIFIED' });

@@ -93,12 +93,90 @@ describe('kyb_status derivation on create', () => {
     expect(response.json().kyb_status).toBe('NOT_STARTED');
   });
 
+  it('when a PATCH turns risk.isDesignatedService on for a NOT_REQUIRED entity, it becomes NOT_STARTED', async () => {
+    const entity = await createEntity(ctx, org);
+    expect(entity.kyb_status).toBe('NOT_REQUIRED');
+    const response = await ctx.request('PATCH', `/v1/entities/${entity.id}`, { key: org.key, body: { risk: { isDesignatedService: true } } });
+    expect(response.statusCode, response.body).toBe(200);
+    expect(response.json().kyb_status).toBe('NOT_STARTED');
+  });
+
+  it('when the services of an entity are emptied later, kyb_status never moves back to NOT_REQUIRED', async () => {
+    const externalId = `crm-${randomDigits(8)}`;
+    await createEntity(ctx, org, { externalId, designatedServices: ['FIN-FX'] });
+    const response = await postEntity(ctx, org, { externalId, designatedServices: [] });
+    expect(response.statusCode, response.body).toBe(200);
+    expect(response.json().kyb_status).toBe('NOT_STARTED');
+  });
+
+  it('when only preExistingServices are sent, they never trigger due diligence (NOT_REQUIRED) but are recorded', async () => {
+    const entity = await createEntity(ctx, org, { risk: { isNewCustomer: false }, preExistingServices: ['FIN-CRYPTO'] });
+    expect(entity.kyb_status).toBe('NOT_REQUIRED');
+    const [row] = await sql(ctx, 'SELECT pre_existing_services, designated_services FROM customers WHERE id = $1', [entity.id]);
+    expect(row).toEqual({ pre_existing_services: ['FIN-CRYPTO'], designated_services: [] });
+  });
+
   it.each(['SMSF', 'OTHER'])('when the type is %s, responses keep the stored type', async (type) => {
     const entity = await createEntity(ctx, org, { type });
     expect(entity.type).toBe(type);
     expect((await ctx.request('GET', `/v1/entities/${entity.id}`, { key: org.key })).json().type).toBe(type);
     const [row] = await sql(ctx, 'SELECT type FROM customers WHERE id = $1', [entity.id]);
     expect(row!.type).toBe(type);
+  });
+});
+
+describe('risk rating of entities (docs/risk-model.md)', () => {
+  it('when services or risk answers change through create, upsert and PATCH, the rating and classification are recomputed', async () => {
+    const externalId = `crm-${randomDigits(8)}`;
+    const entity = await createEntity(ctx, org, { externalId, designatedServices: ['FIN-CRYPTO'] });
+    const ratingOf = async () => (await sql(ctx, 'SELECT risk_rating, client_classification FROM customers WHERE id = $1', [entity.id]))[0];
+    expect(await ratingOf()).toEqual({ risk_rating: 'MEDIUM', client_classification: 'STANDARD_CDD' });
+    await postEntity(ctx, org, { externalId, risk: { handlesCashOrCrypto: true } });
+    expect(await ratingOf()).toEqual({ risk_rating: 'HIGH', client_classification: 'ENHANCED_CDD' });
+    await postEntity(ctx, org, { externalId, designatedServices: ['FIN-PAYROLL'] });
+    expect(await ratingOf()).toEqual({ risk_rating: 'MEDIUM', client_classification: 'STANDARD_CDD' });
+    await ctx.request('PATCH', `/v1/entities/${entity.id}`, { key: org.key, body: { risk: { complexStructure: true } } });
+    expect(await ratingOf()).toEqual({ risk_rating: 'HIGH', client_classification: 'ENHANCED_CDD' });
+    const audit = await sql(ctx, 'SELECT action, before, after FROM audit_log WHERE subject_id = $1 ORDER BY id', [entity.id]);
+    expect(audit.map((row) => row.action)).toEqual(['entity.created', 'entity.upserted', 'entity.upserted', 'entity.patched']);
+    expect(audit[1]).toMatchObject({ before: { riskRating: 'MEDIUM' }, after: { riskRating: 'HIGH' } });
+  });
+});
+
+describe('due-diligence input rules shared with individuals', () => {
+  const tomorrowEverywhere = new Date(Date.now() + 2 * 86_400_000).toISOString().slice(0, 10);
+  it.each([
+    ['clientSinceDate in the future', { risk: { isNewCustomer: false }, clientSinceDate: tomorrowEverywhere }, 'clientSinceDate'],
+    ['clientSinceDate without isNewCustomer false', { clientSinceDate: '2020-01-01' }, 'clientSinceDate'],
+    ['preExistingServices with a non-empty designatedServices', { risk: { isNewCustomer: false }, preExistingServices: ['FIN-FX'], designatedServices: ['FIN-LOANS'] }, 'preExistingServices'],
+    ['preExistingServices without isNewCustomer false', { preExistingServices: ['FIN-FX'] }, 'preExistingServices'],
+    ['an assessment without a non-empty designatedServices', { risk: { isNewCustomer: false }, preCommencementAssessment: noTrigger }, 'preCommencementAssessment'],
+    ['isDesignatedService false with a non-empty list', { designatedServices: ['FIN-FX'], risk: { isDesignatedService: false } }, 'risk.isDesignatedService'],
+    ['65 designated services', { designatedServices: Array.from({ length: 65 }, () => 'FIN-FX') }, 'designatedServices'],
+  ])('when an entity is created with %s, it answers 422 naming the field and creates nothing', async (_label, extra, field) => {
+    const name = uniqueName();
+    expectValidation(await postEntity(ctx, org, { type: 'COMPANY', name, ...extra }), field);
+    expect(await sql(ctx, 'SELECT id FROM customers WHERE name = $1', [name])).toEqual([]);
+  });
+
+  it('when an update sends isDesignatedService false without a list while the entity has services, it answers 422 and keeps the flag', async () => {
+    const externalId = `crm-${randomDigits(8)}`;
+    const entity = await createEntity(ctx, org, { externalId, designatedServices: ['FIN-FX'] });
+    expectValidation(await postEntity(ctx, org, { externalId, risk: { isDesignatedService: false } }), 'risk.isDesignatedService');
+    const patched = await ctx.request('PATCH', `/v1/entities/${entity.id}`, { key: org.key, body: { risk: { isDesignatedService: false } } });
+    expectValidation(patched, 'risk.isDesignatedService');
+    const [row] = await sql(ctx, 'SELECT is_designated_service, designated_services FROM customers WHERE id = $1', [entity.id]);
+    expect(row).toEqual({ is_designated_service: true, designated_services: ['FIN-FX'] });
+  });
+
+  it('when preExistingServices is sent on an update of an entity that has designated services, it answers 422 unless the request empties them', async () => {
+    const externalId = `crm-${randomDigits(8)}`;
+    const entity = await createEntity(ctx, org, { externalId, risk: { isNewCustomer: false }, designatedServices: ['FIN-FX'] });
+    expectValidation(await postEntity(ctx, org, { externalId, preExistingServices: ['FIN-LOANS'] }), 'preExistingServices');
+    const emptied = await postEntity(ctx, org, { externalId, preExistingServices: ['FIN-LOANS'], designatedServices: [] });
+    expect(emptied.statusCode, emptied.body).toBe(200);
+    const [row] = await sql(ctx, 'SELECT pre_existing_services, designated_services FROM customers WHERE id = $1', [entity.id]);
+    expect(row).toEqual({ pre_existing_services: ['FIN-LOANS'], designated_services: [] });
   });
 });
 

@@ -128,6 +128,13 @@ describe('POST /entities: conflicts', () => {
     expect(await entityCount('abn = $2', [abn])).toBe(1);
   });
 
+  it('when the ACN match carries a different external_id, it answers 409', async () => {
+    const acn = randomDigits(9);
+    await createEntity(ctx, org, { acn, externalId: `crm-${randomDigits(8)}` });
+    expectConflict(await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), acn, externalId: `crm-${randomDigits(8)}` }));
+    expect(await entityCount('acn = $2', [acn])).toBe(1);
+  });
+
   it('when the name+type match carries a different external_id, it answers 409', async () => {
     const name = uniqueName();
     await createEntity(ctx, org, { name, externalId: `crm-${randomDigits(8)}` });

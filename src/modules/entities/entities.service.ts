@@ -161,7 +161,7 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
         issues.add('registrationNumber', FROZEN_MESSAGE);
       }
     }
-    checkDueDiligenceInputs(body, answers, clock.now(), issues);
+    checkDueDiligenceInputs(body, answers, clock.now(), issues, existing?.designatedServices);
     issues.throwIfAny();
 
     const values: Partial<NewCustomerRow> = {
@@ -245,6 +245,9 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
           for (const [field, column] of [['name', 'name'], ['abn', 'abn'], ['acn', 'acn'], ['registrationNumber', 'registrationNumber']] as const) {
             if (body[field] !== undefined && body[field] !== row[column]) issues.add(field, FROZEN_MESSAGE);
           }
+        }
+        if (body.risk?.isDesignatedService === false && row.designatedServices.length > 0) {
+          issues.add('risk.isDesignatedService', 'Disagrees with the designated services on record; replace them with an empty set instead.');
         }
         issues.throwIfAny();
         const answers: RiskAnswers = { ...(row.riskAnswers as RiskAnswers), ...(body.risk ?? {}) };
