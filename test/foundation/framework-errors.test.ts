@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { Writable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
@@ -147,5 +148,49 @@ describe('framework errors use the error envelope', () => {
     const logged = logLines.find((line) => line.reqId === 'req-500-check' && line.level === 50);
     expect(logged).toBeDefined();
     expect(JSON.stringify(logged)).toContain('23505');
+  });
+});
+
+/** Sends raw bytes to a listening instance and returns everything it answers before closing. */
+function rawExchange(port: number, bytes: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => socket.write(bytes));
+    let received = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => (received += chunk));
+    socket.on('error', () => {}); // the server may reset after answering; what it sent is kept
+    socket.on('close', () => resolve(received));
+    socket.setTimeout(10_000, () => {
+      socket.destroy();
+      reject(new Error(`no answer to ${JSON.stringify(bytes.slice(0, 40))}`));
+    });
+  });
+}
+
+function parseRawResponse(raw: string): { status: number; headers: Record<string, string>; body: unknown } {
+  const [head, body = ''] = raw.split('\r\n\r\n');
+  const [statusLine, ...headerLines] = head!.split('\r\n');
+  const headers = Object.fromEntries(
+    headerLines.map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]),
+  );
+  return { status: Number(statusLine!.split(' ')[1]), headers, body: JSON.parse(body) };
+}
+
+describe('HTTP parser errors use the error envelope', () => {
+  let port = 0;
+  beforeAll(async () => {
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    port = (app.server.address() as { port: number }).port;
+  });
+
+  it.each([
+    ['a header line without a colon', 400, 'bad_request', 'GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n'],
+    ['a request line that is not HTTP', 400, 'bad_request', 'NOT HTTP AT ALL\r\n\r\n'],
+    ['headers over the size limit', 431, 'headers_too_large', `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`],
+  ])('when the request has %s, it answers %i %s in the envelope', async (_name, status, code, bytes) => {
+    const response = parseRawResponse(await rawExchange(port, bytes));
+    expect(response.status).toBe(status);
+    expect(response.headers['content-type']).toMatch(/^application\/json/);
+    expect(response.body).toEqual({ error: { code, message: expect.any(String) } });
   });
 });
