@@ -4,6 +4,8 @@ import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
+import { createDatabase } from '../../src/db/client.js';
+import { createEmptyDatabase } from '../helpers/database.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 
 let ctx: TestContext;
@@ -60,6 +62,40 @@ describe('health routes', () => {
     const response = await ctx.request('GET', '/readyz');
     expect(response.statusCode).toBe(200);
     expect(response.json()).toEqual({ status: 'ready', database: 'ok' });
+  });
+
+  async function readinessOn(url: string) {
+    const database = createDatabase(url, { poolSize: 1 });
+    const probe = await buildApp({ config: ctx.config, database, logger: false });
+    try {
+      return {
+        ready: await probe.inject({ method: 'GET', url: '/readyz' }),
+        health: await probe.inject({ method: 'GET', url: '/healthz' }),
+      };
+    } finally {
+      await probe.close();
+      await database.close();
+    }
+  }
+
+  it('when the database has not been migrated, GET /readyz answers 503 service_unavailable while /healthz stays 200', async () => {
+    const empty = await createEmptyDatabase();
+    try {
+      const { ready, health } = await readinessOn(empty.url);
+      expect(ready.statusCode).toBe(503);
+      expect(ready.json()).toEqual({ error: { code: 'service_unavailable', message: expect.stringMatching(/migrations/i) } });
+      expect(health.statusCode).toBe(200);
+    } finally {
+      await empty.drop();
+    }
+  });
+
+  it('when the database cannot be reached, GET /readyz answers 503 service_unavailable without connection details', async () => {
+    const { ready, health } = await readinessOn('postgres://nobody:secret@127.0.0.1:1/none');
+    expect(ready.statusCode).toBe(503);
+    expect(ready.json()).toEqual({ error: { code: 'service_unavailable', message: expect.any(String) } });
+    for (const leak of ['127.0.0.1', 'ECONNREFUSED', 'secret', 'nobody']) expect(ready.body).not.toContain(leak);
+    expect(health.statusCode).toBe(200);
   });
 });
 
