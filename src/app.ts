@@ -8,7 +8,7 @@ import type { Database } from './db/client.js';
 import { systemClock, type Clock } from './shared/clock.js';
 import type { BusinessRegister } from './modules/customers/business-register.js';
 import { loggerOptions } from './shared/logging.js';
-import { errorsPlugin, renderError } from './plugins/errors.plugin.js';
+import { clientErrorHandler, errorsPlugin, renderError } from './plugins/errors.plugin.js';
 import { authPlugin } from './plugins/auth.plugin.js';
 import { idempotencyPlugin } from './plugins/idempotency.plugin.js';
 import { metricsPlugin } from './plugins/metrics.plugin.js';
@@ -67,6 +67,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PATH_PARAM_LENGTH },
     // Errors raised by the router before any route runs (a malformed percent-encoding, an
     // over-long path parameter) get the envelope too: no such resource can exist.
+    // Errors from the HTTP parser (bad request line or header, headers too large) get the envelope too.
+    clientErrorHandler,
     frameworkErrors: (error, request, reply) => {
       reply.header('X-Request-Id', request.id);
       const message =

@@ -1,3 +1,5 @@
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
@@ -79,6 +81,32 @@ export function renderError(reply: FastifyReply, error: AppError): FastifyReply 
   const body = errorEnvelope(error);
   if (error.status === 401) reply.header('WWW-Authenticate', 'Bearer');
   return reply.code(error.status).type('application/json; charset=utf-8').send(body);
+}
+
+/**
+ * Errors Node's HTTP parser raises before Fastify sees a request (a malformed request line or
+ * header, headers over the size limit, a request that is not complete in time). Fastify's default
+ * answers these with its own JSON shape; this writes the spec's envelope instead, then closes the
+ * connection as Node and Fastify do (its framing can no longer be trusted).
+ */
+export function clientErrorHandler(this: FastifyInstance, error: Error & { code?: string }, socket: Duplex): void {
+  // A reset connection is gone already; nothing can or need be written.
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  const appError =
+    error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? new AppError('request_timeout', 408, 'The request was not received in time.')
+      : error.code === 'HPE_HEADER_OVERFLOW'
+        ? new AppError('headers_too_large', 431, 'The request headers exceed the size limit.')
+        : new AppError('bad_request', 400, 'The request is not valid HTTP.');
+  this.log.debug({ err: error }, 'client error');
+  if (socket.writable) {
+    const body = JSON.stringify(errorEnvelope(appError));
+    socket.write(
+      `HTTP/1.1 ${appError.status} ${STATUS_CODES[appError.status]}\r\n` +
+        `Content-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy(error);
 }
 
 /** One handler renders every error, including Fastify's own, as the spec's envelope. */

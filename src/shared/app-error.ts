@@ -11,6 +11,9 @@ export type ErrorCode =
   | 'payload_too_large'
   | 'unsupported_media_type'
   | 'invalid_json'
+  | 'bad_request'
+  | 'request_timeout'
+  | 'headers_too_large'
   | 'service_unavailable'
   | 'internal';
 

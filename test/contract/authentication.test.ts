@@ -225,6 +225,26 @@ describe('IP allowlist', () => {
     await expectUnauthorized(response);
   });
 
+  it('when a client behind the trusted proxy puts a spoofed address in front of its real one, the address the proxy appended decides', async () => {
+    const proxied = await ctx.buildInstance({ trustProxy: ['127.0.0.1'] });
+    const key = await ctx.createKey(org.id, { allowIps });
+    // The client sent "X-Forwarded-For: 203.0.113.9"; the proxy appended the address it saw.
+    const spoofed = await ctx.request(
+      'GET',
+      '/v1/customers',
+      { key: key.key, remoteAddress: '127.0.0.1', headers: { 'x-forwarded-for': '203.0.113.9, 198.51.100.1' } },
+      proxied,
+    );
+    await expectUnauthorized(spoofed);
+    const genuine = await ctx.request(
+      'GET',
+      '/v1/customers',
+      { key: key.key, remoteAddress: '127.0.0.1', headers: { 'x-forwarded-for': '198.51.100.1, 203.0.113.9' } },
+      proxied,
+    );
+    expect(genuine.statusCode).toBe(200);
+  });
+
   it('when an untrusted socket sends a spoofed X-Forwarded-For, it changes nothing', async () => {
     const proxied = await ctx.buildInstance({ trustProxy: ['127.0.0.1'] });
     const key = await ctx.createKey(org.id, { allowIps });

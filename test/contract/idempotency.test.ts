@@ -145,6 +145,49 @@ describe('replay', () => {
     expect(again.body).toBe(first.body);
   });
 
+  it('when PUT designated-services is repeated with the same key, the second is a replay', async () => {
+    const created = (await post(newCustomer(), randomUUID())).json();
+    const idempotencyKey = randomUUID();
+    const send = (codes: string[]) =>
+      ctx.request('PUT', `/v1/customers/${created.id}/designated-services`, {
+        key: org.key,
+        body: { service_codes: codes },
+        headers: { 'idempotency-key': idempotencyKey },
+      });
+    const first = await send(['PRO-FORMATION']);
+    expect(first.statusCode, first.body).toBe(200);
+    const again = await send(['PRO-FORMATION']);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.statusCode).toBe(first.statusCode);
+    expect(again.body).toBe(first.body);
+    expect((await send([])).statusCode).toBe(409);
+  });
+
+  /** The smallest body each route's schema accepts, so the request reaches its handler. */
+  const minimalBodies: Record<string, object> = {
+    'PUT /v1/customers/:id/designated-services': { service_codes: [] },
+    'POST /v1/entities/:id/ubos': { owners: [{ fullName: 'Idem Owner', email: 'idem.owner@example.com', roleTypes: ['DIRECTOR'] }] },
+  };
+  const writeRoutes = Object.keys(ROUTE_SCOPES)
+    .map((key) => key.split(' ') as [string, string])
+    .filter(([method, url]) => ['POST', 'PATCH', 'PUT'].includes(method) && url.includes(':id'));
+  it.each(writeRoutes)(
+    'when %s %s is repeated with the same key for a missing record, the stored 404 is replayed (every write route is idempotent)',
+    async (method, url) => {
+      if (!ctx.app.hasRoute({ method: method as 'POST', url })) return;
+      const path = url.replace(':id', randomUUID()).replace(':uboId', randomUUID());
+      const idempotencyKey = randomUUID();
+      const body = minimalBodies[`${method} ${url}`] ?? {};
+      const send = () => ctx.request(method, path, { key: org.key, body, headers: { 'idempotency-key': idempotencyKey } });
+      const first = await send();
+      // A 422 here means the sample body no longer fits the route's schema: a schema failure is never stored.
+      expect(first.statusCode, first.body).toBe(404);
+      const again = await send();
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.body).toBe(first.body);
+    },
+  );
+
   it('when no Idempotency-Key is sent, repeats are processed each time', async () => {
     const body = { fullName: 'No Key Person', email: `nokey.${randomUUID().slice(0, 8)}@example.com` };
     const first = await ctx.request('POST', '/v1/customers', { key: org.key, body });

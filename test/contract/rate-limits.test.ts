@@ -1,5 +1,8 @@
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp } from '../../src/app.js';
+import { createDatabase } from '../../src/db/client.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 
 let ctx: TestContext;
@@ -184,5 +187,74 @@ describe('RateLimit headers', () => {
     expect(response.statusCode).toBe(422);
     expect(response.headers['ratelimit-policy']).toBeDefined();
     expect(response.headers.ratelimit).toBeDefined();
+  });
+});
+
+describe('cost on the hot path', () => {
+  /** An app on its own pool whose every statement sent to PostgreSQL is counted. */
+  async function countingInstance(): Promise<{ app: FastifyInstance; statements: () => number; close: () => Promise<void> }> {
+    const database = createDatabase(ctx.databaseUrl, { poolSize: 2 });
+    let count = 0;
+    database.pool.on('connect', (client: pg.PoolClient) => {
+      const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+      (client as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+        count += 1;
+        return query(...args);
+      };
+    });
+    const app = await buildApp({ config: ctx.config, database, logger: false });
+    await app.ready();
+    return {
+      app,
+      statements: () => count,
+      close: async () => {
+        await app.close();
+        await database.close();
+      },
+    };
+  }
+
+  it('when an authenticated request is served, authentication, the IP allowlist, both rate-limit windows and last_used_at cost one database round trip together', async () => {
+    const counting = await countingInstance();
+    try {
+      const key = await ctx.createKey(org.id, { allowIps: ['0.0.0.0/0'], burstLimit: 1000, dailyLimit: 1000 });
+      // The first use also writes last_used_at; it must ride on the same statement.
+      for (const expected of [1, 1]) {
+        const before = counting.statements();
+        const response = await ctx.request('GET', '/v1/designated-services', { key: key.key, remoteAddress: '198.51.100.1' }, counting.app);
+        expect(response.statusCode).toBe(200);
+        expect(response.headers.ratelimit).toBeDefined();
+        expect(counting.statements() - before).toBe(expected);
+      }
+    } finally {
+      await counting.close();
+    }
+  });
+
+  it('when a request is refused (unknown key, rate limited), it costs at most that one round trip; a malformed header costs none', async () => {
+    const counting = await countingInstance();
+    try {
+      const key = await ctx.createKey(org.id, { burstLimit: 1 });
+      const cases: Array<[headers: Record<string, string>, status: number, statements: number]> = [
+        [{ authorization: 'Bearer not-a-key' }, 401, 0],
+        [{ authorization: `Bearer svc_live_${'0'.repeat(40)}` }, 401, 1],
+      ];
+      for (const [headers, status, statements] of cases) {
+        const before = counting.statements();
+        const response = await ctx.request('GET', '/v1/designated-services', { headers }, counting.app);
+        expect(response.statusCode).toBe(status);
+        expect(counting.statements() - before).toBe(statements);
+      }
+      await startOfSecond();
+      const before = counting.statements();
+      const statuses = [];
+      for (let index = 0; index < 2; index += 1) {
+        statuses.push((await ctx.request('GET', '/v1/designated-services', { key: key.key }, counting.app)).statusCode);
+      }
+      expect(statuses).toEqual([200, 429]);
+      expect(counting.statements() - before).toBe(2);
+    } finally {
+      await counting.close();
+    }
   });
 });

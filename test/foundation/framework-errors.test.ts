@@ -1,8 +1,11 @@
+import { connect } from 'node:net';
 import { Writable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
+import { createDatabase } from '../../src/db/client.js';
+import { createEmptyDatabase } from '../helpers/database.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 
 let ctx: TestContext;
@@ -59,6 +62,40 @@ describe('health routes', () => {
     const response = await ctx.request('GET', '/readyz');
     expect(response.statusCode).toBe(200);
     expect(response.json()).toEqual({ status: 'ready', database: 'ok' });
+  });
+
+  async function readinessOn(url: string) {
+    const database = createDatabase(url, { poolSize: 1 });
+    const probe = await buildApp({ config: ctx.config, database, logger: false });
+    try {
+      return {
+        ready: await probe.inject({ method: 'GET', url: '/readyz' }),
+        health: await probe.inject({ method: 'GET', url: '/healthz' }),
+      };
+    } finally {
+      await probe.close();
+      await database.close();
+    }
+  }
+
+  it('when the database has not been migrated, GET /readyz answers 503 service_unavailable while /healthz stays 200', async () => {
+    const empty = await createEmptyDatabase();
+    try {
+      const { ready, health } = await readinessOn(empty.url);
+      expect(ready.statusCode).toBe(503);
+      expect(ready.json()).toEqual({ error: { code: 'service_unavailable', message: expect.stringMatching(/migrations/i) } });
+      expect(health.statusCode).toBe(200);
+    } finally {
+      await empty.drop();
+    }
+  });
+
+  it('when the database cannot be reached, GET /readyz answers 503 service_unavailable without connection details', async () => {
+    const { ready, health } = await readinessOn('postgres://nobody:secret@127.0.0.1:1/none');
+    expect(ready.statusCode).toBe(503);
+    expect(ready.json()).toEqual({ error: { code: 'service_unavailable', message: expect.any(String) } });
+    for (const leak of ['127.0.0.1', 'ECONNREFUSED', 'secret', 'nobody']) expect(ready.body).not.toContain(leak);
+    expect(health.statusCode).toBe(200);
   });
 });
 
@@ -147,5 +184,49 @@ describe('framework errors use the error envelope', () => {
     const logged = logLines.find((line) => line.reqId === 'req-500-check' && line.level === 50);
     expect(logged).toBeDefined();
     expect(JSON.stringify(logged)).toContain('23505');
+  });
+});
+
+/** Sends raw bytes to a listening instance and returns everything it answers before closing. */
+function rawExchange(port: number, bytes: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => socket.write(bytes));
+    let received = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => (received += chunk));
+    socket.on('error', () => {}); // the server may reset after answering; what it sent is kept
+    socket.on('close', () => resolve(received));
+    socket.setTimeout(10_000, () => {
+      socket.destroy();
+      reject(new Error(`no answer to ${JSON.stringify(bytes.slice(0, 40))}`));
+    });
+  });
+}
+
+function parseRawResponse(raw: string): { status: number; headers: Record<string, string>; body: unknown } {
+  const [head, body = ''] = raw.split('\r\n\r\n');
+  const [statusLine, ...headerLines] = head!.split('\r\n');
+  const headers = Object.fromEntries(
+    headerLines.map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]),
+  );
+  return { status: Number(statusLine!.split(' ')[1]), headers, body: JSON.parse(body) };
+}
+
+describe('HTTP parser errors use the error envelope', () => {
+  let port = 0;
+  beforeAll(async () => {
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    port = (app.server.address() as { port: number }).port;
+  });
+
+  it.each([
+    ['a header line without a colon', 400, 'bad_request', 'GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n'],
+    ['a request line that is not HTTP', 400, 'bad_request', 'NOT HTTP AT ALL\r\n\r\n'],
+    ['headers over the size limit', 431, 'headers_too_large', `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`],
+  ])('when the request has %s, it answers %i %s in the envelope', async (_name, status, code, bytes) => {
+    const response = parseRawResponse(await rawExchange(port, bytes));
+    expect(response.status).toBe(status);
+    expect(response.headers['content-type']).toMatch(/^application\/json/);
+    expect(response.body).toEqual({ error: { code, message: expect.any(String) } });
   });
 });

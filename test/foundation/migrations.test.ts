@@ -4,7 +4,7 @@ import pg from 'pg';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { migrationsFolder, runMigrations } from '../../src/db/migrate.js';
 import { createEmptyDatabase } from '../helpers/database.js';
-import { API_KEY_IN_OUTPUT, startServe, type ServeProcess } from '../helpers/svc-process.js';
+import { API_KEY_IN_OUTPUT, runSvc, startServe, type ServeProcess } from '../helpers/svc-process.js';
 
 // Each spawned `svc` loads the TypeScript sources (about a second, several on a busy machine).
 vi.setConfig({ testTimeout: 120_000 });
@@ -60,6 +60,28 @@ describe('migrations under concurrency', () => {
     await runMigrations(database.url);
     expect(await runMigrations(database.url)).toEqual({ applied: 0 });
     await expectMigratedOnce(database.url);
+  });
+
+  it('when svc migrate runs, it prints one JSON document with the number applied, and a second run applies nothing', async () => {
+    const database = await createEmptyDatabase();
+    cleanups.push(database.drop);
+    const first = await runSvc(['migrate'], { DATABASE_URL: database.url });
+    expect(first.code, first.stderr).toBe(0);
+    expect(JSON.parse(first.stdout)).toEqual({ applied: journal.entries.length });
+    await expectMigratedOnce(database.url);
+    const second = await runSvc(['migrate'], { DATABASE_URL: database.url });
+    expect(second.code, second.stderr).toBe(0);
+    expect(JSON.parse(second.stdout)).toEqual({ applied: 0 });
+    // Migrating is not a first start: no sandbox organisation and no key.
+    expect(await query(database.url, 'SELECT id FROM organisations')).toEqual([]);
+  });
+
+  it('when svc migrate cannot reach the database, it exits non-zero with a message and prints nothing', async () => {
+    const result = await runSvc(['migrate'], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' });
+    expect(result.code).not.toBe(0);
+    expect(result.code).not.toBeNull();
+    expect(result.stdout).toBe('');
+    expect(result.stderr).toMatch(/^error: /m);
   });
 
   it('when two svc serve processes start at once on one empty database, both become ready, the schema is migrated once and one sandbox key is printed in total', async () => {
