@@ -533,10 +533,13 @@ export interface operations {
                 limit?: string;
                 /** @description Opaque next_cursor of the previous page. */
                 cursor?: string;
+                /** @description Filter by aml.status. */
                 aml_status?: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
                 /** @description Only records updated after this instant. */
                 updated_since?: string;
+                /** @description Only the record with this external_id. */
                 external_id?: string;
+                /** @description total_count adds the number of matching records (an extra count query; avoid on hot polling loops). */
                 include?: string;
                 /** @description Filter by kyc_status. */
                 status?: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
@@ -557,57 +560,102 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** @enum {string} */
+                        /**
+                         * @description Always list.
+                         * @enum {string}
+                         */
                         object: "list";
+                        /** @description This page, oldest first (created_at, then id). */
                         data: {
-                            /** Format: uuid */
+                            /**
+                             * Format: uuid
+                             * @description The customer id.
+                             */
                             id: string;
+                            /**
+                             * @description Your identifier; immutable once set.
+                             * @example crm-10442
+                             */
                             external_id: string | null;
-                            /** @enum {string} */
+                            /**
+                             * @description INDIVIDUAL or SOLE_TRADER.
+                             * @enum {string}
+                             */
                             type: "INDIVIDUAL" | "SOLE_TRADER";
+                            /**
+                             * @description Full name.
+                             * @example Jane Citizen
+                             */
                             full_name: string;
+                            /**
+                             * @description Email address.
+                             * @example jane@example.com
+                             */
                             email: string;
-                            /** @enum {string} */
+                            /**
+                             * @description Identity verification status.
+                             * @enum {string}
+                             */
                             kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            /** @description When the current verification started. */
                             kyc_started_at: string | null;
+                            /** @description When verification reached VERIFIED or FAILED. */
                             kyc_completed_at: string | null;
                             /** @description Populated only when kyc_status is VERIFIED. */
                             identity: {
+                                /** @description The legal name the verification confirmed. */
                                 verified_legal_name: string;
                                 /** @description ISO 3166-1 alpha-3. */
                                 verified_country: string;
                             } | null;
                             /** @description AML screening status and flags. */
                             aml: {
-                                /** @enum {string} */
+                                /**
+                                 * @description Screening status; RESOLVED once the compliance team finished reviewing matches.
+                                 * @enum {string}
+                                 */
                                 status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                                /** @description When the last screening ran. */
                                 screened_at: string | null;
+                                /** @description When the compliance team last completed a review. */
                                 last_reviewed_at: string | null;
+                                /** @description What the screening matched. */
                                 flags: {
+                                    /** @description Politically exposed person match. */
                                     pep: boolean;
+                                    /** @description Sanctions list match. */
                                     sanctions: boolean;
+                                    /** @description Adverse media match. */
                                     adverse_media: boolean;
+                                    /** @description Terrorism list match. */
                                     terrorism: boolean;
                                 };
                             };
-                            /** @enum {string} */
+                            /**
+                             * @description How the record was created; INTEGRATION for this API.
+                             * @enum {string}
+                             */
                             added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
                             /** @description Present in the designated-services replace response. */
                             designated_services?: string[];
                             /**
-                             * @description ISO 8601 date-time (UTC).
+                             * @description When the record was created.
                              * @example 2026-01-31T09:00:00.000Z
                              */
                             created_at: string;
                             /**
-                             * @description ISO 8601 date-time (UTC).
+                             * @description When the record last changed (stamped at commit; no-op writes leave it).
                              * @example 2026-01-31T09:00:00.000Z
                              */
                             updated_at: string;
                         }[];
+                        /** @description Whether another page follows. */
                         has_more: boolean;
+                        /** @description Pass as cursor, with the same filters, for the next page; null on the last page. */
                         next_cursor: string | null;
+                        /** @description The page size applied. */
                         limit: number;
+                        /** @description Matching records in total; only with include=total_count. */
                         total_count?: number;
                     };
                 };
@@ -741,9 +789,16 @@ export interface operations {
                      * @example jane@example.com
                      */
                     email?: string;
+                    /**
+                     * @description Stored, not returned in v1.
+                     * @example +61 400 000 000
+                     */
                     phone?: string;
+                    /** @description Structured name, with lastName (and middleName); stored, not returned in v1. */
                     firstName?: string;
+                    /** @description Structured name; cleared when firstName and lastName are sent without it. */
                     middleName?: string;
+                    /** @description Structured name, with firstName (and middleName). */
                     lastName?: string;
                     /**
                      * Format: date
@@ -759,7 +814,10 @@ export interface operations {
                          * @enum {string}
                          */
                         resultingRisk: "LOW" | "MEDIUM" | "HIGH";
-                        /** Format: date */
+                        /**
+                         * Format: date
+                         * @description When the assessment was made (yyyy-mm-dd, not in the future).
+                         */
                         assessedAt?: string;
                     };
                     /**
@@ -769,12 +827,19 @@ export interface operations {
                      *     ]
                      */
                     preExistingServices?: string[];
-                    /** Format: date */
+                    /**
+                     * Format: date
+                     * @description Since when the pre-existing services were provided (yyyy-mm-dd).
+                     */
                     preExistingServiceSince?: string;
                     /** @description An attorney acting under a power of attorney; verification links go to them. */
                     representative?: {
+                        /** @description The representative's full name. */
                         fullName: string;
-                        /** Format: email */
+                        /**
+                         * Format: email
+                         * @description Where verification links are sent.
+                         */
                         email: string;
                     };
                     /** @description SOLE_TRADER only. */
@@ -783,18 +848,27 @@ export interface operations {
                     abn?: string;
                     /** @description Risk pre-answers that seed the risk assessment; all optional. */
                     risk?: {
+                        /** @description false for an existing client (then clientSinceDate, preExistingServices and a preCommencementAssessment may be sent). */
                         isNewCustomer?: boolean;
+                        /** @description Whether a designated service is provided; derived from designatedServices when a list is sent. */
                         isDesignatedService?: boolean;
+                        /** @description The relationship involves cash or cryptocurrency. */
                         handlesCashOrCrypto?: boolean;
+                        /** @description The customer was met in person. */
                         metFaceToFace?: boolean;
+                        /** @description The customer runs a cash-intensive business. */
                         operatesCashBusiness?: boolean;
+                        /** @description Unusual transactions or patterns were observed. */
                         unusualTransactions?: boolean;
+                        /** @description Wealth or funds without a plausible source; rates HIGH risk. */
                         unexplainedWealth?: boolean;
+                        /** @description Signs of a false or borrowed identity; rates HIGH risk. */
                         falseIdentityIndicators?: boolean;
+                        /** @description An unusually complex or opaque structure; rates HIGH risk. */
                         complexStructure?: boolean;
                     };
                     /**
-                     * @description Designated-service catalog codes; duplicates are merged.
+                     * @description Designated services provided to the customer (catalog codes); replaces the stored set.
                      * @example [
                      *       "PRO-REAL-ESTATE"
                      *     ]
@@ -815,47 +889,84 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** Format: uuid */
+                        /**
+                         * Format: uuid
+                         * @description The customer id.
+                         */
                         id: string;
+                        /**
+                         * @description Your identifier; immutable once set.
+                         * @example crm-10442
+                         */
                         external_id: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description INDIVIDUAL or SOLE_TRADER.
+                         * @enum {string}
+                         */
                         type: "INDIVIDUAL" | "SOLE_TRADER";
+                        /**
+                         * @description Full name.
+                         * @example Jane Citizen
+                         */
                         full_name: string;
+                        /**
+                         * @description Email address.
+                         * @example jane@example.com
+                         */
                         email: string;
-                        /** @enum {string} */
+                        /**
+                         * @description Identity verification status.
+                         * @enum {string}
+                         */
                         kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        /** @description When the current verification started. */
                         kyc_started_at: string | null;
+                        /** @description When verification reached VERIFIED or FAILED. */
                         kyc_completed_at: string | null;
                         /** @description Populated only when kyc_status is VERIFIED. */
                         identity: {
+                            /** @description The legal name the verification confirmed. */
                             verified_legal_name: string;
                             /** @description ISO 3166-1 alpha-3. */
                             verified_country: string;
                         } | null;
                         /** @description AML screening status and flags. */
                         aml: {
-                            /** @enum {string} */
+                            /**
+                             * @description Screening status; RESOLVED once the compliance team finished reviewing matches.
+                             * @enum {string}
+                             */
                             status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            /** @description When the last screening ran. */
                             screened_at: string | null;
+                            /** @description When the compliance team last completed a review. */
                             last_reviewed_at: string | null;
+                            /** @description What the screening matched. */
                             flags: {
+                                /** @description Politically exposed person match. */
                                 pep: boolean;
+                                /** @description Sanctions list match. */
                                 sanctions: boolean;
+                                /** @description Adverse media match. */
                                 adverse_media: boolean;
+                                /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
                         };
-                        /** @enum {string} */
+                        /**
+                         * @description How the record was created; INTEGRATION for this API.
+                         * @enum {string}
+                         */
                         added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
                         /** @description Present in the designated-services replace response. */
                         designated_services?: string[];
                         /**
-                         * @description ISO 8601 date-time (UTC).
+                         * @description When the record was created.
                          * @example 2026-01-31T09:00:00.000Z
                          */
                         created_at: string;
                         /**
-                         * @description ISO 8601 date-time (UTC).
+                         * @description When the record last changed (stamped at commit; no-op writes leave it).
                          * @example 2026-01-31T09:00:00.000Z
                          */
                         updated_at: string;
@@ -873,47 +984,84 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** Format: uuid */
+                        /**
+                         * Format: uuid
+                         * @description The customer id.
+                         */
                         id: string;
+                        /**
+                         * @description Your identifier; immutable once set.
+                         * @example crm-10442
+                         */
                         external_id: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description INDIVIDUAL or SOLE_TRADER.
+                         * @enum {string}
+                         */
                         type: "INDIVIDUAL" | "SOLE_TRADER";
+                        /**
+                         * @description Full name.
+                         * @example Jane Citizen
+                         */
                         full_name: string;
+                        /**
+                         * @description Email address.
+                         * @example jane@example.com
+                         */
                         email: string;
-                        /** @enum {string} */
+                        /**
+                         * @description Identity verification status.
+                         * @enum {string}
+                         */
                         kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        /** @description When the current verification started. */
                         kyc_started_at: string | null;
+                        /** @description When verification reached VERIFIED or FAILED. */
                         kyc_completed_at: string | null;
                         /** @description Populated only when kyc_status is VERIFIED. */
                         identity: {
+                            /** @description The legal name the verification confirmed. */
                             verified_legal_name: string;
                             /** @description ISO 3166-1 alpha-3. */
                             verified_country: string;
                         } | null;
                         /** @description AML screening status and flags. */
                         aml: {
-                            /** @enum {string} */
+                            /**
+                             * @description Screening status; RESOLVED once the compliance team finished reviewing matches.
+                             * @enum {string}
+                             */
                             status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            /** @description When the last screening ran. */
                             screened_at: string | null;
+                            /** @description When the compliance team last completed a review. */
                             last_reviewed_at: string | null;
+                            /** @description What the screening matched. */
                             flags: {
+                                /** @description Politically exposed person match. */
                                 pep: boolean;
+                                /** @description Sanctions list match. */
                                 sanctions: boolean;
+                                /** @description Adverse media match. */
                                 adverse_media: boolean;
+                                /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
                         };
-                        /** @enum {string} */
+                        /**
+                         * @description How the record was created; INTEGRATION for this API.
+                         * @enum {string}
+                         */
                         added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
                         /** @description Present in the designated-services replace response. */
                         designated_services?: string[];
                         /**
-                         * @description ISO 8601 date-time (UTC).
+                         * @description When the record was created.
                          * @example 2026-01-31T09:00:00.000Z
                          */
                         created_at: string;
                         /**
-                         * @description ISO 8601 date-time (UTC).
+                         * @description When the record last changed (stamped at commit; no-op writes leave it).
                          * @example 2026-01-31T09:00:00.000Z
                          */
                         updated_at: string;
@@ -1058,47 +1206,84 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** Format: uuid */
+                        /**
+                         * Format: uuid
+                         * @description The customer id.
+                         */
                         id: string;
+                        /**
+                         * @description Your identifier; immutable once set.
+                         * @example crm-10442
+                         */
                         external_id: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description INDIVIDUAL or SOLE_TRADER.
+                         * @enum {string}
+                         */
                         type: "INDIVIDUAL" | "SOLE_TRADER";
+                        /**
+                         * @description Full name.
+                         * @example Jane Citizen
+                         */
                         full_name: string;
+                        /**
+                         * @description Email address.
+                         * @example jane@example.com
+                         */
                         email: string;
-                        /** @enum {string} */
+                        /**
+                         * @description Identity verification status.
+                         * @enum {string}
+                         */
                         kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        /** @description When the current verification started. */
                         kyc_started_at: string | null;
+                        /** @description When verification reached VERIFIED or FAILED. */
                         kyc_completed_at: string | null;
                         /** @description Populated only when kyc_status is VERIFIED. */
                         identity: {
+                            /** @description The legal name the verification confirmed. */
                             verified_legal_name: string;
                             /** @description ISO 3166-1 alpha-3. */
                             verified_country: string;
                         } | null;
                         /** @description AML screening status and flags. */
                         aml: {
-                            /** @enum {string} */
+                            /**
+                             * @description Screening status; RESOLVED once the compliance team finished reviewing matches.
+                             * @enum {string}
+                             */
                             status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            /** @description When the last screening ran. */
                             screened_at: string | null;
+                            /** @description When the compliance team last completed a review. */
                             last_reviewed_at: string | null;
+                            /** @description What the screening matched. */
                             flags: {
+                                /** @description Politically exposed person match. */
                                 pep: boolean;
+                                /** @description Sanctions list match. */
                                 sanctions: boolean;
+                                /** @description Adverse media match. */
                                 adverse_media: boolean;
+                                /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
                         };
-                        /** @enum {string} */
+                        /**
+                         * @description How the record was created; INTEGRATION for this API.
+                         * @enum {string}
+                         */
                         added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
                         /** @description Present in the designated-services replace response. */
                         designated_services?: string[];
                         /**
-                         * @description ISO 8601 date-time (UTC).
+                         * @description When the record was created.
                          * @example 2026-01-31T09:00:00.000Z
                          */
                         created_at: string;
                         /**
-                         * @description ISO 8601 date-time (UTC).
+                         * @description When the record last changed (stamped at commit; no-op writes leave it).
                          * @example 2026-01-31T09:00:00.000Z
                          */
                         updated_at: string;
@@ -1217,21 +1402,38 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /**
+                     * @description Frozen once kyc_status is VERIFIED.
+                     * @example Jane Citizen
+                     */
                     fullName?: string;
-                    /** Format: email */
+                    /**
+                     * Format: email
+                     * @description Frozen once kyc_status is VERIFIED.
+                     * @example jane@example.com
+                     */
                     email?: string;
                     /** @description null clears it. */
                     phone?: string | null;
                     /** @description Risk pre-answers that seed the risk assessment; all optional. */
                     risk?: {
+                        /** @description false for an existing client (then clientSinceDate, preExistingServices and a preCommencementAssessment may be sent). */
                         isNewCustomer?: boolean;
+                        /** @description Whether a designated service is provided; derived from designatedServices when a list is sent. */
                         isDesignatedService?: boolean;
+                        /** @description The relationship involves cash or cryptocurrency. */
                         handlesCashOrCrypto?: boolean;
+                        /** @description The customer was met in person. */
                         metFaceToFace?: boolean;
+                        /** @description The customer runs a cash-intensive business. */
                         operatesCashBusiness?: boolean;
+                        /** @description Unusual transactions or patterns were observed. */
                         unusualTransactions?: boolean;
+                        /** @description Wealth or funds without a plausible source; rates HIGH risk. */
                         unexplainedWealth?: boolean;
+                        /** @description Signs of a false or borrowed identity; rates HIGH risk. */
                         falseIdentityIndicators?: boolean;
+                        /** @description An unusually complex or opaque structure; rates HIGH risk. */
                         complexStructure?: boolean;
                     };
                 };
@@ -1249,47 +1451,84 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** Format: uuid */
+                        /**
+                         * Format: uuid
+                         * @description The customer id.
+                         */
                         id: string;
+                        /**
+                         * @description Your identifier; immutable once set.
+                         * @example crm-10442
+                         */
                         external_id: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description INDIVIDUAL or SOLE_TRADER.
+                         * @enum {string}
+                         */
                         type: "INDIVIDUAL" | "SOLE_TRADER";
+                        /**
+                         * @description Full name.
+                         * @example Jane Citizen
+                         */
                         full_name: string;
+                        /**
+                         * @description Email address.
+                         * @example jane@example.com
+                         */
                         email: string;
-                        /** @enum {string} */
+                        /**
+                         * @description Identity verification status.
+                         * @enum {string}
+                         */
                         kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        /** @description When the current verification started. */
                         kyc_started_at: string | null;
+                        /** @description When verification reached VERIFIED or FAILED. */
                         kyc_completed_at: string | null;
                         /** @description Populated only when kyc_status is VERIFIED. */
                         identity: {
+                            /** @description The legal name the verification confirmed. */
                             verified_legal_name: string;
                             /** @description ISO 3166-1 alpha-3. */
                             verified_country: string;
                         } | null;
                         /** @description AML screening status and flags. */
                         aml: {
-                            /** @enum {string} */
+                            /**
+                             * @description Screening status; RESOLVED once the compliance team finished reviewing matches.
+                             * @enum {string}
+                             */
                             status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            /** @description When the last screening ran. */
                             screened_at: string | null;
+                            /** @description When the compliance team last completed a review. */
                             last_reviewed_at: string | null;
+                            /** @description What the screening matched. */
                             flags: {
+                                /** @description Politically exposed person match. */
                                 pep: boolean;
+                                /** @description Sanctions list match. */
                                 sanctions: boolean;
+                                /** @description Adverse media match. */
                                 adverse_media: boolean;
+                                /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
                         };
-                        /** @enum {string} */
+                        /**
+                         * @description How the record was created; INTEGRATION for this API.
+                         * @enum {string}
+                         */
                         added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
                         /** @description Present in the designated-services replace response. */
                         designated_services?: string[];
                         /**
-                         * @description ISO 8601 date-time (UTC).
+                         * @description When the record was created.
                          * @example 2026-01-31T09:00:00.000Z
                          */
                         created_at: string;
                         /**
-                         * @description ISO 8601 date-time (UTC).
+                         * @description When the record last changed (stamped at commit; no-op writes leave it).
                          * @example 2026-01-31T09:00:00.000Z
                          */
                         updated_at: string;
@@ -1475,47 +1714,84 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** Format: uuid */
+                        /**
+                         * Format: uuid
+                         * @description The customer id.
+                         */
                         id: string;
+                        /**
+                         * @description Your identifier; immutable once set.
+                         * @example crm-10442
+                         */
                         external_id: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description INDIVIDUAL or SOLE_TRADER.
+                         * @enum {string}
+                         */
                         type: "INDIVIDUAL" | "SOLE_TRADER";
+                        /**
+                         * @description Full name.
+                         * @example Jane Citizen
+                         */
                         full_name: string;
+                        /**
+                         * @description Email address.
+                         * @example jane@example.com
+                         */
                         email: string;
-                        /** @enum {string} */
+                        /**
+                         * @description Identity verification status.
+                         * @enum {string}
+                         */
                         kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        /** @description When the current verification started. */
                         kyc_started_at: string | null;
+                        /** @description When verification reached VERIFIED or FAILED. */
                         kyc_completed_at: string | null;
                         /** @description Populated only when kyc_status is VERIFIED. */
                         identity: {
+                            /** @description The legal name the verification confirmed. */
                             verified_legal_name: string;
                             /** @description ISO 3166-1 alpha-3. */
                             verified_country: string;
                         } | null;
                         /** @description AML screening status and flags. */
                         aml: {
-                            /** @enum {string} */
+                            /**
+                             * @description Screening status; RESOLVED once the compliance team finished reviewing matches.
+                             * @enum {string}
+                             */
                             status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            /** @description When the last screening ran. */
                             screened_at: string | null;
+                            /** @description When the compliance team last completed a review. */
                             last_reviewed_at: string | null;
+                            /** @description What the screening matched. */
                             flags: {
+                                /** @description Politically exposed person match. */
                                 pep: boolean;
+                                /** @description Sanctions list match. */
                                 sanctions: boolean;
+                                /** @description Adverse media match. */
                                 adverse_media: boolean;
+                                /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
                         };
-                        /** @enum {string} */
+                        /**
+                         * @description How the record was created; INTEGRATION for this API.
+                         * @enum {string}
+                         */
                         added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
                         /** @description Present in the designated-services replace response. */
                         designated_services?: string[];
                         /**
-                         * @description ISO 8601 date-time (UTC).
+                         * @description When the record was created.
                          * @example 2026-01-31T09:00:00.000Z
                          */
                         created_at: string;
                         /**
-                         * @description ISO 8601 date-time (UTC).
+                         * @description When the record last changed (stamped at commit; no-op writes leave it).
                          * @example 2026-01-31T09:00:00.000Z
                          */
                         updated_at: string;
@@ -1661,14 +1937,24 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** @enum {string} */
+                        /**
+                         * @description Screening status; RESOLVED once the compliance team finished reviewing matches.
+                         * @enum {string}
+                         */
                         status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                        /** @description When the last screening ran. */
                         screened_at: string | null;
+                        /** @description When the compliance team last completed a review. */
                         last_reviewed_at: string | null;
+                        /** @description What the screening matched. */
                         flags: {
+                            /** @description Politically exposed person match. */
                             pep: boolean;
+                            /** @description Sanctions list match. */
                             sanctions: boolean;
+                            /** @description Adverse media match. */
                             adverse_media: boolean;
+                            /** @description Terrorism list match. */
                             terrorism: boolean;
                         };
                     };
@@ -1774,13 +2060,17 @@ export interface operations {
                 limit?: string;
                 /** @description Opaque next_cursor of the previous page. */
                 cursor?: string;
+                /** @description Filter by aml.status. */
                 aml_status?: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
                 /** @description Only records updated after this instant. */
                 updated_since?: string;
+                /** @description Only the record with this external_id. */
                 external_id?: string;
+                /** @description total_count adds the number of matching records (an extra count query; avoid on hot polling loops). */
                 include?: string;
                 /** @description Filter by kyb_status. */
                 status?: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                /** @description Filter by entity type. */
                 type?: "COMPANY" | "TRUST" | "PARTNERSHIP" | "SMSF" | "OTHER";
             };
             header?: never;
@@ -1799,58 +2089,115 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** @enum {string} */
+                        /**
+                         * @description Always list.
+                         * @enum {string}
+                         */
                         object: "list";
+                        /** @description This page, oldest first (created_at, then id). */
                         data: {
-                            /** Format: uuid */
+                            /**
+                             * Format: uuid
+                             * @description The entity's customer id.
+                             */
                             id: string;
+                            /**
+                             * @description Your identifier; immutable once set.
+                             * @example crm-acct-778
+                             */
                             external_id: string | null;
-                            /** @enum {string} */
+                            /**
+                             * @description Entity type; immutable.
+                             * @enum {string}
+                             */
                             type: "COMPANY" | "TRUST" | "PARTNERSHIP" | "SMSF" | "OTHER";
+                            /**
+                             * @description Legal name.
+                             * @example Acme Holdings Pty Ltd
+                             */
                             name: string;
-                            /** @enum {string} */
+                            /**
+                             * @description AUSTRALIAN or INTERNATIONAL; immutable.
+                             * @enum {string}
+                             */
                             origin: "AUSTRALIAN" | "INTERNATIONAL";
+                            /** @description ABN, 11 digits. */
                             abn: string | null;
+                            /** @description ACN, 9 digits. */
                             acn: string | null;
+                            /** @description ISO 3166-1 alpha-3; AUS for Australian entities. */
                             country_of_formation: string | null;
+                            /** @description Registry number of an international entity. */
                             registration_number: string | null;
-                            /** @enum {string} */
+                            /**
+                             * @description Business verification status.
+                             * @enum {string}
+                             */
                             kyb_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            /** @description When the current verification started. */
                             kyb_started_at: string | null;
+                            /** @description When verification reached VERIFIED or FAILED. */
                             kyb_completed_at: string | null;
                             contact: {
-                                /** Format: uuid */
+                                /**
+                                 * Format: uuid
+                                 * @description The contact individual's customer id.
+                                 */
                                 id: string;
+                                /** @description The contact's external_id. */
                                 external_id: string | null;
+                                /** @description Full name. */
                                 full_name: string;
+                                /** @description Email address. */
                                 email: string | null;
-                                /** @enum {string} */
+                                /**
+                                 * @description The contact's own KYC status.
+                                 * @enum {string}
+                                 */
                                 kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                                /** @description Whether the contact's own KYC is intended alongside the entity's KYB. */
                                 kyc_required: boolean;
                             } | null;
                             /** @description AML screening status and flags. */
                             aml: {
-                                /** @enum {string} */
+                                /**
+                                 * @description Screening status; RESOLVED once the compliance team finished reviewing matches.
+                                 * @enum {string}
+                                 */
                                 status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                                /** @description When the last screening ran. */
                                 screened_at: string | null;
+                                /** @description When the compliance team last completed a review. */
                                 last_reviewed_at: string | null;
+                                /** @description What the screening matched. */
                                 flags: {
+                                    /** @description Politically exposed person match. */
                                     pep: boolean;
+                                    /** @description Sanctions list match. */
                                     sanctions: boolean;
+                                    /** @description Adverse media match. */
                                     adverse_media: boolean;
+                                    /** @description Terrorism list match. */
                                     terrorism: boolean;
                                 };
                             };
-                            /** @enum {string} */
+                            /**
+                             * @description How the record was created; INTEGRATION for this API.
+                             * @enum {string}
+                             */
                             added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
-                            /** @description ISO 8601 date-time (UTC). */
+                            /** @description When the record was created. */
                             created_at: string;
-                            /** @description ISO 8601 date-time (UTC). */
+                            /** @description When the record last changed (stamped at commit; no-op writes leave it). */
                             updated_at: string;
                         }[];
+                        /** @description Whether another page follows. */
                         has_more: boolean;
+                        /** @description Pass as cursor, with the same filters, for the next page; null on the last page. */
                         next_cursor: string | null;
+                        /** @description The page size applied. */
                         limit: number;
+                        /** @description Matching records in total; only with include=total_count. */
                         total_count?: number;
                     };
                 };
@@ -1973,7 +2320,10 @@ export interface operations {
                      * @example Acme Holdings Pty Ltd
                      */
                     name?: string;
-                    /** @example crm-acct-778 */
+                    /**
+                     * @description Your CRM id; recommended for idempotent upsert.
+                     * @example crm-acct-778
+                     */
                     externalId?: string;
                     /**
                      * @description Default AUSTRALIAN; immutable.
@@ -1990,6 +2340,10 @@ export interface operations {
                      * @example 004 085 616
                      */
                     acn?: string;
+                    /**
+                     * @description Registered or principal address.
+                     * @example 1 Example St, Sydney NSW 2000
+                     */
                     address?: string;
                     /**
                      * @description Required for INTERNATIONAL; rejected for AUSTRALIAN.
@@ -2002,13 +2356,24 @@ export interface operations {
                     contact?: {
                         /** @description An existing individual's UUID or external_id. */
                         customerId?: string;
+                        /**
+                         * @description The contact person's full name (with email).
+                         * @example Sam Director
+                         */
                         fullName?: string;
-                        /** Format: email */
+                        /**
+                         * Format: email
+                         * @description The contact person's email (with fullName).
+                         * @example sam@acme.example
+                         */
                         email?: string;
                         /** @description Whether the contact’s own KYC is intended alongside KYB; default true. Records intent only. */
                         kycRequired?: boolean;
                     };
-                    /** Format: date */
+                    /**
+                     * Format: date
+                     * @description Not in the future; requires risk.isNewCustomer false.
+                     */
                     clientSinceDate?: string;
                     /** @description Pre-commencement assessment for an existing client; due diligence is triggered only when significantChange is true and resultingRisk is MEDIUM or HIGH. */
                     preCommencementAssessment?: {
@@ -2019,32 +2384,47 @@ export interface operations {
                          * @enum {string}
                          */
                         resultingRisk: "LOW" | "MEDIUM" | "HIGH";
-                        /** Format: date */
+                        /**
+                         * Format: date
+                         * @description When the assessment was made (yyyy-mm-dd, not in the future).
+                         */
                         assessedAt?: string;
                     };
                     /**
-                     * @description Designated-service catalog codes; duplicates are merged.
+                     * @description History only; requires risk.isNewCustomer false; not with a non-empty designatedServices.
                      * @example [
                      *       "PRO-REAL-ESTATE"
                      *     ]
                      */
                     preExistingServices?: string[];
-                    /** Format: date */
+                    /**
+                     * Format: date
+                     * @description Since when the pre-existing services were provided (yyyy-mm-dd).
+                     */
                     preExistingServiceSince?: string;
                     /** @description Risk pre-answers that seed the risk assessment; all optional. */
                     risk?: {
+                        /** @description false for an existing client (then clientSinceDate, preExistingServices and a preCommencementAssessment may be sent). */
                         isNewCustomer?: boolean;
+                        /** @description Whether a designated service is provided; derived from designatedServices when a list is sent. */
                         isDesignatedService?: boolean;
+                        /** @description The relationship involves cash or cryptocurrency. */
                         handlesCashOrCrypto?: boolean;
+                        /** @description The customer was met in person. */
                         metFaceToFace?: boolean;
+                        /** @description The customer runs a cash-intensive business. */
                         operatesCashBusiness?: boolean;
+                        /** @description Unusual transactions or patterns were observed. */
                         unusualTransactions?: boolean;
+                        /** @description Wealth or funds without a plausible source; rates HIGH risk. */
                         unexplainedWealth?: boolean;
+                        /** @description Signs of a false or borrowed identity; rates HIGH risk. */
                         falseIdentityIndicators?: boolean;
+                        /** @description An unusually complex or opaque structure; rates HIGH risk. */
                         complexStructure?: boolean;
                     };
                     /**
-                     * @description Designated-service catalog codes; duplicates are merged.
+                     * @description Designated services provided to the entity (catalog codes); replaces the stored set.
                      * @example [
                      *       "PRO-REAL-ESTATE"
                      *     ]
@@ -2065,50 +2445,99 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** Format: uuid */
+                        /**
+                         * Format: uuid
+                         * @description The entity's customer id.
+                         */
                         id: string;
+                        /**
+                         * @description Your identifier; immutable once set.
+                         * @example crm-acct-778
+                         */
                         external_id: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description Entity type; immutable.
+                         * @enum {string}
+                         */
                         type: "COMPANY" | "TRUST" | "PARTNERSHIP" | "SMSF" | "OTHER";
+                        /**
+                         * @description Legal name.
+                         * @example Acme Holdings Pty Ltd
+                         */
                         name: string;
-                        /** @enum {string} */
+                        /**
+                         * @description AUSTRALIAN or INTERNATIONAL; immutable.
+                         * @enum {string}
+                         */
                         origin: "AUSTRALIAN" | "INTERNATIONAL";
+                        /** @description ABN, 11 digits. */
                         abn: string | null;
+                        /** @description ACN, 9 digits. */
                         acn: string | null;
+                        /** @description ISO 3166-1 alpha-3; AUS for Australian entities. */
                         country_of_formation: string | null;
+                        /** @description Registry number of an international entity. */
                         registration_number: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description Business verification status.
+                         * @enum {string}
+                         */
                         kyb_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        /** @description When the current verification started. */
                         kyb_started_at: string | null;
+                        /** @description When verification reached VERIFIED or FAILED. */
                         kyb_completed_at: string | null;
                         contact: {
-                            /** Format: uuid */
+                            /**
+                             * Format: uuid
+                             * @description The contact individual's customer id.
+                             */
                             id: string;
+                            /** @description The contact's external_id. */
                             external_id: string | null;
+                            /** @description Full name. */
                             full_name: string;
+                            /** @description Email address. */
                             email: string | null;
-                            /** @enum {string} */
+                            /**
+                             * @description The contact's own KYC status.
+                             * @enum {string}
+                             */
                             kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            /** @description Whether the contact's own KYC is intended alongside the entity's KYB. */
                             kyc_required: boolean;
                         } | null;
                         /** @description AML screening status and flags. */
                         aml: {
-                            /** @enum {string} */
+                            /**
+                             * @description Screening status; RESOLVED once the compliance team finished reviewing matches.
+                             * @enum {string}
+                             */
                             status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            /** @description When the last screening ran. */
                             screened_at: string | null;
+                            /** @description When the compliance team last completed a review. */
                             last_reviewed_at: string | null;
+                            /** @description What the screening matched. */
                             flags: {
+                                /** @description Politically exposed person match. */
                                 pep: boolean;
+                                /** @description Sanctions list match. */
                                 sanctions: boolean;
+                                /** @description Adverse media match. */
                                 adverse_media: boolean;
+                                /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
                         };
-                        /** @enum {string} */
+                        /**
+                         * @description How the record was created; INTEGRATION for this API.
+                         * @enum {string}
+                         */
                         added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
-                        /** @description ISO 8601 date-time (UTC). */
+                        /** @description When the record was created. */
                         created_at: string;
-                        /** @description ISO 8601 date-time (UTC). */
+                        /** @description When the record last changed (stamped at commit; no-op writes leave it). */
                         updated_at: string;
                     };
                 };
@@ -2124,50 +2553,99 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** Format: uuid */
+                        /**
+                         * Format: uuid
+                         * @description The entity's customer id.
+                         */
                         id: string;
+                        /**
+                         * @description Your identifier; immutable once set.
+                         * @example crm-acct-778
+                         */
                         external_id: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description Entity type; immutable.
+                         * @enum {string}
+                         */
                         type: "COMPANY" | "TRUST" | "PARTNERSHIP" | "SMSF" | "OTHER";
+                        /**
+                         * @description Legal name.
+                         * @example Acme Holdings Pty Ltd
+                         */
                         name: string;
-                        /** @enum {string} */
+                        /**
+                         * @description AUSTRALIAN or INTERNATIONAL; immutable.
+                         * @enum {string}
+                         */
                         origin: "AUSTRALIAN" | "INTERNATIONAL";
+                        /** @description ABN, 11 digits. */
                         abn: string | null;
+                        /** @description ACN, 9 digits. */
                         acn: string | null;
+                        /** @description ISO 3166-1 alpha-3; AUS for Australian entities. */
                         country_of_formation: string | null;
+                        /** @description Registry number of an international entity. */
                         registration_number: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description Business verification status.
+                         * @enum {string}
+                         */
                         kyb_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        /** @description When the current verification started. */
                         kyb_started_at: string | null;
+                        /** @description When verification reached VERIFIED or FAILED. */
                         kyb_completed_at: string | null;
                         contact: {
-                            /** Format: uuid */
+                            /**
+                             * Format: uuid
+                             * @description The contact individual's customer id.
+                             */
                             id: string;
+                            /** @description The contact's external_id. */
                             external_id: string | null;
+                            /** @description Full name. */
                             full_name: string;
+                            /** @description Email address. */
                             email: string | null;
-                            /** @enum {string} */
+                            /**
+                             * @description The contact's own KYC status.
+                             * @enum {string}
+                             */
                             kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            /** @description Whether the contact's own KYC is intended alongside the entity's KYB. */
                             kyc_required: boolean;
                         } | null;
                         /** @description AML screening status and flags. */
                         aml: {
-                            /** @enum {string} */
+                            /**
+                             * @description Screening status; RESOLVED once the compliance team finished reviewing matches.
+                             * @enum {string}
+                             */
                             status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            /** @description When the last screening ran. */
                             screened_at: string | null;
+                            /** @description When the compliance team last completed a review. */
                             last_reviewed_at: string | null;
+                            /** @description What the screening matched. */
                             flags: {
+                                /** @description Politically exposed person match. */
                                 pep: boolean;
+                                /** @description Sanctions list match. */
                                 sanctions: boolean;
+                                /** @description Adverse media match. */
                                 adverse_media: boolean;
+                                /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
                         };
-                        /** @enum {string} */
+                        /**
+                         * @description How the record was created; INTEGRATION for this API.
+                         * @enum {string}
+                         */
                         added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
-                        /** @description ISO 8601 date-time (UTC). */
+                        /** @description When the record was created. */
                         created_at: string;
-                        /** @description ISO 8601 date-time (UTC). */
+                        /** @description When the record last changed (stamped at commit; no-op writes leave it). */
                         updated_at: string;
                     };
                 };
@@ -2310,50 +2788,99 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** Format: uuid */
+                        /**
+                         * Format: uuid
+                         * @description The entity's customer id.
+                         */
                         id: string;
+                        /**
+                         * @description Your identifier; immutable once set.
+                         * @example crm-acct-778
+                         */
                         external_id: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description Entity type; immutable.
+                         * @enum {string}
+                         */
                         type: "COMPANY" | "TRUST" | "PARTNERSHIP" | "SMSF" | "OTHER";
+                        /**
+                         * @description Legal name.
+                         * @example Acme Holdings Pty Ltd
+                         */
                         name: string;
-                        /** @enum {string} */
+                        /**
+                         * @description AUSTRALIAN or INTERNATIONAL; immutable.
+                         * @enum {string}
+                         */
                         origin: "AUSTRALIAN" | "INTERNATIONAL";
+                        /** @description ABN, 11 digits. */
                         abn: string | null;
+                        /** @description ACN, 9 digits. */
                         acn: string | null;
+                        /** @description ISO 3166-1 alpha-3; AUS for Australian entities. */
                         country_of_formation: string | null;
+                        /** @description Registry number of an international entity. */
                         registration_number: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description Business verification status.
+                         * @enum {string}
+                         */
                         kyb_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        /** @description When the current verification started. */
                         kyb_started_at: string | null;
+                        /** @description When verification reached VERIFIED or FAILED. */
                         kyb_completed_at: string | null;
                         contact: {
-                            /** Format: uuid */
+                            /**
+                             * Format: uuid
+                             * @description The contact individual's customer id.
+                             */
                             id: string;
+                            /** @description The contact's external_id. */
                             external_id: string | null;
+                            /** @description Full name. */
                             full_name: string;
+                            /** @description Email address. */
                             email: string | null;
-                            /** @enum {string} */
+                            /**
+                             * @description The contact's own KYC status.
+                             * @enum {string}
+                             */
                             kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            /** @description Whether the contact's own KYC is intended alongside the entity's KYB. */
                             kyc_required: boolean;
                         } | null;
                         /** @description AML screening status and flags. */
                         aml: {
-                            /** @enum {string} */
+                            /**
+                             * @description Screening status; RESOLVED once the compliance team finished reviewing matches.
+                             * @enum {string}
+                             */
                             status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            /** @description When the last screening ran. */
                             screened_at: string | null;
+                            /** @description When the compliance team last completed a review. */
                             last_reviewed_at: string | null;
+                            /** @description What the screening matched. */
                             flags: {
+                                /** @description Politically exposed person match. */
                                 pep: boolean;
+                                /** @description Sanctions list match. */
                                 sanctions: boolean;
+                                /** @description Adverse media match. */
                                 adverse_media: boolean;
+                                /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
                         };
-                        /** @enum {string} */
+                        /**
+                         * @description How the record was created; INTEGRATION for this API.
+                         * @enum {string}
+                         */
                         added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
-                        /** @description ISO 8601 date-time (UTC). */
+                        /** @description When the record was created. */
                         created_at: string;
-                        /** @description ISO 8601 date-time (UTC). */
+                        /** @description When the record last changed (stamped at commit; no-op writes leave it). */
                         updated_at: string;
                     };
                 };
@@ -2470,6 +2997,10 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /**
+                     * @description Legal name.
+                     * @example Acme Holdings Pty Ltd
+                     */
                     name?: string;
                     /** @description null clears it. */
                     abn?: string | null;
@@ -2483,22 +3014,39 @@ export interface operations {
                     contact?: {
                         /** @description An existing individual's UUID or external_id. */
                         customerId?: string;
+                        /**
+                         * @description The contact person's full name (with email).
+                         * @example Sam Director
+                         */
                         fullName?: string;
-                        /** Format: email */
+                        /**
+                         * Format: email
+                         * @description The contact person's email (with fullName).
+                         * @example sam@acme.example
+                         */
                         email?: string;
                         /** @description Whether the contact’s own KYC is intended alongside KYB; default true. Records intent only. */
                         kycRequired?: boolean;
                     };
                     /** @description Risk pre-answers that seed the risk assessment; all optional. */
                     risk?: {
+                        /** @description false for an existing client (then clientSinceDate, preExistingServices and a preCommencementAssessment may be sent). */
                         isNewCustomer?: boolean;
+                        /** @description Whether a designated service is provided; derived from designatedServices when a list is sent. */
                         isDesignatedService?: boolean;
+                        /** @description The relationship involves cash or cryptocurrency. */
                         handlesCashOrCrypto?: boolean;
+                        /** @description The customer was met in person. */
                         metFaceToFace?: boolean;
+                        /** @description The customer runs a cash-intensive business. */
                         operatesCashBusiness?: boolean;
+                        /** @description Unusual transactions or patterns were observed. */
                         unusualTransactions?: boolean;
+                        /** @description Wealth or funds without a plausible source; rates HIGH risk. */
                         unexplainedWealth?: boolean;
+                        /** @description Signs of a false or borrowed identity; rates HIGH risk. */
                         falseIdentityIndicators?: boolean;
+                        /** @description An unusually complex or opaque structure; rates HIGH risk. */
                         complexStructure?: boolean;
                     };
                 };
@@ -2516,50 +3064,99 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** Format: uuid */
+                        /**
+                         * Format: uuid
+                         * @description The entity's customer id.
+                         */
                         id: string;
+                        /**
+                         * @description Your identifier; immutable once set.
+                         * @example crm-acct-778
+                         */
                         external_id: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description Entity type; immutable.
+                         * @enum {string}
+                         */
                         type: "COMPANY" | "TRUST" | "PARTNERSHIP" | "SMSF" | "OTHER";
+                        /**
+                         * @description Legal name.
+                         * @example Acme Holdings Pty Ltd
+                         */
                         name: string;
-                        /** @enum {string} */
+                        /**
+                         * @description AUSTRALIAN or INTERNATIONAL; immutable.
+                         * @enum {string}
+                         */
                         origin: "AUSTRALIAN" | "INTERNATIONAL";
+                        /** @description ABN, 11 digits. */
                         abn: string | null;
+                        /** @description ACN, 9 digits. */
                         acn: string | null;
+                        /** @description ISO 3166-1 alpha-3; AUS for Australian entities. */
                         country_of_formation: string | null;
+                        /** @description Registry number of an international entity. */
                         registration_number: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description Business verification status.
+                         * @enum {string}
+                         */
                         kyb_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        /** @description When the current verification started. */
                         kyb_started_at: string | null;
+                        /** @description When verification reached VERIFIED or FAILED. */
                         kyb_completed_at: string | null;
                         contact: {
-                            /** Format: uuid */
+                            /**
+                             * Format: uuid
+                             * @description The contact individual's customer id.
+                             */
                             id: string;
+                            /** @description The contact's external_id. */
                             external_id: string | null;
+                            /** @description Full name. */
                             full_name: string;
+                            /** @description Email address. */
                             email: string | null;
-                            /** @enum {string} */
+                            /**
+                             * @description The contact's own KYC status.
+                             * @enum {string}
+                             */
                             kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            /** @description Whether the contact's own KYC is intended alongside the entity's KYB. */
                             kyc_required: boolean;
                         } | null;
                         /** @description AML screening status and flags. */
                         aml: {
-                            /** @enum {string} */
+                            /**
+                             * @description Screening status; RESOLVED once the compliance team finished reviewing matches.
+                             * @enum {string}
+                             */
                             status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            /** @description When the last screening ran. */
                             screened_at: string | null;
+                            /** @description When the compliance team last completed a review. */
                             last_reviewed_at: string | null;
+                            /** @description What the screening matched. */
                             flags: {
+                                /** @description Politically exposed person match. */
                                 pep: boolean;
+                                /** @description Sanctions list match. */
                                 sanctions: boolean;
+                                /** @description Adverse media match. */
                                 adverse_media: boolean;
+                                /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
                         };
-                        /** @enum {string} */
+                        /**
+                         * @description How the record was created; INTEGRATION for this API.
+                         * @enum {string}
+                         */
                         added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
-                        /** @description ISO 8601 date-time (UTC). */
+                        /** @description When the record was created. */
                         created_at: string;
-                        /** @description ISO 8601 date-time (UTC). */
+                        /** @description When the record last changed (stamped at commit; no-op writes leave it). */
                         updated_at: string;
                     };
                 };
@@ -2724,14 +3321,24 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** @enum {string} */
+                        /**
+                         * @description Screening status; RESOLVED once the compliance team finished reviewing matches.
+                         * @enum {string}
+                         */
                         status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                        /** @description When the last screening ran. */
                         screened_at: string | null;
+                        /** @description When the compliance team last completed a review. */
                         last_reviewed_at: string | null;
+                        /** @description What the screening matched. */
                         flags: {
+                            /** @description Politically exposed person match. */
                             pep: boolean;
+                            /** @description Sanctions list match. */
                             sanctions: boolean;
+                            /** @description Adverse media match. */
                             adverse_media: boolean;
+                            /** @description Terrorism list match. */
                             terrorism: boolean;
                         };
                     };
@@ -2852,27 +3459,50 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        /** @description Individual beneficial owners, oldest first. */
                         ubos: {
-                            /** Format: uuid */
+                            /**
+                             * Format: uuid
+                             * @description The owner id (for send-link).
+                             */
                             id: string;
+                            /** @description The owner's full name. */
                             name: string;
+                            /** @description INDIVIDUAL, JOINT or NOMINEE. */
                             holder_type: string;
+                            /**
+                             * @description The first of role_types.
+                             * @example TRUSTEE
+                             */
                             role_type: string;
+                            /** @description Every role of the owner. */
                             role_types: string[];
+                            /** @description Percentage held, 0 to 100. */
                             percentage_held: number;
+                            /** @description Whether the owner must be verified. */
                             kyc_required: boolean;
-                            /** @enum {string} */
+                            /**
+                             * @description The linked individual's KYC status.
+                             * @enum {string}
+                             */
                             kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            /** @description The linked individual's email. */
                             kyc_email: string;
+                            /** @description The individual customer record of the owner. */
                             linked_customer: {
-                                /** Format: uuid */
+                                /**
+                                 * Format: uuid
+                                 * @description The individual's customer id.
+                                 */
                                 id: string;
+                                /** @description The individual's external_id. */
                                 external_id: string | null;
                             };
+                            /** @description How the owner was added. */
                             added_via: string;
-                            /** @description ISO 8601 date-time (UTC). */
+                            /** @description When the owner was added. */
                             created_at: string;
-                            /** @description ISO 8601 date-time (UTC). */
+                            /** @description When the holding last changed. */
                             updated_at: string;
                         }[];
                     };
@@ -2990,19 +3620,43 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description 1 to 50 beneficial owners to add or update. */
                     owners: {
+                        /**
+                         * @description The owner's full name; with email it links an existing individual or creates one.
+                         * @example Sam Director
+                         */
                         fullName: string;
-                        /** Format: email */
+                        /**
+                         * Format: email
+                         * @description The owner's email.
+                         * @example sam@acme.example
+                         */
                         email: string;
                         /**
+                         * @description How the interest is held; default INDIVIDUAL.
                          * @default INDIVIDUAL
                          * @enum {string}
                          */
                         holderType?: "INDIVIDUAL" | "JOINT" | "NOMINEE";
+                        /**
+                         * @description The owner's roles; the first is returned as role_type.
+                         * @example [
+                         *       "SHAREHOLDER",
+                         *       "DIRECTOR"
+                         *     ]
+                         */
                         roleTypes: ("SHAREHOLDER" | "DIRECTOR" | "TRUSTEE" | "BENEFICIARY" | "SETTLOR" | "APPOINTOR" | "PARTNER" | "MEMBER" | "CONTROLLER")[];
-                        /** @default 0 */
+                        /**
+                         * @description Percentage held, 0 to 100; default 0.
+                         * @default 0
+                         * @example 50
+                         */
                         percentageHeld?: number;
-                        /** @default true */
+                        /**
+                         * @description Whether the owner must be verified; default true. Nothing is emailed or charged here.
+                         * @default true
+                         */
                         kycRequired?: boolean;
                     }[];
                 };
@@ -3020,27 +3674,50 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        /** @description Individual beneficial owners, oldest first. */
                         ubos: {
-                            /** Format: uuid */
+                            /**
+                             * Format: uuid
+                             * @description The owner id (for send-link).
+                             */
                             id: string;
+                            /** @description The owner's full name. */
                             name: string;
+                            /** @description INDIVIDUAL, JOINT or NOMINEE. */
                             holder_type: string;
+                            /**
+                             * @description The first of role_types.
+                             * @example TRUSTEE
+                             */
                             role_type: string;
+                            /** @description Every role of the owner. */
                             role_types: string[];
+                            /** @description Percentage held, 0 to 100. */
                             percentage_held: number;
+                            /** @description Whether the owner must be verified. */
                             kyc_required: boolean;
-                            /** @enum {string} */
+                            /**
+                             * @description The linked individual's KYC status.
+                             * @enum {string}
+                             */
                             kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            /** @description The linked individual's email. */
                             kyc_email: string;
+                            /** @description The individual customer record of the owner. */
                             linked_customer: {
-                                /** Format: uuid */
+                                /**
+                                 * Format: uuid
+                                 * @description The individual's customer id.
+                                 */
                                 id: string;
+                                /** @description The individual's external_id. */
                                 external_id: string | null;
                             };
+                            /** @description How the owner was added. */
                             added_via: string;
-                            /** @description ISO 8601 date-time (UTC). */
+                            /** @description When the owner was added. */
                             created_at: string;
-                            /** @description ISO 8601 date-time (UTC). */
+                            /** @description When the holding last changed. */
                             updated_at: string;
                         }[];
                     };
@@ -3200,36 +3877,45 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description Display name, for example a property address. */
+                    /**
+                     * @description Display name, for example a property address.
+                     * @example 12 Harbour St, Sydney NSW 2000
+                     */
                     name: string;
-                    /** @description Caller's stable deal or listing id; also the duplicate guard among ACTIVE groups. */
+                    /**
+                     * @description Your stable deal or listing id; an ACTIVE group with the same reference is returned instead of a new one.
+                     * @example LISTING-2231
+                     */
                     reference?: string;
                     /**
                      * Format: uuid
-                     * @description Template whose roles become the party slots. Not with parties.
+                     * @description A template of GET /group-templates whose roles become empty party slots (not with parties).
                      */
                     templateId?: string;
-                    /** @description Explicit party slots. Not with templateId. */
+                    /** @description Explicit party slots, at most 100 (not with templateId). */
                     parties?: {
-                        /** @description The role this party plays, e.g. Vendor or Borrower. */
+                        /**
+                         * @description The role in the deal, e.g. Vendor or Purchaser.
+                         * @example Vendor
+                         */
                         roleLabel: string;
                         /**
-                         * @description Which kind of customer may fill the slot.
+                         * @description Who may fill the role: INDIVIDUAL, ENTITY or EITHER (default).
                          * @default EITHER
                          * @enum {string}
                          */
                         partyType?: "INDIVIDUAL" | "ENTITY" | "EITHER";
                         /**
-                         * @description Whether the slot must be filled.
+                         * @description Whether the role must be filled; default true.
                          * @default true
                          */
                         required?: boolean;
                         /**
                          * Format: uuid
-                         * @description Attach an existing customer or entity by its service UUID.
+                         * @description A customer or entity of your organisation (not with customerExternalId).
                          */
                         customerId?: string;
-                        /** @description Attach an existing customer or entity by the caller's external_id; not with customerId. */
+                        /** @description The external_id of a customer or entity, matched exactly (not with customerId). */
                         customerExternalId?: string;
                     }[];
                 };
@@ -3247,28 +3933,60 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** Format: uuid */
+                        /**
+                         * Format: uuid
+                         * @description The group id.
+                         */
                         id: string;
+                        /** @description Display name, for example a property address. */
                         name: string;
+                        /** @description Your deal or listing id; null when none was given. */
                         reference: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description ACTIVE, ON_HOLD, COMPLETE or ARCHIVED.
+                         * @enum {string}
+                         */
                         status: "ACTIVE" | "ON_HOLD" | "COMPLETE" | "ARCHIVED";
+                        /** @description The template the group was created from; null for explicit parties. */
                         template_id: string | null;
+                        /** @description Copied from the template; null without one. */
                         industry: string | null;
+                        /** @description The party slots. */
                         parties: {
-                            /** Format: uuid */
+                            /**
+                             * Format: uuid
+                             * @description The party slot id.
+                             */
                             id: string;
+                            /**
+                             * @description The role in the deal.
+                             * @example Vendor
+                             */
                             role_label: string;
-                            /** @enum {string} */
+                            /**
+                             * @description Who may fill the role.
+                             * @enum {string}
+                             */
                             party_type: "INDIVIDUAL" | "ENTITY" | "EITHER";
+                            /** @description Whether the role must be filled. */
                             required: boolean;
+                            /** @description The customer or entity filling the slot; null while empty. */
                             customer_id: string | null;
                         }[];
-                        /** Format: uri */
+                        /**
+                         * Format: uri
+                         * @description Deep link to the group workspace in the web app.
+                         */
                         url: string;
-                        /** Format: date-time */
+                        /**
+                         * Format: date-time
+                         * @description When the group was created.
+                         */
                         created_at: string;
-                        /** Format: date-time */
+                        /**
+                         * Format: date-time
+                         * @description When the group last changed.
+                         */
                         updated_at: string;
                     };
                 };
@@ -3284,28 +4002,60 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** Format: uuid */
+                        /**
+                         * Format: uuid
+                         * @description The group id.
+                         */
                         id: string;
+                        /** @description Display name, for example a property address. */
                         name: string;
+                        /** @description Your deal or listing id; null when none was given. */
                         reference: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description ACTIVE, ON_HOLD, COMPLETE or ARCHIVED.
+                         * @enum {string}
+                         */
                         status: "ACTIVE" | "ON_HOLD" | "COMPLETE" | "ARCHIVED";
+                        /** @description The template the group was created from; null for explicit parties. */
                         template_id: string | null;
+                        /** @description Copied from the template; null without one. */
                         industry: string | null;
+                        /** @description The party slots. */
                         parties: {
-                            /** Format: uuid */
+                            /**
+                             * Format: uuid
+                             * @description The party slot id.
+                             */
                             id: string;
+                            /**
+                             * @description The role in the deal.
+                             * @example Vendor
+                             */
                             role_label: string;
-                            /** @enum {string} */
+                            /**
+                             * @description Who may fill the role.
+                             * @enum {string}
+                             */
                             party_type: "INDIVIDUAL" | "ENTITY" | "EITHER";
+                            /** @description Whether the role must be filled. */
                             required: boolean;
+                            /** @description The customer or entity filling the slot; null while empty. */
                             customer_id: string | null;
                         }[];
-                        /** Format: uri */
+                        /**
+                         * Format: uri
+                         * @description Deep link to the group workspace in the web app.
+                         */
                         url: string;
-                        /** Format: date-time */
+                        /**
+                         * Format: date-time
+                         * @description When the group was created.
+                         */
                         created_at: string;
-                        /** Format: date-time */
+                        /**
+                         * Format: date-time
+                         * @description When the group last changed.
+                         */
                         updated_at: string;
                     };
                 };
@@ -3446,24 +4196,51 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** @enum {string} */
+                        /**
+                         * @description Always list.
+                         * @enum {string}
+                         */
                         object: "list";
+                        /** @description Curated templates first (by code), then custom ones by creation time. */
                         data: {
-                            /** Format: uuid */
+                            /**
+                             * Format: uuid
+                             * @description The template id in your organisation (differs per organisation).
+                             */
                             id: string;
+                            /**
+                             * @description Stable code; curated templates start with PB-.
+                             * @example PB-PROPERTY-SALE
+                             */
                             code: string;
+                            /** @description Template name. */
                             name: string;
+                            /** @description What the template is for. */
                             description: string;
+                            /** @description REAL_ESTATE, LEGAL, CORPORATE_SERVICES, LENDING or a custom value. */
                             industry: string;
-                            /** @enum {string} */
+                            /**
+                             * @description PRE_BUILT (curated) or CUSTOM.
+                             * @enum {string}
+                             */
                             source: "PRE_BUILT" | "CUSTOM";
+                            /** @description true for curated templates. */
                             is_verified: boolean;
+                            /** @description The roles that become party slots. */
                             roles: {
+                                /** @description The role in the deal. */
                                 role_label: string;
-                                /** @enum {string} */
+                                /**
+                                 * @description Who may fill the role.
+                                 * @enum {string}
+                                 */
                                 party_type: "INDIVIDUAL" | "ENTITY" | "EITHER";
+                                /** @description Whether the role must be filled. */
                                 required: boolean;
-                                /** @enum {string} */
+                                /**
+                                 * @description When staff are prompted to verify whoever fills it: ON_ADD, BEFORE_SETTLEMENT or MANUAL.
+                                 * @enum {string}
+                                 */
                                 check_trigger: "ON_ADD" | "BEFORE_SETTLEMENT" | "MANUAL";
                             }[];
                         }[];
@@ -3569,9 +4346,17 @@ export interface operations {
                      * @enum {string}
                      */
                     payer?: "organization" | "customer";
-                    /** @description Note included in the verification email. */
+                    /**
+                     * @description Note included in the verification email.
+                     * @example Please complete this before settlement on Friday.
+                     */
                     customMessage?: string;
-                    /** @description Enhanced due-diligence add-ons (emailing lanes only); 1 credit each. */
+                    /**
+                     * @description Enhanced due-diligence add-ons (emailing lanes only); 1 credit each.
+                     * @example [
+                     *       "SOURCE_OF_FUNDS"
+                     *     ]
+                     */
                     eddCheckTypes?: ("SOURCE_OF_FUNDS" | "SOURCE_OF_WEALTH" | "BIOMETRIC_VERIFICATION")[];
                 } | null;
             };
@@ -3588,50 +4373,99 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** Format: uuid */
+                        /**
+                         * Format: uuid
+                         * @description The entity's customer id.
+                         */
                         id: string;
+                        /**
+                         * @description Your identifier; immutable once set.
+                         * @example crm-acct-778
+                         */
                         external_id: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description Entity type; immutable.
+                         * @enum {string}
+                         */
                         type: "COMPANY" | "TRUST" | "PARTNERSHIP" | "SMSF" | "OTHER";
+                        /**
+                         * @description Legal name.
+                         * @example Acme Holdings Pty Ltd
+                         */
                         name: string;
-                        /** @enum {string} */
+                        /**
+                         * @description AUSTRALIAN or INTERNATIONAL; immutable.
+                         * @enum {string}
+                         */
                         origin: "AUSTRALIAN" | "INTERNATIONAL";
+                        /** @description ABN, 11 digits. */
                         abn: string | null;
+                        /** @description ACN, 9 digits. */
                         acn: string | null;
+                        /** @description ISO 3166-1 alpha-3; AUS for Australian entities. */
                         country_of_formation: string | null;
+                        /** @description Registry number of an international entity. */
                         registration_number: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description Business verification status.
+                         * @enum {string}
+                         */
                         kyb_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        /** @description When the current verification started. */
                         kyb_started_at: string | null;
+                        /** @description When verification reached VERIFIED or FAILED. */
                         kyb_completed_at: string | null;
                         contact: {
-                            /** Format: uuid */
+                            /**
+                             * Format: uuid
+                             * @description The contact individual's customer id.
+                             */
                             id: string;
+                            /** @description The contact's external_id. */
                             external_id: string | null;
+                            /** @description Full name. */
                             full_name: string;
+                            /** @description Email address. */
                             email: string | null;
-                            /** @enum {string} */
+                            /**
+                             * @description The contact's own KYC status.
+                             * @enum {string}
+                             */
                             kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                            /** @description Whether the contact's own KYC is intended alongside the entity's KYB. */
                             kyc_required: boolean;
                         } | null;
                         /** @description AML screening status and flags. */
                         aml: {
-                            /** @enum {string} */
+                            /**
+                             * @description Screening status; RESOLVED once the compliance team finished reviewing matches.
+                             * @enum {string}
+                             */
                             status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            /** @description When the last screening ran. */
                             screened_at: string | null;
+                            /** @description When the compliance team last completed a review. */
                             last_reviewed_at: string | null;
+                            /** @description What the screening matched. */
                             flags: {
+                                /** @description Politically exposed person match. */
                                 pep: boolean;
+                                /** @description Sanctions list match. */
                                 sanctions: boolean;
+                                /** @description Adverse media match. */
                                 adverse_media: boolean;
+                                /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
                         };
-                        /** @enum {string} */
+                        /**
+                         * @description How the record was created; INTEGRATION for this API.
+                         * @enum {string}
+                         */
                         added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
-                        /** @description ISO 8601 date-time (UTC). */
+                        /** @description When the record was created. */
                         created_at: string;
-                        /** @description ISO 8601 date-time (UTC). */
+                        /** @description When the record last changed (stamped at commit; no-op writes leave it). */
                         updated_at: string;
                         /**
                          * Format: uri
@@ -3825,9 +4659,17 @@ export interface operations {
                      * @enum {string}
                      */
                     payer?: "organization" | "customer";
-                    /** @description Note included in the verification email. */
+                    /**
+                     * @description Note included in the verification email.
+                     * @example Please complete this before settlement on Friday.
+                     */
                     customMessage?: string;
-                    /** @description Enhanced due-diligence add-ons (emailing lanes only); 1 credit each. */
+                    /**
+                     * @description Enhanced due-diligence add-ons (emailing lanes only); 1 credit each.
+                     * @example [
+                     *       "SOURCE_OF_FUNDS"
+                     *     ]
+                     */
                     eddCheckTypes?: ("SOURCE_OF_FUNDS" | "SOURCE_OF_WEALTH" | "BIOMETRIC_VERIFICATION")[];
                 } | null;
             };
@@ -3844,47 +4686,84 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** Format: uuid */
+                        /**
+                         * Format: uuid
+                         * @description The customer id.
+                         */
                         id: string;
+                        /**
+                         * @description Your identifier; immutable once set.
+                         * @example crm-10442
+                         */
                         external_id: string | null;
-                        /** @enum {string} */
+                        /**
+                         * @description INDIVIDUAL or SOLE_TRADER.
+                         * @enum {string}
+                         */
                         type: "INDIVIDUAL" | "SOLE_TRADER";
+                        /**
+                         * @description Full name.
+                         * @example Jane Citizen
+                         */
                         full_name: string;
+                        /**
+                         * @description Email address.
+                         * @example jane@example.com
+                         */
                         email: string;
-                        /** @enum {string} */
+                        /**
+                         * @description Identity verification status.
+                         * @enum {string}
+                         */
                         kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        /** @description When the current verification started. */
                         kyc_started_at: string | null;
+                        /** @description When verification reached VERIFIED or FAILED. */
                         kyc_completed_at: string | null;
                         /** @description Populated only when kyc_status is VERIFIED. */
                         identity: {
+                            /** @description The legal name the verification confirmed. */
                             verified_legal_name: string;
                             /** @description ISO 3166-1 alpha-3. */
                             verified_country: string;
                         } | null;
                         /** @description AML screening status and flags. */
                         aml: {
-                            /** @enum {string} */
+                            /**
+                             * @description Screening status; RESOLVED once the compliance team finished reviewing matches.
+                             * @enum {string}
+                             */
                             status: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
+                            /** @description When the last screening ran. */
                             screened_at: string | null;
+                            /** @description When the compliance team last completed a review. */
                             last_reviewed_at: string | null;
+                            /** @description What the screening matched. */
                             flags: {
+                                /** @description Politically exposed person match. */
                                 pep: boolean;
+                                /** @description Sanctions list match. */
                                 sanctions: boolean;
+                                /** @description Adverse media match. */
                                 adverse_media: boolean;
+                                /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
                         };
-                        /** @enum {string} */
+                        /**
+                         * @description How the record was created; INTEGRATION for this API.
+                         * @enum {string}
+                         */
                         added_via: "ADMIN_MANUAL" | "AI_EXTRACTED" | "CONTACT_PORTAL" | "BULK_IMPORT" | "INTEGRATION" | "SYSTEM";
                         /** @description Present in the designated-services replace response. */
                         designated_services?: string[];
                         /**
-                         * @description ISO 8601 date-time (UTC).
+                         * @description When the record was created.
                          * @example 2026-01-31T09:00:00.000Z
                          */
                         created_at: string;
                         /**
-                         * @description ISO 8601 date-time (UTC).
+                         * @description When the record last changed (stamped at commit; no-op writes leave it).
                          * @example 2026-01-31T09:00:00.000Z
                          */
                         updated_at: string;
@@ -4067,7 +4946,9 @@ export interface operations {
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
+                /** @description The entity UUID or your external_id. */
                 id: string;
+                /** @description The beneficial owner id (ubos[].id). */
                 uboId: string;
             };
             cookie?: never;
@@ -4080,9 +4961,17 @@ export interface operations {
                      * @enum {string}
                      */
                     payer?: "organization" | "customer";
-                    /** @description Note included in the verification email. */
+                    /**
+                     * @description Note included in the verification email.
+                     * @example Please complete this before settlement on Friday.
+                     */
                     customMessage?: string;
-                    /** @description Enhanced due-diligence add-ons (emailing lanes only); 1 credit each. */
+                    /**
+                     * @description Enhanced due-diligence add-ons (emailing lanes only); 1 credit each.
+                     * @example [
+                     *       "SOURCE_OF_FUNDS"
+                     *     ]
+                     */
                     eddCheckTypes?: ("SOURCE_OF_FUNDS" | "SOURCE_OF_WEALTH" | "BIOMETRIC_VERIFICATION")[];
                 } | null;
             };
@@ -4099,26 +4988,48 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** Format: uuid */
+                        /**
+                         * Format: uuid
+                         * @description The owner id (for send-link).
+                         */
                         id: string;
+                        /** @description The owner's full name. */
                         name: string;
+                        /** @description INDIVIDUAL, JOINT or NOMINEE. */
                         holder_type: string;
+                        /**
+                         * @description The first of role_types.
+                         * @example TRUSTEE
+                         */
                         role_type: string;
+                        /** @description Every role of the owner. */
                         role_types: string[];
+                        /** @description Percentage held, 0 to 100. */
                         percentage_held: number;
+                        /** @description Whether the owner must be verified. */
                         kyc_required: boolean;
-                        /** @enum {string} */
+                        /**
+                         * @description The linked individual's KYC status.
+                         * @enum {string}
+                         */
                         kyc_status: "NOT_STARTED" | "PENDING" | "IN_PROGRESS" | "VERIFIED" | "FAILED" | "NOT_REQUIRED" | "AWAITING_RESUBMISSION";
+                        /** @description The linked individual's email. */
                         kyc_email: string;
+                        /** @description The individual customer record of the owner. */
                         linked_customer: {
-                            /** Format: uuid */
+                            /**
+                             * Format: uuid
+                             * @description The individual's customer id.
+                             */
                             id: string;
+                            /** @description The individual's external_id. */
                             external_id: string | null;
                         };
+                        /** @description How the owner was added. */
                         added_via: string;
-                        /** @description ISO 8601 date-time (UTC). */
+                        /** @description When the owner was added. */
                         created_at: string;
-                        /** @description ISO 8601 date-time (UTC). */
+                        /** @description When the holding last changed. */
                         updated_at: string;
                         /**
                          * Format: uri
@@ -4307,12 +5218,23 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        /** @enum {string} */
+                        /**
+                         * @description Always list.
+                         * @enum {string}
+                         */
                         object: "list";
+                        /** @description Every designated service. */
                         data: {
+                            /**
+                             * @description Stable code for designatedServices, preExistingServices and service_codes.
+                             * @example PRO-REAL-ESTATE
+                             */
                             code: string;
+                            /** @description Catalog group. */
                             group: string;
+                            /** @description Short name. */
                             name: string;
+                            /** @description What the service covers. */
                             description: string;
                         }[];
                     };

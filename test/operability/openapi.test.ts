@@ -70,6 +70,73 @@ describe('committed OpenAPI document', () => {
   });
 });
 
+type JsonSchema = {
+  $ref?: string;
+  description?: string;
+  example?: unknown;
+  examples?: unknown;
+  properties?: Record<string, JsonSchema>;
+  items?: JsonSchema;
+  anyOf?: JsonSchema[];
+  oneOf?: JsonSchema[];
+  allOf?: JsonSchema[];
+};
+
+/** Fields without a description and the parts (bodies, 2xx responses) without any example, by location. */
+function undocumented(document: OpenAPIV3_1.Document): { fields: string[]; withoutExample: string[] } {
+  const components = (document.components?.schemas ?? {}) as Record<string, JsonSchema>;
+  const resolve = (schema: JsonSchema | undefined) => (schema?.$ref ? components[schema.$ref.split('/').pop()!] : schema);
+  const described = (schema: JsonSchema) =>
+    [schema, resolve(schema), ...(schema.anyOf ?? []), ...(schema.oneOf ?? [])].some((part) => Boolean(resolve(part)?.description));
+  const fields = new Set<string>();
+  const walk = (raw: JsonSchema | undefined, at: string, seen: Set<JsonSchema>) => {
+    const schema = resolve(raw);
+    if (!schema || seen.has(schema)) return;
+    seen.add(schema);
+    for (const [name, property] of Object.entries(schema.properties ?? {})) {
+      if (!described(property)) fields.add(`${at}.${name}`);
+      walk(property, `${at}.${name}`, seen);
+    }
+    walk(schema.items, `${at}[]`, seen);
+    for (const part of [...(schema.anyOf ?? []), ...(schema.oneOf ?? []), ...(schema.allOf ?? [])]) walk(part, at, seen);
+  };
+  const withoutExample: string[] = [];
+  for (const [path, item] of Object.entries(document.paths ?? {})) {
+    for (const [method, value] of Object.entries(item ?? {})) {
+      const operation = value as OpenAPIV3_1.OperationObject;
+      const where = `${method.toUpperCase()} ${path}`;
+      for (const parameter of (operation.parameters ?? []) as OpenAPIV3_1.ParameterObject[]) {
+        if (!('$ref' in parameter) && !parameter.description) fields.add(`${where} parameter ${parameter.name}`);
+      }
+      const body = (operation.requestBody as OpenAPIV3_1.RequestBodyObject | undefined)?.content?.['application/json'];
+      if (body) {
+        walk(body.schema as JsonSchema, `${where} body`, new Set());
+        if (!JSON.stringify(body).includes('"example')) withoutExample.push(`${where} body`);
+      }
+      for (const [status, response] of Object.entries(operation.responses ?? {})) {
+        const content = (response as OpenAPIV3_1.ResponseObject).content?.['application/json'];
+        if (!status.startsWith('2') || !content) continue;
+        walk(content.schema as JsonSchema, `${where} ${status}`, new Set());
+        if (!JSON.stringify(content).includes('"example')) withoutExample.push(`${where} ${status}`);
+      }
+    }
+  }
+  return { fields: [...fields], withoutExample };
+}
+
+describe('committed OpenAPI document for integrators', () => {
+  it('when an integrator reads it, every parameter and every field of a request body or success response has a description', () => {
+    const document = JSON.parse(readFileSync(COMMITTED, 'utf8')) as OpenAPIV3_1.Document;
+    expect(Object.keys(document.paths ?? {}).length).toBeGreaterThan(10);
+    expect(undocumented(document).fields).toEqual([]);
+  });
+
+  it('when an integrator reads it, every request body and success response carries an example', () => {
+    const document = JSON.parse(readFileSync(COMMITTED, 'utf8')) as OpenAPIV3_1.Document;
+    expect(undocumented(document).withoutExample).toEqual([]);
+  });
+});
+
 /** A v1 module of this test only, so the per-operation additions are checked whatever routes exist. */
 const testRoutes = async (app: FastifyInstance) => {
   app.get(

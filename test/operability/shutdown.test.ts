@@ -5,7 +5,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { apiModules } from '../../src/modules/index.js';
 import { ROUTE_SCOPES, type Scope } from '../../src/plugins/route-scopes.js';
 import { startServer } from '../../src/server.js';
+import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
+import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
 import { createTestContext, testConfig, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { startReceiver } from '../helpers/webhook-receiver.js';
 
 /** A slow v1 route of this test only, to have a request in flight while the server closes. */
 let markArrived: () => void = () => {};
@@ -39,6 +42,21 @@ async function connectionsToDatabase(): Promise<number> {
   try {
     const result = await client.query<{ count: number }>(
       'SELECT count(*)::int AS count FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',
+    );
+    return result.rows[0]!.count;
+  } finally {
+    await client.end();
+  }
+}
+
+/** Backends of this test's database whose last statement was a LISTEN (the webhook worker's wake-up). */
+async function listeningConnections(): Promise<number> {
+  const client = new pg.Client({ connectionString: ctx.databaseUrl });
+  await client.connect();
+  try {
+    const result = await client.query<{ count: number }>(
+      `SELECT count(*)::int AS count FROM pg_stat_activity
+        WHERE datname = current_database() AND pid <> pg_backend_pid() AND query ILIKE 'LISTEN %'`,
     );
     return result.rows[0]!.count;
   } finally {
@@ -94,5 +112,38 @@ describe('graceful shutdown of svc serve', () => {
       await new Promise((resolve) => blocker.close(resolve));
     }
     expect(await settledConnections(baseline)).toBeLessThanOrEqual(baseline);
+  });
+  it('when closed with the in-process webhook worker posting, the post finishes and is recorded, and no connection is left (LISTEN included)', async () => {
+    const receiver = await startReceiver(() => ({ delayMs: 600 }));
+    try {
+      const webhooks = createWebhooksService({ database: ctx.database, allowPrivateUrls: true });
+      const endpoint = await webhooks.addEndpoint({ orgId: org.id, url: receiver.url('/shutdown') });
+      receiver.trust('/shutdown', endpoint.secret);
+      const baseline = await connectionsToDatabase();
+      const server = await startServer(config({ webhookWorker: true, webhookAllowPrivateUrls: true }));
+      // The worker's LISTEN connection is its own client, outside the pool.
+      for (let waited = 0; (await listeningConnections()) === 0 && waited < 10_000; waited += 50) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(await listeningConnections()).toBe(1);
+
+      const eventId = await ctx.database.transaction((tx) =>
+        createOutboxRepository(ctx.database.db).record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } }, tx),
+      );
+      for (let waited = 0; receiver.receipts.length === 0 && waited < 10_000; waited += 25) {
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      }
+      expect(receiver.receipts.map((receipt) => receipt.webhookId)).toEqual([eventId]);
+
+      await server.close();
+      const [delivery] = await webhooks.listDeliveries({ orgId: org.id, eventId });
+      expect(delivery).toMatchObject({ status: 'succeeded', attempt_count: 1 });
+      expect(delivery!.attempts).toEqual([expect.objectContaining({ status_code: 200, error: null })]);
+      expect(receiver.receipts[0]!.verifyError).toBeNull();
+      expect(await settledConnections(baseline)).toBeLessThanOrEqual(baseline);
+      expect(await listeningConnections()).toBe(0);
+    } finally {
+      await receiver.close();
+    }
   });
 });

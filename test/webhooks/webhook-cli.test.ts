@@ -1,7 +1,10 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import pg from 'pg';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDeliveryWorker } from '../../src/modules/webhooks/delivery.worker.js';
+import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
+import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 import { startReceiver, waitFor, type Receiver } from '../helpers/webhook-receiver.js';
 
@@ -90,4 +93,62 @@ describe('svc webhook commands', () => {
     expect(run.stdout).toBe('');
     expect(run.stderr).toMatch(/url: .*169\.254\.169\.254, which is not a public address/);
   }, 60_000);
+  it('when `svc worker` runs alone, it delivers queued events and on SIGTERM exits 0 leaving no database connection', async () => {
+    const org = await ctx.createOrg();
+    const endpoint = await createWebhooksService({ database: ctx.database, allowPrivateUrls: true }).addEndpoint({
+      orgId: org.id,
+      url: receiver.url('/worker-process'),
+    });
+    receiver.trust('/worker-process', endpoint.secret);
+    // Queued before the worker starts: it must pick up what is already waiting, not only new NOTIFYs.
+    const record = () =>
+      ctx.database.transaction((tx) =>
+        createOutboxRepository(ctx.database.db).record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } }, tx),
+      );
+    const before = await record();
+    const backends = async () => {
+      const client = new pg.Client({ connectionString: ctx.databaseUrl });
+      await client.connect();
+      try {
+        const result = await client.query<{ count: number }>(
+          "SELECT count(*)::int AS count FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'svc-worker-test'",
+        );
+        return result.rows[0]!.count;
+      } finally {
+        await client.end();
+      }
+    };
+
+    const child = spawn(process.execPath, [SVC, 'worker'], {
+      env: {
+        PATH: process.env.PATH,
+        HOME: process.env.HOME,
+        DATABASE_URL: `${ctx.databaseUrl}${ctx.databaseUrl.includes('?') ? '&' : '?'}application_name=svc-worker-test`,
+        WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+        LOG_LEVEL: 'info',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    try {
+      await waitFor(() => /worker started/.test(stderr), 30_000, 'svc worker to start');
+      const after = await record();
+      await waitFor(() => receiver.receipts.filter((receipt) => receipt.path === '/worker-process').length === 2, 20_000, 'both events');
+      const receipts = receiver.receipts.filter((receipt) => receipt.path === '/worker-process');
+      expect(receipts.map((receipt) => receipt.webhookId).sort()).toEqual([before, after].sort());
+      expect(receipts.every((receipt) => receipt.verifyError === null)).toBe(true);
+      expect(await backends()).toBeGreaterThan(0);
+
+      child.kill('SIGTERM');
+      expect(await exited).toBe(0);
+      expect(stdout).toBe('');
+      expect(await waitFor(async () => (await backends()) === 0 || undefined, 5_000, 'the worker connections to close')).toBe(true);
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    }
+  }, 90_000);
 });

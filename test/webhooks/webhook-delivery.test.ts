@@ -1,3 +1,5 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { and, eq } from 'drizzle-orm';
 import { createDatabase } from '../../src/db/client.js';
@@ -134,6 +136,58 @@ describe('webhook delivery', () => {
     expect(delivery.attempts[1]).toMatchObject({ status_code: 200, error: null });
   });
 
+  it('when a 2xx starts within the timeout but its body is still arriving at the deadline, the attempt fails and is retried', async () => {
+    // Headers at once, the body's end only after the deadline: "2xx within the timeout" means the whole answer.
+    let answered = 0;
+    const slowBody = createServer((request, response) => {
+      request.resume();
+      request.on('end', () => {
+        answered += 1;
+        response.writeHead(200, { 'content-type': 'text/plain' });
+        response.write('accepted');
+        if (answered === 1) setTimeout(() => response.end(), 1_000);
+        else response.end();
+      });
+    });
+    await new Promise<void>((resolve) => slowBody.listen(0, '127.0.0.1', resolve));
+    try {
+      const org = await ctx.createOrg();
+      await service().addEndpoint({ orgId: org.id, url: `http://127.0.0.1:${(slowBody.address() as AddressInfo).port}/slow-body` });
+      await startWorker({ requestTimeoutMs: 300 });
+      const eventId = await emit(org.id);
+      const delivery = await settledDelivery(org.id, eventId);
+
+      expect(delivery.attempts.map((attempt) => [attempt.status_code, attempt.error])).toEqual([
+        // The exchange was cut at the deadline: no completed answer, so no status code is kept.
+        [null, expect.stringMatching(/timed out after 300 ms/)],
+        [200, null],
+      ]);
+    } finally {
+      slowBody.closeAllConnections();
+      await new Promise((resolve) => slowBody.close(resolve));
+    }
+  });
+
+  it('when failing deliveries are retried, each delay is jittered around the schedule so they do not retry in lockstep', async () => {
+    const { orgId } = await orgWithEndpoint();
+    receiver.setReply(() => ({ status: 500 }));
+    // The default jitter (the helper turns it off for the other tests).
+    await startWorker({ retrySchedule: [600_000], jitter: undefined });
+    const eventIds = await Promise.all([1, 2, 3, 4, 5, 6].map(() => emit(orgId)));
+    const delays = await waitFor(async () => {
+      const deliveries = await Promise.all(eventIds.map((eventId) => deliveryOf(orgId, eventId)));
+      if (!deliveries.every((delivery) => delivery.attempts.length === 1 && delivery.status === 'pending')) return undefined;
+      return deliveries.map((delivery) => Date.parse(delivery.next_attempt_at!) - Date.parse(delivery.attempts[0]!.started_at));
+    });
+
+    // ±20 % of 10 minutes; without jitter they would all sit within a second of 600 s.
+    for (const delay of delays) {
+      expect(delay).toBeGreaterThanOrEqual(480_000);
+      expect(delay).toBeLessThanOrEqual(720_000 + 2_000);
+    }
+    expect(Math.max(...delays) - Math.min(...delays)).toBeGreaterThan(5_000);
+  });
+
   it('when the receiver answers 410, the endpoint is disabled, the delivery fails and later events are not queued for it', async () => {
     const { orgId, path, endpoint } = await orgWithEndpoint();
     receiver.setReply(() => ({ status: 410 }));
@@ -249,6 +303,36 @@ describe('webhook delivery', () => {
     const eventId = await emit(orgId);
     expect((await settledDelivery(orgId, eventId)).status).toBe('succeeded');
   });
+});
+
+describe('webhook wake-up connection', () => {
+  const listeners = async () =>
+    (
+      await ctx.database.pool.query<{ pid: number }>(
+        `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND query ILIKE 'LISTEN %'`,
+      )
+    ).rows.map((row) => row.pid);
+
+  it('when the LISTEN connection is killed, the worker reconnects, picks up what was queued meanwhile, and is woken by NOTIFY again', async () => {
+    const { orgId } = await orgWithEndpoint();
+    // Polling every 10 minutes: anything delivered within the test came through LISTEN/NOTIFY.
+    await startWorker({ pollIntervalMs: 600_000 });
+    const [first] = await waitFor(async () => ((await listeners()).length === 1 ? listeners() : undefined), 10_000, 'the LISTEN connection');
+    await ctx.database.pool.query('SELECT pg_terminate_backend($1)', [first]);
+    const whileDown = await emit(orgId);
+
+    await waitFor(async () => {
+      const pids = await listeners();
+      return pids.length === 1 && pids[0] !== first;
+    }, 15_000, 'the worker to listen again');
+    expect((await settledDelivery(orgId, whileDown)).status).toBe('succeeded');
+    const afterwards = await emit(orgId);
+    const delivered = await waitFor(async () => {
+      const delivery = await deliveryOf(orgId, afterwards);
+      return delivery.status === 'succeeded' ? delivery : undefined;
+    }, 5_000, 'a NOTIFY-woken delivery');
+    expect(delivered.attempts).toHaveLength(1);
+  }, 40_000);
 });
 
 describe('webhook delivery isolation and atomicity', () => {

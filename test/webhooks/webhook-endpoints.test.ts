@@ -4,7 +4,7 @@ import { auditLog, webhookEndpoints } from '../../src/db/schema.js';
 import { DEFAULT_RETRY_SCHEDULE_MS } from '../../src/modules/webhooks/delivery.worker.js';
 import { isPublicAddress } from '../../src/modules/webhooks/endpoint-url.js';
 import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
-import { parseRetryAfter } from '../../src/modules/webhooks/webhook-sender.js';
+import { DEFAULT_REQUEST_TIMEOUT_MS, parseRetryAfter } from '../../src/modules/webhooks/webhook-sender.js';
 import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 
@@ -182,6 +182,10 @@ describe('webhook address and header rules', () => {
     const totalHours = DEFAULT_RETRY_SCHEDULE_MS.reduce((sum, delay) => sum + delay, 0) / 3_600_000;
     expect(totalHours).toBeGreaterThan(66);
     expect(totalHours).toBeLessThan(78);
+  });
+
+  it('when no timeout is configured, an answer counts only if it completes within 15 seconds', () => {
+    expect(DEFAULT_REQUEST_TIMEOUT_MS).toBe(15_000);
   });
 
   it('when Retry-After is delay-seconds or an HTTP date, it is read as a delay; anything else is ignored', () => {

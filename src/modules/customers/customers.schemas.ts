@@ -27,15 +27,15 @@ export const calendarDate = z.iso.date({ error: 'Must be a date in the form yyyy
 
 export const riskAnswersSchema = z
   .object({
-    isNewCustomer: z.boolean().optional(),
-    isDesignatedService: z.boolean().optional(),
-    handlesCashOrCrypto: z.boolean().optional(),
-    metFaceToFace: z.boolean().optional(),
-    operatesCashBusiness: z.boolean().optional(),
-    unusualTransactions: z.boolean().optional(),
-    unexplainedWealth: z.boolean().optional(),
-    falseIdentityIndicators: z.boolean().optional(),
-    complexStructure: z.boolean().optional(),
+    isNewCustomer: z.boolean().optional().describe('false for an existing client (then clientSinceDate, preExistingServices and a preCommencementAssessment may be sent).'),
+    isDesignatedService: z.boolean().optional().describe('Whether a designated service is provided; derived from designatedServices when a list is sent.'),
+    handlesCashOrCrypto: z.boolean().optional().describe('The relationship involves cash or cryptocurrency.'),
+    metFaceToFace: z.boolean().optional().describe('The customer was met in person.'),
+    operatesCashBusiness: z.boolean().optional().describe('The customer runs a cash-intensive business.'),
+    unusualTransactions: z.boolean().optional().describe('Unusual transactions or patterns were observed.'),
+    unexplainedWealth: z.boolean().optional().describe('Wealth or funds without a plausible source; rates HIGH risk.'),
+    falseIdentityIndicators: z.boolean().optional().describe('Signs of a false or borrowed identity; rates HIGH risk.'),
+    complexStructure: z.boolean().optional().describe('An unusually complex or opaque structure; rates HIGH risk.'),
   })
   .strict()
   .describe('Risk pre-answers that seed the risk assessment; all optional.');
@@ -44,7 +44,7 @@ export const preCommencementAssessmentSchema = z
   .object({
     significantChange: z.boolean().describe('Whether the relationship changed significantly.'),
     resultingRisk: z.enum(['LOW', 'MEDIUM', 'HIGH']).describe('Risk resulting from the change.'),
-    assessedAt: calendarDate.optional(),
+    assessedAt: calendarDate.optional().describe('When the assessment was made (yyyy-mm-dd, not in the future).'),
   })
   .strict()
   .describe('Pre-commencement assessment for an existing client; due diligence is triggered only when significantChange is true and resultingRisk is MEDIUM or HIGH.');
@@ -65,31 +65,31 @@ export const upsertCustomerBody = z
     type: z.enum(INDIVIDUAL_TYPES).optional().describe('Defaults to INDIVIDUAL on create.'),
     fullName: nameField.optional().describe('Required on create.').meta({ example: 'Jane Citizen' }),
     email: emailField.optional().describe('Required on create.').meta({ example: 'jane@example.com' }),
-    phone: trimmed(32).optional(),
-    firstName: trimmed(255).optional(),
-    middleName: trimmed(255).optional(),
-    lastName: trimmed(255).optional(),
+    phone: trimmed(32).optional().describe('Stored, not returned in v1.').meta({ example: '+61 400 000 000' }),
+    firstName: trimmed(255).optional().describe('Structured name, with lastName (and middleName); stored, not returned in v1.'),
+    middleName: trimmed(255).optional().describe('Structured name; cleared when firstName and lastName are sent without it.'),
+    lastName: trimmed(255).optional().describe('Structured name, with firstName (and middleName).'),
     clientSinceDate: calendarDate.optional().describe('Not in the future; requires risk.isNewCustomer false.'),
     preCommencementAssessment: preCommencementAssessmentSchema.optional(),
     preExistingServices: serviceCodeList.optional().describe('History only; requires risk.isNewCustomer false; not with a non-empty designatedServices.'),
-    preExistingServiceSince: calendarDate.optional(),
+    preExistingServiceSince: calendarDate.optional().describe('Since when the pre-existing services were provided (yyyy-mm-dd).'),
     representative: z
-      .object({ fullName: nameField, email: emailField })
+      .object({ fullName: nameField.describe('The representative\'s full name.'), email: emailField.describe('Where verification links are sent.') })
       .strict()
       .optional()
       .describe('An attorney acting under a power of attorney; verification links go to them.'),
     businessName: trimmed(255).optional().describe('SOLE_TRADER only.'),
     abn: digits(11, 'ABN').optional().describe('SOLE_TRADER only; 11 digits, spaces tolerated.'),
     risk: riskAnswersSchema.optional(),
-    designatedServices: serviceCodeList.optional(),
+    designatedServices: serviceCodeList.optional().describe('Designated services provided to the customer (catalog codes); replaces the stored set.'),
   })
   .strict();
 export type UpsertCustomerBody = z.output<typeof upsertCustomerBody>;
 
 export const patchCustomerBody = z
   .object({
-    fullName: nameField.optional(),
-    email: emailField.optional(),
+    fullName: nameField.optional().describe('Frozen once kyc_status is VERIFIED.').meta({ example: 'Jane Citizen' }),
+    email: emailField.optional().describe('Frozen once kyc_status is VERIFIED.').meta({ example: 'jane@example.com' }),
     phone: trimmed(32).nullable().optional().describe('null clears it.'),
     risk: riskAnswersSchema.optional(),
   })
@@ -115,18 +115,19 @@ export const listQueryBase = z
   .object({
     limit: limitParam,
     cursor: z.string().max(1024).optional().describe('Opaque next_cursor of the previous page.'),
-    aml_status: z.enum(AML_STATUSES).optional(),
+    aml_status: z.enum(AML_STATUSES).optional().describe('Filter by aml.status.'),
     updated_since: z.iso
       .datetime({ offset: true, error: 'Must be an ISO 8601 date-time, e.g. 2026-01-31T09:00:00Z.' })
       .optional()
       .describe('Only records updated after this instant.'),
-    external_id: z.string().min(1).max(255).optional(),
+    external_id: z.string().min(1).max(255).optional().describe('Only the record with this external_id.'),
     include: z
       .string()
       .refine((value) => value.split(',').every((part) => part.trim() === 'total_count'), {
         message: 'The only supported value is total_count.',
       })
-      .optional(),
+      .optional()
+      .describe('total_count adds the number of matching records (an extra count query; avoid on hot polling loops).'),
   })
   .strict();
 
@@ -140,42 +141,49 @@ const dateTime = z.string().describe('ISO 8601 date-time (UTC).').meta({ example
 
 export const amlBlockSchema = z
   .object({
-    status: z.enum(AML_STATUSES),
-    screened_at: dateTime.nullable(),
-    last_reviewed_at: dateTime.nullable(),
-    flags: z.object({ pep: z.boolean(), sanctions: z.boolean(), adverse_media: z.boolean(), terrorism: z.boolean() }),
+    status: z.enum(AML_STATUSES).describe('Screening status; RESOLVED once the compliance team finished reviewing matches.'),
+    screened_at: dateTime.nullable().describe('When the last screening ran.'),
+    last_reviewed_at: dateTime.nullable().describe('When the compliance team last completed a review.'),
+    flags: z
+      .object({
+        pep: z.boolean().describe('Politically exposed person match.'),
+        sanctions: z.boolean().describe('Sanctions list match.'),
+        adverse_media: z.boolean().describe('Adverse media match.'),
+        terrorism: z.boolean().describe('Terrorism list match.'),
+      })
+      .describe('What the screening matched.'),
   })
   .describe('AML screening status and flags.');
 
 export const individualSchema = z
   .object({
-    id: z.uuid(),
-    external_id: z.string().nullable(),
-    type: z.enum(INDIVIDUAL_TYPES),
-    full_name: z.string(),
-    email: z.string(),
-    kyc_status: z.enum(KYC_STATUSES),
-    kyc_started_at: dateTime.nullable(),
-    kyc_completed_at: dateTime.nullable(),
+    id: z.uuid().describe('The customer id.'),
+    external_id: z.string().nullable().describe("Your identifier; immutable once set.").meta({ example: 'crm-10442' }),
+    type: z.enum(INDIVIDUAL_TYPES).describe('INDIVIDUAL or SOLE_TRADER.'),
+    full_name: z.string().describe('Full name.').meta({ example: 'Jane Citizen' }),
+    email: z.string().describe('Email address.').meta({ example: 'jane@example.com' }),
+    kyc_status: z.enum(KYC_STATUSES).describe('Identity verification status.'),
+    kyc_started_at: dateTime.nullable().describe('When the current verification started.'),
+    kyc_completed_at: dateTime.nullable().describe('When verification reached VERIFIED or FAILED.'),
     identity: z
-      .object({ verified_legal_name: z.string(), verified_country: z.string().describe('ISO 3166-1 alpha-3.') })
+      .object({ verified_legal_name: z.string().describe('The legal name the verification confirmed.'), verified_country: z.string().describe('ISO 3166-1 alpha-3.') })
       .nullable()
       .describe('Populated only when kyc_status is VERIFIED.'),
     aml: amlBlockSchema,
-    added_via: z.enum(ADDED_VIA),
+    added_via: z.enum(ADDED_VIA).describe('How the record was created; INTEGRATION for this API.'),
     designated_services: z.array(z.string()).optional().describe('Present in the designated-services replace response.'),
-    created_at: dateTime,
-    updated_at: dateTime,
+    created_at: dateTime.describe('When the record was created.'),
+    updated_at: dateTime.describe('When the record last changed (stamped at commit; no-op writes leave it).'),
   })
   .describe('An individual customer (INDIVIDUAL or SOLE_TRADER).');
 export type IndividualDto = z.infer<typeof individualSchema>;
 
 export const listEnvelope = <T extends z.ZodType>(item: T) =>
   z.object({
-    object: z.literal('list'),
-    data: z.array(item),
-    has_more: z.boolean(),
-    next_cursor: z.string().nullable(),
-    limit: z.number().int(),
-    total_count: z.number().int().optional(),
+    object: z.literal('list').describe('Always list.'),
+    data: z.array(item).describe('This page, oldest first (created_at, then id).'),
+    has_more: z.boolean().describe('Whether another page follows.'),
+    next_cursor: z.string().nullable().describe('Pass as cursor, with the same filters, for the next page; null on the last page.'),
+    limit: z.number().int().describe('The page size applied.'),
+    total_count: z.number().int().optional().describe('Matching records in total; only with include=total_count.'),
   });

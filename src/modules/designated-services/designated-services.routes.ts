@@ -5,8 +5,17 @@ import { errorResponses } from '../../shared/error-responses.js';
 import { DESIGNATED_SERVICES } from './catalog.js';
 
 const catalogResponse = z.object({
-  object: z.literal('list'),
-  data: z.array(z.object({ code: z.string(), group: z.string(), name: z.string(), description: z.string() })),
+  object: z.literal('list').describe('Always list.'),
+  data: z
+    .array(
+      z.object({
+        code: z.string().describe('Stable code for designatedServices, preExistingServices and service_codes.').meta({ example: 'PRO-REAL-ESTATE' }),
+        group: z.string().describe('Catalog group.'),
+        name: z.string().describe('Short name.'),
+        description: z.string().describe('What the service covers.'),
+      }),
+    )
+    .describe('Every designated service.'),
 });
 
 export async function designatedServicesRoutes(fastify: FastifyInstance): Promise<void> {

@@ -16,16 +16,16 @@ const text = (max: number) => requiredString().trim().min(1, 'must not be empty'
 
 export const groupPartyInputSchema = z
   .object({
-    roleLabel: text(255).describe('The role this party plays, e.g. Vendor or Borrower.'),
-    partyType: z.enum(PARTY_TYPES).default('EITHER').describe('Which kind of customer may fill the slot.'),
-    required: z.boolean().default(true).describe('Whether the slot must be filled.'),
-    customerId: z.uuid({ error: 'must be a UUID' }).optional().describe('Attach an existing customer or entity by its service UUID.'),
+    roleLabel: text(255).describe('The role in the deal, e.g. Vendor or Purchaser.').meta({ example: 'Vendor' }),
+    partyType: z.enum(PARTY_TYPES).default('EITHER').describe('Who may fill the role: INDIVIDUAL, ENTITY or EITHER (default).'),
+    required: z.boolean().default(true).describe('Whether the role must be filled; default true.'),
+    customerId: z.uuid({ error: 'must be a UUID' }).optional().describe('A customer or entity of your organisation (not with customerExternalId).'),
     // Not trimmed: it must equal the stored external_id exactly.
     customerExternalId: requiredString()
       .min(1, 'must not be empty')
       .max(255, 'must be at most 255 characters')
       .optional()
-      .describe("Attach an existing customer or entity by the caller's external_id; not with customerId."),
+      .describe('The external_id of a customer or entity, matched exactly (not with customerId).'),
   })
   .strict()
   .superRefine((party, context) => {
@@ -40,14 +40,17 @@ export const groupPartyInputSchema = z
 
 export const createGroupBodySchema = z
   .object({
-    name: text(255).describe('Display name, for example a property address.'),
-    reference: text(255).optional().describe("Caller's stable deal or listing id; also the duplicate guard among ACTIVE groups."),
-    templateId: z.uuid({ error: 'must be a UUID' }).optional().describe('Template whose roles become the party slots. Not with parties.'),
+    name: text(255).describe('Display name, for example a property address.').meta({ example: '12 Harbour St, Sydney NSW 2000' }),
+    reference: text(255)
+      .optional()
+      .describe('Your stable deal or listing id; an ACTIVE group with the same reference is returned instead of a new one.')
+      .meta({ example: 'LISTING-2231' }),
+    templateId: z.uuid({ error: 'must be a UUID' }).optional().describe('A template of GET /group-templates whose roles become empty party slots (not with parties).'),
     parties: z
       .array(groupPartyInputSchema)
       .max(MAX_GROUP_PARTIES, `at most ${MAX_GROUP_PARTIES} parties`)
       .optional()
-      .describe('Explicit party slots. Not with templateId.'),
+      .describe(`Explicit party slots, at most ${MAX_GROUP_PARTIES} (not with templateId).`),
   })
   .strict()
   .superRefine((body, context) => {
@@ -63,24 +66,24 @@ export type CreateGroupInput = z.output<typeof createGroupBodySchema>;
 export type GroupPartyInput = z.output<typeof groupPartyInputSchema>;
 
 export const groupPartySchema = z.object({
-  id: z.uuid(),
-  role_label: z.string(),
-  party_type: z.enum(PARTY_TYPES),
-  required: z.boolean(),
-  customer_id: z.uuid().nullable(),
+  id: z.uuid().describe('The party slot id.'),
+  role_label: z.string().describe('The role in the deal.').meta({ example: 'Vendor' }),
+  party_type: z.enum(PARTY_TYPES).describe('Who may fill the role.'),
+  required: z.boolean().describe('Whether the role must be filled.'),
+  customer_id: z.uuid().nullable().describe('The customer or entity filling the slot; null while empty.'),
 });
 
 export const groupSchema = z.object({
-  id: z.uuid(),
-  name: z.string(),
-  reference: z.string().nullable(),
-  status: z.enum(GROUP_STATUSES),
-  template_id: z.uuid().nullable(),
-  industry: z.string().nullable(),
-  parties: z.array(groupPartySchema),
-  url: z.url(),
-  created_at: z.iso.datetime(),
-  updated_at: z.iso.datetime(),
+  id: z.uuid().describe('The group id.'),
+  name: z.string().describe('Display name, for example a property address.'),
+  reference: z.string().nullable().describe('Your deal or listing id; null when none was given.'),
+  status: z.enum(GROUP_STATUSES).describe('ACTIVE, ON_HOLD, COMPLETE or ARCHIVED.'),
+  template_id: z.uuid().nullable().describe('The template the group was created from; null for explicit parties.'),
+  industry: z.string().nullable().describe('Copied from the template; null without one.'),
+  parties: z.array(groupPartySchema).describe('The party slots.'),
+  url: z.url().describe('Deep link to the group workspace in the web app.'),
+  created_at: z.iso.datetime().describe('When the group was created.'),
+  updated_at: z.iso.datetime().describe('When the group last changed.'),
 });
 export type GroupDto = z.infer<typeof groupSchema>;
 
@@ -89,27 +92,27 @@ export type GroupDto = z.infer<typeof groupSchema>;
 // ---------------------------------------------------------------------------------------------
 
 export const templateRoleSchema = z.object({
-  role_label: z.string(),
-  party_type: z.enum(PARTY_TYPES),
-  required: z.boolean(),
-  check_trigger: z.enum(CHECK_TRIGGERS),
+  role_label: z.string().describe('The role in the deal.'),
+  party_type: z.enum(PARTY_TYPES).describe('Who may fill the role.'),
+  required: z.boolean().describe('Whether the role must be filled.'),
+  check_trigger: z.enum(CHECK_TRIGGERS).describe('When staff are prompted to verify whoever fills it: ON_ADD, BEFORE_SETTLEMENT or MANUAL.'),
 });
 
 export const groupTemplateSchema = z.object({
-  id: z.uuid(),
-  code: z.string(),
-  name: z.string(),
-  description: z.string(),
-  industry: z.string(),
-  source: z.enum(TEMPLATE_SOURCES),
-  is_verified: z.boolean(),
-  roles: z.array(templateRoleSchema),
+  id: z.uuid().describe('The template id in your organisation (differs per organisation).'),
+  code: z.string().describe('Stable code; curated templates start with PB-.').meta({ example: 'PB-PROPERTY-SALE' }),
+  name: z.string().describe('Template name.'),
+  description: z.string().describe('What the template is for.'),
+  industry: z.string().describe('REAL_ESTATE, LEGAL, CORPORATE_SERVICES, LENDING or a custom value.'),
+  source: z.enum(TEMPLATE_SOURCES).describe('PRE_BUILT (curated) or CUSTOM.'),
+  is_verified: z.boolean().describe('true for curated templates.'),
+  roles: z.array(templateRoleSchema).describe('The roles that become party slots.'),
 });
 export type GroupTemplateDto = z.infer<typeof groupTemplateSchema>;
 
 export const groupTemplateListSchema = z.object({
-  object: z.literal('list'),
-  data: z.array(groupTemplateSchema),
+  object: z.literal('list').describe('Always list.'),
+  data: z.array(groupTemplateSchema).describe('Curated templates first (by code), then custom ones by creation time.'),
 });
 
 /** The operator's template file (`svc template create --file`). Field names follow the request convention (camelCase). */

@@ -7,12 +7,18 @@ export const KYB_METHODS = ['automated', 'contact_led', 'manual'] as const;
 
 const startFields = {
   payer: z.enum(['organization', 'customer']).optional().describe("Omit to follow the record's billing default, else the organisation's."),
-  customMessage: z.string().max(2000, 'At most 2000 characters.').optional().describe('Note included in the verification email.'),
+  customMessage: z
+    .string()
+    .max(2000, 'At most 2000 characters.')
+    .optional()
+    .describe('Note included in the verification email.')
+    .meta({ example: 'Please complete this before settlement on Friday.' }),
   eddCheckTypes: z
     .array(z.enum(EDD_CHECK_TYPES))
     .max(EDD_CHECK_TYPES.length)
     .optional()
-    .describe('Enhanced due-diligence add-ons (emailing lanes only); 1 credit each.'),
+    .describe('Enhanced due-diligence add-ons (emailing lanes only); 1 credit each.')
+    .meta({ example: ['SOURCE_OF_FUNDS'] }),
 };
 
 export const startKybBody = z
@@ -32,4 +38,9 @@ export const entityStartResponse = entitySchema.extend({ verification_link: veri
 export const individualStartResponse = individualSchema.extend({ verification_link: verificationLink });
 export const ownerStartResponse = beneficialOwnerSchema.extend({ verification_link: verificationLink });
 
-export const ownerParams = z.object({ id: z.string().min(1).max(255), uboId: z.uuid() }).strict();
+export const ownerParams = z
+  .object({
+    id: z.string().min(1).max(255).describe('The entity UUID or your external_id.'),
+    uboId: z.uuid().describe('The beneficial owner id (ubos[].id).'),
+  })
+  .strict();
