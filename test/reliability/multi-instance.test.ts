@@ -67,6 +67,9 @@ describe('three instances on one database', () => {
     // Each update of an integration record has its customer.updated event, and only those.
     const { rows: events } = await database.pool.query(`SELECT count(*)::int AS count FROM outbox_events WHERE org_id = $1 AND type = 'customer.updated'`, [orgId]);
     expect(events[0].count).toBe(audit.length - 500);
+    process.stderr.write(
+      `multi-instance: 5000 upserts over 3 instances -> ${JSON.stringify(Object.fromEntries(statuses))} statuses, ${counts[0].count} records, ${audit.length} audit rows, ${events[0].count} customer.updated events\n`,
+    );
   });
 
   it('when one Idempotency-Key reaches all three instances at once, it causes one side effect and one replayed response everywhere', async () => {
