@@ -1,21 +1,52 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 
+/** How long closing waits for handlers whose clients have gone away to finish. */
+const DRAIN_LIMIT_MS = 10_000;
+
 /**
+ * Graceful close of the HTTP side.
+ *
  * Once the app is closing, every response still being sent says `Connection: close`. Fastify
  * closes idle keep-alive sockets once, when closing starts; a socket whose request was in flight
  * then would stay open after its response until the keep-alive timeout (72 s), holding up the
  * shutdown (and the pool and embedded database behind it) past any grace period.
+ *
+ * Closing also waits for every request whose handling has started to reach its reply. The server
+ * stops waiting for a request as soon as its client disconnects, but the handler goes on and still
+ * needs the database: without this wait the pool was closed under it ("Cannot use a pool after
+ * calling end on the pool", logged as an internal error).
  */
 export const gracefulClosePlugin = fp(
   async (app: FastifyInstance) => {
     let closing = false;
+    const inFlight = new Set<FastifyRequest>();
+    let drained: (() => void) | undefined;
+    const settle = (request: FastifyRequest) => {
+      if (inFlight.delete(request) && inFlight.size === 0) drained?.();
+    };
+
+    app.addHook('onRequest', async (request) => {
+      inFlight.add(request);
+    });
     app.addHook('preClose', async () => {
       closing = true;
     });
-    app.addHook('onSend', async (_request, reply, payload) => {
+    app.addHook('onSend', async (request, reply, payload) => {
       if (closing) reply.header('Connection', 'close');
+      settle(request); // the handler is done: what remains is writing the reply
       return payload;
+    });
+    app.addHook('onResponse', async (request) => settle(request));
+    app.addHook('onClose', async () => {
+      if (inFlight.size === 0) return;
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        new Promise<void>((resolve) => (drained = resolve)),
+        new Promise<void>((resolve) => (timer = setTimeout(resolve, DRAIN_LIMIT_MS))),
+      ]);
+      clearTimeout(timer);
+      if (inFlight.size > 0) app.log.warn({ requests: inFlight.size }, 'closed with requests still running');
     });
   },
   { name: 'graceful-close' },

@@ -1,3 +1,4 @@
+import { get as httpGet } from 'node:http';
 import { createServer, type Server } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import pg from 'pg';
@@ -12,7 +13,18 @@ import { startReceiver } from '../helpers/webhook-receiver.js';
 
 /** A slow v1 route of this test only, to have a request in flight while the server closes. */
 let markArrived: () => void = () => {};
+/** What the abandoned probe's late database query ended with. */
+let lateQuery: Promise<string> = Promise.resolve('not run');
 const slowRoutes = async (app: FastifyInstance) => {
+  app.get('/abandoned-probe', async () => {
+    markArrived();
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    lateQuery = app.deps.database.pool.query('SELECT 1').then(
+      () => 'ok',
+      (error: Error) => error.message,
+    );
+    return { done: await lateQuery };
+  });
   app.get('/slow-probe', async () => {
     markArrived();
     await new Promise((resolve) => setTimeout(resolve, 400));
@@ -25,6 +37,7 @@ let ctx: TestContext;
 let org: TestOrg;
 beforeAll(async () => {
   scopes['GET /v1/slow-probe'] = null;
+  scopes['GET /v1/abandoned-probe'] = null;
   apiModules.push(slowRoutes);
   ctx = await createTestContext();
   org = await ctx.createOrg();
@@ -32,6 +45,7 @@ beforeAll(async () => {
 afterAll(async () => {
   apiModules.splice(apiModules.indexOf(slowRoutes), 1);
   delete scopes['GET /v1/slow-probe'];
+  delete scopes['GET /v1/abandoned-probe'];
   await ctx?.close();
 });
 
@@ -99,6 +113,23 @@ describe('graceful shutdown of svc serve', () => {
     await expect(fetch(`http://127.0.0.1:${port}/healthz`)).rejects.toThrow();
     expect(server.connection.database.pool.ending).toBe(true);
     expect(await settledConnections(baseline)).toBeLessThanOrEqual(baseline);
+  });
+
+  it('when the client of an in-flight request has gone away, closing still lets its handler use the database before the pool closes', async () => {
+    const server = await startServer(config());
+    const { port } = server.app.server.address() as { port: number };
+    const arrived = new Promise<void>((resolve) => (markArrived = resolve));
+    // node:http rather than fetch: destroying the request closes the socket at once (fetch keeps it).
+    const request = httpGet(`http://127.0.0.1:${port}/v1/abandoned-probe`, { headers: { authorization: `Bearer ${org.key}` } });
+    const abandoned = new Promise<string>((resolve) => request.on('error', () => resolve('aborted')).on('response', () => resolve('answered')));
+    await arrived;
+    request.destroy();
+    expect(await abandoned).toBe('aborted');
+    await new Promise((resolve) => setTimeout(resolve, 50)); // the server sees the socket close
+
+    await server.close();
+    expect(await lateQuery).toBe('ok');
+    expect(server.connection.database.pool.ending).toBe(true);
   });
 
   it('when the port is taken, the failed start closes its database pool instead of leaking it', async () => {
