@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import fp from 'fastify-plugin';
 import { AppError } from '../shared/app-error.js';
+import { bindLogContext } from '../shared/logging.js';
 import {
   createAccessService,
   RateLimitedError,
@@ -18,11 +19,6 @@ declare module 'fastify' {
     requiredScope?: string | null;
     authenticated?: boolean;
   }
-}
-
-/** Adds the key and organisation to the request's own logger (pino's setBindings; absent when logging is off). */
-function bindToLog(log: unknown, auth: { apiKeyId: string; orgId: string }): void {
-  (log as { setBindings?: (bindings: Record<string, string>) => void }).setBindings?.({ apiKeyId: auth.apiKeyId, orgId: auth.orgId });
 }
 
 /** RateLimit-Policy / RateLimit headers in the IETF httpapi draft's structured-field syntax. */
@@ -60,13 +56,11 @@ export const authPlugin = fp(
         const grant = await access.authenticate(request.headers.authorization, request.ip);
         request.auth = grant.auth;
         // Every later line of this request (including "request completed") names the key and org.
-        // setBindings changes the request's own child logger in place: a new child per request
-        // would recompile the redaction paths each time.
-        bindToLog(request.log, grant.auth);
+        bindLogContext(request.log, grant.auth);
         setRateLimitHeaders(reply, grant.windows);
       } catch (error) {
         if (error instanceof RateLimitedError) {
-          bindToLog(request.log, error.grant.auth);
+          bindLogContext(request.log, error.grant.auth);
           setRateLimitHeaders(reply, error.grant.windows);
           reply.header('Retry-After', String(error.window.resetSeconds));
           app.metrics?.rateLimited(error.window.name);

@@ -83,12 +83,24 @@ function serializeRequest(request: LoggedRequest) {
   };
 }
 
+const LOG_CONTEXT = Symbol('logContext');
+
+/**
+ * Names the API key and organisation on every later line of a request's logger. Kept on the logger
+ * and merged in by the mixin only when a line is written: pino's setBindings would serialize (and
+ * redact) the bindings on every request even when nothing is logged.
+ */
+export function bindLogContext(log: unknown, context: { apiKeyId: string; orgId: string }): void {
+  if (log && typeof log === 'object') (log as { [LOG_CONTEXT]?: object })[LOG_CONTEXT] = { apiKeyId: context.apiKeyId, orgId: context.orgId };
+}
+
 /** The one set of pino options of the service: JSON, `LOG_LEVEL`, redaction. */
 export function loggerOptions(config: Pick<Config, 'logLevel'>): LoggerOptions & { serializers: NonNullable<LoggerOptions['serializers']> } {
   return {
     level: config.logLevel,
     redact: { paths: redactPaths(), censor: REDACTED },
     serializers: { req: serializeRequest as (value: unknown) => unknown },
+    mixin: (_object, _level, logger) => (logger as { [LOG_CONTEXT]?: object })[LOG_CONTEXT] ?? {},
   };
 }
 
