@@ -78,7 +78,9 @@ async function main() {
   execFileSync('npm', ['run', '-s', 'build'], { cwd: root, stdio: 'inherit' });
   const projectPort = await freeLoopbackPort();
   const baselinePort = await freeLoopbackPort();
-  const project = await startProcess(['bin/svc.js', 'serve'], {
+  // BENCH_CPU_PROF=DIR writes a V8 CPU profile of the project's server there (open it in Chrome DevTools).
+  const profile = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
+  const project = await startProcess([...profile, 'bin/svc.js', 'serve'], {
     DATABASE_URL: url,
     PORT: String(projectPort),
     HOST: '127.0.0.1',
