@@ -96,6 +96,9 @@ export function createWebhookSender(options: { allowPrivateUrls: boolean; timeou
       const exchange = (retryStaleConnection: boolean): Promise<SendResult> => new Promise<SendResult>((resolve) => {
         let settled = false;
         let aborted = false;
+        // The status line, once it has arrived: kept when the exchange is cut afterwards (timeout), so
+        // the delivery log shows that the receiver did answer, and how.
+        let answer: { statusCode: number; retryAfterMs: number | null } | null = null;
         const finish = (result: Omit<SendResult, 'latencyMs' | 'aborted'>) => {
           if (settled) return;
           settled = true;
@@ -126,13 +129,18 @@ export function createWebhookSender(options: { allowPrivateUrls: boolean; timeou
             resolve(exchange(false));
             return;
           }
-          finish({ statusCode: null, retryAfterMs: null, error: error.message });
+          finish(
+            answer
+              ? { ...answer, error: `HTTP ${answer.statusCode}; ${error.message}` }
+              : { statusCode: null, retryAfterMs: null, error: error.message },
+          );
         });
         outgoing.on('response', (response) => {
           const statusCode = response.statusCode ?? 0;
           const retryAfter = response.headers['retry-after'];
           const retryAfterMs = parseRetryAfter(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter, Date.now());
           const location = response.headers.location;
+          answer = { statusCode, retryAfterMs };
           const error =
             statusCode >= 200 && statusCode < 300
               ? null
