@@ -65,10 +65,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // An {id} may be an external_id of up to 255 characters, up to three times as long when
     // percent-encoded; the router's default limit (100) answered such URLs with a bare 414.
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PATH_PARAM_LENGTH },
-    // Errors raised by the router before any route runs (a malformed percent-encoding, an
-    // over-long path parameter) get the envelope too: no such resource can exist.
     // Errors from the HTTP parser (bad request line or header, headers too large) get the envelope too.
     clientErrorHandler,
+    // Errors raised by the router before any route runs (a malformed percent-encoding, an
+    // over-long path parameter) get the envelope too: no such resource can exist.
     frameworkErrors: (error, request, reply) => {
       reply.header('X-Request-Id', request.id);
       const message =
