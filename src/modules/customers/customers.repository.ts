@@ -38,21 +38,18 @@ export function createCustomersRepository(db: Executor) {
     return () => (built ??= build());
   };
   const prepared = {
-    byUuidRef: once(() =>
+    byId: once(() =>
       db
         .select()
         .from(customers)
-        .where(and(eq(customers.orgId, placeholder.orgId), eq(customers.kind, placeholder.kind), or(eq(customers.id, placeholder.ref), eq(customers.externalId, placeholder.ref))))
-        .orderBy(sql`(${customers.id} = ${placeholder.ref}) DESC`)
-        .limit(1)
-        .prepare('customers_find_by_uuid_ref'),
+        .where(and(eq(customers.orgId, placeholder.orgId), eq(customers.kind, placeholder.kind), eq(customers.id, placeholder.ref)))
+        .prepare('customers_find_by_id'),
     ),
     byExternalRef: once(() =>
       db
         .select()
         .from(customers)
         .where(and(eq(customers.orgId, placeholder.orgId), eq(customers.kind, placeholder.kind), eq(customers.externalId, placeholder.ref)))
-        .limit(1)
         .prepare('customers_find_by_external_ref'),
     ),
   };
@@ -71,22 +68,22 @@ export function createCustomersRepository(db: Executor) {
 
     /**
      * A path `{id}`: the service's UUID or the caller's external_id, detected by format. A
-     * UUID-shaped value that is not an id is still tried as an external_id.
+     * UUID-shaped value that is not an id is still tried as an external_id. Two primary-key or
+     * unique-index lookups at most (one `id = … OR external_id = …` filter would scan the organisation).
      */
     async findByRef(orgId: string, kind: CustomerKind, ref: string, tx: Executor = db, lock: LockOption = {}): Promise<CustomerRow | undefined> {
       if (tx === db && !lock.forUpdate) {
-        // The hot read path (GET by id): a named prepared statement, built once, planned once per connection.
-        const [row] = await (isUuid(ref) ? prepared.byUuidRef() : prepared.byExternalRef()).execute({ orgId, kind, ref });
-        return row;
+        // The hot read path (GET by id): named prepared statements, built once, planned once per connection.
+        const [byId] = isUuid(ref) ? await prepared.byId().execute({ orgId, kind, ref }) : [];
+        if (byId) return byId;
+        const [byExternalId] = await prepared.byExternalRef().execute({ orgId, kind, ref });
+        return byExternalId;
       }
-      const match = isUuid(ref) ? or(eq(customers.id, ref), eq(customers.externalId, ref)) : eq(customers.externalId, ref);
-      const query = tx
-        .select()
-        .from(customers)
-        .where(and(eq(customers.orgId, orgId), eq(customers.kind, kind), match))
-        .orderBy(isUuid(ref) ? sql`(${customers.id} = ${ref}) DESC` : asc(customers.id))
-        .limit(1);
-      return first(lock.forUpdate ? query.for('update') : query);
+      const lookup = (match: SQL) => {
+        const query = tx.select().from(customers).where(and(eq(customers.orgId, orgId), eq(customers.kind, kind), match));
+        return first(lock.forUpdate ? query.for('update') : query);
+      };
+      return (isUuid(ref) ? await lookup(eq(customers.id, ref)) : undefined) ?? lookup(eq(customers.externalId, ref));
     },
 
     async findByExternalId(orgId: string, externalId: string, tx: Executor = db, lock: LockOption = {}): Promise<CustomerRow | undefined> {
