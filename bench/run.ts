@@ -4,7 +4,7 @@
  * Needs DATABASE_URL (a scratch database is created on that server and dropped afterwards).
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import { readFileSync, readdirSync, writeFileSync, mkdirSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -23,7 +23,44 @@ const LARGE = Number(process.env.BENCH_LARGE_ROWS ?? 1_000_000);
 /** Which scenarios to run: `get`, `upsert`, `poll` (comma-separated; all by default). */
 const SCENARIOS = new Set((process.env.BENCH_SCENARIOS ?? 'get,upsert,poll').split(',').map((name) => name.trim()));
 
-type Measure = { rps: number; p50: number; p99: number; errors: number; non2xx: number };
+type Measure = {
+  rps: number;
+  p50: number;
+  p99: number;
+  errors: number;
+  non2xx: number;
+  /** CPU time per request, in microseconds, of the server under test and of all PostgreSQL processes. */
+  serverCpuUs: number;
+  postgresCpuUs: number;
+};
+
+const TICK_US = 1_000_000 / 100; // USER_HZ is 100 on Linux
+
+/** utime + stime of a process, in clock ticks (0 once it has gone). */
+function cpuTicks(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number(fields[11]) + Number(fields[12]);
+  } catch {
+    return 0;
+  }
+}
+
+/** CPU ticks of every PostgreSQL process on this machine (the bench is its only load). */
+function postgresTicks(): number {
+  let total = 0;
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      if (stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')) === 'postgres') total += cpuTicks(Number(entry));
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  return total;
+}
 
 function withDatabase(url: string, database: string): string {
   const parsed = new URL(url);
@@ -50,14 +87,19 @@ async function startProcess(args: string[], env: NodeJS.ProcessEnv, readyUrl: st
   throw new Error(`timeout waiting for ${args.join(' ')}`);
 }
 
-async function load(options: autocannon.Options): Promise<Measure> {
+/** Drives `options.url` and measures the throughput, latency and CPU cost per request of `server`. */
+async function load(server: ChildProcess, options: autocannon.Options): Promise<Measure> {
+  const before = { server: cpuTicks(server.pid!), postgres: postgresTicks() };
   const result = await autocannon({ duration: DURATION, connections: CONNECTIONS, pipelining: 1, ...options });
+  const requests = Math.max(1, result.requests.total);
   return {
     rps: Math.round(result.requests.average),
     p50: result.latency.p50,
     p99: result.latency.p99,
     errors: result.errors,
     non2xx: result.non2xx,
+    serverCpuUs: Math.round(((cpuTicks(server.pid!) - before.server) * TICK_US) / requests),
+    postgresCpuUs: Math.round(((postgresTicks() - before.postgres) * TICK_US) / requests),
   };
 }
 
@@ -110,21 +152,23 @@ async function main() {
       body: JSON.stringify({ externalId: 'bench-read', fullName: 'Bench Reader', email: 'reader@bench.test' }),
     }).then((response) => response.json() as Promise<{ id: string }>);
 
-    // Warm-up, then GET by id.
+    // Warm-up, then GET by id, among 10,000 customers of the organisation (an empty table would hide
+    // a lookup that scans the organisation).
     if (SCENARIOS.has('get')) {
-      await load({ url: `${baselineUrl}/customers/${seeded.id}`, duration: 2 });
-      await load({ url: `${projectUrl}/v1/customers/${seeded.id}`, headers: auth, duration: 2 });
+      await seed(database, org.id, 10_000);
+      await load(baseline, { url: `${baselineUrl}/customers/${seeded.id}`, duration: 2 });
+      await load(project, { url: `${projectUrl}/v1/customers/${seeded.id}`, headers: auth, duration: 2 });
       rows.push({
         scenario: 'GET /v1/customers/{id}',
-        baseline: await load({ url: `${baselineUrl}/customers/${seeded.id}` }),
-        project: await load({ url: `${projectUrl}/v1/customers/${seeded.id}`, headers: auth }),
+        baseline: await load(baseline, { url: `${baselineUrl}/customers/${seeded.id}` }),
+        project: await load(project, { url: `${projectUrl}/v1/customers/${seeded.id}`, headers: auth }),
       });
     }
 
     // Upsert by externalId over 1,000 ids with a changing phone (every request is a real write).
-    const upsert = (base: string, path: string, headers: Record<string, string>) => {
+    const upsert = (server: ChildProcess, base: string, path: string, headers: Record<string, string>) => {
       let counter = 0;
-      return load({
+      return load(server, {
         url: `${base}${path}`,
         method: 'POST',
         headers,
@@ -147,8 +191,8 @@ async function main() {
     if (SCENARIOS.has('upsert')) {
       rows.push({
         scenario: 'POST /v1/customers (upsert by externalId)',
-        baseline: await upsert(baselineUrl, '/customers', { 'content-type': 'application/json' }),
-        project: await upsert(projectUrl, '/v1/customers', auth),
+        baseline: await upsert(baseline, baselineUrl, '/customers', { 'content-type': 'application/json' }),
+        project: await upsert(project, projectUrl, '/v1/customers', auth),
       });
     }
 
@@ -163,8 +207,8 @@ async function main() {
         [org.id, since],
       );
       const measure = {
-        baseline: await load({ url: `${baselineUrl}/customers?${query}` }),
-        project: await load({ url: `${projectUrl}/v1/customers?${query}`, headers: auth }),
+        baseline: await load(baseline, { url: `${baselineUrl}/customers?${query}` }),
+        project: await load(project, { url: `${projectUrl}/v1/customers?${query}`, headers: auth }),
         explain: explain.rows.map((row) => row['QUERY PLAN']).join('\n'),
       };
       polls[String(size)] = measure;
@@ -225,6 +269,14 @@ function formatReport(
     ...rows.map(
       (row) =>
         `| ${row.scenario} | ${row.project.rps} | ${row.project.p50} | ${row.project.p99} | ${row.baseline.rps} | ${row.baseline.p50} | ${row.baseline.p99} | ${(row.project.rps / row.baseline.rps).toFixed(2)} | ${row.project.errors + row.project.non2xx}/${row.baseline.errors + row.baseline.non2xx} |`,
+    ),
+    '',
+    'CPU time per request (µs), from /proc: the server process and all PostgreSQL processes.',
+    '',
+    '| Scenario | Project server | Project PostgreSQL | Baseline server | Baseline PostgreSQL |',
+    '|---|---:|---:|---:|---:|',
+    ...rows.map(
+      (row) => `| ${row.scenario} | ${row.project.serverCpuUs} | ${row.project.postgresCpuUs} | ${row.baseline.serverCpuUs} | ${row.baseline.postgresCpuUs} |`,
     ),
     '',
     `Peak RSS under load: project ${rss.project} MB, baseline ${rss.baseline} MB.`,
