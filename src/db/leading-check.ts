@@ -1,0 +1,95 @@
+import type pg from 'pg';
+
+/**
+ * A statement whose verdict gates a unit of work (a request's access check: key, revocation, IP,
+ * rate limits). It is sent on the connection of the work's first statement, in the same socket write
+ * and ahead of it, so checking costs no round trip of its own; whatever the work reads is released
+ * only after the verdict, and nothing it writes can commit before it (see PipelinedPool).
+ */
+export class LeadingCheck {
+  private state: 'waiting' | 'claimed' | 'sent' | 'passed' | 'denied' = 'waiting';
+  private readonly outcome: Promise<void>;
+  private pass!: () => void;
+  private deny!: (reason: unknown) => void;
+
+  constructor(
+    readonly statement: pg.QueryConfig,
+    /** Turns the statement's result into a verdict: returns when it passed, throws the denial. */
+    private readonly judge: (result: pg.QueryResult) => void,
+    /** Where the statement goes when no statement of the work has carried it. */
+    private readonly pool: pg.Pool,
+  ) {
+    this.outcome = new Promise<void>((resolve, reject) => {
+      this.pass = resolve;
+      this.deny = reject;
+    });
+    // Awaited by whoever needs it; a denial nobody asked about must not crash the process.
+    this.outcome.catch(() => {});
+  }
+
+  /** True once a statement of the work has claimed it, or it is on its way. */
+  get taken(): boolean {
+    return this.state !== 'waiting';
+  }
+
+  /**
+   * Reserves the check for the statement about to be sent; true when the caller got it and must
+   * `sendOn` its connection before that statement. Later statements await the verdict instead.
+   */
+  claim(): boolean {
+    if (this.state !== 'waiting') return false;
+    this.state = 'claimed';
+    return true;
+  }
+
+  /** True once the check has passed; a denial is final. */
+  get passed(): boolean {
+    return this.state === 'passed';
+  }
+
+  /** Resolves when the check passed, rejects with the denial; no-ops once decided. */
+  verdict(): Promise<void> {
+    return this.outcome;
+  }
+
+  /**
+   * Sends the claimed statement on `client`; the caller sends the work's statement right behind it.
+   */
+  sendOn(client: pg.ClientBase): void {
+    if (this.state !== 'claimed') throw new Error('The leading check must be claimed before it is sent');
+    this.state = 'sent';
+    client.query(this.statement).then(
+      (result) => this.decide(result),
+      (error: unknown) => {
+        this.state = 'denied';
+        this.deny(error);
+      },
+    );
+  }
+
+  /** The verdict, sending the statement alone if no statement of the work has carried it. */
+  settle(): Promise<void> {
+    if (this.state === 'waiting') {
+      this.state = 'sent';
+      this.pool.query(this.statement).then(
+        (result) => this.decide(result),
+        (error: unknown) => {
+          this.state = 'denied';
+          this.deny(error);
+        },
+      );
+    }
+    return this.outcome;
+  }
+
+  private decide(result: pg.QueryResult): void {
+    try {
+      this.judge(result);
+      this.state = 'passed';
+      this.pass();
+    } catch (denial) {
+      this.state = 'denied';
+      this.deny(denial);
+    }
+  }
+}
