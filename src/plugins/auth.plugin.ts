@@ -1,18 +1,24 @@
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import type { LeadingCheck } from '../db/client.js';
 import { AppError } from '../shared/app-error.js';
 import { bindLogContext } from '../shared/logging.js';
 import {
   createAccessService,
   RateLimitedError,
+  type AccessGrant,
   type AuthContext,
+  type KeyIdentity,
   type RateLimitWindow,
 } from '../modules/api-keys/access.service.js';
+import { answerFor, errorEnvelope } from './errors.plugin.js';
 import { ROUTE_SCOPES, routeKey } from './route-scopes.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
     auth: AuthContext;
+    /** The access check still riding with this request's first statement, when its key was known. */
+    accessCheck: LeadingCheck | null;
   }
   interface FastifyContextConfig {
     /** Set by this plugin from ROUTE_SCOPES for every authenticated route. */
@@ -28,13 +34,37 @@ export function setRateLimitHeaders(reply: FastifyReply, windows: RateLimitWindo
 }
 
 /**
- * Bearer authentication, IP allowlists and rate limits (one database round trip), then the scope
- * check, for every route under /v1. The scope of each route comes from ROUTE_SCOPES only.
+ * Features can change at any time (`svc org update`), so they come from the access check's own
+ * reading; until it has answered, asking for them is a programming error, caught loudly in tests.
+ */
+const UNCHECKED_FEATURES: ReadonlySet<string> = new (class extends Set<string> {
+  override has(): boolean {
+    throw new Error('request.auth.features is known once the access check has answered: use confirmedAuth(request)');
+  }
+})();
+
+/** The caller, once the access check has passed (features included); throws the check's denial. */
+export async function confirmedAuth(request: FastifyRequest): Promise<AuthContext> {
+  await request.accessCheck?.settle();
+  return request.auth;
+}
+
+/**
+ * Bearer authentication, IP allowlists, rate limits and the scope check for every route under /v1;
+ * the scope of each route comes from ROUTE_SCOPES only.
+ *
+ * A key this process has seen authenticate is known by its hash (its key, organisation and scopes
+ * never change), so the request goes on at once and its access check (one statement, see
+ * access.service.ts) rides in the same write as the request's first statement; nothing the request
+ * reads is released and nothing it writes commits before the check has passed, and no answer leaves
+ * before it (onSend). An unknown key is checked before anything else, in a round trip of its own.
  */
 export const authPlugin = fp(
   async (app: FastifyInstance, options: { defaults: { burst: number; daily: number } }) => {
-    const access = createAccessService({ database: app.deps.database, defaults: options.defaults });
+    const { database } = app.deps;
+    const access = createAccessService({ database, defaults: options.defaults });
     app.decorateRequest('auth', null as unknown as AuthContext);
+    app.decorateRequest('accessCheck', null);
 
     app.addHook('onRoute', (route) => {
       if (!route.url.startsWith('/v1/')) return;
@@ -49,30 +79,89 @@ export const authPlugin = fp(
       }
     });
 
+    /** Applies a passed check: the caller with its current features, the rate-limit headers, the scope. */
+    function admit(request: FastifyRequest, reply: FastifyReply, grant: AccessGrant): void {
+      request.auth = grant.auth;
+      bindLogContext(request.log, grant.auth);
+      setRateLimitHeaders(reply, grant.windows);
+      const required = request.routeOptions.config?.requiredScope;
+      if (required && !grant.auth.scopes.has(required)) {
+        throw new AppError('forbidden_scope', 403, `This API key lacks the "${required}" scope.`, { required_scope: required });
+      }
+    }
+
+    function refuse(request: FastifyRequest, reply: FastifyReply, error: unknown): never {
+      if (error instanceof RateLimitedError) {
+        bindLogContext(request.log, error.grant.auth);
+        setRateLimitHeaders(reply, error.grant.windows);
+        reply.header('Retry-After', String(error.window.resetSeconds));
+        app.metrics?.rateLimited(error.window.name);
+      }
+      throw error;
+    }
+
+    function defer(request: FastifyRequest, reply: FastifyReply, keyHash: string, identity: KeyIdentity): LeadingCheck {
+      request.auth = { ...identity, features: UNCHECKED_FEATURES };
+      bindLogContext(request.log, identity);
+      const pending = access.pendingCheck(keyHash, request.ip);
+      return database.leadingCheck(pending.statement, (result) => {
+        let grant: AccessGrant;
+        try {
+          grant = pending.judge(result);
+        } catch (error) {
+          refuse(request, reply, error);
+        }
+        admit(request, reply, grant);
+      });
+    }
+
     app.addHook('onRequest', async (request, reply) => {
       const config = request.routeOptions.config;
       if (!config?.authenticated) return;
-      try {
-        const grant = await access.authenticate(request.headers.authorization, request.ip);
-        request.auth = grant.auth;
-        // Every later line of this request (including "request completed") names the key and org.
-        bindLogContext(request.log, grant.auth);
-        setRateLimitHeaders(reply, grant.windows);
-      } catch (error) {
-        if (error instanceof RateLimitedError) {
-          bindLogContext(request.log, error.grant.auth);
-          setRateLimitHeaders(reply, error.grant.windows);
-          reply.header('Retry-After', String(error.window.resetSeconds));
-          app.metrics?.rateLimited(error.window.name);
+      const keyHash = access.keyHashOf(request.headers.authorization);
+      const identity = access.identityOf(keyHash);
+      if (!identity) {
+        let grant: AccessGrant;
+        try {
+          grant = await access.authenticate(keyHash, request.ip);
+        } catch (error) {
+          refuse(request, reply, error);
         }
-        throw error;
+        admit(request, reply, grant);
+        return;
       }
+      request.accessCheck = defer(request, reply, keyHash, identity);
+      // A missing scope is a 403 only for a key that passes; the verdict decides between it and a 401.
       const required = config.requiredScope;
-      if (required && !request.auth.scopes.has(required)) {
-        throw new AppError('forbidden_scope', 403, `This API key lacks the "${required}" scope.`, {
-          required_scope: required,
-        });
+      if (required && !identity.scopes.has(required)) await request.accessCheck.settle();
+    });
+
+    // The request's statements (hooks before the handler, the idempotency layer, the handler) carry
+    // the check: a callback hook, so the rest of the request runs inside the scope it opens.
+    app.addHook('preHandler', (request, _reply, done) => {
+      const check = request.accessCheck;
+      if (!check || check.passed) return done();
+      void database.withLeadingCheck(check, async () => done());
+    });
+
+    // No answer leaves before the check: a handler that never reached the database, or an error raised
+    // before it did (validation, body size), is held until the verdict, and a denial replaces it.
+    app.addHook('onSend', async (request, reply, payload) => {
+      const check = request.accessCheck;
+      if (!check || check.passed) return payload;
+      try {
+        await check.settle();
+        return payload;
+      } catch (error) {
+        const denial = answerFor(error, request, reply);
+        if (denial.status === 401) reply.header('WWW-Authenticate', 'Bearer');
+        reply.code(denial.status).type('application/json; charset=utf-8');
+        return JSON.stringify(errorEnvelope(denial));
       }
+    });
+
+    app.addHook('onClose', async () => {
+      await access.returnLeases().catch((error: unknown) => app.log.warn({ err: error }, 'could not return leased rate-limit tokens'));
     });
   },
   { name: 'auth', dependencies: ['errors'] },

@@ -109,25 +109,29 @@ export function clientErrorHandler(this: FastifyInstance, error: Error & { code?
   socket.destroy(error);
 }
 
+/**
+ * The AppError a failure is answered with (logging what is not the caller's fault). A database that
+ * cannot be reached is a 503 with Retry-After; anything unexpected is a 500 naming the request id.
+ */
+export function answerFor(error: unknown, request: FastifyRequest, reply: FastifyReply): AppError {
+  const appError = toAppError(error as FastifyError);
+  if (appError) {
+    if (appError.status >= 500) request.log.error({ err: error }, 'request failed');
+    return appError;
+  }
+  if (isDatabaseUnavailable(error)) {
+    request.log.error({ err: error }, 'database unavailable');
+    reply.header('Retry-After', '1');
+    return new AppError('service_unavailable', 503, 'The service is temporarily unavailable; retry shortly.');
+  }
+  request.log.error({ err: error }, 'unhandled error');
+  return new AppError('internal', 500, 'An internal error occurred. Quote the request id to support.', { request_id: request.id });
+}
+
 /** One handler renders every error, including Fastify's own, as the spec's envelope. */
 export const errorsPlugin = fp(
   async (app: FastifyInstance) => {
-    app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
-      const appError = toAppError(error);
-      if (appError) {
-        if (appError.status >= 500) request.log.error({ err: error }, 'request failed');
-        return renderError(reply, appError);
-      }
-      if (isDatabaseUnavailable(error)) {
-        request.log.error({ err: error }, 'database unavailable');
-        reply.header('Retry-After', '1');
-        return renderError(reply, new AppError('service_unavailable', 503, 'The service is temporarily unavailable; retry shortly.'));
-      }
-      request.log.error({ err: error }, 'unhandled error');
-      return renderError(reply, new AppError('internal', 500, 'An internal error occurred. Quote the request id to support.', {
-        request_id: request.id,
-      }));
-    });
+    app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => renderError(reply, answerFor(error, request, reply)));
 
     app.setNotFoundHandler((request, reply) => {
       renderError(reply, new AppError('not_found', 404, `No route for ${request.method} ${request.url.split('?')[0]}.`));

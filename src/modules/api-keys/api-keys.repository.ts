@@ -1,6 +1,7 @@
 import { and, asc, eq, isNull, sql } from 'drizzle-orm';
-import type { Db, Executor } from '../../db/client.js';
-import { apiKeys, type ApiKeyRow } from '../../db/schema.js';
+import type pg from 'pg';
+import type { Executor } from '../../db/client.js';
+import { apiKeys, apiKeyUsage, type ApiKeyRow } from '../../db/schema.js';
 
 /** Every column but the hash: repositories never hand out secret material by default. */
 const publicColumns = {
@@ -19,57 +20,83 @@ const publicColumns = {
 };
 export type ApiKeyRecord = Omit<ApiKeyRow, 'keyHash'>;
 
-export type AuthenticatedKeyRow = {
+/** One row of the access check (see ACCESS_CHECK_SQL); no row when no key has the hash. */
+export type AccessCheckRow = {
   id: string;
   org_id: string;
   scopes: string[];
   features: string[];
-  burst_limit: number | null;
-  daily_limit: number | null;
+  /** The effective limits: the key's own, else the configured defaults. */
+  burst_limit: number;
+  daily_limit: number;
   active: boolean;
   ip_allowed: boolean;
-  burst_count: number | null;
-  day_count: number | null;
   now_epoch: number;
+  /** The windows counted in, and the tokens handed out in them to all instances. */
+  burst_window: number;
+  day_window: number;
+  burst_count: number;
+  day_count: number;
+  /** Tokens this statement asked for (0: the instance's own were still good) and got. */
+  burst_wanted: number;
+  day_wanted: number;
+  burst_granted: number;
+  day_granted: number;
+};
+
+/** What the access check is asked: the key, the client, and which leased windows the instance holds tokens of. */
+export type AccessCheckInput = {
+  keyHash: string;
+  clientIp: string | null;
+  defaultBurstLimit: number;
+  defaultDailyLimit: number;
+  /** The window this instance still holds leased tokens of (one is reserved for this request), or -1. */
+  heldBurstWindow: number;
+  heldDayWindow: number;
 };
 
 /**
- * Authentication and rate counting in one round trip: finds the key by hash with its organisation's
- * features, decides whether it is active and whether the client address is allowed, and — only for
- * an active, allowed key — counts the request in the shared burst (1 s) and daily (UTC day) windows.
- * A request refused by the burst window is not counted in the daily one, so a client that overruns
- * its burst does not burn its day's quota on 429s. `last_used_at` is written at most once a minute.
- * Nothing is cached, so a revocation is seen by the very next request on every instance.
- * Parameters: $1 key hash, $2 client address (inet or null), $3 the default burst limit.
+ * The access check in one statement: finds the key by hash with its organisation's features, decides
+ * whether it is active and whether the client address is allowed, and, for an active and allowed key
+ * whose instance holds no usable tokens of a window, leases a slice of that window
+ * (`api_key_usage_lease`, migration 0006). With usable tokens it writes nothing, so the check is a
+ * plain read. `last_used_at` is written at most once a minute. Nothing is cached, so a revocation is
+ * seen by the very next request on every instance.
+ * Parameters: $1 key hash, $2 client address (inet or null), $3/$4 default burst/daily limits,
+ * $5/$6 the burst/day windows the instance holds tokens of (-1: none).
  */
-const AUTHENTICATE_SQL = `
+const ACCESS_CHECK_SQL = `
   WITH clock AS (
     SELECT extract(epoch FROM clock_timestamp())::float8 AS epoch
   ),
   key AS (
-    SELECT k.id, k.org_id, k.scopes, o.features, k.burst_limit, k.daily_limit, k.last_used_at,
+    SELECT k.id, k.org_id, k.scopes, o.features, k.last_used_at,
+           coalesce(k.burst_limit, $3::int) AS burst_limit,
+           coalesce(k.daily_limit, $4::int) AS daily_limit,
            (k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > clock_timestamp())) AS active,
-           (cardinality(k.allowed_ips) = 0 OR coalesce($2::inet <<= ANY (k.allowed_ips::inet[]), false)) AS ip_allowed
+           (cardinality(k.allowed_ips) = 0 OR coalesce($2::inet <<= ANY (k.allowed_ips::inet[]), false)) AS ip_allowed,
+           clock.epoch,
+           floor(clock.epoch)::bigint AS burst_window,
+           floor(clock.epoch / 86400)::int AS day_window
       FROM api_keys k
       JOIN organisations o ON o.id = k.org_id
+      CROSS JOIN clock
      WHERE k.key_hash = $1::text
   ),
-  usage AS (
-    INSERT INTO api_key_usage AS u (api_key_id, org_id, burst_window, burst_count, day_window, day_count)
-    SELECT key.id, key.org_id, floor(clock.epoch)::bigint, 1, floor(clock.epoch / 86400)::int, 1
-      FROM key, clock
+  wanted AS (
+    SELECT key.id,
+           CASE WHEN key.burst_window = $5::bigint THEN 0 ELSE greatest(1, key.burst_limit / 100) END AS burst_wanted,
+           CASE WHEN key.day_window = $6::int THEN 0 ELSE greatest(1, key.daily_limit / 100) END AS day_wanted
+      FROM key
      WHERE key.active AND key.ip_allowed
-    ON CONFLICT (api_key_id) DO UPDATE SET
-      burst_count = CASE WHEN u.burst_window = EXCLUDED.burst_window THEN u.burst_count + 1 ELSE 1 END,
-      burst_window = EXCLUDED.burst_window,
-      day_count = CASE
-        WHEN u.day_window <> EXCLUDED.day_window THEN 1
-        WHEN u.burst_window = EXCLUDED.burst_window
-         AND u.burst_count >= (SELECT coalesce(key.burst_limit, $3::int) FROM key) THEN u.day_count
-        ELSE u.day_count + 1
-      END,
-      day_window = EXCLUDED.day_window
-    RETURNING u.burst_count, u.day_count
+  ),
+  lease AS (
+    SELECT lease.*
+      FROM key
+      JOIN wanted ON wanted.id = key.id
+     CROSS JOIN LATERAL api_key_usage_lease(key.id, key.org_id, key.burst_window, key.burst_limit, wanted.burst_wanted,
+                                            key.day_window, key.daily_limit, wanted.day_wanted) AS lease
+     WHERE wanted.burst_wanted > 0 OR wanted.day_wanted > 0
   ),
   touch AS (
     UPDATE api_keys SET last_used_at = clock_timestamp()
@@ -78,9 +105,20 @@ const AUTHENTICATE_SQL = `
        AND (key.last_used_at IS NULL OR key.last_used_at < clock_timestamp() - interval '1 minute')
     RETURNING 1
   )
-  SELECT key.id, key.org_id, key.scopes, key.features, key.burst_limit, key.daily_limit, key.active,
-         key.ip_allowed, usage.burst_count, usage.day_count, clock.epoch AS now_epoch
-    FROM key CROSS JOIN clock LEFT JOIN usage ON true`;
+  SELECT key.id, key.org_id, key.scopes, key.features, key.burst_limit, key.daily_limit, key.active, key.ip_allowed,
+         key.epoch AS now_epoch,
+         coalesce(lease.burst_window, key.burst_window) AS burst_window,
+         coalesce(lease.day_window, key.day_window) AS day_window,
+         coalesce(lease.burst_total, CASE WHEN usage.burst_window = key.burst_window THEN usage.burst_count END, 0) AS burst_count,
+         coalesce(lease.day_total, CASE WHEN usage.day_window = key.day_window THEN usage.day_count END, 0) AS day_count,
+         coalesce(wanted.burst_wanted, 0) AS burst_wanted,
+         coalesce(wanted.day_wanted, 0) AS day_wanted,
+         coalesce(lease.burst_granted, 0) AS burst_granted,
+         coalesce(lease.day_granted, 0) AS day_granted
+    FROM key
+    LEFT JOIN wanted ON true
+    LEFT JOIN lease ON true
+    LEFT JOIN api_key_usage usage ON usage.api_key_id = key.id`;
 
 export function createApiKeysRepository(db: Executor) {
   return {
@@ -116,24 +154,29 @@ export function createApiKeysRepository(db: Executor) {
     },
 
     /**
-     * Authentication and rate counting in one round trip: finds the key by hash with its
-     * organisation's features, decides whether it is active and whether the client address is
-     * allowed, and — only for an active, allowed key — counts the request in the shared burst
-     * (1 s) and daily (UTC day) windows. A request refused by the burst window is not counted in
-     * the daily one, so a client that overruns its burst does not burn its day's quota on 429s.
-     * `last_used_at` is written at most once a minute.
-     * Nothing is cached, so a revocation is seen by the very next request on every instance.
+     * The access check as a named prepared statement (PostgreSQL parses and plans it once per
+     * connection). It is sent by the caller: alone, or ahead of a request's first statement.
      */
-    async authenticate(keyHash: string, clientIp: string | null, defaultBurstLimit: number): Promise<AuthenticatedKeyRow | undefined> {
-      // A named prepared statement on the pool's own client: PostgreSQL parses and plans this CTE once
-      // per connection instead of on every request (measured ~5x cheaper per call than drizzle's
-      // unnamed statements). It always runs on its own, never inside a request transaction.
-      const result = await (db as Db).$client.query<AuthenticatedKeyRow>({
-        name: 'api_keys_authenticate',
-        text: AUTHENTICATE_SQL,
-        values: [keyHash, clientIp, defaultBurstLimit],
-      });
-      return result.rows[0];
+    accessCheckStatement(input: AccessCheckInput): pg.QueryConfig {
+      return {
+        name: 'api_keys_access_check',
+        text: ACCESS_CHECK_SQL,
+        values: [input.keyHash, input.clientIp, input.defaultBurstLimit, input.defaultDailyLimit, input.heldBurstWindow, input.heldDayWindow],
+      };
+    },
+
+    /** Hands back leased tokens an instance did not use, while their window is still current. */
+    async returnLeasedTokens(
+      returned: { apiKeyId: string; burstWindow: number; burst: number; dayWindow: number; day: number },
+      tx: Executor = db,
+    ): Promise<void> {
+      await tx
+        .update(apiKeyUsage)
+        .set({
+          burstCount: sql`CASE WHEN ${apiKeyUsage.burstWindow} = ${returned.burstWindow} THEN greatest(0, ${apiKeyUsage.burstCount} - ${returned.burst}) ELSE ${apiKeyUsage.burstCount} END`,
+          dayCount: sql`CASE WHEN ${apiKeyUsage.dayWindow} = ${returned.dayWindow} THEN greatest(0, ${apiKeyUsage.dayCount} - ${returned.day}) ELSE ${apiKeyUsage.dayCount} END`,
+        })
+        .where(eq(apiKeyUsage.apiKeyId, returned.apiKeyId));
     },
   };
 }

@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { confirmedAuth } from '../../plugins/auth.plugin.js';
 import { errorResponses } from '../../shared/error-responses.js';
 import { createGroupsService, type GroupsCaller } from './groups.service.js';
 import { createGroupBodySchema, groupSchema, groupTemplateListSchema } from './groups.schemas.js';
@@ -19,6 +20,7 @@ export async function groupsRoutes(fastify: FastifyInstance): Promise<void> {
   // After authentication and the scope check (onRequest), before body validation and before the
   // idempotency layer opens its transaction: the feature gate, then the lazy curated-template sync.
   app.addHook('preValidation', async (request) => {
+    await confirmedAuth(request);
     await service.prepare(callerOf(request));
   });
 

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { confirmedAuth } from '../../plugins/auth.plugin.js';
 import { errorResponses } from '../../shared/error-responses.js';
 import { idParams } from '../customers/customers.schemas.js';
 import { requestContext } from '../customers/request-context.js';
@@ -32,7 +33,7 @@ export async function verificationRoutes(fastify: FastifyInstance): Promise<void
         response: { 200: entityStartResponse, ...errorResponses(401, 402, 403, 404, 409, 422, 429) },
       },
     },
-    async (request) => verification.startKyb({ ...requestContext(request), features: request.auth.features }, request.params.id, request.body),
+    async (request) => verification.startKyb({ ...requestContext(request), features: (await confirmedAuth(request)).features }, request.params.id, request.body),
   );
 
   app.post(
