@@ -44,10 +44,22 @@ function canonicalIp(ip: string | undefined): string | null {
   }
 }
 
-/** Tokens of a key's windows this instance leased and has not used yet. */
-type Lease = { burstWindow: number; burst: number; dayWindow: number; day: number };
-/** The tokens one request took from its instance's lease before asking the database. */
-type Reservation = { apiKeyId: string | undefined; burstWindow: number; dayWindow: number };
+/**
+ * Tokens of a key's windows this instance leased and has not used yet, and whether a request asking
+ * for a whole slice of a window is on its way (one at a time: the others ask for one token each, so
+ * requests arriving together cannot lease a window many times over).
+ */
+type Lease = {
+  apiKeyId: string | undefined;
+  burstWindow: number;
+  burst: number;
+  dayWindow: number;
+  day: number;
+  burstSliceAsked: boolean;
+  daySliceAsked: boolean;
+};
+/** The tokens one request took from its instance's lease before asking the database, and what it asks for. */
+type Reservation = { burstWindow: number; dayWindow: number; burstSlice: boolean; daySlice: boolean };
 
 /**
  * Authenticates bearer keys and charges requests to their rate-limit windows. Each request costs
@@ -62,22 +74,49 @@ export function createAccessService(deps: { database: Database; defaults: { burs
   const known = new Map<string, KeyIdentity>();
   const leases = new Map<string, Lease>();
 
-  function remember(keyHash: string, identity: KeyIdentity): void {
-    if (known.has(keyHash)) return;
-    if (known.size >= MAX_KNOWN_KEYS) known.delete(known.keys().next().value!);
-    known.set(keyHash, identity);
+  const featureSets = new Map<string, ReadonlySet<string>>();
+
+  function identify(keyHash: string, row: AccessCheckRow): KeyIdentity {
+    let identity = known.get(keyHash);
+    if (!identity) {
+      if (known.size >= MAX_KNOWN_KEYS) known.delete(known.keys().next().value!);
+      identity = { apiKeyId: row.id, orgId: row.org_id, scopes: new Set(row.scopes) };
+      known.set(keyHash, identity);
+    }
+    return identity;
   }
 
-  function reserve(apiKeyId: string | undefined): Reservation {
-    const lease = apiKeyId ? leases.get(apiKeyId) : undefined;
-    const reservation: Reservation = { apiKeyId, burstWindow: -1, dayWindow: -1 };
-    if (lease && lease.burst > 0) {
+  /** One shared set per distinct feature list: organisations have a handful of combinations. */
+  function featureSet(features: string[]): ReadonlySet<string> {
+    const key = features.join(',');
+    let set = featureSets.get(key);
+    if (!set) featureSets.set(key, (set = new Set(features)));
+    return set;
+  }
+
+  function leaseOf(keyHash: string): Lease {
+    let lease = leases.get(keyHash);
+    if (!lease) {
+      lease = { apiKeyId: undefined, burstWindow: -1, burst: 0, dayWindow: -1, day: 0, burstSliceAsked: false, daySliceAsked: false };
+      leases.set(keyHash, lease);
+    }
+    return lease;
+  }
+
+  function reserve(keyHash: string): Reservation {
+    const lease = leaseOf(keyHash);
+    const reservation: Reservation = { burstWindow: -1, dayWindow: -1, burstSlice: false, daySlice: false };
+    if (lease.burst > 0) {
       lease.burst -= 1;
       reservation.burstWindow = lease.burstWindow;
+    } else if (!lease.burstSliceAsked) {
+      lease.burstSliceAsked = reservation.burstSlice = true;
     }
-    if (lease && lease.day > 0) {
+    if (lease.day > 0) {
       lease.day -= 1;
       reservation.dayWindow = lease.dayWindow;
+    } else if (!lease.daySliceAsked) {
+      lease.daySliceAsked = reservation.daySlice = true;
     }
     return reservation;
   }
@@ -100,27 +139,40 @@ export function createAccessService(deps: { database: Database; defaults: { burs
       defaultDailyLimit: deps.defaults.daily,
       heldBurstWindow: reservation.burstWindow,
       heldDayWindow: reservation.dayWindow,
+      burstSlice: reservation.burstSlice,
+      daySlice: reservation.daySlice,
     });
   }
 
   function judge(keyHash: string, reservation: Reservation, row: AccessCheckRow | undefined): AccessGrant {
+    const lease = leaseOf(keyHash);
+    if (reservation.burstSlice) lease.burstSliceAsked = false;
+    if (reservation.daySlice) lease.daySliceAsked = false;
     if (!row || !row.active) known.delete(keyHash);
     if (!row || !row.active || !row.ip_allowed) throw unauthorized();
-    remember(keyHash, { apiKeyId: row.id, orgId: row.org_id, scopes: new Set(row.scopes) });
+    const identity = identify(keyHash, row);
+    lease.apiKeyId = row.id;
 
-    let lease = leases.get(row.id);
-    if (!lease) leases.set(row.id, (lease = { burstWindow: -1, burst: 0, dayWindow: -1, day: 0 }));
-    // wanted = 0: the token reserved from the lease is good for the current window. A lease grants
-    // nothing when either window it asks for is spent; the spent one is the one refusing.
-    const admitted = (row.burst_wanted === 0 || row.burst_granted > 0) && (row.day_wanted === 0 || row.day_granted > 0);
-    const dayRefused = !admitted && row.day_wanted > 0 && row.day_count >= row.daily_limit;
-    if (row.burst_wanted > 0) keep(lease, 'burst', row.burst_window, row.burst_granted - (admitted ? 1 : 0));
-    if (row.day_wanted > 0) keep(lease, 'day', row.day_window, row.day_granted - (admitted ? 1 : 0));
-    if (!admitted) {
+    // wanted = 0: the token reserved from the lease is good for the current window. Otherwise the
+    // request takes its token from the lease, after adding what the database granted: requests in
+    // flight together may have brought tokens back for one another.
+    const needsBurst = row.burst_wanted > 0;
+    const needsDay = row.day_wanted > 0;
+    if (needsBurst) keep(lease, 'burst', row.burst_window, row.burst_granted);
+    if (needsDay) keep(lease, 'day', row.day_window, row.day_granted);
+    const burstOk = !needsBurst || (lease.burst > 0 && lease.burstWindow >= row.burst_window);
+    const dayOk = !needsDay || (lease.day > 0 && lease.dayWindow >= row.day_window);
+    const admitted = burstOk && dayOk;
+    if (admitted) {
+      if (needsBurst) lease.burst -= 1;
+      if (needsDay) lease.day -= 1;
+    } else {
       // A refused request uses no token: what it reserved goes back.
-      if (row.burst_wanted === 0 && lease.burstWindow === reservation.burstWindow) lease.burst += 1;
-      if (row.day_wanted === 0 && lease.dayWindow === reservation.dayWindow) lease.day += 1;
+      if (!needsBurst && lease.burstWindow === reservation.burstWindow) lease.burst += 1;
+      if (!needsDay && lease.dayWindow === reservation.dayWindow) lease.day += 1;
     }
+    // A lease grants nothing when either window it asks for is spent: the spent one is the refusal.
+    const dayRefused = !dayOk && row.day_count >= row.daily_limit;
 
     const now = row.now_epoch;
     const held = (window: number, leased: number, tokens: number) => (window === leased ? tokens : 0);
@@ -141,7 +193,7 @@ export function createAccessService(deps: { database: Database; defaults: { burs
       },
     ];
     const grant: AccessGrant = {
-      auth: { apiKeyId: row.id, orgId: row.org_id, scopes: new Set(row.scopes), features: new Set(row.features) },
+      auth: { apiKeyId: identity.apiKeyId, orgId: identity.orgId, scopes: identity.scopes, features: featureSet(row.features) },
       windows,
     };
     // The daily window is reported first: its Retry-After is the one that actually helps.
@@ -168,7 +220,7 @@ export function createAccessService(deps: { database: Database; defaults: { burs
 
     /** Runs the access check now. Throws 401 for any authentication failure and 429 when a window is spent. */
     async authenticate(keyHash: string, clientIp: string | undefined): Promise<AccessGrant> {
-      const reservation = reserve(known.get(keyHash)?.apiKeyId);
+      const reservation = reserve(keyHash);
       const result = await deps.database.pool.query<AccessCheckRow>(statementFor(keyHash, clientIp, reservation));
       return judge(keyHash, reservation, result.rows[0]);
     },
@@ -178,7 +230,7 @@ export function createAccessService(deps: { database: Database; defaults: { burs
      * verdict throws like `authenticate`.
      */
     pendingCheck(keyHash: string, clientIp: string | undefined): PendingAccessCheck {
-      const reservation = reserve(known.get(keyHash)?.apiKeyId);
+      const reservation = reserve(keyHash);
       return {
         statement: statementFor(keyHash, clientIp, reservation),
         judge: (result) => judge(keyHash, reservation, result.rows[0] as AccessCheckRow | undefined),
@@ -187,9 +239,9 @@ export function createAccessService(deps: { database: Database; defaults: { burs
 
     /** Gives leased, unused tokens back (at shutdown), so a restart does not shrink anyone's day. */
     async returnLeases(): Promise<void> {
-      for (const [apiKeyId, lease] of leases) {
-        if (lease.burst === 0 && lease.day === 0) continue;
-        await keys.returnLeasedTokens({ apiKeyId, ...lease });
+      for (const lease of leases.values()) {
+        if (!lease.apiKeyId || (lease.burst === 0 && lease.day === 0)) continue;
+        await keys.returnLeasedTokens({ ...lease, apiKeyId: lease.apiKeyId });
       }
       leases.clear();
     },

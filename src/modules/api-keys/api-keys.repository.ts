@@ -53,6 +53,9 @@ export type AccessCheckInput = {
   /** The window this instance still holds leased tokens of (one is reserved for this request), or -1. */
   heldBurstWindow: number;
   heldDayWindow: number;
+  /** Whether this request may lease a whole slice; false: one token (a slice is already on its way). */
+  burstSlice: boolean;
+  daySlice: boolean;
 };
 
 /**
@@ -63,7 +66,8 @@ export type AccessCheckInput = {
  * plain read. `last_used_at` is written at most once a minute. Nothing is cached, so a revocation is
  * seen by the very next request on every instance.
  * Parameters: $1 key hash, $2 client address (inet or null), $3/$4 default burst/daily limits,
- * $5/$6 the burst/day windows the instance holds tokens of (-1: none).
+ * $5/$6 the burst/day windows the instance holds tokens of (-1: none), $7/$8 whether a whole slice
+ * may be leased (else one token: the instance already has a slice on its way).
  */
 const ACCESS_CHECK_SQL = `
   WITH clock AS (
@@ -85,8 +89,8 @@ const ACCESS_CHECK_SQL = `
   ),
   wanted AS (
     SELECT key.id,
-           CASE WHEN key.burst_window = $5::bigint THEN 0 ELSE greatest(1, key.burst_limit / 100) END AS burst_wanted,
-           CASE WHEN key.day_window = $6::int THEN 0 ELSE greatest(1, key.daily_limit / 100) END AS day_wanted
+           CASE WHEN key.burst_window = $5::bigint THEN 0 WHEN $7::boolean THEN greatest(1, key.burst_limit / 100) ELSE 1 END AS burst_wanted,
+           CASE WHEN key.day_window = $6::int THEN 0 WHEN $8::boolean THEN greatest(1, key.daily_limit / 100) ELSE 1 END AS day_wanted
       FROM key
      WHERE key.active AND key.ip_allowed
   ),
@@ -161,7 +165,16 @@ export function createApiKeysRepository(db: Executor) {
       return {
         name: 'api_keys_access_check',
         text: ACCESS_CHECK_SQL,
-        values: [input.keyHash, input.clientIp, input.defaultBurstLimit, input.defaultDailyLimit, input.heldBurstWindow, input.heldDayWindow],
+        values: [
+          input.keyHash,
+          input.clientIp,
+          input.defaultBurstLimit,
+          input.defaultDailyLimit,
+          input.heldBurstWindow,
+          input.heldDayWindow,
+          input.burstSlice,
+          input.daySlice,
+        ],
       };
     },
 

@@ -1,0 +1,270 @@
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
+import type pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp } from '../../src/app.js';
+import { createDatabase } from '../../src/db/client.js';
+import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
+import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
+import { createTestContext, type TestContext } from '../helpers/harness.js';
+
+/**
+ * A key this process has already seen authenticate is "known": its requests skip the up-front
+ * authentication round trip, and the access check (revocation, expiry, IP, features, rate limits)
+ * rides with the request's first statement. These tests pin what must still hold on that path.
+ */
+
+let ctx: TestContext;
+
+beforeAll(async () => {
+  ctx = await createTestContext();
+});
+afterAll(async () => ctx?.close());
+
+let counter = 0;
+function person(): { fullName: string; email: string } {
+  counter += 1;
+  const tag = `${Date.now().toString(36)}${counter}`;
+  return { fullName: `Deferred Person ${tag}`, email: `deferred-${tag}@example.com` };
+}
+
+/** Makes the key known to the app's process: one request authenticated up front, answered 200. */
+async function makeKnown(key: string, app: FastifyInstance = ctx.app): Promise<void> {
+  const response = await ctx.request('GET', '/v1/designated-services', { key }, app);
+  expect(response.statusCode).toBe(200);
+}
+
+async function revoke(keyId: string): Promise<void> {
+  await createApiKeysService({ database: ctx.database }).revoke(keyId);
+}
+
+async function count(sqlText: string, params: unknown[]): Promise<number> {
+  const { rows } = await ctx.database.pool.query<{ n: number }>(sqlText, params);
+  return rows[0]!.n;
+}
+
+const customersOf = (orgId: string) => count('SELECT count(*)::int AS n FROM customers WHERE org_id = $1', [orgId]);
+const customerAuditRowsOf = (orgId: string) =>
+  count(`SELECT count(*)::int AS n FROM audit_log WHERE org_id = $1 AND action LIKE 'customer.%'`, [orgId]);
+const idempotencyRecordsOf = (keyId: string) => count('SELECT count(*)::int AS n FROM idempotency_keys WHERE api_key_id = $1', [keyId]);
+
+function expectUnauthorized(response: LightMyRequestResponse): void {
+  expect(response.statusCode).toBe(401);
+  expect(response.headers['www-authenticate']).toBe('Bearer');
+  expect(response.json()).toEqual({ error: { code: 'unauthorized', message: expect.any(String) } });
+}
+
+describe('cost of a known key\'s request', () => {
+  /** An app on its own pool whose statements and socket writes to PostgreSQL are counted. */
+  async function countingInstance() {
+    const database = createDatabase(ctx.databaseUrl, { poolSize: 2 });
+    let statements = 0;
+    let writes = 0;
+    database.pool.on('connect', (client: pg.PoolClient) => {
+      const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+      (client as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+        statements += 1;
+        return query(...args);
+      };
+      const stream = (client as unknown as { connection: { stream: Record<string, (...args: any[]) => unknown> } }).connection.stream;
+      const write = stream._write!.bind(stream);
+      const writev = stream._writev!.bind(stream);
+      stream._write = (...args: any[]) => {
+        writes += 1;
+        return write(...args);
+      };
+      stream._writev = (...args: any[]) => {
+        writes += 1;
+        return writev(...args);
+      };
+    });
+    const app = await buildApp({ config: ctx.config, database, logger: false });
+    await app.ready();
+    return {
+      app,
+      counts: () => ({ statements, writes }),
+      close: async () => {
+        await app.close();
+        await database.close();
+      },
+    };
+  }
+
+  it('when a known key reads a customer by id, the access check and the read cost one round trip: two statements in one socket write', async () => {
+    const org = await ctx.createOrg();
+    const created = await ctx.request('POST', '/v1/customers', { key: org.key, body: person() });
+    expect(created.statusCode).toBe(201);
+    const id = created.json().id as string;
+
+    const counting = await countingInstance();
+    try {
+      await makeKnown(org.key, counting.app);
+      const before = counting.counts();
+      const response = await ctx.request('GET', `/v1/customers/${id}`, { key: org.key }, counting.app);
+      const after = counting.counts();
+      expect(response.statusCode).toBe(200);
+      expect(response.json().id).toBe(id);
+      expect(response.headers.ratelimit).toBeDefined();
+      expect(after.statements - before.statements).toBe(2);
+      expect(after.writes - before.writes).toBe(1);
+    } finally {
+      await counting.close();
+    }
+  });
+});
+
+describe('revocation of a known key', () => {
+  it('when a known key is revoked, its next POST /v1/customers answers 401 with WWW-Authenticate and creates no customer and no audit row', async () => {
+    const org = await ctx.createOrg();
+    await makeKnown(org.key);
+    await revoke(org.keyId);
+
+    const response = await ctx.request('POST', '/v1/customers', { key: org.key, body: person() });
+
+    expectUnauthorized(response);
+    expect(await customersOf(org.id)).toBe(0);
+    expect(await customerAuditRowsOf(org.id)).toBe(0);
+  });
+
+  it('when a known key is revoked, its next POST /v1/customers with an Idempotency-Key answers 401 and stores no idempotency record, customer or audit row', async () => {
+    const org = await ctx.createOrg();
+    await makeKnown(org.key);
+    await revoke(org.keyId);
+
+    const response = await ctx.request('POST', '/v1/customers', {
+      key: org.key,
+      body: person(),
+      headers: { 'idempotency-key': 'deferred-revoked-1' },
+    });
+
+    expectUnauthorized(response);
+    expect(await idempotencyRecordsOf(org.keyId)).toBe(0);
+    expect(await customersOf(org.id)).toBe(0);
+    expect(await customerAuditRowsOf(org.id)).toBe(0);
+  });
+
+  it('when a known key is revoked, its next read answers 401 and not the data', async () => {
+    const org = await ctx.createOrg();
+    const created = await ctx.request('POST', '/v1/customers', { key: org.key, body: person() });
+    expect(created.statusCode).toBe(201);
+    await revoke(org.keyId);
+
+    const response = await ctx.request('GET', `/v1/customers/${created.json().id}`, { key: org.key });
+
+    expectUnauthorized(response);
+    expect(response.body).not.toContain(created.json().id);
+  });
+
+  it('when a known key is still valid, its POST /v1/customers with an Idempotency-Key creates the customer and stores the record (the deferred path commits)', async () => {
+    const org = await ctx.createOrg();
+    await makeKnown(org.key);
+
+    const response = await ctx.request('POST', '/v1/customers', {
+      key: org.key,
+      body: person(),
+      headers: { 'idempotency-key': 'deferred-valid-1' },
+    });
+
+    expect(response.statusCode).toBe(201);
+    expect(await customersOf(org.id)).toBe(1);
+    expect(await customerAuditRowsOf(org.id)).toBe(1);
+    expect(await idempotencyRecordsOf(org.keyId)).toBe(1);
+  });
+});
+
+describe('a known key\'s invalid body', () => {
+  const invalid = { fullName: 'Someone', email: 'not-an-email' };
+
+  it('when a known key\'s body fails validation and the key is revoked, it answers 401, not 422', async () => {
+    const org = await ctx.createOrg();
+    await makeKnown(org.key);
+    await revoke(org.keyId);
+
+    const response = await ctx.request('POST', '/v1/customers', { key: org.key, body: invalid });
+
+    expectUnauthorized(response);
+  });
+
+  it('when a known key\'s body fails validation and the key is valid, it answers 422 and still carries the RateLimit headers', async () => {
+    const org = await ctx.createOrg();
+    await makeKnown(org.key);
+
+    const response = await ctx.request('POST', '/v1/customers', { key: org.key, body: invalid });
+
+    expect(response.statusCode).toBe(422);
+    expect(response.json().error.code).toBe('validation_failed');
+    expect(response.headers['ratelimit-policy']).toMatch(/^"burst";q=\d+;w=1, "daily";q=\d+;w=86400$/);
+    expect(response.headers.ratelimit).toMatch(/^"burst";r=\d+;t=\d+, "daily";r=\d+;t=\d+$/);
+  });
+});
+
+describe('a known key without the route\'s scope', () => {
+  it('when a known key lacks the route\'s scope, it answers 403 forbidden_scope and creates nothing', async () => {
+    const org = await ctx.createOrg();
+    const reader = await ctx.createKey(org.id, { scopes: ['customers:read'] });
+    await makeKnown(reader.key);
+
+    const response = await ctx.request('POST', '/v1/customers', { key: reader.key, body: person() });
+
+    expect(response.statusCode).toBe(403);
+    expect(response.json()).toEqual({
+      error: { code: 'forbidden_scope', message: expect.any(String), details: { required_scope: 'customers:write' } },
+    });
+    expect(await customersOf(org.id)).toBe(0);
+  });
+
+  it('when a known key lacks the route\'s scope and is also revoked, it answers 401, not 403', async () => {
+    const org = await ctx.createOrg();
+    const reader = await ctx.createKey(org.id, { scopes: ['customers:read'] });
+    await makeKnown(reader.key);
+    await revoke(reader.id);
+
+    const response = await ctx.request('POST', '/v1/customers', { key: reader.key, body: person() });
+
+    expectUnauthorized(response);
+    expect(await customersOf(org.id)).toBe(0);
+  });
+});
+
+describe('features of a known key\'s organisation', () => {
+  it('when an organisation\'s features change after its key is known, the very next groups request follows the new features', async () => {
+    const org = await ctx.createOrg({ features: ['groups'] });
+    const organisations = createOrganisationsService({ database: ctx.database });
+    expect((await ctx.request('GET', '/v1/group-templates', { key: org.key })).statusCode).toBe(200);
+
+    await organisations.update(org.id, { features: [] });
+    const disabled = await ctx.request('GET', '/v1/group-templates', { key: org.key });
+    expect(disabled.statusCode).toBe(403);
+    expect(disabled.json()).toEqual({ error: { code: 'feature_disabled', message: expect.any(String), details: { feature: 'groups' } } });
+
+    await organisations.update(org.id, { features: ['groups'] });
+    const restored = await ctx.request('GET', '/v1/group-templates', { key: org.key });
+    expect(restored.statusCode).toBe(200);
+    expect(restored.json().object).toBe('list');
+  });
+});
+
+describe('a known key over its rate limit', () => {
+  it('when a known key is over its burst limit, a POST /v1/customers answers 429 with Retry-After and creates nothing', async () => {
+    const org = await ctx.createOrg();
+    const key = await ctx.createKey(org.id, { burstLimit: 1 });
+    // The key becomes known and spends its one token of the second; the POST follows in the same second.
+    await startOfSecond();
+    await makeKnown(key.key);
+    const response = await ctx.request('POST', '/v1/customers', { key: key.key, body: person() });
+
+    expect(response.statusCode).toBe(429);
+    expect(response.json()).toEqual({
+      error: { code: 'rate_limited', message: expect.any(String), details: { limit: 1, window_seconds: 1 } },
+    });
+    expect(response.headers['retry-after']).toBe('1');
+    expect(response.headers.ratelimit).toMatch(/^"burst";r=0;/);
+    expect(await customersOf(org.id)).toBe(0);
+    expect(await customerAuditRowsOf(org.id)).toBe(0);
+  });
+});
+
+/** Waits for the start of the next wall-clock second (as rate-limits.test.ts does). */
+async function startOfSecond(): Promise<void> {
+  const next = (Math.floor(Date.now() / 1000) + 1) * 1000;
+  await new Promise((resolve) => setTimeout(resolve, next - Date.now() + 5));
+}

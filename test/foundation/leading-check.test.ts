@@ -1,0 +1,293 @@
+import { sql } from 'drizzle-orm';
+import type pg from 'pg';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createDatabase, type Database, type LeadingCheck } from '../../src/db/client.js';
+import { createTestContext, type TestContext } from '../helpers/harness.js';
+
+/**
+ * The leading check at the database layer (src/db/pipelined-pool.ts, src/db/leading-check.ts):
+ * a check statement rides ahead of a unit of work's first statement, on its connection and in its
+ * socket write, and gates what the work may see and commit.
+ */
+
+let ctx: TestContext;
+let database: Database;
+/** Every socket write of the pool's connections: which connection, and the bytes that left. */
+let writes: Array<{ client: number; bytes: Buffer }>;
+/** Every statement handed to a connection of the pool (client.query), with its connection. */
+let statements: Array<{ client: number; text: string }>;
+
+class Denied extends Error {
+  constructor() {
+    super('denied by the leading check');
+  }
+}
+
+beforeAll(async () => {
+  ctx = await createTestContext();
+  await ctx.database.pool.query('CREATE TABLE scratch_items (id serial PRIMARY KEY, label text NOT NULL)');
+  await ctx.database.pool.query('CREATE TABLE scratch_check_log (id serial PRIMARY KEY, label text NOT NULL)');
+  await ctx.database.pool.query(`INSERT INTO scratch_items (label) VALUES ('seeded')`);
+
+  database = createDatabase(ctx.databaseUrl, { poolSize: 4 });
+  let clients = 0;
+  database.pool.on('connect', (client: pg.PoolClient) => {
+    const id = (clients += 1);
+    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+    (client as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+      const config = args[0] as string | { text?: string };
+      statements.push({ client: id, text: typeof config === 'string' ? config : (config.text ?? '') });
+      return query(...args);
+    };
+    const stream = (client as unknown as { connection: { stream: Record<string, (...args: any[]) => unknown> } }).connection.stream;
+    const write = stream._write!.bind(stream);
+    const writev = stream._writev!.bind(stream);
+    stream._write = (chunk: Buffer, encoding: unknown, callback: unknown) => {
+      writes.push({ client: id, bytes: Buffer.from(chunk) });
+      return write(chunk, encoding, callback);
+    };
+    stream._writev = (chunks: Array<{ chunk: Buffer }>, callback: unknown) => {
+      writes.push({ client: id, bytes: Buffer.concat(chunks.map((entry) => Buffer.from(entry.chunk))) });
+      return writev(chunks, callback);
+    };
+  });
+});
+afterAll(async () => {
+  await database?.close();
+  await ctx?.close();
+});
+beforeEach(() => {
+  writes = [];
+  statements = [];
+});
+
+/** A check whose statement is `text`; `judge` decides on its result (throws to deny). */
+function checkOf(text: string, judge: (result: pg.QueryResult) => void): LeadingCheck {
+  return database.leadingCheck({ text }, judge);
+}
+
+/** The denial a statement rejected with (Drizzle wraps driver errors as "Failed query: …", the original in `cause`). */
+function isDenial(error: unknown): boolean {
+  for (let current = error, depth = 0; current && depth < 5; depth += 1) {
+    if (current instanceof Denied) return true;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
+async function rejectsWithDenial(promise: Promise<unknown>): Promise<void> {
+  const error = await promise.then(
+    () => new Error('resolved instead of rejecting with the denial'),
+    (reason: unknown) => reason,
+  );
+  expect(isDenial(error), String(error)).toBe(true);
+}
+
+const passing = (onVerdict: () => void = () => {}) => () => onVerdict();
+const denying = () => () => {
+  throw new Denied();
+};
+
+/** The socket writes whose bytes contain `marker` (statement texts carry distinctive comments). */
+function writesCarrying(marker: string): number[] {
+  return writes.flatMap((entry, index) => (entry.bytes.includes(marker) ? [index] : []));
+}
+
+async function labels(table: 'scratch_items' | 'scratch_check_log'): Promise<string[]> {
+  const { rows } = await ctx.database.pool.query<{ label: string }>(`SELECT label FROM ${table} ORDER BY id`);
+  return rows.map((row) => row.label);
+}
+
+describe('a leading check ahead of a read', () => {
+  it('when a read is the work\'s first statement, the check and the read leave in one socket write on one connection, and the read\'s result arrives only after a passing verdict', async () => {
+    const events: string[] = [];
+    const check = checkOf('SELECT /* lc-check-1 */ 1 AS ok', passing(() => events.push('verdict')));
+
+    const rows = await database.withLeadingCheck(check, async () => {
+      const result = await database.db.execute(sql`SELECT /* lc-read-1 */ label FROM scratch_items ORDER BY id`);
+      events.push(`read resolved, check passed: ${check.passed}`);
+      return result.rows;
+    });
+
+    expect(rows).toEqual([{ label: 'seeded' }]);
+    expect(events).toEqual(['verdict', 'read resolved, check passed: true']);
+    // Both statements were handed to the same connection, the check first.
+    const relevant = statements.filter((entry) => /lc-(check|read)-1/.test(entry.text));
+    expect(relevant.map((entry) => (entry.text.includes('lc-check-1') ? 'check' : 'read'))).toEqual(['check', 'read']);
+    expect(new Set(relevant.map((entry) => entry.client)).size).toBe(1);
+    // ... and left in one socket write.
+    const withCheck = writesCarrying('lc-check-1');
+    expect(withCheck).toHaveLength(1);
+    expect(writesCarrying('lc-read-1')).toEqual(withCheck);
+    const bytes = writes[withCheck[0]!]!.bytes;
+    expect(bytes.indexOf('lc-check-1')).toBeLessThan(bytes.indexOf('lc-read-1'));
+  });
+
+  it('when the check denies, the work\'s read rejects with the denial error and its rows are never handed out', async () => {
+    const check = checkOf('SELECT /* lc-check-2 */ 1 AS ok', denying());
+    let released: unknown = 'nothing';
+
+    const outcome = database.withLeadingCheck(check, async () => {
+      released = await database.db.execute(sql`SELECT /* lc-read-2 */ label FROM scratch_items`);
+      return released;
+    });
+
+    await rejectsWithDenial(outcome);
+    expect(released).toBe('nothing');
+    await rejectsWithDenial(check.verdict());
+  });
+
+  it('when the check denies, every later statement of the work rejects with the denial too', async () => {
+    const check = checkOf('SELECT /* lc-check-3 */ 1 AS ok', denying());
+    const results = await database.withLeadingCheck(check, async () =>
+      Promise.allSettled([
+        database.db.execute(sql`SELECT /* lc-read-3a */ 1`),
+        database.db.execute(sql`SELECT /* lc-read-3b */ 2`),
+      ]),
+    );
+    expect(results.map((result) => result.status)).toEqual(['rejected', 'rejected']);
+    for (const result of results) expect(isDenial((result as PromiseRejectedResult).reason)).toBe(true);
+  });
+});
+
+describe('a leading check ahead of a write', () => {
+  it('when the work\'s first statement outside a transaction is an INSERT and the check denies, the INSERT is never executed', async () => {
+    const check = checkOf('SELECT /* lc-check-4 */ 1 AS ok', denying());
+
+    // Awaited inside the work: Drizzle's query promises are lazy, sent when first awaited.
+    const outcome = database.withLeadingCheck(check, async () => {
+      await database.db.execute(sql`INSERT /* lc-insert-4 */ INTO scratch_items (label) VALUES ('written before a denial')`);
+    });
+
+    await rejectsWithDenial(outcome);
+    expect(await labels('scratch_items')).not.toContain('written before a denial');
+    // Not even sent: outside a transaction only a read may go ahead of the verdict.
+    expect(statements.some((entry) => entry.text.includes('lc-insert-4'))).toBe(false);
+    expect(writesCarrying('lc-insert-4')).toEqual([]);
+  });
+
+  it('when the work\'s first statement outside a transaction is an INSERT and the check passes, the INSERT runs after the verdict', async () => {
+    const events: string[] = [];
+    const check = checkOf('SELECT /* lc-check-5 */ 1 AS ok', passing(() => events.push('verdict')));
+
+    await database.withLeadingCheck(check, async () => {
+      await database.db.execute(sql`INSERT /* lc-insert-5 */ INTO scratch_items (label) VALUES ('written after a pass')`);
+      events.push('insert done');
+    });
+
+    expect(events).toEqual(['verdict', 'insert done']);
+    expect(await labels('scratch_items')).toContain('written after a pass');
+  });
+
+  it('when the check denies inside a transaction whose work catches and ignores the denial error, nothing the transaction wrote is committed', async () => {
+    const check = checkOf('SELECT /* lc-check-6 */ 1 AS ok', denying());
+    const swallowed: unknown[] = [];
+
+    const outcome = database.withLeadingCheck(check, () =>
+      database.transaction(async (tx) => {
+        try {
+          await tx.execute(sql`INSERT /* lc-insert-6a */ INTO scratch_items (label) VALUES ('tx write before the verdict')`);
+        } catch (error) {
+          swallowed.push(error);
+        }
+        try {
+          await tx.execute(sql`INSERT /* lc-insert-6b */ INTO scratch_items (label) VALUES ('tx write after the verdict')`);
+        } catch (error) {
+          swallowed.push(error);
+        }
+        return 'work finished';
+      }),
+    );
+
+    await rejectsWithDenial(outcome);
+    expect(swallowed).toHaveLength(2);
+    for (const error of swallowed) expect(isDenial(error)).toBe(true);
+    const stored = await labels('scratch_items');
+    expect(stored).not.toContain('tx write before the verdict');
+    expect(stored).not.toContain('tx write after the verdict');
+    // The first INSERT did reach the server (it rode behind the check): only withholding COMMIT saved it.
+    expect(writesCarrying('lc-insert-6a')).toHaveLength(1);
+    expect(statements.some((entry) => /^\s*commit/i.test(entry.text))).toBe(false);
+  });
+
+  it('when the check passes inside a transaction, what the transaction wrote is committed', async () => {
+    const check = checkOf('SELECT /* lc-check-7 */ 1 AS ok', passing());
+    await database.withLeadingCheck(check, () =>
+      database.transaction(async (tx) => {
+        await tx.execute(sql`INSERT /* lc-insert-7 */ INTO scratch_items (label) VALUES ('tx write with a pass')`);
+      }),
+    );
+    expect(await labels('scratch_items')).toContain('tx write with a pass');
+  });
+
+  it('when the check statement itself writes and the work\'s transaction rolls back, the check\'s write is still committed', async () => {
+    const check = checkOf(`INSERT /* lc-check-8 */ INTO scratch_check_log (label) VALUES ('written by the check') RETURNING id`, (result) => {
+      if (result.rows.length !== 1) throw new Denied();
+    });
+
+    const outcome = database.withLeadingCheck(check, () =>
+      database.transaction(async (tx) => {
+        await tx.execute(sql`INSERT /* lc-insert-8 */ INTO scratch_items (label) VALUES ('rolled back with the work')`);
+        throw new Error('the work fails');
+      }),
+    );
+
+    await expect(outcome).rejects.toThrow('the work fails');
+    expect(check.passed).toBe(true);
+    expect(await labels('scratch_check_log')).toContain('written by the check');
+    expect(await labels('scratch_items')).not.toContain('rolled back with the work');
+    // It really rode with the transaction's first statement, in the same write.
+    const withCheck = writesCarrying('lc-check-8');
+    expect(withCheck).toHaveLength(1);
+    expect(writesCarrying('lc-insert-8')).toEqual(withCheck);
+  });
+
+  it('when the check statement itself writes and then denies, its own write is committed while the work\'s transaction commits nothing', async () => {
+    const check = checkOf(`INSERT /* lc-check-9 */ INTO scratch_check_log (label) VALUES ('written by a denying check') RETURNING id`, () => {
+      throw new Denied();
+    });
+
+    const outcome = database.withLeadingCheck(check, () =>
+      database.transaction(async (tx) => {
+        await tx.execute(sql`INSERT /* lc-insert-9 */ INTO scratch_items (label) VALUES ('written under a denial')`).catch(() => {});
+      }),
+    );
+
+    await rejectsWithDenial(outcome);
+    expect(await labels('scratch_check_log')).toContain('written by a denying check');
+    expect(await labels('scratch_items')).not.toContain('written under a denial');
+  });
+});
+
+describe('transactions on the pipelined pool', () => {
+  it('when a transaction starts, BEGIN and its first statement leave in one socket write', async () => {
+    await database.transaction(async (tx) => {
+      await tx.execute(sql`INSERT /* lc-insert-10 */ INTO scratch_items (label) VALUES ('first statement of a transaction')`);
+      await tx.execute(sql`SELECT /* lc-read-10 */ 1`);
+    });
+
+    const begins = writes.flatMap((entry, index) => (/\bbegin\b/i.test(entry.bytes.toString('latin1')) ? [index] : []));
+    expect(begins).toHaveLength(1);
+    expect(writesCarrying('lc-insert-10')).toEqual(begins);
+    const bytes = writes[begins[0]!]!.bytes.toString('latin1');
+    expect(bytes.search(/\bbegin\b/i)).toBeLessThan(bytes.indexOf('lc-insert-10'));
+    expect(await labels('scratch_items')).toContain('first statement of a transaction');
+  });
+
+  it('when a transaction under a leading check starts, the check, BEGIN and the first statement leave in one socket write, the check ahead of BEGIN', async () => {
+    const check = checkOf('SELECT /* lc-check-11 */ 1 AS ok', passing());
+    await database.withLeadingCheck(check, () =>
+      database.transaction(async (tx) => {
+        await tx.execute(sql`INSERT /* lc-insert-11 */ INTO scratch_items (label) VALUES ('first statement under a check')`);
+      }),
+    );
+
+    const withCheck = writesCarrying('lc-check-11');
+    expect(withCheck).toHaveLength(1);
+    expect(writesCarrying('lc-insert-11')).toEqual(withCheck);
+    const bytes = writes[withCheck[0]!]!.bytes.toString('latin1');
+    const begin = bytes.search(/\bbegin\b/i);
+    expect(begin).toBeGreaterThan(bytes.indexOf('lc-check-11'));
+    expect(begin).toBeLessThan(bytes.indexOf('lc-insert-11'));
+  });
+});
