@@ -115,25 +115,39 @@ export const authPlugin = fp(
       });
     }
 
-    app.addHook('onRequest', async (request, reply) => {
+    async function authenticateNow(request: FastifyRequest, reply: FastifyReply, keyHash: string): Promise<void> {
+      let grant: AccessGrant;
+      try {
+        grant = await access.authenticate(keyHash, request.ip);
+      } catch (error) {
+        refuse(request, reply, error);
+      }
+      admit(request, reply, grant);
+    }
+
+    // Callback hooks: a known key's request goes on without a promise or a round trip.
+    app.addHook('onRequest', (request, reply, done) => {
       const config = request.routeOptions.config;
-      if (!config?.authenticated) return;
-      const keyHash = access.keyHashOf(request.headers.authorization);
+      if (!config?.authenticated) return done();
+      let keyHash: string;
+      try {
+        keyHash = access.keyHashOf(request.headers.authorization);
+      } catch (error) {
+        return done(error as Error);
+      }
       const identity = access.identityOf(keyHash);
       if (!identity) {
-        let grant: AccessGrant;
-        try {
-          grant = await access.authenticate(keyHash, request.ip);
-        } catch (error) {
-          refuse(request, reply, error);
-        }
-        admit(request, reply, grant);
+        authenticateNow(request, reply, keyHash).then(() => done(), done);
         return;
       }
-      request.accessCheck = defer(request, reply, keyHash, identity);
+      const check = (request.accessCheck = defer(request, reply, keyHash, identity));
       // A missing scope is a 403 only for a key that passes; the verdict decides between it and a 401.
       const required = config.requiredScope;
-      if (required && !identity.scopes.has(required)) await request.accessCheck.settle();
+      if (required && !identity.scopes.has(required)) {
+        check.settle().then(() => done(), done);
+        return;
+      }
+      done();
     });
 
     // The request's statements (hooks before the handler, the idempotency layer, the handler) carry
@@ -146,18 +160,18 @@ export const authPlugin = fp(
 
     // No answer leaves before the check: a handler that never reached the database, or an error raised
     // before it did (validation, body size), is held until the verdict, and a denial replaces it.
-    app.addHook('onSend', async (request, reply, payload) => {
+    app.addHook('onSend', (request, reply, payload, done) => {
       const check = request.accessCheck;
-      if (!check || check.passed) return payload;
-      try {
-        await check.settle();
-        return payload;
-      } catch (error) {
-        const denial = answerFor(error, request, reply);
-        if (denial.status === 401) reply.header('WWW-Authenticate', 'Bearer');
-        reply.code(denial.status).type('application/json; charset=utf-8');
-        return JSON.stringify(errorEnvelope(denial));
-      }
+      if (!check || check.passed) return done(null, payload);
+      check.settle().then(
+        () => done(null, payload),
+        (error: unknown) => {
+          const denial = answerFor(error, request, reply);
+          if (denial.status === 401) reply.header('WWW-Authenticate', 'Bearer');
+          reply.code(denial.status).type('application/json; charset=utf-8');
+          done(null, JSON.stringify(errorEnvelope(denial)));
+        },
+      );
     });
 
     app.addHook('onClose', async () => {

@@ -26,18 +26,22 @@ export const gracefulClosePlugin = fp(
       if (inFlight.delete(request) && inFlight.size === 0) drained?.();
     };
 
-    app.addHook('onRequest', async (request) => {
+    app.addHook('onRequest', (request, _reply, done) => {
       inFlight.add(request);
+      done();
     });
     app.addHook('preClose', async () => {
       closing = true;
     });
-    app.addHook('onSend', async (request, reply, payload) => {
+    app.addHook('onSend', (request, reply, payload, done) => {
       if (closing) reply.header('Connection', 'close');
       settle(request); // the handler is done: what remains is writing the reply
-      return payload;
+      done(null, payload);
     });
-    app.addHook('onResponse', async (request) => settle(request));
+    app.addHook('onResponse', (request, _reply, done) => {
+      settle(request);
+      done();
+    });
     app.addHook('onClose', async () => {
       if (inFlight.size === 0) return;
       let timer: NodeJS.Timeout | undefined;

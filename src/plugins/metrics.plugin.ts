@@ -112,14 +112,23 @@ export const metricsPlugin = fp(
       },
     });
 
-    app.addHook('onResponse', async (request, reply) => {
-      const labels = {
-        method: request.method,
-        route: request.routeOptions.url ?? UNMATCHED_ROUTE,
-        status_code: String(reply.statusCode),
-      };
-      requests.inc(labels);
-      duration.observe(labels, reply.elapsedTime / 1000);
+    // One pair of labelled children per method, route and status, found by a Map lookup instead of
+    // prom-client hashing the label set twice per request.
+    const series = new Map<string, { requests: { inc(): void }; duration: { observe(value: number): void } }>();
+    app.addHook('onResponse', (request, reply, done) => {
+      const method = request.method;
+      const route = request.routeOptions.url ?? UNMATCHED_ROUTE;
+      const statusCode = String(reply.statusCode);
+      const key = `${method} ${statusCode} ${route}`;
+      let children = series.get(key);
+      if (!children) {
+        const labels = { method, route, status_code: statusCode };
+        children = { requests: requests.labels(labels), duration: duration.labels(labels) };
+        series.set(key, children);
+      }
+      children.requests.inc();
+      children.duration.observe(reply.elapsedTime / 1000);
+      done();
     });
 
     app.get('/metrics', { schema: { hide: true }, logLevel: 'warn' }, async (_request, reply) => {

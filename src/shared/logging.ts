@@ -91,7 +91,31 @@ const LOG_CONTEXT = Symbol('logContext');
  * redact) the bindings on every request even when nothing is logged.
  */
 export function bindLogContext(log: unknown, context: { apiKeyId: string; orgId: string }): void {
-  if (log && typeof log === 'object') (log as { [LOG_CONTEXT]?: object })[LOG_CONTEXT] = { apiKeyId: context.apiKeyId, orgId: context.orgId };
+  if (log && typeof log === 'object') {
+    const logger = log as { [LOG_CONTEXT]?: object };
+    logger[LOG_CONTEXT] = { ...logger[LOG_CONTEXT], apiKeyId: context.apiKeyId, orgId: context.orgId };
+  }
+}
+
+/** Merges what bindLogContext and requestChildLogger keep on a logger into each line it writes. */
+function logContextMixin(_object: object, _level: number, logger: unknown): object {
+  return (logger as { [LOG_CONTEXT]?: object })[LOG_CONTEXT] ?? {};
+}
+
+/** Whether Fastify logger options are the service's own (whose mixin writes the request context). */
+export function carriesLogContext(options: unknown): boolean {
+  return typeof options === 'object' && options !== null && (options as { mixin?: unknown }).mixin === logContextMixin;
+}
+
+/**
+ * Fastify's per-request child logger, carrying its bindings (the request id) through the same
+ * mixin: pino serializes and redacts a child's bindings when the child is made, on every request,
+ * even when the request never logs a line.
+ */
+export function requestChildLogger<T extends { child(bindings: object, options?: object): T }>(logger: T, bindings: object, options: object): T {
+  const child = logger.child({}, options) as T & { [LOG_CONTEXT]?: object };
+  child[LOG_CONTEXT] = { ...bindings };
+  return child;
 }
 
 /** The one set of pino options of the service: JSON, `LOG_LEVEL`, redaction. */
@@ -100,7 +124,7 @@ export function loggerOptions(config: Pick<Config, 'logLevel'>): LoggerOptions &
     level: config.logLevel,
     redact: { paths: redactPaths(), censor: REDACTED },
     serializers: { req: serializeRequest as (value: unknown) => unknown },
-    mixin: (_object, _level, logger) => (logger as { [LOG_CONTEXT]?: object })[LOG_CONTEXT] ?? {},
+    mixin: logContextMixin,
   };
 }
 

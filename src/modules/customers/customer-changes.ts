@@ -35,7 +35,9 @@ export function createCustomerChangeRecorder(db: Executor) {
       tx: Executor,
     ): Promise<void> {
       const { after } = change;
-      await audit.record(
+      // Sent together: on the transaction's pipelined connection both leave in one write.
+      const fireUpdated = change.before !== undefined && after.addedVia === 'INTEGRATION' && change.fireUpdated !== false;
+      const auditRow = audit.record(
         {
           orgId: after.orgId,
           actor: change.actor,
@@ -47,9 +49,8 @@ export function createCustomerChangeRecorder(db: Executor) {
         },
         tx,
       );
-      if (change.before && after.addedVia === 'INTEGRATION' && change.fireUpdated !== false) {
-        await outbox.record({ orgId: after.orgId, type: 'customer.updated', customerId: after.id, customer: change.dto }, tx);
-      }
+      const event = fireUpdated ? outbox.record({ orgId: after.orgId, type: 'customer.updated', customerId: after.id, customer: change.dto }, tx) : undefined;
+      await Promise.all([auditRow, event]);
     },
   };
 }
