@@ -47,19 +47,26 @@ function cpuTicks(pid: number): number {
   }
 }
 
-/** CPU ticks of every PostgreSQL process on this machine (the bench is its only load). */
-function postgresTicks(): number {
-  let total = 0;
+/** CPU ticks of every PostgreSQL process on this machine (the bench is its only load), by pid. */
+function postgresTicks(): Map<number, number> {
+  const ticks = new Map<number, number>();
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     try {
       const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      if (stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')) === 'postgres') total += cpuTicks(Number(entry));
+      if (stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')) === 'postgres') ticks.set(Number(entry), cpuTicks(Number(entry)));
     } catch {
       // the process ended while we looked
     }
   }
-  return total;
+  return ticks;
+}
+
+/** CPU ticks PostgreSQL spent since `before` (a process that ended meanwhile is left out, not subtracted). */
+function postgresTicksSince(before: Map<number, number>): number {
+  let spent = 0;
+  for (const [pid, ticks] of postgresTicks()) spent += ticks - (before.get(pid) ?? 0);
+  return spent;
 }
 
 function withDatabase(url: string, database: string): string {
@@ -99,7 +106,7 @@ async function load(server: ChildProcess, options: autocannon.Options): Promise<
     errors: result.errors,
     non2xx: result.non2xx,
     serverCpuUs: Math.round(((cpuTicks(server.pid!) - before.server) * TICK_US) / requests),
-    postgresCpuUs: Math.round(((postgresTicks() - before.postgres) * TICK_US) / requests),
+    postgresCpuUs: Math.round((postgresTicksSince(before.postgres) * TICK_US) / requests),
   };
 }
 
