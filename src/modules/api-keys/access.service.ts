@@ -154,23 +154,31 @@ export function createAccessService(deps: { database: Database; defaults: { burs
     lease.apiKeyId = row.id;
 
     // wanted = 0: the token reserved from the lease is good for the current window. Otherwise the
-    // request takes its token from the lease, after adding what the database granted: requests in
-    // flight together may have brought tokens back for one another.
+    // database was asked: a lease is all or nothing across the two windows, so a grant admits the
+    // request on its own tokens (whatever the lease meanwhile holds) and the rest joins the lease.
+    // When the database had nothing left, tokens that requests in flight together brought back may
+    // still serve it.
     const needsBurst = row.burst_wanted > 0;
     const needsDay = row.day_wanted > 0;
-    if (needsBurst) keep(lease, 'burst', row.burst_window, row.burst_granted);
-    if (needsDay) keep(lease, 'day', row.day_window, row.day_granted);
-    const burstOk = !needsBurst || (lease.burst > 0 && lease.burstWindow >= row.burst_window);
-    const dayOk = !needsDay || (lease.day > 0 && lease.dayWindow >= row.day_window);
-    const admitted = burstOk && dayOk;
-    if (admitted) {
-      if (needsBurst) lease.burst -= 1;
-      if (needsDay) lease.day -= 1;
+    const granted = (!needsBurst || row.burst_granted > 0) && (!needsDay || row.day_granted > 0);
+    let burstOk = true;
+    let dayOk = true;
+    if (granted) {
+      if (needsBurst) keep(lease, 'burst', row.burst_window, row.burst_granted - 1);
+      if (needsDay) keep(lease, 'day', row.day_window, row.day_granted - 1);
     } else {
-      // A refused request uses no token: what it reserved goes back.
-      if (!needsBurst && lease.burstWindow === reservation.burstWindow) lease.burst += 1;
-      if (!needsDay && lease.dayWindow === reservation.dayWindow) lease.day += 1;
+      burstOk = !needsBurst || (lease.burst > 0 && lease.burstWindow >= row.burst_window);
+      dayOk = !needsDay || (lease.day > 0 && lease.dayWindow >= row.day_window);
+      if (burstOk && dayOk) {
+        if (needsBurst) lease.burst -= 1;
+        if (needsDay) lease.day -= 1;
+      } else {
+        // A refused request uses no token: what it reserved goes back.
+        if (!needsBurst && lease.burstWindow === reservation.burstWindow) lease.burst += 1;
+        if (!needsDay && lease.dayWindow === reservation.dayWindow) lease.day += 1;
+      }
     }
+    const admitted = burstOk && dayOk;
     // A lease grants nothing when either window it asks for is spent: the spent one is the refusal.
     const dayRefused = !dayOk && row.day_count >= row.daily_limit;
 

@@ -1,0 +1,82 @@
+import type pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestContext, type TestContext } from '../../../test/helpers/harness.js';
+import { createAccessService, RateLimitedError } from './access.service.js';
+import type { AccessCheckRow } from './api-keys.repository.js';
+
+let ctx: TestContext;
+beforeAll(async () => {
+  ctx = await createTestContext();
+});
+afterAll(async () => ctx?.close());
+
+/** The access check's answer as PostgreSQL would give it, for a key with the given windows. */
+function answer(row: Partial<AccessCheckRow> & Pick<AccessCheckRow, 'burst_window'>): pg.QueryResult {
+  const full: AccessCheckRow = {
+    id: '00000000-0000-4000-8000-000000000001',
+    org_id: '00000000-0000-4000-8000-000000000002',
+    scopes: ['customers:read'],
+    features: [],
+    burst_limit: 10_000,
+    daily_limit: 1_000_000,
+    active: true,
+    ip_allowed: true,
+    now_epoch: row.burst_window + 0.5,
+    day_window: Math.floor(row.burst_window / 86_400),
+    burst_count: 0,
+    day_count: 0,
+    burst_wanted: 0,
+    day_wanted: 0,
+    burst_granted: 0,
+    day_granted: 0,
+    ...row,
+  };
+  return { rows: [full] } as unknown as pg.QueryResult;
+}
+
+describe('rate-limit leases, answers arriving out of order', () => {
+  it('when a request granted tokens of one second is answered after a neighbour moved the lease to the next second, it is still admitted on its own grant', () => {
+    const access = createAccessService({ database: ctx.database, defaults: { burst: 10_000, daily: 1_000_000 } });
+    const second = 1_800_000_000;
+    const day = Math.floor(second / 86_400);
+    // Both requests find the lease empty: the first asks for a slice, the second for one token.
+    const early = access.pendingCheck('hash-of-key', '127.0.0.1');
+    const late = access.pendingCheck('hash-of-key', '127.0.0.1');
+    // The one-token request is answered first, already in the next second; it uses its token.
+    expect(() =>
+      late.judge(answer({ burst_window: second + 1, burst_wanted: 1, burst_granted: 1, burst_count: 1, day_wanted: 1, day_granted: 1, day_count: 1, day_window: day })),
+    ).not.toThrow();
+    // The slice asked in the earlier second comes back afterwards: the database granted it, so the
+    // request is admitted, although the lease now holds no token of its second.
+    const grant = early.judge(
+      answer({ burst_window: second, burst_wanted: 100, burst_granted: 100, burst_count: 101, day_wanted: 10_000, day_granted: 10_000, day_count: 10_001, day_window: day }),
+    );
+    expect(grant.auth.apiKeyId).toBe('00000000-0000-4000-8000-000000000001');
+  });
+
+  it('when the database grants nothing because the burst is spent but a neighbour brought back tokens of the current second, the request is admitted from them', () => {
+    const access = createAccessService({ database: ctx.database, defaults: { burst: 10_000, daily: 1_000_000 } });
+    const second = 1_800_000_100;
+    const day = Math.floor(second / 86_400);
+    const slice = access.pendingCheck('another-hash', '127.0.0.1');
+    const single = access.pendingCheck('another-hash', '127.0.0.1');
+    slice.judge(answer({ burst_window: second, burst_wanted: 100, burst_granted: 100, burst_count: 10_000, day_wanted: 10_000, day_granted: 10_000, day_count: 10_000, day_window: day }));
+    expect(() =>
+      single.judge(answer({ burst_window: second, burst_wanted: 1, burst_granted: 0, burst_count: 10_000, day_wanted: 1, day_granted: 0, day_count: 10_000, day_window: day })),
+    ).not.toThrow();
+  });
+
+  it('when the database grants nothing and the instance holds no token either, the request is refused by the spent window', () => {
+    const access = createAccessService({ database: ctx.database, defaults: { burst: 10_000, daily: 1_000_000 } });
+    const second = 1_800_000_200;
+    const check = access.pendingCheck('third-hash', '127.0.0.1');
+    let refusal: unknown;
+    try {
+      check.judge(answer({ burst_window: second, burst_wanted: 100, burst_granted: 0, burst_count: 10_000, day_wanted: 10_000, day_granted: 0, day_count: 5 }));
+    } catch (error) {
+      refusal = error;
+    }
+    expect(refusal).toBeInstanceOf(RateLimitedError);
+    expect((refusal as RateLimitedError).window.name).toBe('burst');
+  });
+});
