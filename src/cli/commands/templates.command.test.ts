@@ -109,7 +109,8 @@ describe('svc template create', () => {
     const malformed = await svc(['template', 'create', '--org', org.id, '--file', writeFile('broken.json', '{"code": "x",')]);
     expect(malformed.code).not.toBe(0);
     expect(malformed.stderr).toMatch(/file: .*not valid JSON/);
-  });
+    // Three CLI processes in a row, each compiling the sources through tsx: 30 s each on a loaded machine.
+  }, 90_000);
 
   it('when the code is taken in the organisation, it exits non-zero naming code', async () => {
     const result = await svc(['template', 'create', '--org', org.id, '--file', writeFile('clash.json', { ...validFile, name: 'Other' })]);
