@@ -47,6 +47,16 @@ export class LeadingCheck {
     return this.state === 'passed';
   }
 
+  /**
+   * The statement that claimed the check could not get a connection (the database is down): the
+   * check fails with that error, so nothing waits for a verdict that will never come.
+   */
+  abandon(error: unknown): void {
+    if (this.state !== 'claimed') return;
+    this.state = 'denied';
+    this.deny(error);
+  }
+
   /** Resolves when the check passed, rejects with the denial; no-ops once decided. */
   verdict(): Promise<void> {
     return this.outcome;

@@ -67,7 +67,7 @@ export class PipelinedPool {
       await check.settle();
       return this.pool.query(config as pg.QueryConfig, values);
     }
-    const client = await this.pool.connect();
+    const client = await this.connectOrAbandon(check);
     try {
       batchWrites(client);
       check.sendOn(client);
@@ -83,8 +83,17 @@ export class PipelinedPool {
   async connect(): Promise<PipelinedConnection> {
     const check = this.scopes.getStore()?.check;
     const carries = check !== undefined && check.claim();
-    const client = await this.pool.connect();
+    const client = carries ? await this.connectOrAbandon(check) : await this.pool.connect();
     return new PipelinedConnection(client, check?.passed ? undefined : check, carries);
+  }
+
+  private async connectOrAbandon(check: LeadingCheck): Promise<pg.PoolClient> {
+    try {
+      return await this.pool.connect();
+    } catch (error) {
+      check.abandon(error);
+      throw error;
+    }
   }
 }
 

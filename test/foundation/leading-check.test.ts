@@ -291,3 +291,18 @@ describe('transactions on the pipelined pool', () => {
     expect(begin).toBeLessThan(bytes.indexOf('lc-insert-11'));
   });
 });
+
+describe('when the database cannot be reached', () => {
+  it('when the statement that claimed the check cannot get a connection, the check fails with that error instead of waiting for a verdict forever', async () => {
+    // Nothing listens on port 1: connecting is refused at once.
+    const unreachable = createDatabase('postgres://postgres@127.0.0.1:1/none', { poolSize: 1 });
+    try {
+      const check = unreachable.leadingCheck({ text: 'SELECT 1' }, () => {});
+      // Awaited inside the work: Drizzle sends a query only when it is awaited.
+      await expect(unreachable.withLeadingCheck(check, async () => await unreachable.db.execute(sql`SELECT 1`))).rejects.toThrow();
+      await expect(check.settle()).rejects.toThrow(/ECONNREFUSED|connect/);
+    } finally {
+      await unreachable.close();
+    }
+  });
+});
