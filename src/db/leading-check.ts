@@ -27,11 +27,6 @@ export class LeadingCheck {
     this.outcome.catch(() => {});
   }
 
-  /** True once a statement of the work has claimed it, or it is on its way. */
-  get taken(): boolean {
-    return this.state !== 'waiting';
-  }
-
   /**
    * Reserves the check for the statement about to be sent; true when the caller got it and must
    * `sendOn` its connection before that statement. Later statements await the verdict instead.
@@ -67,29 +62,24 @@ export class LeadingCheck {
    */
   sendOn(client: pg.ClientBase): void {
     if (this.state !== 'claimed') throw new Error('The leading check must be claimed before it is sent');
+    this.send(client);
+  }
+
+  /** The verdict, sending the statement alone if no statement of the work has carried it. */
+  settle(): Promise<void> {
+    if (this.state === 'waiting') this.send(this.pool);
+    return this.outcome;
+  }
+
+  private send(on: pg.ClientBase | pg.Pool): void {
     this.state = 'sent';
-    client.query(this.statement).then(
+    on.query(this.statement).then(
       (result) => this.decide(result),
       (error: unknown) => {
         this.state = 'denied';
         this.deny(error);
       },
     );
-  }
-
-  /** The verdict, sending the statement alone if no statement of the work has carried it. */
-  settle(): Promise<void> {
-    if (this.state === 'waiting') {
-      this.state = 'sent';
-      this.pool.query(this.statement).then(
-        (result) => this.decide(result),
-        (error: unknown) => {
-          this.state = 'denied';
-          this.deny(error);
-        },
-      );
-    }
-    return this.outcome;
   }
 
   private decide(result: pg.QueryResult): void {

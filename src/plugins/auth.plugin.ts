@@ -11,7 +11,7 @@ import {
   type KeyIdentity,
   type RateLimitWindow,
 } from '../modules/api-keys/access.service.js';
-import { answerFor, errorEnvelope } from './errors.plugin.js';
+import { answerFor, errorAnswer } from './errors.plugin.js';
 import { ROUTE_SCOPES, routeKey } from './route-scopes.js';
 
 declare module 'fastify' {
@@ -115,16 +115,6 @@ export const authPlugin = fp(
       });
     }
 
-    async function authenticateNow(request: FastifyRequest, reply: FastifyReply, keyHash: string): Promise<void> {
-      let grant: AccessGrant;
-      try {
-        grant = await access.authenticate(keyHash, request.ip);
-      } catch (error) {
-        refuse(request, reply, error);
-      }
-      admit(request, reply, grant);
-    }
-
     // Callback hooks: a known key's request goes on without a promise or a round trip.
     app.addHook('onRequest', (request, reply, done) => {
       const config = request.routeOptions.config;
@@ -137,7 +127,10 @@ export const authPlugin = fp(
       }
       const identity = access.identityOf(keyHash);
       if (!identity) {
-        authenticateNow(request, reply, keyHash).then(() => done(), done);
+        access
+          .authenticate(keyHash, request.ip)
+          .then((grant) => admit(request, reply, grant), (error: unknown) => refuse(request, reply, error))
+          .then(() => done(), done);
         return;
       }
       const check = (request.accessCheck = defer(request, reply, keyHash, identity));
@@ -165,12 +158,7 @@ export const authPlugin = fp(
       if (!check || check.passed) return done(null, payload);
       check.settle().then(
         () => done(null, payload),
-        (error: unknown) => {
-          const denial = answerFor(error, request, reply);
-          if (denial.status === 401) reply.header('WWW-Authenticate', 'Bearer');
-          reply.code(denial.status).type('application/json; charset=utf-8');
-          done(null, JSON.stringify(errorEnvelope(denial)));
-        },
+        (error: unknown) => done(null, JSON.stringify(errorAnswer(reply, answerFor(error, request, reply)))),
       );
     });
 

@@ -77,10 +77,15 @@ export function errorEnvelope(error: AppError): ErrorEnvelope {
   return body;
 }
 
-export function renderError(reply: FastifyReply, error: AppError): FastifyReply {
-  const body = errorEnvelope(error);
+/** Sets an error answer's status and headers on `reply` and returns its body. */
+export function errorAnswer(reply: FastifyReply, error: AppError): ErrorEnvelope {
   if (error.status === 401) reply.header('WWW-Authenticate', 'Bearer');
-  return reply.code(error.status).type('application/json; charset=utf-8').send(body);
+  reply.code(error.status).type('application/json; charset=utf-8');
+  return errorEnvelope(error);
+}
+
+export function renderError(reply: FastifyReply, error: AppError): FastifyReply {
+  return reply.send(errorAnswer(reply, error));
 }
 
 /**

@@ -80,3 +80,13 @@ describe('rate-limit leases, answers arriving out of order', () => {
     expect((refusal as RateLimitedError).window.name).toBe('burst');
   });
 });
+
+describe('state kept per key', () => {
+  it('when checks of made-up keys are refused, the instance keeps no lease state for them', async () => {
+    const access = createAccessService({ database: ctx.database, defaults: { burst: 10_000, daily: 1_000_000 } });
+    for (let index = 0; index < 5; index += 1) {
+      await expect(access.authenticate(`made-up-hash-${index}`, '127.0.0.1')).rejects.toMatchObject({ status: 401 });
+    }
+    expect(access.leasedKeys()).toBe(0);
+  });
+});

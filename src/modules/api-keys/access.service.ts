@@ -148,7 +148,11 @@ export function createAccessService(deps: { database: Database; defaults: { burs
     const lease = leaseOf(keyHash);
     if (reservation.burstSlice) lease.burstSliceAsked = false;
     if (reservation.daySlice) lease.daySliceAsked = false;
-    if (!row || !row.active) known.delete(keyHash);
+    if (!row || !row.active) {
+      // Nothing is kept for a hash that names no usable key: made-up keys cannot grow these maps.
+      known.delete(keyHash);
+      leases.delete(keyHash);
+    }
     if (!row || !row.active || !row.ip_allowed) throw unauthorized();
     const identity = identify(keyHash, row);
     lease.apiKeyId = row.id;
@@ -243,6 +247,11 @@ export function createAccessService(deps: { database: Database; defaults: { burs
         statement: statementFor(keyHash, clientIp, reservation),
         judge: (result) => judge(keyHash, reservation, result.rows[0] as AccessCheckRow | undefined),
       };
+    },
+
+    /** How many keys this instance keeps lease state for. */
+    leasedKeys(): number {
+      return leases.size;
     },
 
     /** Gives leased, unused tokens back (at shutdown), so a restart does not shrink anyone's day. */

@@ -1,4 +1,4 @@
-import { and, asc, eq, gt, inArray, or, sql, type SQL } from 'drizzle-orm';
+import { and, asc, eq, gt, inArray, sql, type SQL } from 'drizzle-orm';
 import type { Executor } from '../../db/client.js';
 import { customers, type CustomerRow, type NewCustomerRow } from '../../db/schema.js';
 import { isUuid } from '../../shared/ids.js';
