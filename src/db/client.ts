@@ -3,7 +3,7 @@ import pg from 'pg';
 import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
 import * as schema from './schema.js';
 import { LeadingCheck } from './leading-check.js';
-import { PipelinedPool, type WorkScope } from './pipelined-pool.js';
+import { PipelinedPool, type TransactionScope, type WorkScope } from './pipelined-pool.js';
 
 export { LeadingCheck };
 export type Schema = typeof schema;
@@ -15,6 +15,18 @@ export type Executor = Db | Tx;
 // Parse timestamptz as Date and bigint counters as numbers; dates (`date`) stay ISO strings.
 pg.types.setTypeParser(pg.types.builtins.INT8, (value) => Number(value));
 
+/** What `work` may ask of the transaction it runs in, besides its statements. */
+export type TransactionControl = {
+  /**
+   * The next `statements` statements are the transaction's last: its COMMIT leaves right behind the
+   * last of them, in the same socket write, instead of in a round trip of its own after their answers.
+   * Call it before starting them. A failing statement aborts the transaction, so that COMMIT rolls
+   * back; if fewer statements come, nothing is sent ahead and the transaction ends as usual. No-op
+   * when `work` joined a transaction an outer scope opened (that scope may still write).
+   */
+  commitAfter(statements: number): void;
+};
+
 export type Database = {
   db: Db;
   pool: pg.Pool;
@@ -23,7 +35,7 @@ export type Database = {
    * layer opens one around a handler), `work` joins it, so the change, its audit and outbox rows and
    * the stored idempotent response commit together.
    */
-  transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>;
+  transaction<T>(work: (tx: Tx, control: TransactionControl) => Promise<T>): Promise<T>;
   /** The transaction of this async context, if any, else the pool-backed database. */
   current(): Executor;
   /**
@@ -35,6 +47,9 @@ export type Database = {
   withLeadingCheck<T>(check: LeadingCheck, work: () => Promise<T>): Promise<T>;
   close(): Promise<void>;
 };
+
+/** A joined transaction commits when the scope that opened it is done. */
+const JOINED: TransactionControl = { commitAfter: () => {} };
 
 export function createDatabase(connectionString: string, options: { poolSize?: number } = {}): Database {
   const pool = new pg.Pool({
@@ -53,19 +68,27 @@ export function createDatabase(connectionString: string, options: { poolSize?: n
     client.on('error', () => {});
   });
   const scopes = new AsyncLocalStorage<WorkScope>();
-  const db = drizzle(new PipelinedPool(pool, scopes) as unknown as pg.Pool, { schema }) as unknown as Db;
-  const ambient = new AsyncLocalStorage<Tx>();
+  const ambient = new AsyncLocalStorage<TransactionScope<Tx>>();
+  const db = drizzle(new PipelinedPool(pool, scopes, ambient) as unknown as pg.Pool, { schema }) as unknown as Db;
 
   return {
     db,
     pool,
     async transaction(work) {
-      const open = ambient.getStore();
-      if (open) return work(open);
-      return db.transaction((tx) => ambient.run(tx, () => work(tx)));
+      const open = ambient.getStore()?.tx;
+      if (open) return work(open, JOINED);
+      // The scope is entered before BEGIN, so the pool can hand it the transaction's connection.
+      const scope: TransactionScope<Tx> = { tx: undefined, connection: undefined };
+      const control: TransactionControl = { commitAfter: (statements) => scope.connection?.commitAfter(statements) };
+      return ambient.run(scope, () =>
+        db.transaction((tx) => {
+          scope.tx = tx;
+          return work(tx, control);
+        }),
+      );
     },
     current() {
-      return ambient.getStore() ?? db;
+      return ambient.getStore()?.tx ?? db;
     },
     leadingCheck(statement, judge) {
       return new LeadingCheck(statement, judge, pool);

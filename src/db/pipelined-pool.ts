@@ -5,6 +5,9 @@ import type { LeadingCheck } from './leading-check.js';
 /** The unit of work (a request) the statements of an async context belong to. */
 export type WorkScope = { check: LeadingCheck };
 
+/** A transaction opened by `Database.transaction`: the pool fills in the connection it runs on. */
+export type TransactionScope<Tx> = { tx: Tx | undefined; connection: PipelinedConnection | undefined };
+
 type QueryConfig = string | pg.QueryConfig;
 
 const READ_STATEMENT = /^\s*select\b/i;
@@ -15,6 +18,29 @@ const ROLLBACK_STATEMENT = /^\s*rollback\b/i;
 const BEGIN_RESULT = { command: 'BEGIN', rowCount: null, oid: 0, fields: [], rows: [] } as unknown as pg.QueryResult;
 
 const textOf = (config: QueryConfig) => (typeof config === 'string' ? config : (config.text ?? ''));
+
+/**
+ * A request transaction's writes and locking reads are named prepared statements: PostgreSQL parses
+ * and plans each text once per connection instead of on every call. Only these: they find their rows
+ * by key, where a generic plan is as good as a custom one (a range read with a LIMIT could be stuck
+ * with a worse generic plan). Distinct texts are few (an UPDATE's text depends on which columns
+ * changed); past the cap, new ones simply go unnamed.
+ */
+const PREPARABLE_STATEMENT = /^\s*(?:insert|update|delete|with)\b|\bfor\s+update\s*$/i;
+const MAX_PREPARED_TEXTS = 500;
+const preparedNames = new Map<string, string>();
+
+function prepared(config: QueryConfig, values: unknown[] | undefined): QueryConfig {
+  if (typeof config === 'string' || config.name !== undefined || !(values ?? config.values)?.length) return config;
+  const text = config.text ?? '';
+  let name = preparedNames.get(text);
+  if (name === undefined) {
+    if (preparedNames.size >= MAX_PREPARED_TEXTS || !PREPARABLE_STATEMENT.test(text)) return config;
+    name = `tx_${preparedNames.size + 1}`;
+    preparedNames.set(text, name);
+  }
+  return { ...config, name };
+}
 
 type Corkable = { cork(): void; uncork(): void };
 const corked = new WeakSet<Corkable>();
@@ -58,6 +84,7 @@ export class PipelinedPool {
   constructor(
     readonly pool: pg.Pool,
     private readonly scopes: AsyncLocalStorage<WorkScope>,
+    private readonly transactions?: AsyncLocalStorage<TransactionScope<unknown>>,
   ) {}
 
   async query(config: QueryConfig, values?: unknown[]): Promise<pg.QueryResult> {
@@ -81,10 +108,14 @@ export class PipelinedPool {
   }
 
   async connect(): Promise<PipelinedConnection> {
-    const check = this.scopes.getStore()?.check;
+    const work = this.scopes.getStore();
+    const check = work?.check;
     const carries = check !== undefined && check.claim();
     const client = carries ? await this.connectOrAbandon(check) : await this.pool.connect();
-    return new PipelinedConnection(client, check?.passed ? undefined : check, carries);
+    const connection = new PipelinedConnection(client, check?.passed ? undefined : check, carries, work !== undefined);
+    const transaction = this.transactions?.getStore();
+    if (transaction && transaction.connection === undefined) transaction.connection = connection;
+    return connection;
   }
 
   private async connectOrAbandon(check: LeadingCheck): Promise<pg.PoolClient> {
@@ -104,33 +135,74 @@ export class PipelinedPool {
  */
 export class PipelinedConnection {
   private begun: Promise<pg.QueryResult> | undefined;
+  /** Statements still to come before the COMMIT goes out behind them (see commitAfter). */
+  private commitBehind = 0;
+  /** The COMMIT sent behind the transaction's last statements, which Drizzle's own COMMIT (or ROLLBACK) then waits for. */
+  private committed: Promise<pg.QueryResult> | undefined;
 
   constructor(
     private readonly client: pg.PoolClient,
     private readonly check: LeadingCheck | undefined,
     private carriesCheck: boolean,
+    /** A request's transaction: its writes are named prepared statements (see PREPARABLE_STATEMENT). */
+    private readonly prepares = false,
   ) {}
 
   query(config: QueryConfig, values?: unknown[]): Promise<pg.QueryResult> {
     const text = textOf(config);
-    if (COMMIT_STATEMENT.test(text)) return this.commit(config, values);
-    if (ROLLBACK_STATEMENT.test(text)) return this.client.query(config as pg.QueryConfig, values);
+    if (COMMIT_STATEMENT.test(text)) return this.committed ? this.committedAhead() : this.commit(config, values);
+    if (ROLLBACK_STATEMENT.test(text)) return this.committed ? this.finishedAhead() : this.client.query(config as pg.QueryConfig, values);
+    if (this.committed) throw new Error('A statement came after the COMMIT that commitAfter sent: the count given was too low');
     batchWrites(this.client);
     if (this.carriesCheck) {
       this.carriesCheck = false;
       this.check!.sendOn(this.client);
     }
-    const result = quiet(this.client.query(config as pg.QueryConfig, values));
+    const result = quiet(this.client.query((this.prepares ? prepared(config, values) : config) as pg.QueryConfig, values));
     if (BEGIN_STATEMENT.test(text) && this.begun === undefined) {
       // Nothing can follow BEGIN but the transaction's statements, whose answers wait for BEGIN's.
       this.begun = result;
       return Promise.resolve(BEGIN_RESULT);
     }
+    if (this.commitBehind > 0 && (this.commitBehind -= 1) === 0) this.commitNow();
     return this.after(result);
   }
 
   release(error?: Error | boolean): void {
     this.client.release(error);
+  }
+
+  /**
+   * COMMIT goes out right behind the next `statements` statements, in their socket write, so it costs
+   * no round trip of its own. Counting what is actually sent (not the caller's promises) means a
+   * statement that never left, or failed to build, leaves the transaction to end as usual.
+   */
+  commitAfter(statements: number): void {
+    if (this.committed === undefined && this.begun !== undefined && statements > 0) this.commitBehind = statements;
+  }
+
+  /** Sends the COMMIT asked for by commitAfter, unless the check has not passed: no COMMIT leaves before the verdict. */
+  private commitNow(): void {
+    if (this.check && !this.check.passed) return;
+    this.committed = quiet(this.client.query('COMMIT'));
+  }
+
+  /** Drizzle's COMMIT after `commitAfter`: fails when PostgreSQL answered the COMMIT with a rollback. */
+  private async committedAhead(): Promise<pg.QueryResult> {
+    const result = await this.committed!;
+    if (result.command === 'ROLLBACK') throw new Error('The transaction rolled back: a statement sent ahead of its COMMIT failed');
+    return result;
+  }
+
+  /**
+   * Drizzle rolls back when the work failed after its COMMIT was sent: that COMMIT has already ended
+   * the transaction (as a rollback, when a statement failed), so there is nothing left to send.
+   */
+  private async finishedAhead(): Promise<pg.QueryResult> {
+    return this.committed!.then(
+      (result) => result,
+      () => ({ command: 'ROLLBACK', rowCount: null, oid: 0, fields: [], rows: [] }) as unknown as pg.QueryResult,
+    );
   }
 
   /** `result`, once BEGIN and the check (both ahead of it on this connection) have answered. */

@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
+import { auditSnapshot } from '../../src/modules/customers/customer-dto.js';
+import { createCustomersRepository } from '../../src/modules/customers/customers.repository.js';
 import { createCustomersService } from '../../src/modules/customers/customers.service.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 import { createCustomer, customerRow, insertEntity, issues, person, upsert } from './customers-fixtures.js';
@@ -380,5 +382,80 @@ describe('AML block and catalog', () => {
     expect(Object.keys((await get(dto.id)).json()).sort()).toEqual(
       ['added_via', 'aml', 'created_at', 'email', 'external_id', 'full_name', 'id', 'identity', 'kyc_completed_at', 'kyc_started_at', 'kyc_status', 'type', 'updated_at'].sort(),
     );
+  });
+});
+
+describe('a change sent in one write with its side records and COMMIT', () => {
+  /** Socket writes of the app's database connections while `work` runs, as text. */
+  async function writesDuring(work: () => Promise<unknown>): Promise<string[]> {
+    const seen: string[] = [];
+    const instrumented = new WeakSet<object>();
+    const instrument = (client: object) => {
+      if (instrumented.has(client)) return;
+      instrumented.add(client);
+      const stream = (client as { connection: { stream: Record<string, (...args: any[]) => unknown> } }).connection.stream;
+      const writev = stream._writev!.bind(stream);
+      const write = stream._write!.bind(stream);
+      stream._writev = (chunks: Array<{ chunk: Buffer }>, callback: unknown) => {
+        if (recording) seen.push(Buffer.concat(chunks.map((entry) => Buffer.from(entry.chunk))).toString('latin1'));
+        return writev(chunks, callback);
+      };
+      stream._write = (chunk: Buffer, encoding: unknown, callback: unknown) => {
+        if (recording) seen.push(Buffer.from(chunk).toString('latin1'));
+        return write(chunk, encoding, callback);
+      };
+    };
+    let recording = true;
+    ctx.database.pool.on('acquire', instrument);
+    try {
+      await work();
+    } finally {
+      recording = false;
+      ctx.database.pool.off('acquire', instrument);
+    }
+    return seen;
+  }
+
+  it('when an upsert changes a record, its UPDATE, audit row, customer.updated event and COMMIT leave in one socket write, COMMIT last', async () => {
+    const body = person({ externalId: 'crm-one-write' });
+    await createCustomer(ctx, org, body);
+
+    const writes = await writesDuring(async () => expect((await upsert(ctx, org, { ...body, phone: '5550001' })).statusCode).toBe(200));
+
+    // Named prepared statements send their text only once per connection: follow the values instead
+    // (the new phone is the UPDATE's first parameter, and it is also in the audit row and the event).
+    const carrying = writes.filter((bytes) => bytes.includes('5550001'));
+    expect(carrying).toHaveLength(1);
+    const bytes = carrying[0]!;
+    const order = ['5550001', 'customer.upserted', '"type":"customer.updated"', 'COMMIT'].map((marker) => bytes.indexOf(marker));
+    expect(order.every((position) => position >= 0), String(order)).toBe(true);
+    expect([...order].sort((a, b) => a - b)).toEqual(order);
+  });
+
+  it('when an upsert, a PATCH and a PUT change a record, each audit row\'s after is exactly the stored record, and each event shows the committed updated_at', async () => {
+    const body = person({ externalId: 'crm-exact-after', risk: { isNewCustomer: true } });
+    const dto = await createCustomer(ctx, org, body);
+    const repository = createCustomersRepository(ctx.database.db);
+    // What the audit log keeps of the record as stored now, in the form jsonb gives it back.
+    const storedSnapshot = async () => JSON.parse(JSON.stringify(auditSnapshot((await repository.findById(org.id, dto.id))!)));
+    const lastAfter = async () => {
+      const rows = await auditRows(dto.id);
+      return rows[rows.length - 1]!.after as Record<string, unknown>;
+    };
+    const changes = [
+      () => upsert(ctx, org, { ...body, phone: '1', firstName: 'Ada', lastName: 'Lovelace', risk: { isNewCustomer: true, handlesCashOrCrypto: true } }),
+      () => patch(dto.id, { phone: '2', risk: { complexStructure: true } }),
+      () => ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, { key: org.key, body: { service_codes: ['FIN-FX', 'RE-BROKER'] } }),
+    ];
+    for (const change of changes) {
+      const response = await change();
+      expect(response.statusCode, response.body).toBe(200);
+      const after = await lastAfter();
+      const stored = await storedSnapshot();
+      expect(after).toEqual(stored);
+      const events = await outboxEvents(dto.id);
+      expect(events[events.length - 1]!.payload.data.customer.updated_at).toBe((await get(dto.id)).json().updated_at);
+      expect(response.json().updated_at).toBe((await get(dto.id)).json().updated_at);
+    }
   });
 });

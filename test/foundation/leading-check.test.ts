@@ -292,6 +292,129 @@ describe('transactions on the pipelined pool', () => {
   });
 });
 
+describe('a COMMIT sent behind the transaction\'s last statements (commitAfter)', () => {
+  /** The socket write that carried `marker`, as text. */
+  function writeWith(marker: string): string {
+    const found = writesCarrying(marker);
+    expect(found, `one write carries ${marker}`).toHaveLength(1);
+    return writes[found[0]!]!.bytes.toString('latin1');
+  }
+
+  it('when the work announces its last two statements, both and the COMMIT leave in one socket write, COMMIT last, and both rows are committed', async () => {
+    await database.transaction(async (tx, control) => {
+      await tx.execute(sql`INSERT /* ca-1a */ INTO scratch_items (label) VALUES ('ca first')`);
+      control.commitAfter(2);
+      const second = tx.execute(sql`INSERT /* ca-1b */ INTO scratch_items (label) VALUES ('ca second')`);
+      const third = tx.execute(sql`INSERT /* ca-1c */ INTO scratch_items (label) VALUES ('ca third')`);
+      await Promise.all([second, third]);
+    });
+
+    const bytes = writeWith('ca-1c');
+    expect(writesCarrying('ca-1b')).toEqual(writesCarrying('ca-1c'));
+    expect(bytes.lastIndexOf('COMMIT')).toBeGreaterThan(bytes.indexOf('ca-1c'));
+    // Drizzle's own COMMIT waited for that one instead of sending a second.
+    expect(statements.filter((entry) => /^\s*commit\b/i.test(entry.text))).toHaveLength(1);
+    expect(await labels('scratch_items')).toEqual(expect.arrayContaining(['ca first', 'ca second', 'ca third']));
+  });
+
+  it('when a statement sent ahead of the COMMIT fails, nothing the transaction wrote is committed and the work fails with that statement\'s error', async () => {
+    const outcome = database.transaction(async (tx, control) => {
+      await tx.execute(sql`INSERT /* ca-2a */ INTO scratch_items (label) VALUES ('ca-2 before')`);
+      control.commitAfter(2);
+      const failing = tx.execute(sql`INSERT /* ca-2b */ INTO scratch_items (label) VALUES (NULL)`);
+      const behind = tx.execute(sql`INSERT /* ca-2c */ INTO scratch_items (label) VALUES ('ca-2 behind the failure')`);
+      behind.catch(() => {});
+      await failing;
+      await behind;
+    });
+
+    await expect(outcome).rejects.toMatchObject({ cause: { code: '23502' } });
+    expect(writeWith('ca-2c').lastIndexOf('COMMIT')).toBeGreaterThan(0);
+    const stored = await labels('scratch_items');
+    expect(stored).not.toContain('ca-2 before');
+    expect(stored).not.toContain('ca-2 behind the failure');
+  });
+
+  it('when fewer statements come than announced, no COMMIT is sent ahead: the transaction commits as usual, in a write of its own', async () => {
+    await database.transaction(async (tx, control) => {
+      control.commitAfter(3);
+      await tx.execute(sql`INSERT /* ca-3a */ INTO scratch_items (label) VALUES ('ca-3 only')`);
+    });
+
+    expect(writeWith('ca-3a')).not.toMatch(/COMMIT/);
+    expect(writes.some((entry) => /COMMIT/i.test(entry.bytes.toString('latin1')))).toBe(true);
+    expect(await labels('scratch_items')).toContain('ca-3 only');
+  });
+
+  it('when the work joined a transaction an outer scope opened, it sends no COMMIT ahead: the outer scope\'s failure still rolls its writes back', async () => {
+    const outcome = database.transaction(async (outer) => {
+      await outer.execute(sql`INSERT /* ca-4a */ INTO scratch_items (label) VALUES ('ca-4 outer')`);
+      await database.transaction(async (tx, control) => {
+        control.commitAfter(1);
+        await tx.execute(sql`INSERT /* ca-4b */ INTO scratch_items (label) VALUES ('ca-4 joined')`);
+      });
+      throw new Error('the outer scope fails after the joined work');
+    });
+
+    await expect(outcome).rejects.toThrow('the outer scope fails');
+    expect(writeWith('ca-4b')).not.toMatch(/COMMIT/);
+    const stored = await labels('scratch_items');
+    expect(stored).not.toContain('ca-4 outer');
+    expect(stored).not.toContain('ca-4 joined');
+  });
+
+  it('when the leading check has not answered yet, no COMMIT goes ahead of its verdict: a denial still commits nothing', async () => {
+    const check = checkOf('SELECT /* ca-check-5 */ 1 AS ok', denying());
+
+    const outcome = database.withLeadingCheck(check, () =>
+      database.transaction(async (tx, control) => {
+        control.commitAfter(1);
+        await tx.execute(sql`INSERT /* ca-5a */ INTO scratch_items (label) VALUES ('ca-5 under a denied check')`);
+      }),
+    );
+
+    await rejectsWithDenial(outcome);
+    expect(writeWith('ca-5a')).not.toMatch(/COMMIT/);
+    expect(await labels('scratch_items')).not.toContain('ca-5 under a denied check');
+  });
+});
+
+describe('named prepared statements in a request\'s transactions', () => {
+  /** Prepared statements of the connection the transaction runs on, read inside it. */
+  async function preparedIn(tx: Parameters<Parameters<Database['transaction']>[0]>[0]): Promise<string[]> {
+    const result = await tx.execute(sql`SELECT statement FROM pg_prepared_statements`);
+    return (result.rows as Array<{ statement: string }>).map((row) => row.statement);
+  }
+
+  it('when a request\'s transaction writes, its INSERT is prepared under a name once per connection; its plain reads are not', async () => {
+    const check = checkOf('SELECT /* ps-check-1 */ 1 AS ok', passing());
+    const prepared = await database.withLeadingCheck(check, () =>
+      database.transaction(async (tx) => {
+        await tx.execute(sql`SELECT /* ps-read-1 */ label FROM scratch_items WHERE label = ${'x'}`);
+        await tx.execute(sql`INSERT /* ps-insert-1 */ INTO scratch_items (label) VALUES (${'ps-1 first'})`);
+        await tx.execute(sql`INSERT /* ps-insert-1 */ INTO scratch_items (label) VALUES (${'ps-1 second'})`);
+        return preparedIn(tx);
+      }),
+    );
+
+    expect(prepared.filter((text) => text.includes('ps-insert-1'))).toHaveLength(1);
+    expect(prepared.some((text) => text.includes('ps-read-1'))).toBe(false);
+    // The second INSERT bound the named statement without sending its text again.
+    const inserts = writes.filter((entry) => entry.bytes.includes('ps-1 second'));
+    expect(inserts).toHaveLength(1);
+    expect(inserts[0]!.bytes.includes('ps-insert-1')).toBe(false);
+    expect(await labels('scratch_items')).toEqual(expect.arrayContaining(['ps-1 first', 'ps-1 second']));
+  });
+
+  it('when a transaction runs outside a request (a worker, the CLI), its statements stay unnamed', async () => {
+    const prepared = await database.transaction(async (tx) => {
+      await tx.execute(sql`INSERT /* ps-insert-2 */ INTO scratch_items (label) VALUES (${'ps-2'})`);
+      return preparedIn(tx);
+    });
+    expect(prepared.some((text) => text.includes('ps-insert-2'))).toBe(false);
+  });
+});
+
 describe('when the database cannot be reached', () => {
   it('when the statement that claimed the check cannot get a connection, the check fails with that error instead of waiting for a verdict forever', async () => {
     // Nothing listens on port 1: connecting is refused at once.

@@ -1,8 +1,8 @@
 import { isDeepStrictEqual } from 'node:util';
-import type { Executor } from '../../db/client.js';
+import type { Executor, TransactionControl } from '../../db/client.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
-import { createOutboxRepository } from '../webhooks/outbox.repository.js';
+import { createOutboxRepository, RECORD_UPDATED_AT } from '../webhooks/outbox.repository.js';
 import { auditSnapshot } from './customer-dto.js';
 
 /** Only the columns whose value would really change; an empty result means a no-op write. */
@@ -21,6 +21,11 @@ function normalize(value: unknown): unknown {
   return value ?? null;
 }
 
+/** A record the integration owns that changed after its creation fires `customer.updated`. */
+function firesUpdated(change: { before: CustomerRow | undefined; after: CustomerRow; fireUpdated?: boolean }): boolean {
+  return change.before !== undefined && change.after.addedVia === 'INTEGRATION' && change.fireUpdated !== false;
+}
+
 /**
  * The side records of a change to a customer or entity, written in the change's transaction: an
  * audit row (actor, before, after) and, for a record the integration owns that changed after its
@@ -30,13 +35,52 @@ export function createCustomerChangeRecorder(db: Executor) {
   const audit = createAuditRepository(db);
   const outbox = createOutboxRepository(db);
   return {
+    /**
+     * Writes `diff` to `before` through `update` and records the change, without waiting for the
+     * UPDATE's answer: its audit row and event are built from the row it will return (`before` with
+     * `diff`; the event's updated_at, stamped by the database, is read from the record as the event is
+     * written), so the UPDATE, both side records and the COMMIT leave in one write and cost one
+     * round trip. Returns the row the UPDATE returned and its DTO.
+     */
+    async writeChange<Dto extends { updated_at: string }>(
+      change: { actor: Actor; action: string; before: CustomerRow; diff: Partial<NewCustomerRow>; toDto(row: CustomerRow): Dto; fireUpdated?: boolean },
+      update: () => Promise<CustomerRow>,
+      tx: Executor,
+      control: TransactionControl,
+    ): Promise<{ row: CustomerRow; dto: Dto }> {
+      const expected = { ...change.before, ...change.diff } as CustomerRow;
+      const recorded = { ...change, after: expected, dto: { ...change.toDto(expected), updated_at: RECORD_UPDATED_AT }, updatedAtFromRecord: true };
+      control.commitAfter(1 + this.statementsOf(recorded));
+      const updating = update();
+      const recording = this.record(recorded, tx);
+      // When the UPDATE fails, the side records fail behind it (the transaction is aborted): its error is the one to report.
+      recording.catch(() => {});
+      const row = await updating;
+      await recording;
+      return { row, dto: change.toDto(row) };
+    },
+
+    /** How many statements `record` sends for `change`: the audit row, and the event when one fires. */
+    statementsOf(change: { before: CustomerRow | undefined; after: CustomerRow; fireUpdated?: boolean }): number {
+      return firesUpdated(change) ? 2 : 1;
+    },
+
     async record(
-      change: { actor: Actor; action: string; before: CustomerRow | undefined; after: CustomerRow; dto: unknown; fireUpdated?: boolean },
+      change: {
+        actor: Actor;
+        action: string;
+        before: CustomerRow | undefined;
+        after: CustomerRow;
+        dto: unknown;
+        fireUpdated?: boolean;
+        /** The DTO's updated_at is RECORD_UPDATED_AT, to be read from the record (see writeChange). */
+        updatedAtFromRecord?: boolean;
+      },
       tx: Executor,
     ): Promise<void> {
       const { after } = change;
       // Sent together: on the transaction's pipelined connection both leave in one write.
-      const fireUpdated = change.before !== undefined && after.addedVia === 'INTEGRATION' && change.fireUpdated !== false;
+      const fireUpdated = firesUpdated(change);
       const auditRow = audit.record(
         {
           orgId: after.orgId,
@@ -49,7 +93,12 @@ export function createCustomerChangeRecorder(db: Executor) {
         },
         tx,
       );
-      const event = fireUpdated ? outbox.record({ orgId: after.orgId, type: 'customer.updated', customerId: after.id, customer: change.dto }, tx) : undefined;
+      const event = fireUpdated
+        ? outbox.record(
+            { orgId: after.orgId, type: 'customer.updated', customerId: after.id, customer: change.dto, updatedAtFromRecord: change.updatedAtFromRecord },
+            tx,
+          )
+        : undefined;
       await Promise.all([auditRow, event]);
     },
   };

@@ -310,7 +310,7 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
       const registerStatus =
         body.abn !== undefined && body.type !== 'INDIVIDUAL' ? await checkBusinessRegister(deps.businessRegister, body.abn) : undefined;
       try {
-        return await database.transaction(async (tx) => {
+        return await database.transaction(async (tx, control) => {
           for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
             const match = await matchForUpsert(ctx, body, tx);
             if (match) {
@@ -318,15 +318,20 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
               if (match.adopt) values.externalId = body.externalId;
               const diff = changedColumns(match.row, values);
               if (Object.keys(diff).length === 0) return { created: false, customer: toIndividualDto(match.row) };
-              const updated = await repository.update(ctx.orgId, match.row.id, diff, tx);
-              const dto = toIndividualDto(updated);
-              await changes.record({ actor: ctx.actor, action: 'customer.upserted', before: match.row, after: updated, dto }, tx);
+              const { dto } = await changes.writeChange(
+                { actor: ctx.actor, action: 'customer.upserted', before: match.row, diff, toDto: toIndividualDto },
+                () => repository.update(ctx.orgId, match.row.id, diff, tx),
+                tx,
+                control,
+              );
               return { created: false, customer: dto };
             }
             const inserted = await repository.insertIfAbsent(upsertColumns(ctx, undefined, body, registerStatus) as NewCustomerRow, tx);
             if (inserted) {
               const dto = toIndividualDto(inserted);
-              await changes.record({ actor: ctx.actor, action: 'customer.created', before: undefined, after: inserted, dto }, tx);
+              const created = { actor: ctx.actor, action: 'customer.created', before: undefined, after: inserted, dto };
+              control.commitAfter(changes.statementsOf(created));
+              await changes.record(created, tx);
               return { created: true, customer: dto };
             }
             // A concurrent request inserted a matching record first; match again and update it.
@@ -349,7 +354,7 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
 
     async patch(ctx: RequestContext, ref: string, body: PatchCustomerBody): Promise<IndividualDto> {
       try {
-        return await database.transaction(async (tx) => {
+        return await database.transaction(async (tx, control) => {
           const row = await requireIndividual(ctx, ref, tx, true);
           const issues = new Issues();
           if (row.kycStatus === 'VERIFIED') {
@@ -371,9 +376,12 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
           };
           const diff = changedColumns(row, values);
           if (Object.keys(diff).length === 0) return toIndividualDto(row);
-          const updated = await repository.update(ctx.orgId, row.id, diff, tx);
-          const dto = toIndividualDto(updated);
-          await changes.record({ actor: ctx.actor, action: 'customer.patched', before: row, after: updated, dto }, tx);
+          const { dto } = await changes.writeChange(
+            { actor: ctx.actor, action: 'customer.patched', before: row, diff, toDto: toIndividualDto },
+            () => repository.update(ctx.orgId, row.id, diff, tx),
+            tx,
+            control,
+          );
           return dto;
         });
       } catch (error) {
@@ -384,15 +392,17 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
 
     /** PUT /customers/{id}/designated-services: replace, dedupe, derive the flag, re-rate, audit. */
     async replaceDesignatedServices(ctx: RequestContext, ref: string, codes: string[]): Promise<IndividualDto> {
-      return database.transaction(async (tx) => {
+      return database.transaction(async (tx, control) => {
         const row = await requireIndividual(ctx, ref, tx, true);
         const answers = row.riskAnswers as RiskAnswers;
         const diff = changedColumns(row, servicesUpdate(row, { designatedServices: codes }, answers));
-        const updated = Object.keys(diff).length === 0 ? row : await repository.update(ctx.orgId, row.id, diff, tx);
-        const dto = toIndividualDto(updated);
-        if (updated !== row) {
-          await changes.record({ actor: ctx.actor, action: 'customer.designated_services_replaced', before: row, after: updated, dto }, tx);
-        }
+        if (Object.keys(diff).length === 0) return { ...toIndividualDto(row), designated_services: row.designatedServices };
+        const { row: updated, dto } = await changes.writeChange(
+          { actor: ctx.actor, action: 'customer.designated_services_replaced', before: row, diff, toDto: toIndividualDto },
+          () => repository.update(ctx.orgId, row.id, diff, tx),
+          tx,
+          control,
+        );
         return { ...dto, designated_services: updated.designatedServices };
       });
     },

@@ -11,7 +11,17 @@ export type OutboxEvent = {
   customerId: string | null;
   /** The public DTO of the record at the moment of the change. */
   customer: unknown;
+  /**
+   * The DTO's `updated_at` is RECORD_UPDATED_AT: the statement writing the event replaces it with
+   * the record's own, as the change queued ahead of it in the transaction stamped it.
+   */
+  updatedAtFromRecord?: boolean;
 };
+
+/** Stands for a customer's updated_at in an event built before the database stamped it. */
+export const RECORD_UPDATED_AT = 'record.updated_at';
+/** How toISOString writes a timestamp, in PostgreSQL (the same format the customers triggers use). */
+const ISO_FORMAT = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
 
 export function createOutboxRepository(db: Executor) {
   return {
@@ -25,11 +35,15 @@ export function createOutboxRepository(db: Executor) {
       const id = randomUUID();
       const created = new Date().toISOString();
       const payload = JSON.stringify({ id, type: event.type, created, data: { customer: event.customer } });
+      const stampedPayload = event.updatedAtFromRecord
+        ? sql`replace(${payload}, ${`"updated_at":"${RECORD_UPDATED_AT}"`},
+            (SELECT '"updated_at":"' || to_char(updated_at AT TIME ZONE 'UTC', ${sql.raw(ISO_FORMAT)}) || '"' FROM customers WHERE id = ${event.customerId}))`
+        : sql`${payload}`;
       // One round trip: the event, its deliveries, and a NOTIFY only when something was queued.
       await tx.execute(sql`
         WITH event AS (
           INSERT INTO outbox_events (id, org_id, type, customer_id, payload, created_at)
-          VALUES (${id}, ${event.orgId}, ${event.type}, ${event.customerId}, ${payload}, ${created})
+          VALUES (${id}, ${event.orgId}, ${event.type}, ${event.customerId}, ${stampedPayload}, ${created})
           RETURNING id, org_id, type
         ),
         queued AS (
