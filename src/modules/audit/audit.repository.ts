@@ -1,4 +1,5 @@
-import { and, asc, eq } from 'drizzle-orm';
+import { and, asc, eq, sql } from 'drizzle-orm';
+import { builtOnce } from '../../db/built-once.js';
 import type { Executor } from '../../db/client.js';
 import { auditLog } from '../../db/schema.js';
 
@@ -15,19 +16,38 @@ export type AuditEntry = {
   after: unknown;
 };
 
+/** A value bound as given: the caller encodes it (so a null stays SQL NULL, not jsonb 'null'). */
+const bound = (name: string) => sql`${sql.placeholder(name)}`;
+
 export function createAuditRepository(db: Executor) {
+  // Every change writes one: built once (see built-once.ts).
+  const insertEntry = builtOnce('audit_log_insert', () =>
+    db.insert(auditLog).values({
+      orgId: bound('orgId'),
+      actorType: bound('actorType'),
+      actorId: bound('actorId'),
+      action: bound('action'),
+      subjectType: bound('subjectType'),
+      subjectId: bound('subjectId'),
+      before: bound('before'),
+      after: bound('after'),
+      requestId: bound('requestId'),
+    }),
+  );
+  const json = (value: unknown) => (value === undefined || value === null ? null : JSON.stringify(value));
+
   return {
     async record(entry: AuditEntry, tx: Executor = db): Promise<void> {
-      await tx.insert(auditLog).values({
+      await insertEntry.run(tx, {
         orgId: entry.orgId,
         actorType: entry.actor.type,
         actorId: entry.actor.id,
         action: entry.action,
         subjectType: entry.subjectType,
         subjectId: entry.subjectId,
-        before: entry.before ?? null,
-        after: entry.after ?? null,
-        requestId: entry.actor.requestId,
+        before: json(entry.before),
+        after: json(entry.after),
+        requestId: entry.actor.requestId ?? null,
       });
     },
 

@@ -1,4 +1,5 @@
-import { and, asc, eq, gt, inArray, sql, type SQL } from 'drizzle-orm';
+import { and, asc, eq, getTableColumns, gt, inArray, is, Param, sql, SQL } from 'drizzle-orm';
+import { builtOnce, rowMapper, type BuiltOnce } from '../../db/built-once.js';
 import type { Executor } from '../../db/client.js';
 import { customers, type CustomerRow, type NewCustomerRow } from '../../db/schema.js';
 import { isUuid } from '../../shared/ids.js';
@@ -16,6 +17,11 @@ export type ListFilters = {
 };
 
 type LockOption = { forUpdate?: boolean };
+
+const toCustomerRow = rowMapper(customers);
+const customerColumns = getTableColumns(customers);
+/** Distinct column sets an UPDATE is built once for; others are built per call (never seen in practice). */
+const MAX_UPDATE_SHAPES = 200;
 
 function filterConditions(orgId: string, filters: ListFilters): SQL[] {
   const conditions: SQL[] = [eq(customers.orgId, orgId), eq(customers.kind, filters.kind)];
@@ -54,6 +60,55 @@ export function createCustomersRepository(db: Executor) {
     ),
   };
 
+  // Statements of the write path (upsert, PATCH, PUT), built once and run in the caller's transaction.
+  const lookups = {
+    byExternalId: builtOnce('customers_by_external_id', () =>
+      db.select().from(customers).where(and(eq(customers.orgId, placeholder.orgId), eq(customers.externalId, placeholder.ref)))),
+    byExternalIdForUpdate: builtOnce('customers_by_external_id_for_update', () =>
+      db.select().from(customers).where(and(eq(customers.orgId, placeholder.orgId), eq(customers.externalId, placeholder.ref))).for('update')),
+    kindByIdForUpdate: builtOnce('customers_kind_by_id_for_update', () =>
+      db.select().from(customers).where(and(eq(customers.orgId, placeholder.orgId), eq(customers.kind, placeholder.kind), eq(customers.id, placeholder.ref))).for('update')),
+    kindByExternalIdForUpdate: builtOnce('customers_kind_by_external_id_for_update', () =>
+      db
+        .select()
+        .from(customers)
+        .where(and(eq(customers.orgId, placeholder.orgId), eq(customers.kind, placeholder.kind), eq(customers.externalId, placeholder.ref)))
+        .for('update')),
+  };
+  const updates = new Map<string, BuiltOnce>();
+
+  /** The UPDATE of exactly these columns, built once per column set (undefined: build it per call). */
+  function updateOf(values: Partial<NewCustomerRow>): { statement: BuiltOnce; bound: Record<string, unknown> } | undefined {
+    const keys = Object.keys(values).filter((key) => values[key as keyof NewCustomerRow] !== undefined).sort();
+    const bound: Record<string, unknown> = {};
+    for (const key of keys) {
+      const value = values[key as keyof NewCustomerRow];
+      if (is(value, SQL) || is(value, Param)) return undefined;
+      // Encoded here, as Drizzle encodes a value it binds itself: a null stays SQL NULL (not jsonb 'null').
+      bound[key] = value === null ? null : customerColumns[key as keyof typeof customerColumns].mapToDriverValue(value);
+    }
+    const shape = keys.join(',');
+    let statement = updates.get(shape);
+    if (!statement) {
+      if (updates.size >= MAX_UPDATE_SHAPES) return undefined;
+      statement = builtOnce('customers_update', () =>
+        db
+          .update(customers)
+          // A placeholder inside sql`` is bound as given (the value is encoded above).
+          .set(Object.fromEntries(keys.map((key) => [key, sql`${sql.placeholder(key)}`])))
+          .where(and(eq(customers.orgId, sql.placeholder('$orgId')), eq(customers.id, sql.placeholder('$id'))))
+          .returning(),
+      );
+      updates.set(shape, statement);
+    }
+    return { statement, bound };
+  }
+
+  async function firstOf(statement: BuiltOnce, tx: Executor, values: Record<string, unknown>): Promise<CustomerRow | undefined> {
+    const { rows } = await statement.run(tx, values);
+    return rows[0] ? toCustomerRow(rows[0]) : undefined;
+  }
+
   async function first(query: Promise<CustomerRow[]>): Promise<CustomerRow | undefined> {
     const [row] = await query;
     return row;
@@ -79,16 +134,16 @@ export function createCustomersRepository(db: Executor) {
         const [byExternalId] = await prepared.byExternalRef().execute({ orgId, kind, ref });
         return byExternalId;
       }
-      const lookup = (match: SQL) => {
-        const query = tx.select().from(customers).where(and(eq(customers.orgId, orgId), eq(customers.kind, kind), match));
-        return first(lock.forUpdate ? query.for('update') : query);
-      };
+      if (lock.forUpdate) {
+        const byId = isUuid(ref) ? await firstOf(lookups.kindByIdForUpdate, tx, { orgId, kind, ref }) : undefined;
+        return byId ?? firstOf(lookups.kindByExternalIdForUpdate, tx, { orgId, kind, ref });
+      }
+      const lookup = (match: SQL) => first(tx.select().from(customers).where(and(eq(customers.orgId, orgId), eq(customers.kind, kind), match)));
       return (isUuid(ref) ? await lookup(eq(customers.id, ref)) : undefined) ?? lookup(eq(customers.externalId, ref));
     },
 
     async findByExternalId(orgId: string, externalId: string, tx: Executor = db, lock: LockOption = {}): Promise<CustomerRow | undefined> {
-      const query = tx.select().from(customers).where(and(eq(customers.orgId, orgId), eq(customers.externalId, externalId)));
-      return first(lock.forUpdate ? query.for('update') : query);
+      return firstOf(lock.forUpdate ? lookups.byExternalIdForUpdate : lookups.byExternalId, tx, { orgId, ref: externalId });
     },
 
     /** Case-insensitive full name + email among individuals (the unique index's expression). */
@@ -115,6 +170,8 @@ export function createCustomersRepository(db: Executor) {
     },
 
     async update(orgId: string, id: string, values: Partial<NewCustomerRow>, tx: Executor = db): Promise<CustomerRow> {
+      const built = updateOf(values);
+      if (built) return (await firstOf(built.statement, tx, { ...built.bound, $orgId: orgId, $id: id }))!;
       const [row] = await tx
         .update(customers)
         .set(values)

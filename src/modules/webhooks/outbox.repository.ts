@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { sql } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
+import { builtOnce } from '../../db/built-once.js';
 import type { Executor } from '../../db/client.js';
 
 export const EVENT_TYPES = ['customer.kyc_completed', 'aml.review_completed', 'customer.updated'] as const;
@@ -23,42 +24,63 @@ export const RECORD_UPDATED_AT = 'record.updated_at';
 /** How toISOString writes a timestamp, in PostgreSQL (the same format the customers triggers use). */
 const ISO_FORMAT = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
 
+/**
+ * The event, one pending delivery per enabled endpoint of the organisation that subscribes to its
+ * type (a `webhook.test` reaches every enabled endpoint, since it exists to check the endpoint
+ * itself), and a NOTIFY only when something was queued: one statement. `payload` is the event's
+ * JSON, as given or with the record's updated_at put in.
+ */
+function recordEventSql(payload: SQL): SQL {
+  const value = (name: string) => sql`${sql.placeholder(name)}`;
+  return sql`
+    WITH event AS (
+      INSERT INTO outbox_events (id, org_id, type, customer_id, payload, created_at)
+      VALUES (${value('id')}, ${value('orgId')}, ${value('type')}, ${value('customerId')}, ${payload}, ${value('created')})
+      RETURNING id, org_id, type
+    ),
+    queued AS (
+      INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id)
+      SELECT event.org_id, event.id, endpoint.id
+        FROM event
+        JOIN webhook_endpoints endpoint
+          ON endpoint.org_id = event.org_id
+         AND endpoint.enabled
+         AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types)
+              OR event.type = 'webhook.test')
+      RETURNING 1
+    )
+    SELECT pg_notify('webhook_deliveries', ${value('notifyOrgId')}) FROM (SELECT 1 FROM queued LIMIT 1) AS anything_queued
+  `;
+}
+
 export function createOutboxRepository(db: Executor) {
+  // Built once (see built-once.ts): every change to an integration's record writes one.
+  const statements = {
+    asGiven: builtOnce('outbox_record', () => recordEventSql(sql`${sql.placeholder('payload')}`)),
+    withRecordUpdatedAt: builtOnce('outbox_record_stamped', () =>
+      recordEventSql(
+        sql`replace(${sql.placeholder('payload')}, ${sql.placeholder('marker')},
+          (SELECT '"updated_at":"' || to_char(updated_at AT TIME ZONE 'UTC', ${sql.raw(ISO_FORMAT)}) || '"' FROM customers WHERE id = ${sql.placeholder('recordId')}))`,
+      ),
+    ),
+  };
+
   return {
     /**
-     * Writes the event in the caller's transaction together with one pending delivery per enabled
-     * endpoint of the organisation that subscribes to its type (a `webhook.test` reaches every enabled
-     * endpoint, since it exists to check the endpoint itself), and wakes the delivery workers at
-     * commit (NOTIFY is transactional, so a rolled-back change wakes nobody). Returns the event id.
+     * Writes the event in the caller's transaction together with its deliveries (recordEventSql), and
+     * wakes the delivery workers at commit (NOTIFY is transactional, so a rolled-back change wakes
+     * nobody). Returns the event id.
      */
     async record(event: OutboxEvent, tx: Executor = db): Promise<string> {
       const id = randomUUID();
       const created = new Date().toISOString();
       const payload = JSON.stringify({ id, type: event.type, created, data: { customer: event.customer } });
-      const stampedPayload = event.updatedAtFromRecord
-        ? sql`replace(${payload}, ${`"updated_at":"${RECORD_UPDATED_AT}"`},
-            (SELECT '"updated_at":"' || to_char(updated_at AT TIME ZONE 'UTC', ${sql.raw(ISO_FORMAT)}) || '"' FROM customers WHERE id = ${event.customerId}))`
-        : sql`${payload}`;
-      // One round trip: the event, its deliveries, and a NOTIFY only when something was queued.
-      await tx.execute(sql`
-        WITH event AS (
-          INSERT INTO outbox_events (id, org_id, type, customer_id, payload, created_at)
-          VALUES (${id}, ${event.orgId}, ${event.type}, ${event.customerId}, ${stampedPayload}, ${created})
-          RETURNING id, org_id, type
-        ),
-        queued AS (
-          INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id)
-          SELECT event.org_id, event.id, endpoint.id
-            FROM event
-            JOIN webhook_endpoints endpoint
-              ON endpoint.org_id = event.org_id
-             AND endpoint.enabled
-             AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types)
-                  OR event.type = 'webhook.test')
-          RETURNING 1
-        )
-        SELECT pg_notify('webhook_deliveries', ${event.orgId}) FROM (SELECT 1 FROM queued LIMIT 1) AS anything_queued
-      `);
+      const values = { id, orgId: event.orgId, type: event.type, customerId: event.customerId, payload, created, notifyOrgId: event.orgId };
+      if (event.updatedAtFromRecord) {
+        await statements.withRecordUpdatedAt.run(tx, { ...values, marker: `"updated_at":"${RECORD_UPDATED_AT}"`, recordId: event.customerId });
+      } else {
+        await statements.asGiven.run(tx, values);
+      }
       return id;
     },
   };

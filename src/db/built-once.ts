@@ -1,0 +1,62 @@
+import { createHash } from 'node:crypto';
+import { getTableColumns, is, SQL, type InferSelectModel, type Query, type Table } from 'drizzle-orm';
+import { PgDialect } from 'drizzle-orm/pg-core';
+import type pg from 'pg';
+import type { Executor } from './client.js';
+
+const dialect = new PgDialect();
+
+type Buildable = SQL | { toSQL(): Query };
+
+/**
+ * A hot statement whose SQL Drizzle builds once, with `sql.placeholder`s, and which then runs on
+ * whichever executor it is given (the pool or the caller's transaction), binding only the values.
+ * Building a query costs far more than running it (a 45-column select is ~150 SQL chunks walked per
+ * call, the largest share of an upsert's CPU in bench/README.md); a Drizzle `.prepare()` would build
+ * once too, but is bound to the pool and cannot run inside a transaction. It is also a named
+ * prepared statement: PostgreSQL parses and plans it once per connection. Its name is `prefix`
+ * and a digest of its text, so two texts can never share a name.
+ */
+export type BuiltOnce = {
+  readonly query: Query;
+  /** Runs the statement on `executor` with the placeholders' values; rows keyed by column name. */
+  run(executor: Executor, values: Record<string, unknown>): Promise<pg.QueryResult<Record<string, unknown>>>;
+};
+
+export function builtOnce(prefix: string, build: () => Buildable): BuiltOnce {
+  let query: Query | undefined;
+  let name = '';
+  const built = () => {
+    if (query) return query;
+    const source = build();
+    query = is(source, SQL) ? dialect.sqlToQuery(source) : source.toSQL();
+    name = `${prefix}_${createHash('sha256').update(query.sql).digest('hex').slice(0, 12)}`;
+    return query;
+  };
+  return {
+    get query() {
+      return built();
+    },
+    run(executor, values) {
+      // The executor's own session (a transaction's, or the pool's): the statement runs where the caller's other statements run.
+      const prepared = executor._.session.prepareQuery(built(), undefined, name, false);
+      return prepared.execute(values) as Promise<pg.QueryResult<Record<string, unknown>>>;
+    },
+  };
+}
+
+/**
+ * Maps a row read as `SELECT *` / `RETURNING *` (keyed by column name) to the table's select model,
+ * decoding each value as Drizzle's own select would (`mapFromDriverValue`).
+ */
+export function rowMapper<T extends Table>(table: T): (raw: Record<string, unknown>) => InferSelectModel<T> {
+  const columns = Object.entries(getTableColumns(table)).map(([key, column]) => ({ key, name: column.name, column }));
+  return (raw) => {
+    const row: Record<string, unknown> = {};
+    for (const { key, name, column } of columns) {
+      const value = raw[name];
+      row[key] = value === null || value === undefined ? null : column.mapFromDriverValue(value);
+    }
+    return row as InferSelectModel<T>;
+  };
+}
