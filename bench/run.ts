@@ -20,11 +20,19 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 10);
 const LARGE = Number(process.env.BENCH_LARGE_ROWS ?? 1_000_000);
+/**
+ * Rounds per scenario: the baseline and the project take turns (ABBA order, so a drift of the
+ * machine over the scenario weighs on both alike), and the report gives the medians. One run of each,
+ * back to back, swung the GET ratio between 0.52 and 0.80 on this VM.
+ */
+const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
 /** Which scenarios to run: `get`, `upsert`, `poll` (comma-separated; all by default). */
 const SCENARIOS = new Set((process.env.BENCH_SCENARIOS ?? 'get,upsert,poll').split(',').map((name) => name.trim()));
 
 type Measure = {
   rps: number;
+  /** The project/baseline ratio of each round (set on the project's side only), and its spread. */
+  ratios?: number[];
   p50: number;
   p99: number;
   errors: number;
@@ -110,6 +118,36 @@ async function load(server: ChildProcess, options: autocannon.Options): Promise<
   };
 }
 
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
+};
+
+/** The median of each figure over the rounds; errors and non-2xx answers of all rounds added up. */
+function medianOf(measures: Measure[]): Measure {
+  const pick = (key: keyof Omit<Measure, 'ratios'>) => Math.round(median(measures.map((measure) => measure[key])) * 100) / 100;
+  const total = (key: 'errors' | 'non2xx') => measures.reduce((sum, measure) => sum + measure[key], 0);
+  return { rps: pick('rps'), p50: pick('p50'), p99: pick('p99'), errors: total('errors'), non2xx: total('non2xx'), serverCpuUs: pick('serverCpuUs'), postgresCpuUs: pick('postgresCpuUs') };
+}
+
+/** ROUNDS runs of each side, taking turns in ABBA order; medians, with each round's ratio. */
+async function compare(runBaseline: () => Promise<Measure>, runProject: () => Promise<Measure>): Promise<{ baseline: Measure; project: Measure }> {
+  const baselines: Measure[] = [];
+  const projects: Measure[] = [];
+  for (let round = 0; round < ROUNDS; round += 1) {
+    if (round % 2 === 0) {
+      baselines.push(await runBaseline());
+      projects.push(await runProject());
+    } else {
+      projects.push(await runProject());
+      baselines.push(await runBaseline());
+    }
+  }
+  const ratios = projects.map((project, index) => project.rps / baselines[index]!.rps);
+  return { baseline: medianOf(baselines), project: { ...medianOf(projects), ratios } };
+}
+
 async function main() {
   const adminUrl = process.env.DATABASE_URL;
   if (!adminUrl) throw new Error('Set DATABASE_URL (e.g. postgres://postgres@127.0.0.1:5432/postgres)');
@@ -167,8 +205,10 @@ async function main() {
       await load(project, { url: `${projectUrl}/v1/customers/${seeded.id}`, headers: auth, duration: 2 });
       rows.push({
         scenario: 'GET /v1/customers/{id}',
-        baseline: await load(baseline, { url: `${baselineUrl}/customers/${seeded.id}` }),
-        project: await load(project, { url: `${projectUrl}/v1/customers/${seeded.id}`, headers: auth }),
+        ...(await compare(
+          () => load(baseline, { url: `${baselineUrl}/customers/${seeded.id}` }),
+          () => load(project, { url: `${projectUrl}/v1/customers/${seeded.id}`, headers: auth }),
+        )),
       });
     }
 
@@ -198,8 +238,10 @@ async function main() {
     if (SCENARIOS.has('upsert')) {
       rows.push({
         scenario: 'POST /v1/customers (upsert by externalId)',
-        baseline: await upsert(baseline, baselineUrl, '/customers', { 'content-type': 'application/json' }),
-        project: await upsert(project, projectUrl, '/v1/customers', auth),
+        ...(await compare(
+          () => upsert(baseline, baselineUrl, '/customers', { 'content-type': 'application/json' }),
+          () => upsert(project, projectUrl, '/v1/customers', auth),
+        )),
       });
     }
 
@@ -214,8 +256,10 @@ async function main() {
         [org.id, since],
       );
       const measure = {
-        baseline: await load(baseline, { url: `${baselineUrl}/customers?${query}` }),
-        project: await load(project, { url: `${projectUrl}/v1/customers?${query}`, headers: auth }),
+        ...(await compare(
+          () => load(baseline, { url: `${baselineUrl}/customers?${query}` }),
+          () => load(project, { url: `${projectUrl}/v1/customers?${query}`, headers: auth }),
+        )),
         explain: explain.rows.map((row) => row['QUERY PLAN']).join('\n'),
       };
       polls[String(size)] = measure;
@@ -269,14 +313,14 @@ function formatReport(
   const lines = [
     `# Benchmark results`,
     '',
-    `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB; Node ${process.version}; ${DURATION}s per run, ${CONNECTIONS} connections, no pipelining; load generator, servers and PostgreSQL on the same machine.`,
+    `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB; Node ${process.version}; ${ROUNDS} rounds of ${DURATION}s per side and scenario, taking turns (ABBA), medians shown; ${CONNECTIONS} connections, no pipelining; load generator, servers and PostgreSQL on the same machine.`,
     '',
-    '| Scenario | Project req/s | p50 ms | p99 ms | Baseline req/s | p50 ms | p99 ms | Ratio (req/s) | Errors/non-2xx |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
-    ...rows.map(
-      (row) =>
-        `| ${row.scenario} | ${row.project.rps} | ${row.project.p50} | ${row.project.p99} | ${row.baseline.rps} | ${row.baseline.p50} | ${row.baseline.p99} | ${(row.project.rps / row.baseline.rps).toFixed(2)} | ${row.project.errors + row.project.non2xx}/${row.baseline.errors + row.baseline.non2xx} |`,
-    ),
+    '| Scenario | Project req/s | p50 ms | p99 ms | Baseline req/s | p50 ms | p99 ms | Ratio (median of rounds) | Ratio per round | Errors/non-2xx |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---|---:|',
+    ...rows.map((row) => {
+      const ratios = row.project.ratios ?? [row.project.rps / row.baseline.rps];
+      return `| ${row.scenario} | ${row.project.rps} | ${row.project.p50} | ${row.project.p99} | ${row.baseline.rps} | ${row.baseline.p50} | ${row.baseline.p99} | ${median(ratios).toFixed(2)} | ${ratios.map((ratio) => ratio.toFixed(2)).join(', ')} | ${row.project.errors + row.project.non2xx}/${row.baseline.errors + row.baseline.non2xx} |`;
+    }),
     '',
     'CPU time per request (µs), from /proc: the server process and all PostgreSQL processes.',
     '',
