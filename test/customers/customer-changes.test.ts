@@ -3,7 +3,9 @@ import { sql } from 'drizzle-orm';
 import { auditSnapshot } from '../../src/modules/customers/customer-dto.js';
 import { createCustomersRepository } from '../../src/modules/customers/customers.repository.js';
 import { createCustomersService } from '../../src/modules/customers/customers.service.js';
+import type pg from 'pg';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { onSocketWrites } from '../helpers/socket-writes.js';
 import { createCustomer, customerRow, insertEntity, issues, person, upsert } from './customers-fixtures.js';
 
 let ctx: TestContext;
@@ -390,20 +392,12 @@ describe('a change sent in one write with its side records and COMMIT', () => {
   async function writesDuring(work: () => Promise<unknown>): Promise<string[]> {
     const seen: string[] = [];
     const instrumented = new WeakSet<object>();
-    const instrument = (client: object) => {
+    const instrument = (client: pg.PoolClient) => {
       if (instrumented.has(client)) return;
       instrumented.add(client);
-      const stream = (client as { connection: { stream: Record<string, (...args: any[]) => unknown> } }).connection.stream;
-      const writev = stream._writev!.bind(stream);
-      const write = stream._write!.bind(stream);
-      stream._writev = (chunks: Array<{ chunk: Buffer }>, callback: unknown) => {
-        if (recording) seen.push(Buffer.concat(chunks.map((entry) => Buffer.from(entry.chunk))).toString('latin1'));
-        return writev(chunks, callback);
-      };
-      stream._write = (chunk: Buffer, encoding: unknown, callback: unknown) => {
-        if (recording) seen.push(Buffer.from(chunk).toString('latin1'));
-        return write(chunk, encoding, callback);
-      };
+      onSocketWrites(client, (bytes) => {
+        if (recording) seen.push(bytes.toString('latin1'));
+      });
     };
     let recording = true;
     ctx.database.pool.on('acquire', instrument);

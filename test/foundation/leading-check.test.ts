@@ -3,6 +3,7 @@ import type pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createDatabase, type Database, type LeadingCheck } from '../../src/db/client.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { onSocketWrites } from '../helpers/socket-writes.js';
 
 /**
  * The leading check at the database layer (src/db/pipelined-pool.ts, src/db/leading-check.ts):
@@ -39,17 +40,7 @@ beforeAll(async () => {
       statements.push({ client: id, text: typeof config === 'string' ? config : (config.text ?? '') });
       return query(...args);
     };
-    const stream = (client as unknown as { connection: { stream: Record<string, (...args: any[]) => unknown> } }).connection.stream;
-    const write = stream._write!.bind(stream);
-    const writev = stream._writev!.bind(stream);
-    stream._write = (chunk: Buffer, encoding: unknown, callback: unknown) => {
-      writes.push({ client: id, bytes: Buffer.from(chunk) });
-      return write(chunk, encoding, callback);
-    };
-    stream._writev = (chunks: Array<{ chunk: Buffer }>, callback: unknown) => {
-      writes.push({ client: id, bytes: Buffer.concat(chunks.map((entry) => Buffer.from(entry.chunk))) });
-      return writev(chunks, callback);
-    };
+    onSocketWrites(client, (bytes) => writes.push({ client: id, bytes }));
   });
 });
 afterAll(async () => {

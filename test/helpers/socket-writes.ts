@@ -1,0 +1,19 @@
+import type pg from 'pg';
+
+/**
+ * Calls `onWrite` with the bytes of every socket write of a pg client from now on (one call per
+ * write, so statements that share a write arrive together). Tests use it to see what left together.
+ */
+export function onSocketWrites(client: pg.ClientBase, onWrite: (bytes: Buffer) => void): void {
+  const stream = (client as unknown as { connection: { stream: Record<string, (...args: any[]) => unknown> } }).connection.stream;
+  const write = stream._write!.bind(stream);
+  const writev = stream._writev!.bind(stream);
+  stream._write = (chunk: Buffer, encoding: unknown, callback: unknown) => {
+    onWrite(Buffer.from(chunk));
+    return write(chunk, encoding, callback);
+  };
+  stream._writev = (chunks: Array<{ chunk: Buffer }>, callback: unknown) => {
+    onWrite(Buffer.concat(chunks.map((entry) => Buffer.from(entry.chunk))));
+    return writev(chunks, callback);
+  };
+}
