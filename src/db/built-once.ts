@@ -18,28 +18,24 @@ type Buildable = SQL | { toSQL(): Query };
  * and a digest of its text, so two texts can never share a name.
  */
 export type BuiltOnce = {
-  readonly query: Query;
   /** Runs the statement on `executor` with the placeholders' values; rows keyed by column name. */
   run(executor: Executor, values: Record<string, unknown>): Promise<pg.QueryResult<Record<string, unknown>>>;
 };
 
 export function builtOnce(prefix: string, build: () => Buildable): BuiltOnce {
-  let query: Query | undefined;
-  let name = '';
-  const built = () => {
-    if (query) return query;
+  let built: { query: Query; name: string } | undefined;
+  const once = () => {
+    if (built) return built;
     const source = build();
-    query = is(source, SQL) ? dialect.sqlToQuery(source) : source.toSQL();
-    name = `${prefix}_${createHash('sha256').update(query.sql).digest('hex').slice(0, 12)}`;
-    return query;
+    const query = is(source, SQL) ? dialect.sqlToQuery(source) : source.toSQL();
+    built = { query, name: `${prefix}_${createHash('sha256').update(query.sql).digest('hex').slice(0, 12)}` };
+    return built;
   };
   return {
-    get query() {
-      return built();
-    },
     run(executor, values) {
+      const { query, name } = once();
       // The executor's own session (a transaction's, or the pool's): the statement runs where the caller's other statements run.
-      const prepared = executor._.session.prepareQuery(built(), undefined, name, false);
+      const prepared = executor._.session.prepareQuery(query, undefined, name, false);
       return prepared.execute(values) as Promise<pg.QueryResult<Record<string, unknown>>>;
     },
   };
