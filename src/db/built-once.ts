@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { getTableColumns, is, SQL, type InferSelectModel, type Query, type Table } from 'drizzle-orm';
+import { getTableColumns, is, sql, SQL, type InferSelectModel, type Query, type Table } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import type pg from 'pg';
 import type { Executor } from './client.js';
@@ -39,6 +39,15 @@ export function builtOnce(prefix: string, build: () => Buildable): BuiltOnce {
       return prepared.execute(values) as Promise<pg.QueryResult<Record<string, unknown>>>;
     },
   };
+}
+
+/**
+ * A placeholder bound exactly as given: the caller encodes the value. (A bare `sql.placeholder` in a
+ * column's place is encoded by the column when bound, which writes a null as jsonb 'null' and fails
+ * on a null array or timestamp.)
+ */
+export function boundAsGiven(name: string): SQL {
+  return sql`${sql.placeholder(name)}`;
 }
 
 /**

@@ -1,5 +1,5 @@
-import { and, asc, eq, sql } from 'drizzle-orm';
-import { builtOnce } from '../../db/built-once.js';
+import { and, asc, eq } from 'drizzle-orm';
+import { boundAsGiven as bound, builtOnce } from '../../db/built-once.js';
 import type { Executor } from '../../db/client.js';
 import { auditLog } from '../../db/schema.js';
 
@@ -15,9 +15,6 @@ export type AuditEntry = {
   before: unknown;
   after: unknown;
 };
-
-/** A value bound as given: the caller encodes it (so a null stays SQL NULL, not jsonb 'null'). */
-const bound = (name: string) => sql`${sql.placeholder(name)}`;
 
 export function createAuditRepository(db: Executor) {
   // Every change writes one: built once (see built-once.ts).

@@ -1,5 +1,5 @@
 import { and, asc, eq, getTableColumns, gt, inArray, is, Param, sql, SQL } from 'drizzle-orm';
-import { builtOnce, rowMapper, type BuiltOnce } from '../../db/built-once.js';
+import { boundAsGiven, builtOnce, rowMapper, type BuiltOnce } from '../../db/built-once.js';
 import type { Executor } from '../../db/client.js';
 import { customers, type CustomerRow, type NewCustomerRow } from '../../db/schema.js';
 import { isUuid } from '../../shared/ids.js';
@@ -39,42 +39,23 @@ export function createCustomersRepository(db: Executor) {
     kind: sql.placeholder('kind'),
     ref: sql.placeholder('ref'),
   };
-  const once = <T>(build: () => T) => {
-    let built: T | undefined;
-    return () => (built ??= build());
-  };
-  const prepared = {
-    byId: once(() =>
-      db
-        .select()
-        .from(customers)
-        .where(and(eq(customers.orgId, placeholder.orgId), eq(customers.kind, placeholder.kind), eq(customers.id, placeholder.ref)))
-        .prepare('customers_find_by_id'),
-    ),
-    byExternalRef: once(() =>
-      db
-        .select()
-        .from(customers)
-        .where(and(eq(customers.orgId, placeholder.orgId), eq(customers.kind, placeholder.kind), eq(customers.externalId, placeholder.ref)))
-        .prepare('customers_find_by_external_ref'),
-    ),
-  };
-
-  // Statements of the write path (upsert, PATCH, PUT), built once and run in the caller's transaction.
-  const lookups = {
-    byExternalId: builtOnce('customers_by_external_id', () =>
-      db.select().from(customers).where(and(eq(customers.orgId, placeholder.orgId), eq(customers.externalId, placeholder.ref)))),
-    byExternalIdForUpdate: builtOnce('customers_by_external_id_for_update', () =>
-      db.select().from(customers).where(and(eq(customers.orgId, placeholder.orgId), eq(customers.externalId, placeholder.ref))).for('update')),
-    kindByIdForUpdate: builtOnce('customers_kind_by_id_for_update', () =>
-      db.select().from(customers).where(and(eq(customers.orgId, placeholder.orgId), eq(customers.kind, placeholder.kind), eq(customers.id, placeholder.ref))).for('update')),
-    kindByExternalIdForUpdate: builtOnce('customers_kind_by_external_id_for_update', () =>
-      db
-        .select()
-        .from(customers)
-        .where(and(eq(customers.orgId, placeholder.orgId), eq(customers.kind, placeholder.kind), eq(customers.externalId, placeholder.ref)))
-        .for('update')),
-  };
+  /** A select of whole customer rows, built once; `FOR UPDATE` for the write paths' locking reads. */
+  const select = (prefix: string, where: SQL, lock?: 'for update') =>
+    builtOnce(prefix, () => {
+      const query = db.select().from(customers).where(where);
+      return lock ? query.for('update') : query;
+    });
+  const byKindAndId = and(eq(customers.orgId, placeholder.orgId), eq(customers.kind, placeholder.kind), eq(customers.id, placeholder.ref))!;
+  const byKindAndExternalId = and(eq(customers.orgId, placeholder.orgId), eq(customers.kind, placeholder.kind), eq(customers.externalId, placeholder.ref))!;
+  const byExternalIdOnly = and(eq(customers.orgId, placeholder.orgId), eq(customers.externalId, placeholder.ref))!;
+  // The hot paths (GET by id, the upsert's match, PATCH and PUT): named prepared statements, built
+  // once, planned once per connection, run on the pool or in the caller's transaction.
+  const lookupsWith = (lock?: 'for update') => ({
+    byId: select(lock ? 'customers_find_by_id_for_update' : 'customers_find_by_id', byKindAndId, lock),
+    byExternalRef: select(lock ? 'customers_find_by_external_ref_for_update' : 'customers_find_by_external_ref', byKindAndExternalId, lock),
+    byExternalId: select(lock ? 'customers_by_external_id_for_update' : 'customers_by_external_id', byExternalIdOnly, lock),
+  });
+  const lookups = { read: lookupsWith(), lock: lookupsWith('for update') };
   const updates = new Map<string, BuiltOnce>();
 
   /** The UPDATE of exactly these columns, built once per column set (undefined: build it per call). */
@@ -94,8 +75,7 @@ export function createCustomersRepository(db: Executor) {
       statement = builtOnce('customers_update', () =>
         db
           .update(customers)
-          // A placeholder inside sql`` is bound as given (the value is encoded above).
-          .set(Object.fromEntries(keys.map((key) => [key, sql`${sql.placeholder(key)}`])))
+          .set(Object.fromEntries(keys.map((key) => [key, boundAsGiven(key)])))
           .where(and(eq(customers.orgId, sql.placeholder('$orgId')), eq(customers.id, sql.placeholder('$id'))))
           .returning(),
       );
@@ -127,23 +107,13 @@ export function createCustomersRepository(db: Executor) {
      * unique-index lookups at most (one `id = … OR external_id = …` filter would scan the organisation).
      */
     async findByRef(orgId: string, kind: CustomerKind, ref: string, tx: Executor = db, lock: LockOption = {}): Promise<CustomerRow | undefined> {
-      if (tx === db && !lock.forUpdate) {
-        // The hot read path (GET by id): named prepared statements, built once, planned once per connection.
-        const [byId] = isUuid(ref) ? await prepared.byId().execute({ orgId, kind, ref }) : [];
-        if (byId) return byId;
-        const [byExternalId] = await prepared.byExternalRef().execute({ orgId, kind, ref });
-        return byExternalId;
-      }
-      if (lock.forUpdate) {
-        const byId = isUuid(ref) ? await firstOf(lookups.kindByIdForUpdate, tx, { orgId, kind, ref }) : undefined;
-        return byId ?? firstOf(lookups.kindByExternalIdForUpdate, tx, { orgId, kind, ref });
-      }
-      const lookup = (match: SQL) => first(tx.select().from(customers).where(and(eq(customers.orgId, orgId), eq(customers.kind, kind), match)));
-      return (isUuid(ref) ? await lookup(eq(customers.id, ref)) : undefined) ?? lookup(eq(customers.externalId, ref));
+      const lookup = lock.forUpdate ? lookups.lock : lookups.read;
+      const byId = isUuid(ref) ? await firstOf(lookup.byId, tx, { orgId, kind, ref }) : undefined;
+      return byId ?? firstOf(lookup.byExternalRef, tx, { orgId, kind, ref });
     },
 
     async findByExternalId(orgId: string, externalId: string, tx: Executor = db, lock: LockOption = {}): Promise<CustomerRow | undefined> {
-      return firstOf(lock.forUpdate ? lookups.byExternalIdForUpdate : lookups.byExternalId, tx, { orgId, ref: externalId });
+      return firstOf((lock.forUpdate ? lookups.lock : lookups.read).byExternalId, tx, { orgId, ref: externalId });
     },
 
     /** Case-insensitive full name + email among individuals (the unique index's expression). */

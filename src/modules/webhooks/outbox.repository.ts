@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { sql, type SQL } from 'drizzle-orm';
-import { builtOnce } from '../../db/built-once.js';
+import { boundAsGiven as value, builtOnce } from '../../db/built-once.js';
 import type { Executor } from '../../db/client.js';
 
 export const EVENT_TYPES = ['customer.kyc_completed', 'aml.review_completed', 'customer.updated'] as const;
@@ -31,7 +31,6 @@ const ISO_FORMAT = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
  * JSON, as given or with the record's updated_at put in.
  */
 function recordEventSql(payload: SQL): SQL {
-  const value = (name: string) => sql`${sql.placeholder(name)}`;
   return sql`
     WITH event AS (
       INSERT INTO outbox_events (id, org_id, type, customer_id, payload, created_at)
@@ -56,7 +55,7 @@ function recordEventSql(payload: SQL): SQL {
 export function createOutboxRepository(db: Executor) {
   // Built once (see built-once.ts): every change to an integration's record writes one.
   const statements = {
-    asGiven: builtOnce('outbox_record', () => recordEventSql(sql`${sql.placeholder('payload')}`)),
+    asGiven: builtOnce('outbox_record', () => recordEventSql(value('payload'))),
     withRecordUpdatedAt: builtOnce('outbox_record_stamped', () =>
       recordEventSql(
         sql`replace(${sql.placeholder('payload')}, ${sql.placeholder('marker')},
