@@ -47,12 +47,12 @@ describe('statements built once', () => {
     const outcome = ctx.database.transaction(async (tx) => {
       await tx.update(customers).set({ phone: 'uncommitted' }).where(eq(customers.id, id));
       const { rows } = await byExternalId.run(tx, { orgId: org.id, externalId: 'bo-tx' });
-      expect(rows[0]!.phone).toBe('uncommitted');
+      expect(toRow(rows[0]!).phone).toBe('uncommitted');
       throw new Error('roll back');
     });
     await expect(outcome).rejects.toThrow('roll back');
     const { rows } = await byExternalId.run(ctx.database.db, { orgId: org.id, externalId: 'bo-tx' });
-    expect(rows[0]!.phone).toBeNull();
+    expect(toRow(rows[0]!).phone).toBeNull();
   });
 
   it('when two built-once statements share a name prefix but not their text, each gets its own prepared statement name', async () => {
@@ -60,7 +60,7 @@ describe('statements built once', () => {
     const two = builtOnce('test_same_prefix', () => sql`SELECT ${sql.placeholder('n')}::int + 1 AS n`);
     const first = await one.run(ctx.database.db, { n: 1 });
     const second = await two.run(ctx.database.db, { n: 1 });
-    expect([first.rows[0]!.n, second.rows[0]!.n]).toEqual([1, 2]);
+    expect([first.rows[0]![0], second.rows[0]![0]]).toEqual([1, 2]);
   });
 });
 

@@ -1,7 +1,6 @@
 import { createHash } from 'node:crypto';
 import { getTableColumns, is, sql, SQL, type InferSelectModel, type Query, type Table } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
-import type pg from 'pg';
 import type { Executor } from './client.js';
 
 const dialect = new PgDialect();
@@ -18,9 +17,16 @@ type Buildable = SQL | { toSQL(): Query };
  * and a digest of its text, so two texts can never share a name.
  */
 export type BuiltOnce = {
-  /** Runs the statement on `executor` with the placeholders' values; rows keyed by column name. */
-  run(executor: Executor, values: Record<string, unknown>): Promise<pg.QueryResult<Record<string, unknown>>>;
+  /**
+   * Runs the statement on `executor` with the placeholders' values. Rows come as arrays, in the
+   * order of the statement's columns (a whole-table select or `RETURNING` lists the table's columns
+   * in order: see rowMapper), with timestamps as PostgreSQL's text, as Drizzle reads them.
+   */
+  run(executor: Executor, values: Record<string, unknown>): Promise<{ rows: unknown[][] }>;
 };
+
+/** Rows as pg returns them in array mode: Drizzle's mapper, left out, would need the fields. */
+const asReturned = (rows: unknown[]) => rows;
 
 export function builtOnce(prefix: string, build: () => Buildable): BuiltOnce {
   let built: { query: Query; name: string } | undefined;
@@ -35,8 +41,9 @@ export function builtOnce(prefix: string, build: () => Buildable): BuiltOnce {
     run(executor, values) {
       const { query, name } = once();
       // The executor's own session (a transaction's, or the pool's): the statement runs where the caller's other statements run.
-      const prepared = executor._.session.prepareQuery(query, undefined, name, false);
-      return prepared.execute(values) as Promise<pg.QueryResult<Record<string, unknown>>>;
+      // Array mode: pg makes no per-result object of the column names (see pg-array-rows.ts).
+      const prepared = executor._.session.prepareQuery(query, undefined, name, true, asReturned);
+      return prepared.execute(values).then((rows) => ({ rows: rows as unknown[][] }));
     },
   };
 }
@@ -51,15 +58,18 @@ export function boundAsGiven(name: string): SQL {
 }
 
 /**
- * Maps a row read as `SELECT *` / `RETURNING *` (keyed by column name) to the table's select model,
- * decoding each value as Drizzle's own select would (`mapFromDriverValue`).
+ * Maps a whole-table row read by a built-once statement (`db.select().from(table)` or
+ * `.returning()`, which list the table's columns in their declared order) to the table's select
+ * model, decoding each value as Drizzle's own select would (`mapFromDriverValue`).
  */
-export function rowMapper<T extends Table>(table: T): (raw: Record<string, unknown>) => InferSelectModel<T> {
-  const columns = Object.entries(getTableColumns(table)).map(([key, column]) => ({ key, name: column.name, column }));
+export function rowMapper<T extends Table>(table: T): (raw: unknown[]) => InferSelectModel<T> {
+  const columns = Object.entries(getTableColumns(table)).map(([key, column]) => ({ key, column }));
   return (raw) => {
+    if (raw.length !== columns.length) throw new Error(`A row of ${raw.length} columns cannot be a whole row of a ${columns.length}-column table`);
     const row: Record<string, unknown> = {};
-    for (const { key, name, column } of columns) {
-      const value = raw[name];
+    for (let index = 0; index < columns.length; index++) {
+      const { key, column } = columns[index]!;
+      const value = raw[index];
       row[key] = value === null || value === undefined ? null : column.mapFromDriverValue(value);
     }
     return row as InferSelectModel<T>;

@@ -3,7 +3,7 @@ import type pg from 'pg';
 import type { Database } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { hashApiKey, looksLikeApiKey } from './api-key-secret.js';
-import { createApiKeysRepository, type AccessCheckRow } from './api-keys.repository.js';
+import { accessCheckRowOf, createApiKeysRepository, type AccessCheckRow } from './api-keys.repository.js';
 
 export type AuthContext = {
   apiKeyId: string;
@@ -233,8 +233,8 @@ export function createAccessService(deps: { database: Database; defaults: { burs
     /** Runs the access check now. Throws 401 for any authentication failure and 429 when a window is spent. */
     async authenticate(keyHash: string, clientIp: string | undefined): Promise<AccessGrant> {
       const reservation = reserve(keyHash);
-      const result = await deps.database.pool.query<AccessCheckRow>(statementFor(keyHash, clientIp, reservation));
-      return judge(keyHash, reservation, result.rows[0]);
+      const result = await deps.database.pool.query(statementFor(keyHash, clientIp, reservation));
+      return judge(keyHash, reservation, accessCheckRowOf(result));
     },
 
     /**
@@ -245,7 +245,7 @@ export function createAccessService(deps: { database: Database; defaults: { burs
       const reservation = reserve(keyHash);
       return {
         statement: statementFor(keyHash, clientIp, reservation),
-        judge: (result) => judge(keyHash, reservation, result.rows[0] as AccessCheckRow | undefined),
+        judge: (result) => judge(keyHash, reservation, accessCheckRowOf(result)),
       };
     },
 

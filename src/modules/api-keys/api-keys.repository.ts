@@ -124,6 +124,21 @@ const ACCESS_CHECK_SQL = `
     LEFT JOIN lease ON true
     LEFT JOIN api_key_usage usage ON usage.api_key_id = key.id`;
 
+/** ACCESS_CHECK_SQL's output columns, in order: the check is read in array mode (see accessCheckRowOf). */
+export const ACCESS_CHECK_COLUMNS = [
+  'id', 'org_id', 'scopes', 'features', 'burst_limit', 'daily_limit', 'active', 'ip_allowed', 'now_epoch', 'burst_window',
+  'day_window', 'burst_count', 'day_count', 'burst_wanted', 'day_wanted', 'burst_granted', 'day_granted',
+] as const satisfies ReadonlyArray<keyof AccessCheckRow>;
+
+/** The access check's row (undefined: no key has the hash), from its array-mode result. */
+export function accessCheckRowOf(result: pg.QueryResult): AccessCheckRow | undefined {
+  const values = result.rows[0] as unknown[] | undefined;
+  if (!values) return undefined;
+  const row: Record<string, unknown> = {};
+  for (let index = 0; index < ACCESS_CHECK_COLUMNS.length; index++) row[ACCESS_CHECK_COLUMNS[index]!] = values[index];
+  return row as AccessCheckRow;
+}
+
 export function createApiKeysRepository(db: Executor) {
   return {
     async insert(values: typeof apiKeys.$inferInsert, tx: Executor = db): Promise<ApiKeyRecord> {
@@ -161,10 +176,12 @@ export function createApiKeysRepository(db: Executor) {
      * The access check as a named prepared statement (PostgreSQL parses and plans it once per
      * connection). It is sent by the caller: alone, or ahead of a request's first statement.
      */
-    accessCheckStatement(input: AccessCheckInput): pg.QueryConfig {
+    accessCheckStatement(input: AccessCheckInput): pg.QueryArrayConfig {
       return {
         name: 'api_keys_access_check',
         text: ACCESS_CHECK_SQL,
+        // Read as an array: pg then makes no per-result object of the column names (see src/db/pg-array-rows.ts).
+        rowMode: 'array',
         values: [
           input.keyHash,
           input.clientIp,
