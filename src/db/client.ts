@@ -46,7 +46,7 @@ export type Database = {
    */
   leadingCheck(statement: pg.QueryConfig, judge: (result: pg.QueryResult) => void): LeadingCheck;
   /** Runs `work` so that its statements carry `check` and none of their results outruns it. */
-  withLeadingCheck<T>(check: LeadingCheck, work: () => Promise<T>): Promise<T>;
+  withLeadingCheck<T>(check: LeadingCheck, work: () => T): T;
   close(): Promise<void>;
 };
 

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { sendQuery } from './pipelined-pool.js';
+import { queryWithCallback } from './pipelined-pool.js';
 
 /**
  * A statement whose verdict gates a unit of work (a request's access check: key, revocation, IP,
@@ -74,13 +74,12 @@ export class LeadingCheck {
 
   private send(on: pg.ClientBase | pg.Pool): void {
     this.state = 'sent';
-    sendQuery(on, this.statement).then(
-      (result) => this.decide(result),
-      (error: unknown) => {
-        this.state = 'denied';
-        this.deny(error);
-      },
-    );
+    // Decided as its answer is read, before the answers behind it on the connection are handed out.
+    queryWithCallback(on, this.statement, undefined, (error, result) => {
+      if (!error) return this.decide(result);
+      this.state = 'denied';
+      this.deny(error);
+    });
   }
 
   private decide(result: pg.QueryResult): void {

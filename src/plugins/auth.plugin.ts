@@ -148,7 +148,7 @@ export const authPlugin = fp(
     app.addHook('preHandler', (request, _reply, done) => {
       const check = request.accessCheck;
       if (!check || check.passed) return done();
-      void database.withLeadingCheck(check, async () => done());
+      database.withLeadingCheck(check, () => done());
     });
 
     // No answer leaves before the check: a handler that never reached the database, or an error raised
