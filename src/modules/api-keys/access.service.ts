@@ -32,16 +32,27 @@ export function unauthorized(): AppError {
   return new AppError('unauthorized', 401, UNAUTHORIZED_MESSAGE);
 }
 
+/** Canonical forms of recently seen client addresses: clients are few, and parsing one costs more than the lookup. */
+const canonicalIps = new Map<string, string | null>();
+const MAX_CANONICAL_IPS = 1_000;
+
 /**
  * Turns a socket or proxy-derived address into the form Postgres' inet compares ("::ffff:1.2.3.4" →
  * "1.2.3.4"); null when it is not an address, which no allowlist matches.
  */
 function canonicalIp(ip: string | undefined): string | null {
-  try {
-    return ip ? ipaddr.process(ip).toString() : null;
-  } catch {
-    return null;
+  if (!ip) return null;
+  let canonical = canonicalIps.get(ip);
+  if (canonical === undefined) {
+    try {
+      canonical = ipaddr.process(ip).toString();
+    } catch {
+      canonical = null;
+    }
+    if (canonicalIps.size >= MAX_CANONICAL_IPS) canonicalIps.delete(canonicalIps.keys().next().value!);
+    canonicalIps.set(ip, canonical);
   }
+  return canonical;
 }
 
 /**
