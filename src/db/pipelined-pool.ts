@@ -123,8 +123,13 @@ export class PipelinedPool {
       return this.pool.query(config as pg.QueryConfig, values);
     }
     const client = await this.connectOrAbandon(check);
-    batchWrites(client);
-    check.sendOn(client);
+    try {
+      batchWrites(client);
+      check.sendOn(client);
+    } catch (error) {
+      client.release();
+      throw error;
+    }
     // The check's answer comes first on this connection, so its verdict is normally in when the
     // statement's answer arrives; either way no result is released before it, and a denial wins
     // over the statement's own failure.

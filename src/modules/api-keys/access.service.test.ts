@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext } from '../../../test/helpers/harness.js';
 import { createAccessService, RateLimitedError } from './access.service.js';
-import { ACCESS_CHECK_COLUMNS, type AccessCheckRow } from './api-keys.repository.js';
+import type { AccessCheckRow } from './api-keys.repository.js';
 
 let ctx: TestContext;
 beforeAll(async () => {
@@ -31,8 +31,8 @@ function answer(row: Partial<AccessCheckRow> & Pick<AccessCheckRow, 'burst_windo
     day_granted: 0,
     ...row,
   };
-  // Read in array mode, as the service reads it: the columns in the statement's order.
-  return { rows: [ACCESS_CHECK_COLUMNS.map((column) => full[column])] } as unknown as pg.QueryResult;
+  // Read in array mode, as the service reads it: values in column order, the names in `fields`.
+  return { rows: [Object.values(full)], fields: Object.keys(full).map((name) => ({ name })) } as unknown as pg.QueryResult;
 }
 
 describe('rate-limit leases, answers arriving out of order', () => {

@@ -124,18 +124,12 @@ const ACCESS_CHECK_SQL = `
     LEFT JOIN lease ON true
     LEFT JOIN api_key_usage usage ON usage.api_key_id = key.id`;
 
-/** ACCESS_CHECK_SQL's output columns, in order: the check is read in array mode (see accessCheckRowOf). */
-export const ACCESS_CHECK_COLUMNS = [
-  'id', 'org_id', 'scopes', 'features', 'burst_limit', 'daily_limit', 'active', 'ip_allowed', 'now_epoch', 'burst_window',
-  'day_window', 'burst_count', 'day_count', 'burst_wanted', 'day_wanted', 'burst_granted', 'day_granted',
-] as const satisfies ReadonlyArray<keyof AccessCheckRow>;
-
-/** The access check's row (undefined: no key has the hash), from its array-mode result. */
+/** The access check's row (undefined: no key has the hash), from its array-mode result, keyed by the result's own column names. */
 export function accessCheckRowOf(result: pg.QueryResult): AccessCheckRow | undefined {
   const values = result.rows[0] as unknown[] | undefined;
   if (!values) return undefined;
   const row: Record<string, unknown> = {};
-  for (let index = 0; index < ACCESS_CHECK_COLUMNS.length; index++) row[ACCESS_CHECK_COLUMNS[index]!] = values[index];
+  for (let index = 0; index < result.fields.length; index++) row[result.fields[index]!.name] = values[index];
   return row as AccessCheckRow;
 }
 
