@@ -5,6 +5,7 @@ import * as schema from './schema.js';
 import { LeadingCheck } from './leading-check.js';
 import { PipelinedPool, type TransactionScope, type WorkScope } from './pipelined-pool.js';
 import { skipRowTemplateForArrayResults } from './pg-array-rows.js';
+import { copyPlainQueryConfigsCheaply } from './pg-query-config.js';
 
 export { LeadingCheck };
 export type Schema = typeof schema;
@@ -16,6 +17,7 @@ export type Executor = Db | Tx;
 // Parse timestamptz as Date and bigint counters as numbers; dates (`date`) stay ISO strings.
 pg.types.setTypeParser(pg.types.builtins.INT8, (value) => Number(value));
 skipRowTemplateForArrayResults();
+copyPlainQueryConfigsCheaply();
 
 /** What `work` may ask of the transaction it runs in, besides its statements. */
 export type TransactionControl = {
