@@ -92,8 +92,11 @@ const LOG_CONTEXT = Symbol('logContext');
  */
 export function bindLogContext(log: unknown, context: { apiKeyId: string; orgId: string }): void {
   if (log && typeof log === 'object') {
-    const logger = log as { [LOG_CONTEXT]?: object };
-    logger[LOG_CONTEXT] = { ...logger[LOG_CONTEXT], apiKeyId: context.apiKeyId, orgId: context.orgId };
+    const logger = log as { [LOG_CONTEXT]?: { apiKeyId?: string; orgId?: string } };
+    const bound = logger[LOG_CONTEXT];
+    // A known key's request binds the same context again once its check passes: nothing to copy.
+    if (bound?.apiKeyId === context.apiKeyId && bound.orgId === context.orgId) return;
+    logger[LOG_CONTEXT] = { ...bound, apiKeyId: context.apiKeyId, orgId: context.orgId };
   }
 }
 
