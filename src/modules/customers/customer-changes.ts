@@ -49,7 +49,8 @@ export function createCustomerChangeRecorder(db: Executor) {
       control: TransactionControl,
     ): Promise<{ row: CustomerRow; dto: Dto }> {
       const expected = { ...change.before, ...change.diff } as CustomerRow;
-      const recorded = { ...change, after: expected, dto: { ...change.toDto(expected), updated_at: RECORD_UPDATED_AT }, updatedAtFromRecord: true };
+      // Object.assign, not a spread with new names: adding properties to a spread copy is V8's slow path.
+      const recorded = Object.assign({}, change, { after: expected, dto: { ...change.toDto(expected), updated_at: RECORD_UPDATED_AT }, updatedAtFromRecord: true });
       control.commitAfter(1 + this.statementsOf(recorded));
       const updating = update();
       const recording = this.record(recorded, tx);

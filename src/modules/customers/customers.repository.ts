@@ -141,7 +141,7 @@ export function createCustomersRepository(db: Executor) {
 
     async update(orgId: string, id: string, values: Partial<NewCustomerRow>, tx: Executor = db): Promise<CustomerRow> {
       const built = updateOf(values);
-      if (built) return (await firstOf(built.statement, tx, { ...built.bound, $orgId: orgId, $id: id }))!;
+      if (built) return (await firstOf(built.statement, tx, Object.assign(built.bound, { $orgId: orgId, $id: id })))!;
       const [row] = await tx
         .update(customers)
         .set(values)

@@ -76,7 +76,7 @@ export function createOutboxRepository(db: Executor) {
       const payload = JSON.stringify({ id, type: event.type, created, data: { customer: event.customer } });
       const values = { id, orgId: event.orgId, type: event.type, customerId: event.customerId, payload, created, notifyOrgId: event.orgId };
       if (event.updatedAtFromRecord) {
-        await statements.withRecordUpdatedAt.run(tx, { ...values, marker: `"updated_at":"${RECORD_UPDATED_AT}"`, recordId: event.customerId });
+        await statements.withRecordUpdatedAt.run(tx, Object.assign(values, { marker: `"updated_at":"${RECORD_UPDATED_AT}"`, recordId: event.customerId }));
       } else {
         await statements.asGiven.run(tx, values);
       }
