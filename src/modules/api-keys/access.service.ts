@@ -32,6 +32,12 @@ export function unauthorized(): AppError {
   return new AppError('unauthorized', 401, UNAUTHORIZED_MESSAGE);
 }
 
+/** `map.set`, first dropping the oldest entry when `map` already holds `max`: caches keyed by what clients send stay bounded. */
+function setBounded<K, V>(map: Map<K, V>, max: number, key: K, value: V): void {
+  if (map.size >= max) map.delete(map.keys().next().value!);
+  map.set(key, value);
+}
+
 /** Canonical forms of recently seen client addresses: clients are few, and parsing one costs more than the lookup. */
 const canonicalIps = new Map<string, string | null>();
 const MAX_CANONICAL_IPS = 1_000;
@@ -49,8 +55,7 @@ function canonicalIp(ip: string | undefined): string | null {
     } catch {
       canonical = null;
     }
-    if (canonicalIps.size >= MAX_CANONICAL_IPS) canonicalIps.delete(canonicalIps.keys().next().value!);
-    canonicalIps.set(ip, canonical);
+    setBounded(canonicalIps, MAX_CANONICAL_IPS, ip, canonical);
   }
   return canonical;
 }
@@ -90,9 +95,8 @@ export function createAccessService(deps: { database: Database; defaults: { burs
   function identify(keyHash: string, row: AccessCheckRow): KeyIdentity {
     let identity = known.get(keyHash);
     if (!identity) {
-      if (known.size >= MAX_KNOWN_KEYS) known.delete(known.keys().next().value!);
       identity = { apiKeyId: row.id, orgId: row.org_id, scopes: new Set(row.scopes) };
-      known.set(keyHash, identity);
+      setBounded(known, MAX_KNOWN_KEYS, keyHash, identity);
     }
     return identity;
   }
