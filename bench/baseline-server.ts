@@ -2,6 +2,7 @@
  * The bare baseline: Fastify + pg doing the same SQL as the project's hot paths, with no auth, no
  * validation, no rate limits, no idempotency, no audit and no logging.
  */
+import { randomUUID } from 'node:crypto';
 import Fastify from 'fastify';
 import pg from 'pg';
 
@@ -28,6 +29,78 @@ app.post('/customers', async (request) => {
     [orgId, body.externalId, body.fullName, body.email, body.phone],
   );
   return rows[0];
+});
+
+/**
+ * Not a baseline the issue's targets refer to: a diagnostic that separates the SQL the upsert must run
+ * from the server around it. The project's upsert statements for a changed record, bare: one
+ * transaction with the locking read, the UPDATE, the audit row and the `customer.updated` event (with
+ * its delivery fan-out and NOTIFY), the last three and the COMMIT sent together on a pipelined
+ * connection, as the project sends them. No auth, validation, merge rules, DTOs or logging.
+ */
+const pipelined = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 10, pipeline: true });
+const ISO = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
+const EVENT_SQL = `
+  WITH event AS (
+    INSERT INTO outbox_events (id, org_id, type, customer_id, payload, created_at)
+    VALUES ($1, $2, 'customer.updated', $3, replace($4, '"updated_at":"record.updated_at"',
+        (SELECT '"updated_at":"' || to_char(updated_at AT TIME ZONE 'UTC', ${ISO}) || '"' FROM customers WHERE id = $3)), $5)
+    RETURNING id, org_id, type
+  ),
+  queued AS (
+    INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id)
+    SELECT event.org_id, event.id, endpoint.id
+      FROM event JOIN webhook_endpoints endpoint
+        ON endpoint.org_id = event.org_id AND endpoint.enabled
+       AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types))
+    RETURNING 1
+  )
+  SELECT pg_notify('webhook_deliveries', $2::text) FROM (SELECT 1 FROM queued LIMIT 1) AS anything_queued`;
+
+app.post('/customers/same-statements', async (request, reply) => {
+  const body = request.body as { externalId: string; fullName: string; email: string; phone: string };
+  const client = await pipelined.connect();
+  try {
+    client.query('BEGIN').catch(() => {}); // its failure fails the read behind it
+    const { rows } = await client.query({
+      name: 'lock',
+      text: 'SELECT * FROM customers WHERE org_id = $1 AND external_id = $2 FOR UPDATE',
+      values: [orgId, body.externalId],
+    });
+    const before = rows[0];
+    if (!before) {
+      await client.query('ROLLBACK');
+      return reply.code(404).send({});
+    }
+    const { created_at: _created, updated_at: _updated, org_id: _org, ...snapshot } = before;
+    const after = { ...snapshot, name: body.fullName, email: body.email, phone: body.phone };
+    const socket = (client as unknown as { connection: { stream: { cork(): void; uncork(): void } } }).connection.stream;
+    socket.cork();
+    const update = client.query({
+      name: 'update',
+      text: 'UPDATE customers SET name = $3, email = $4, phone = $5 WHERE org_id = $1 AND id = $2 RETURNING *',
+      values: [orgId, before.id, body.fullName, body.email, body.phone],
+    });
+    const audit = client.query({
+      name: 'audit',
+      text: `INSERT INTO audit_log (org_id, actor_type, actor_id, action, subject_type, subject_id, before, after)
+             VALUES ($1, 'api_key', NULL, 'customer.upserted', 'customer', $2, $3, $4)`,
+      values: [orgId, before.id, JSON.stringify(snapshot), JSON.stringify(after)],
+    });
+    const id = randomUUID();
+    const created = new Date().toISOString();
+    const event = client.query({
+      name: 'event',
+      text: EVENT_SQL,
+      values: [id, orgId, before.id, JSON.stringify({ id, type: 'customer.updated', created, data: { customer: { ...after, updated_at: 'record.updated_at' } } }), created],
+    });
+    const commit = client.query('COMMIT');
+    socket.uncork();
+    const [updated] = await Promise.all([update, audit, event, commit]);
+    return updated.rows[0];
+  } finally {
+    client.release();
+  }
 });
 
 app.get('/customers', async (request) => {
