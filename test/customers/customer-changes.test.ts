@@ -452,4 +452,42 @@ describe('a change sent in one write with its side records and COMMIT', () => {
       expect(response.json().updated_at).toBe((await get(dto.id)).json().updated_at);
     }
   });
+
+  it('when an upsert, a PATCH and a PUT change a record, each answer is the record as stored, though the UPDATE reads back only updated_at', async () => {
+    const body = person({ externalId: 'crm-answer-stored', risk: { isNewCustomer: true } });
+    const dto = await createCustomer(ctx, org, body);
+    const changes = [
+      () => upsert(ctx, org, { ...body, phone: '31', firstName: 'Ada', lastName: 'Lovelace', type: 'SOLE_TRADER', businessName: 'Ada Pty' }),
+      () => patch(dto.id, { fullName: `${body.fullName as string} Jr`, risk: { complexStructure: true } }),
+      () => ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, { key: org.key, body: { service_codes: ['FIN-FX'] } }),
+    ];
+    let previous = dto.updated_at as string;
+    for (const change of changes) {
+      const answer = await change();
+      expect(answer.statusCode, answer.body).toBe(200);
+      const { designated_services: _services, ...shown } = answer.json();
+      expect(shown).toEqual((await get(dto.id)).json());
+      expect(new Date(shown.updated_at).getTime()).toBeGreaterThan(new Date(previous).getTime());
+      previous = shown.updated_at;
+    }
+  });
+
+  it('when updateLocked writes a locked record, it returns the updated_at the database stamped, and undefined for no record', async () => {
+    const dto = await createCustomer(ctx, org, person());
+    const repository = createCustomersRepository(ctx.database.db);
+    const stamped = await ctx.database.transaction(async (tx) => {
+      await repository.findById(org.id, dto.id, tx, { forUpdate: true });
+      return repository.updateLocked(org.id, dto.id, { phone: '41' }, tx);
+    });
+    const stored = await customerRow(ctx, dto.id);
+    expect(stamped).toEqual({ updatedAt: stored.updated_at });
+    expect(stored.phone).toBe('41');
+    expect(stamped!.updatedAt.getTime()).toBeGreaterThan(new Date(dto.updated_at).getTime());
+    // A value Drizzle must render (SQL) takes the statement built per call; it returns the same.
+    const rendered = await repository.updateLocked(org.id, dto.id, { phone: sql`'4' || '2'` } as never);
+    expect(rendered).toEqual({ updatedAt: (await customerRow(ctx, dto.id)).updated_at });
+    expect((await customerRow(ctx, dto.id)).phone).toBe('42');
+    expect(await repository.updateLocked(org.id, '00000000-0000-4000-8000-000000000000', { phone: '43' })).toBeUndefined();
+    expect(await repository.updateLocked(org.id, '00000000-0000-4000-8000-000000000000', { phone: sql`'43'` } as never)).toBeUndefined();
+  });
 });

@@ -36,15 +36,15 @@ export function createCustomerChangeRecorder(db: Executor) {
   const outbox = createOutboxRepository(db);
   return {
     /**
-     * Writes `diff` to `before` through `update` and records the change, without waiting for the
-     * UPDATE's answer: its audit row and event are built from the row it will return (`before` with
-     * `diff`; the event's updated_at, stamped by the database, is read from the record as the event is
-     * written), so the UPDATE, both side records and the COMMIT leave in one write and cost one
-     * round trip. Returns the row the UPDATE returned and its DTO.
+     * Writes `diff` to `before` (read under lock in this transaction) through `update` and records the
+     * change, without waiting for the UPDATE's answer: the row after it is `before` with `diff` and the
+     * updated_at the database stamps, so the audit row and event are built from it (the event's
+     * updated_at is read from the record as the event is written), and the UPDATE, both side records
+     * and the COMMIT leave in one write and cost one round trip. Returns that row and its DTO.
      */
     async writeChange<Dto extends { updated_at: string }>(
       change: { actor: Actor; action: string; before: CustomerRow; diff: Partial<NewCustomerRow>; toDto(row: CustomerRow): Dto; fireUpdated?: boolean },
-      update: () => Promise<CustomerRow>,
+      update: () => Promise<{ updatedAt: Date } | undefined>,
       tx: Executor,
       control: TransactionControl,
     ): Promise<{ row: CustomerRow; dto: Dto }> {
@@ -56,8 +56,10 @@ export function createCustomerChangeRecorder(db: Executor) {
       const recording = this.record(recorded, tx);
       // When the UPDATE fails, the side records fail behind it (the transaction is aborted): its error is the one to report.
       recording.catch(() => {});
-      const row = await updating;
+      const stamped = await updating;
       await recording;
+      if (!stamped) throw new Error(`customer ${change.before.id} vanished under its lock`);
+      const row = Object.assign({}, expected, stamped);
       return { row, dto: change.toDto(row) };
     },
 

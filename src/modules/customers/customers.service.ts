@@ -320,7 +320,7 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
               if (Object.keys(diff).length === 0) return { created: false, customer: toIndividualDto(match.row) };
               const { dto } = await changes.writeChange(
                 { actor: ctx.actor, action: 'customer.upserted', before: match.row, diff, toDto: toIndividualDto },
-                () => repository.update(ctx.orgId, match.row.id, diff, tx),
+                () => repository.updateLocked(ctx.orgId, match.row.id, diff, tx),
                 tx,
                 control,
               );
@@ -378,7 +378,7 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
           if (Object.keys(diff).length === 0) return toIndividualDto(row);
           const { dto } = await changes.writeChange(
             { actor: ctx.actor, action: 'customer.patched', before: row, diff, toDto: toIndividualDto },
-            () => repository.update(ctx.orgId, row.id, diff, tx),
+            () => repository.updateLocked(ctx.orgId, row.id, diff, tx),
             tx,
             control,
           );
@@ -399,7 +399,7 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
         if (Object.keys(diff).length === 0) return { ...toIndividualDto(row), designated_services: row.designatedServices };
         const { row: updated, dto } = await changes.writeChange(
           { actor: ctx.actor, action: 'customer.designated_services_replaced', before: row, diff, toDto: toIndividualDto },
-          () => repository.update(ctx.orgId, row.id, diff, tx),
+          () => repository.updateLocked(ctx.orgId, row.id, diff, tx),
           tx,
           control,
         );
