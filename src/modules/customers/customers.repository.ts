@@ -60,10 +60,18 @@ export function createCustomersRepository(db: Executor) {
   /** What an UPDATE returns: the whole row, or only the updated_at the database stamps itself. */
   type Returned = 'row' | 'stamp';
 
-  /** The UPDATE of exactly these columns, built once per column set (undefined: build it per call). */
-  function updateOf(values: Partial<NewCustomerRow>, returned: Returned): { statement: BuiltOnce; bound: Record<string, unknown> } | undefined {
+  /**
+   * The UPDATE of exactly these columns of record `id`, built once per column set, with its bound
+   * values (undefined: build it per call, with updatePerCall).
+   */
+  function updateOf(
+    orgId: string,
+    id: string,
+    values: Partial<NewCustomerRow>,
+    returned: Returned,
+  ): { statement: BuiltOnce; bound: Record<string, unknown> } | undefined {
     const keys = Object.keys(values).filter((key) => values[key as keyof NewCustomerRow] !== undefined).sort();
-    const bound: Record<string, unknown> = {};
+    const bound: Record<string, unknown> = { $orgId: orgId, $id: id };
     for (const key of keys) {
       const value = values[key as keyof NewCustomerRow];
       if (is(value, SQL) || is(value, Param)) return undefined;
@@ -85,6 +93,9 @@ export function createCustomersRepository(db: Executor) {
     }
     return { statement, bound };
   }
+
+  const updatePerCall = (tx: Executor, orgId: string, id: string, values: Partial<NewCustomerRow>) =>
+    tx.update(customers).set(values).where(and(eq(customers.orgId, orgId), eq(customers.id, id)));
 
   async function firstOf(statement: BuiltOnce, tx: Executor, values: Record<string, unknown>): Promise<CustomerRow | undefined> {
     const { rows } = await statement.run(tx, values);
@@ -142,13 +153,9 @@ export function createCustomersRepository(db: Executor) {
     },
 
     async update(orgId: string, id: string, values: Partial<NewCustomerRow>, tx: Executor = db): Promise<CustomerRow> {
-      const built = updateOf(values, 'row');
-      if (built) return (await firstOf(built.statement, tx, Object.assign(built.bound, { $orgId: orgId, $id: id })))!;
-      const [row] = await tx
-        .update(customers)
-        .set(values)
-        .where(and(eq(customers.orgId, orgId), eq(customers.id, id)))
-        .returning();
+      const built = updateOf(orgId, id, values, 'row');
+      if (built) return (await firstOf(built.statement, tx, built.bound))!;
+      const [row] = await updatePerCall(tx, orgId, id, values).returning();
       return row!;
     },
 
@@ -159,17 +166,13 @@ export function createCustomersRepository(db: Executor) {
      * reading back all 45 columns cost the upsert ~6% of its throughput (bench/README.md).
      */
     async updateLocked(orgId: string, id: string, values: Partial<NewCustomerRow>, tx: Executor = db): Promise<{ updatedAt: Date } | undefined> {
-      const built = updateOf(values, 'stamp');
+      const built = updateOf(orgId, id, values, 'stamp');
       if (built) {
-        const { rows } = await built.statement.run(tx, Object.assign(built.bound, { $orgId: orgId, $id: id }));
+        const { rows } = await built.statement.run(tx, built.bound);
         const stamp = rows[0]?.[0];
         return stamp === undefined ? undefined : { updatedAt: customers.updatedAt.mapFromDriverValue(stamp as string) as Date };
       }
-      const [row] = await tx
-        .update(customers)
-        .set(values)
-        .where(and(eq(customers.orgId, orgId), eq(customers.id, id)))
-        .returning({ updatedAt: customers.updatedAt });
+      const [row] = await updatePerCall(tx, orgId, id, values).returning({ updatedAt: customers.updatedAt });
       return row;
     },
 
