@@ -1,6 +1,7 @@
 import type { AsyncLocalStorage } from 'node:async_hooks';
 import type pg from 'pg';
 import type { LeadingCheck } from './leading-check.js';
+import { StatementBatch, StatementNotRun, type BatchedStatement, type StatementCallback } from './statement-batch.js';
 
 /** The unit of work (a request) the statements of an async context belong to. */
 export type WorkScope = { check: LeadingCheck };
@@ -167,15 +168,35 @@ export class PipelinedPool {
   }
 }
 
+/** A statement's answer, settled by its callback. */
+function deferred(): { promise: Promise<pg.QueryResult>; callback: StatementCallback } {
+  let callback!: StatementCallback;
+  const promise = new Promise<pg.QueryResult>((resolve, reject) => {
+    callback = (error, result) => (error ? reject(error) : resolve(result));
+  });
+  return { promise: quiet(promise), callback };
+}
+
+const typesOf = (client: pg.ClientBase) => (client as unknown as { _types?: unknown })._types;
+/** pg's transaction status from the last ReadyForQuery: 'I' idle, 'T' in a transaction, 'E' in a failed one. */
+const transactionStatusOf = (client: pg.ClientBase) => (client as unknown as { _txStatus?: string | null })._txStatus;
+
 /**
  * A checked-out connection as Drizzle's transactions see it. BEGIN is answered at once and sent with
- * the transaction's first statement; statements queued in one tick share a socket write; the first
- * statement also carries the scope's leading check when it has not been sent yet.
+ * the transaction's first statement, and the statements a `commitAfter` announces are sent with the
+ * COMMIT behind them, each group as one StatementBatch (one Sync, one reply); statements queued in one
+ * tick share a socket write; the first statement also carries the scope's leading check when it has
+ * not been sent yet.
  */
 export class PipelinedConnection {
+  /** BEGIN, held until the transaction's first statement goes out with it. */
+  private beginHeld: BatchedStatement | undefined;
   private begun: Promise<pg.QueryResult> | undefined;
   /** Statements still to come before the COMMIT goes out behind them (see commitAfter). */
   private commitBehind = 0;
+  /** Announced statements held until the last of them, to leave with the COMMIT in one batch. */
+  private held: BatchedStatement[] = [];
+  private sendHeldLater: NodeJS.Immediate | undefined;
   /** The COMMIT sent behind the transaction's last statements, which Drizzle's own COMMIT (or ROLLBACK) then waits for. */
   private committed: Promise<pg.QueryResult> | undefined;
 
@@ -190,43 +211,94 @@ export class PipelinedConnection {
   query(config: QueryConfig, values?: unknown[]): Promise<pg.QueryResult> {
     const text = textOf(config);
     if (COMMIT_STATEMENT.test(text)) return this.committed ? this.committedAhead() : this.commit(config, values);
-    if (ROLLBACK_STATEMENT.test(text)) return this.committed ? this.finishedAhead() : sendQuery(this.client, config, values);
+    if (ROLLBACK_STATEMENT.test(text)) return this.committed ? this.finishedAhead() : this.rollback(config, values);
     if (this.committed) throw new Error('A statement came after the COMMIT that commitAfter sent: the count given was too low');
-    batchWrites(this.client);
-    if (this.carriesCheck) {
-      this.carriesCheck = false;
-      this.check!.sendOn(this.client);
-    }
-    const result = quiet(sendQuery(this.client, this.prepares ? prepared(config, values) : config, values));
     if (BEGIN_STATEMENT.test(text) && this.begun === undefined) {
       // Nothing can follow BEGIN but the transaction's statements, whose answers wait for BEGIN's.
-      this.begun = result;
+      const begin = deferred();
+      this.beginHeld = { config, values, callback: begin.callback };
+      this.begun = begin.promise;
       return Promise.resolve(BEGIN_RESULT);
     }
-    if (this.commitBehind > 0 && (this.commitBehind -= 1) === 0) this.commitNow();
-    return this.after(result);
+    const answer = deferred();
+    const statement = { config: this.prepares ? prepared(config, values) : config, values, callback: answer.callback };
+    if (this.commitBehind > 0) this.hold(statement);
+    else this.send([statement]);
+    return this.after(answer.promise);
   }
 
   release(error?: Error | boolean): void {
+    // A connection must never go back to the pool inside a transaction, even after a failure here.
+    const status = transactionStatusOf(this.client);
+    if (!error && (status === 'T' || status === 'E')) error = new Error('released inside a transaction');
     this.client.release(error);
   }
 
   /**
-   * COMMIT goes out right behind the next `statements` statements, in their socket write, so it costs
-   * no round trip of its own. Counting what is actually sent (not the caller's promises) means a
+   * COMMIT goes out right behind the next `statements` statements, in their batch, so it costs no
+   * round trip of its own. Counting what is actually sent (not the caller's promises) means a
    * statement that never left, or failed to build, leaves the transaction to end as usual.
    */
   commitAfter(statements: number): void {
     if (this.committed === undefined && this.begun !== undefined && statements > 0) this.commitBehind = statements;
   }
 
-  /** Sends the COMMIT asked for by commitAfter, unless the check has not passed: no COMMIT leaves before the verdict. */
-  private commitNow(): void {
-    if (this.check && !this.check.passed) return;
-    this.committed = quiet(sendQuery(this.client, 'COMMIT'));
+  /**
+   * Holds an announced statement until the last of them; the ones queued in this turn of the event
+   * loop are sent at its end anyway, so a caller awaiting one before sending the next never waits on
+   * itself. The last one leaves with the COMMIT, unless the check has not passed: no COMMIT leaves
+   * before the verdict.
+   */
+  private hold(statement: BatchedStatement): void {
+    this.held.push(statement);
+    this.commitBehind -= 1;
+    if (this.commitBehind > 0) {
+      this.sendHeldLater ??= setImmediate(() => this.sendHeld());
+      return;
+    }
+    const statements = this.takeHeld();
+    if (!this.check || this.check.passed) {
+      const commit = deferred();
+      this.committed = commit.promise;
+      statements.push({ config: 'COMMIT', values: undefined, callback: commit.callback });
+    }
+    this.send(statements);
   }
 
-  /** Drizzle's COMMIT after `commitAfter`: fails when PostgreSQL answered the COMMIT with a rollback. */
+  private takeHeld(): BatchedStatement[] {
+    if (this.sendHeldLater) clearImmediate(this.sendHeldLater);
+    this.sendHeldLater = undefined;
+    const statements = this.held;
+    this.held = [];
+    return statements;
+  }
+
+  private sendHeld(): void {
+    const statements = this.takeHeld();
+    if (statements.length > 0) this.send(statements);
+  }
+
+  /** Sends statements in one batch (with BEGIN ahead when it is still held, and the check ahead of all when it rides here). */
+  private send(statements: BatchedStatement[]): void {
+    batchWrites(this.client);
+    if (this.carriesCheck) {
+      this.carriesCheck = false;
+      this.check!.sendOn(this.client);
+    }
+    if (this.beginHeld) {
+      statements.unshift(this.beginHeld);
+      this.beginHeld = undefined;
+    }
+    if (statements.length === 1) {
+      const [{ config, values, callback }] = statements as [BatchedStatement];
+      queryWithCallback(this.client, config, values, callback);
+    } else {
+      // A batch's statements are answered as one: the callbacks come from its own, not from pg's promise (see queryWithCallback).
+      (this.client.query as unknown as (query: StatementBatch) => void).call(this.client, new StatementBatch(statements, typesOf(this.client)));
+    }
+  }
+
+  /** Drizzle's COMMIT after `commitAfter`: fails when the COMMIT sent ahead did not commit. */
   private async committedAhead(): Promise<pg.QueryResult> {
     const result = await this.committed!;
     if (result.command === 'ROLLBACK') throw new Error('The transaction rolled back: a statement sent ahead of its COMMIT failed');
@@ -234,13 +306,14 @@ export class PipelinedConnection {
   }
 
   /**
-   * Drizzle rolls back when the work failed after its COMMIT was sent: that COMMIT has already ended
-   * the transaction (as a rollback, when a statement failed), so there is nothing left to send.
+   * Drizzle rolls back when the work failed after its COMMIT was sent. When that COMMIT ran, it has
+   * ended the transaction (as a rollback, when a statement failed); when a statement ahead of it in
+   * its batch failed, PostgreSQL skipped it and the transaction is still open: it is rolled back here.
    */
   private async finishedAhead(): Promise<pg.QueryResult> {
     return this.committed!.then(
       (result) => result,
-      () => ({ command: 'ROLLBACK', rowCount: null, oid: 0, fields: [], rows: [] }) as unknown as pg.QueryResult,
+      (error: unknown) => (error instanceof StatementNotRun ? sendQuery(this.client, 'ROLLBACK') : ({ command: 'ROLLBACK', rowCount: null, oid: 0, fields: [], rows: [] } as unknown as pg.QueryResult)),
     );
   }
 
@@ -252,11 +325,37 @@ export class PipelinedConnection {
   }
 
   private async commit(config: QueryConfig, values?: unknown[]): Promise<pg.QueryResult> {
+    // Fewer statements came than announced: the ones held go now, and the COMMIT as usual behind them.
+    this.sendHeld();
+    // A transaction that sent nothing has nothing to commit.
+    if (this.beginHeld) return this.endUnsent('COMMIT');
     // The verdict normally came back with the transaction's first statement; COMMIT never leaves
     // before it, so a denied request cannot commit anything.
     if (this.begun) await this.begun;
     if (this.check) await this.check.verdict();
     batchWrites(this.client);
     return sendQuery(this.client, config, values);
+  }
+
+  private rollback(config: QueryConfig, values?: unknown[]): Promise<pg.QueryResult> {
+    // Statements held for a COMMIT batch never left: the transaction ends without them.
+    for (const statement of this.takeHeld()) statement.callback(new Error('The transaction rolled back before this statement was sent'), undefined as unknown as pg.QueryResult);
+    if (this.beginHeld) return this.endUnsent('ROLLBACK');
+    return sendQuery(this.client, config, values);
+  }
+
+  /** Ends a transaction of which nothing was sent, BEGIN included: there is nothing to tell the database. */
+  private async endUnsent(command: 'COMMIT' | 'ROLLBACK'): Promise<pg.QueryResult> {
+    const begin = this.beginHeld!;
+    this.beginHeld = undefined;
+    begin.callback(undefined, BEGIN_RESULT);
+    if (this.carriesCheck) {
+      // The check was to ride with the first statement: it goes alone, and is answered before the
+      // connection goes back to the pool (whoever awaits its verdict gets it).
+      this.carriesCheck = false;
+      this.check!.sendOn(this.client);
+      await this.check!.verdict().catch(() => {});
+    }
+    return { command, rowCount: null, oid: 0, fields: [], rows: [] } as unknown as pg.QueryResult;
   }
 }

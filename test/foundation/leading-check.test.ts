@@ -4,6 +4,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createDatabase, type Database, type LeadingCheck } from '../../src/db/client.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 import { onSocketWrites } from '../helpers/socket-writes.js';
+import { StatementBatch } from '../../src/db/statement-batch.js';
 
 /**
  * The leading check at the database layer (src/db/pipelined-pool.ts, src/db/leading-check.ts):
@@ -37,7 +38,9 @@ beforeAll(async () => {
     const query = client.query.bind(client) as (...args: unknown[]) => unknown;
     (client as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
       const config = args[0] as string | { text?: string };
-      statements.push({ client: id, text: typeof config === 'string' ? config : (config.text ?? '') });
+      // A batch (src/db/statement-batch.ts) hands the connection several statements at once.
+      const texts = config instanceof StatementBatch ? config.statementTexts : [typeof config === 'string' ? config : (config.text ?? '')];
+      for (const text of texts) statements.push({ client: id, text });
       return query(...args);
     };
     onSocketWrites(client, (bytes) => writes.push({ client: id, bytes }));
@@ -82,6 +85,14 @@ const denying = () => () => {
 /** The socket writes whose bytes contain `marker` (statement texts carry distinctive comments). */
 function writesCarrying(marker: string): number[] {
   return writes.flatMap((entry, index) => (entry.bytes.includes(marker) ? [index] : []));
+}
+
+/** Sync messages ('S', length 4) in `bytes`: PostgreSQL sends one reply, and flushes once, per Sync. */
+function syncsIn(bytes: Buffer): number {
+  const sync = Buffer.from([0x53, 0, 0, 0, 4]);
+  let count = 0;
+  for (let at = bytes.indexOf(sync); at !== -1; at = bytes.indexOf(sync, at + 1)) count += 1;
+  return count;
 }
 
 async function labels(table: 'scratch_items' | 'scratch_check_log'): Promise<string[]> {
@@ -262,6 +273,8 @@ describe('transactions on the pipelined pool', () => {
     expect(writesCarrying('lc-insert-10')).toEqual(begins);
     const bytes = writes[begins[0]!]!.bytes.toString('latin1');
     expect(bytes.search(/\bbegin\b/i)).toBeLessThan(bytes.indexOf('lc-insert-10'));
+    // One batch: both are answered in one reply.
+    expect(syncsIn(writes[begins[0]!]!.bytes)).toBe(1);
     expect(await labels('scratch_items')).toContain('first statement of a transaction');
   });
 
@@ -303,6 +316,8 @@ describe('a COMMIT sent behind the transaction\'s last statements (commitAfter)'
     const bytes = writeWith('ca-1c');
     expect(writesCarrying('ca-1b')).toEqual(writesCarrying('ca-1c'));
     expect(bytes.lastIndexOf('COMMIT')).toBeGreaterThan(bytes.indexOf('ca-1c'));
+    // One batch: the two statements and the COMMIT are answered in one reply.
+    expect(syncsIn(writes[writesCarrying('ca-1c')[0]!]!.bytes)).toBe(1);
     // Drizzle's own COMMIT waited for that one instead of sending a second.
     expect(statements.filter((entry) => /^\s*commit\b/i.test(entry.text))).toHaveLength(1);
     expect(await labels('scratch_items')).toEqual(expect.arrayContaining(['ca first', 'ca second', 'ca third']));
@@ -324,6 +339,24 @@ describe('a COMMIT sent behind the transaction\'s last statements (commitAfter)'
     const stored = await labels('scratch_items');
     expect(stored).not.toContain('ca-2 before');
     expect(stored).not.toContain('ca-2 behind the failure');
+  });
+
+  it('when a statement ahead of the COMMIT in its batch fails, PostgreSQL skips that COMMIT, so the transaction is rolled back before its connection goes back to the pool', async () => {
+    const outcome = database.transaction(async (tx, control) => {
+      await tx.execute(sql`INSERT /* ca-6a */ INTO scratch_items (label) VALUES ('ca-6 before')`);
+      control.commitAfter(1);
+      await tx.execute(sql`INSERT /* ca-6b */ INTO scratch_items (label) VALUES (NULL)`);
+    });
+
+    await expect(outcome).rejects.toMatchObject({ cause: { code: '23502' } });
+    expect(statements.filter((entry) => /^\s*rollback\b/i.test(entry.text))).toHaveLength(1);
+    const { rows } = await ctx.database.pool.query(
+      `SELECT count(*)::int AS stuck FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`,
+    );
+    expect(rows[0].stuck).toBe(0);
+    // The pool's connections all work: none was handed back inside the failed transaction.
+    await Promise.all([1, 2, 3, 4].map(() => database.transaction(async (tx) => tx.execute(sql`SELECT 1`))));
+    expect(await labels('scratch_items')).not.toContain('ca-6 before');
   });
 
   it('when fewer statements come than announced, no COMMIT is sent ahead: the transaction commits as usual, in a write of its own', async () => {
@@ -367,6 +400,30 @@ describe('a COMMIT sent behind the transaction\'s last statements (commitAfter)'
     await rejectsWithDenial(outcome);
     expect(writeWith('ca-5a')).not.toMatch(/COMMIT/);
     expect(await labels('scratch_items')).not.toContain('ca-5 under a denied check');
+  });
+});
+
+describe('transactions that send nothing, and connections released inside one', () => {
+  it('when a transaction under a leading check sends no statement, neither BEGIN nor COMMIT is sent, and the check still goes out and is answered', async () => {
+    let judged = false;
+    const check = checkOf('SELECT /* nt-check-1 */ 1 AS ok', passing(() => (judged = true)));
+    const result = await database.withLeadingCheck(check, () => database.transaction(async () => 'nothing to write'));
+
+    expect(result).toBe('nothing to write');
+    expect(judged).toBe(true);
+    await expect(check.verdict()).resolves.toBeUndefined();
+    expect(statements.map((entry) => entry.text)).toEqual(['SELECT /* nt-check-1 */ 1 AS ok']);
+  });
+
+  it('when a connection is released while its transaction is still open, it is closed instead of going back to the pool', async () => {
+    const connection = await database.db.$client.connect();
+    await connection.query('BEGIN');
+    await connection.query({ text: `INSERT /* rl-1 */ INTO scratch_items (label) VALUES ('rl-1 never committed')` });
+    const before = database.pool.totalCount;
+    connection.release();
+
+    expect(database.pool.totalCount).toBe(before - 1);
+    expect(await labels('scratch_items')).not.toContain('rl-1 never committed');
   });
 });
 

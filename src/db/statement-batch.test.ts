@@ -1,0 +1,164 @@
+import pg from 'pg';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createTestContext, type TestContext } from '../../test/helpers/harness.js';
+import { onSocketWrites } from '../../test/helpers/socket-writes.js';
+import { StatementBatch, StatementNotRun, type BatchedStatement } from './statement-batch.js';
+
+let ctx: TestContext;
+let client: pg.Client;
+let writes: Buffer[];
+
+beforeAll(async () => {
+  ctx = await createTestContext();
+  await ctx.database.pool.query('CREATE TABLE batch_items (id serial PRIMARY KEY, label text NOT NULL)');
+  // A pipelined client, as the project's pool makes them (a batch is refused on no other kind by design of pg).
+  client = new pg.Client({ connectionString: ctx.databaseUrl, pipeline: true } as pg.ClientConfig);
+  await client.connect();
+  onSocketWrites(client, (bytes) => writes.push(bytes));
+});
+afterAll(async () => {
+  await client?.end();
+  await ctx?.close();
+});
+beforeEach(() => {
+  writes = [];
+});
+
+type Outcome = { result?: pg.QueryResult; error?: Error };
+
+/** Sends `statements` as one batch; resolves once every statement's callback has been called. */
+function sendBatch(statements: Array<Omit<BatchedStatement, 'callback'>>): Promise<Outcome[]> {
+  return new Promise((resolve) => {
+    const outcomes: Outcome[] = [];
+    let pending = statements.length;
+    const batch = new StatementBatch(
+      statements.map((statement, index) => ({
+        ...statement,
+        callback: (error, result) => {
+          outcomes[index] = error ? { error } : { result };
+          if ((pending -= 1) === 0) resolve(outcomes);
+        },
+      })),
+    );
+    (client.query as unknown as (query: StatementBatch) => void).call(client, batch);
+  });
+}
+
+/** Sync messages ('S', length 4) in the bytes written since the test began: one per reply PostgreSQL sends. */
+function syncsWritten(): number {
+  const all = Buffer.concat(writes);
+  const sync = Buffer.from([0x53, 0, 0, 0, 4]);
+  let count = 0;
+  for (let at = all.indexOf(sync); at !== -1; at = all.indexOf(sync, at + 1)) count += 1;
+  return count;
+}
+
+async function labels(): Promise<string[]> {
+  const { rows } = await ctx.database.pool.query<{ label: string }>('SELECT label FROM batch_items ORDER BY id');
+  return rows.map((row) => row.label);
+}
+
+describe('statements sent as one batch (src/db/statement-batch.ts)', () => {
+  it('when statements share a batch, they leave with one Sync and each gets its own result, in its own row mode', async () => {
+    const [asObjects, asArrays, inserted] = await sendBatch([
+      { config: { text: 'SELECT 1::int AS one, $1::text AS label', values: ['objects'] }, values: undefined },
+      { config: { text: 'SELECT 2::int8 AS two, now() AS at', rowMode: 'array' } as pg.QueryConfig, values: undefined },
+      { config: { text: 'INSERT INTO batch_items (label) VALUES ($1) RETURNING label', name: 'batch_insert_1' }, values: ['batched'] },
+    ]);
+
+    expect(syncsWritten()).toBe(1);
+    expect(asObjects!.result!.rows).toEqual([{ one: 1, label: 'objects' }]);
+    expect(asArrays!.result!.rows).toEqual([[2, expect.any(Date)]]);
+    expect(inserted!.result!.command).toBe('INSERT');
+    expect(inserted!.result!.rows).toEqual([{ label: 'batched' }]);
+    expect(await labels()).toContain('batched');
+  });
+
+  it('when the last statement of a batch is answered, the connection already shows the transaction status the batch ended in', async () => {
+    const status = () => (client as unknown as { _txStatus: string })._txStatus;
+    const seen: string[] = [];
+    await new Promise<void>((resolve, reject) => {
+      const batch = new StatementBatch([
+        { config: 'BEGIN', values: undefined, callback: () => seen.push(`begin:${status()}`) },
+        { config: 'SELECT 1', values: undefined, callback: (error) => (error ? reject(error) : (seen.push(`last:${status()}`), resolve())) },
+      ]);
+      (client.query as unknown as (query: StatementBatch) => void).call(client, batch);
+    });
+    await client.query('ROLLBACK');
+
+    // BEGIN is answered mid-batch, before the batch's ReadyForQuery; the last statement after it.
+    expect(seen).toEqual(['begin:I', 'last:T']);
+  });
+
+  it('when a statement fails, those ahead keep their results, it gets PostgreSQL\'s error, and those behind it fail with StatementNotRun without running', async () => {
+    const [ahead, failing, behind] = await sendBatch([
+      { config: 'SELECT 41 + 1 AS answer', values: undefined },
+      { config: { text: 'INSERT INTO batch_items (label) VALUES ($1)' }, values: [null] },
+      { config: { text: 'INSERT INTO batch_items (label) VALUES ($1)' }, values: ['behind the failure'] },
+    ]);
+
+    expect(ahead!.result!.rows).toEqual([{ answer: 42 }]);
+    expect(failing!.error).toMatchObject({ code: '23502' });
+    expect(behind!.error).toBeInstanceOf(StatementNotRun);
+    expect((behind!.error as StatementNotRun).cause).toBe(failing!.error);
+    expect(await labels()).not.toContain('behind the failure');
+    // The connection is usable, and idle: the failure ended the batch's implicit transaction.
+    expect((await client.query('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
+    expect((client as unknown as { _txStatus: string })._txStatus).toBe('I');
+  });
+
+  it('when a named statement failed to parse, or sat behind a failure, the next batch parses it again instead of binding a statement PostgreSQL does not have', async () => {
+    const first = await sendBatch([
+      { config: { text: 'SELEC broken', name: 'batch_broken_2' }, values: undefined },
+      { config: { text: 'SELECT $1::int + 1 AS next', name: 'batch_behind_2' }, values: [1] },
+    ]);
+    expect(first[0]!.error).toMatchObject({ code: '42601' });
+    expect(first[1]!.error).toBeInstanceOf(StatementNotRun);
+
+    const again = await sendBatch([
+      { config: { text: 'SELECT $1::int + 1 AS next', name: 'batch_behind_2' }, values: [2] },
+      { config: 'SELECT 1 AS ok', values: undefined },
+    ]);
+    expect(again[0]!.result!.rows).toEqual([{ next: 3 }]);
+    // The statement that failed to parse is not taken for parsed either: its name can be parsed anew.
+    const [fixed] = await sendBatch([
+      { config: { text: 'SELECT 7 AS seven', name: 'batch_broken_2' }, values: undefined },
+      { config: 'SELECT 1 AS ok', values: undefined },
+    ]);
+    expect(fixed!.result!.rows).toEqual([{ seven: 7 }]);
+  });
+
+  it('when a named statement was parsed and then failed to run, the next batch binds it again without re-parsing it', async () => {
+    const first = await sendBatch([
+      { config: { text: 'SELECT 1 / $1::int AS quotient', name: 'batch_divide_3' }, values: [0] },
+      { config: 'SELECT 1 AS ok', values: undefined },
+    ]);
+    expect(first[0]!.error).toMatchObject({ code: '22012' });
+    writes = [];
+
+    const again = await sendBatch([
+      { config: { text: 'SELECT 1 / $1::int AS quotient', name: 'batch_divide_3' }, values: [1] },
+      { config: 'SELECT 2 AS ok', values: undefined },
+    ]);
+    expect(again[0]!.result!.rows).toEqual([{ quotient: 1 }]);
+    expect(Buffer.concat(writes).includes('SELECT 1 / $1')).toBe(false);
+  });
+
+  it('when a value cannot be encoded, no statement of the batch is written and every one of them fails', async () => {
+    const unencodable = {
+      toPostgres() {
+        throw new Error('cannot encode this value');
+      },
+    };
+    const outcomes = await sendBatch([
+      { config: { text: 'INSERT INTO batch_items (label) VALUES ($1)' }, values: ['ahead of a bad value'] },
+      { config: { text: 'INSERT INTO batch_items (label) VALUES ($1)' }, values: [unencodable] },
+    ]);
+
+    expect(outcomes[0]!.error?.message).toBe('cannot encode this value');
+    expect(outcomes[1]!.error).toBeInstanceOf(StatementNotRun);
+    expect(writes).toEqual([]);
+    expect(await labels()).not.toContain('ahead of a bad value');
+    expect((await client.query('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
+  });
+});
