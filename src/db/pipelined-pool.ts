@@ -14,7 +14,8 @@ type QueryConfig = string | pg.QueryConfig;
 const READ_STATEMENT = /^\s*select\b/i;
 const BEGIN_STATEMENT = /^\s*begin\b/i;
 const COMMIT_STATEMENT = /^\s*commit\b/i;
-const ROLLBACK_STATEMENT = /^\s*rollback\b/i;
+// The transaction's own ROLLBACK; `ROLLBACK TO SAVEPOINT` (a nested transaction's) is an ordinary statement.
+const ROLLBACK_STATEMENT = /^\s*rollback\s*;?\s*$/i;
 /** What Drizzle gets back for a BEGIN that is still on its way (it never reads it). */
 const BEGIN_RESULT = { command: 'BEGIN', rowCount: null, oid: 0, fields: [], rows: [] } as unknown as pg.QueryResult;
 
@@ -199,6 +200,8 @@ export class PipelinedConnection {
   private sendHeldLater: NodeJS.Immediate | undefined;
   /** The COMMIT sent behind the transaction's last statements, which Drizzle's own COMMIT (or ROLLBACK) then waits for. */
   private committed: Promise<pg.QueryResult> | undefined;
+  /** Drizzle is ending the transaction (COMMIT or ROLLBACK): a statement now would run outside it, or on a connection serving someone else. */
+  private ending = false;
 
   constructor(
     private readonly client: pg.PoolClient,
@@ -210,8 +213,15 @@ export class PipelinedConnection {
 
   query(config: QueryConfig, values?: unknown[]): Promise<pg.QueryResult> {
     const text = textOf(config);
-    if (COMMIT_STATEMENT.test(text)) return this.committed ? this.committedAhead() : this.commit(config, values);
-    if (ROLLBACK_STATEMENT.test(text)) return this.committed ? this.finishedAhead() : this.rollback(config, values);
+    if (COMMIT_STATEMENT.test(text)) {
+      this.ending = true;
+      return this.committed ? this.committedAhead() : this.commit(config, values);
+    }
+    if (ROLLBACK_STATEMENT.test(text)) {
+      this.ending = true;
+      return this.committed ? this.finishedAhead() : this.rollback(config, values);
+    }
+    if (this.ending) return Promise.reject(new Error('A statement came after its transaction ended: it would run outside it'));
     if (this.committed) throw new Error('A statement came after the COMMIT that commitAfter sent: the count given was too low');
     if (BEGIN_STATEMENT.test(text) && this.begun === undefined) {
       // Nothing can follow BEGIN but the transaction's statements, whose answers wait for BEGIN's.

@@ -370,6 +370,43 @@ describe('a COMMIT sent behind the transaction\'s last statements (commitAfter)'
     expect(await labels('scratch_items')).toContain('ca-3 only');
   });
 
+  it('when the work fails before the last announced statement, the statements held for the COMMIT are never sent and the transaction rolls back', async () => {
+    let held: Promise<unknown> | undefined;
+    const outcome = database.transaction(async (tx, control) => {
+      await tx.execute(sql`INSERT /* ca-7a */ INTO scratch_items (label) VALUES ('ca-7 before')`);
+      control.commitAfter(2);
+      // Once: Drizzle runs a statement again each time its result is asked for.
+      held = Promise.resolve(tx.execute(sql`INSERT /* ca-7b */ INTO scratch_items (label) VALUES ('ca-7 held')`));
+      held.catch(() => {});
+      // Drizzle sends a statement a few promise turns after it is asked for: let it reach the
+      // connection, where it is held (held statements go out only at the end of the event loop's turn).
+      for (let turn = 0; turn < 20; turn += 1) await Promise.resolve();
+      throw new Error('the work fails before its last statement');
+    });
+
+    await expect(outcome).rejects.toThrow('the work fails before its last statement');
+    await expect(held).rejects.toMatchObject({ cause: { message: expect.stringMatching(/rolled back before this statement was sent/) } });
+    expect(writesCarrying('ca-7b')).toEqual([]);
+    const stored = await labels('scratch_items');
+    expect(stored).not.toContain('ca-7 before');
+    expect(stored).not.toContain('ca-7 held');
+  });
+
+  it('when a statement comes after its transaction ended, it is refused instead of running outside the transaction', async () => {
+    let late: Promise<unknown> | undefined;
+    await database.transaction(async (tx) => {
+      await tx.execute(sql`INSERT /* ca-8a */ INTO scratch_items (label) VALUES ('ca-8 inside')`);
+      // Not awaited by the work: Drizzle sends it once the transaction has committed.
+      late = new Promise((resolve) => setImmediate(resolve)).then(() => tx.execute(sql`INSERT /* ca-8b */ INTO scratch_items (label) VALUES ('ca-8 late')`));
+      late.catch(() => {});
+    });
+
+    await expect(late).rejects.toMatchObject({ cause: { message: expect.stringMatching(/after its transaction ended/) } });
+    const stored = await labels('scratch_items');
+    expect(stored).toContain('ca-8 inside');
+    expect(stored).not.toContain('ca-8 late');
+  });
+
   it('when the work joined a transaction an outer scope opened, it sends no COMMIT ahead: the outer scope\'s failure still rolls its writes back', async () => {
     const outcome = database.transaction(async (outer) => {
       await outer.execute(sql`INSERT /* ca-4a */ INTO scratch_items (label) VALUES ('ca-4 outer')`);
