@@ -16,8 +16,10 @@ const BEGIN_STATEMENT = /^\s*begin\b/i;
 const COMMIT_STATEMENT = /^\s*commit\b/i;
 // The transaction's own ROLLBACK; `ROLLBACK TO SAVEPOINT` (a nested transaction's) is an ordinary statement.
 const ROLLBACK_STATEMENT = /^\s*rollback\s*;?\s*$/i;
-/** What Drizzle gets back for a BEGIN that is still on its way (it never reads it). */
-const BEGIN_RESULT = { command: 'BEGIN', rowCount: null, oid: 0, fields: [], rows: [] } as unknown as pg.QueryResult;
+/** A result answered here instead of by the database (Drizzle never reads a transaction statement's). */
+const localResult = (command: 'BEGIN' | 'COMMIT' | 'ROLLBACK') => ({ command, rowCount: null, oid: 0, fields: [], rows: [] }) as unknown as pg.QueryResult;
+/** What Drizzle gets back for a BEGIN that is still on its way. */
+const BEGIN_RESULT = localResult('BEGIN');
 
 type QueryWithCallback = (config: QueryConfig, values: unknown[] | undefined, callback: (error: Error | undefined, result: pg.QueryResult) => void) => void;
 
@@ -86,7 +88,18 @@ export function queryWithCallback(
 
 /** `queryWithCallback` as a promise of our own. */
 export function sendQuery(on: pg.ClientBase | pg.Pool, config: QueryConfig, values?: unknown[]): Promise<pg.QueryResult> {
-  return new Promise((resolve, reject) => queryWithCallback(on, config, values, (error, result) => (error ? reject(error) : resolve(result))));
+  const answer = answerOf();
+  queryWithCallback(on, config, values, answer.callback);
+  return answer.promise;
+}
+
+/** A statement's answer as a promise, settled by the callback pg (or a batch) calls. */
+function answerOf(): { promise: Promise<pg.QueryResult>; callback: StatementCallback } {
+  let callback!: StatementCallback;
+  const promise = new Promise<pg.QueryResult>((resolve, reject) => {
+    callback = (error, result) => (error ? reject(error) : resolve(result));
+  });
+  return { promise, callback };
 }
 
 /** `pool.connect()` through its callback (see queryWithCallback). */
@@ -169,13 +182,11 @@ export class PipelinedPool {
   }
 }
 
-/** A statement's answer, settled by its callback. */
-function deferred(): { promise: Promise<pg.QueryResult>; callback: StatementCallback } {
-  let callback!: StatementCallback;
-  const promise = new Promise<pg.QueryResult>((resolve, reject) => {
-    callback = (error, result) => (error ? reject(error) : resolve(result));
-  });
-  return { promise: quiet(promise), callback };
+/** An answer awaited later, or never when the work fails first: its rejection must not crash the process. */
+function quietAnswer(): { promise: Promise<pg.QueryResult>; callback: StatementCallback } {
+  const answer = answerOf();
+  quiet(answer.promise);
+  return answer;
 }
 
 const typesOf = (client: pg.ClientBase) => (client as unknown as { _types?: unknown })._types;
@@ -225,12 +236,12 @@ export class PipelinedConnection {
     if (this.committed) throw new Error('A statement came after the COMMIT that commitAfter sent: the count given was too low');
     if (BEGIN_STATEMENT.test(text) && this.begun === undefined) {
       // Nothing can follow BEGIN but the transaction's statements, whose answers wait for BEGIN's.
-      const begin = deferred();
+      const begin = quietAnswer();
       this.beginHeld = { config, values, callback: begin.callback };
       this.begun = begin.promise;
       return Promise.resolve(BEGIN_RESULT);
     }
-    const answer = deferred();
+    const answer = quietAnswer();
     const statement = { config: this.prepares ? prepared(config, values) : config, values, callback: answer.callback };
     if (this.commitBehind > 0) this.hold(statement);
     else this.send([statement]);
@@ -268,7 +279,7 @@ export class PipelinedConnection {
     }
     const statements = this.takeHeld();
     if (!this.check || this.check.passed) {
-      const commit = deferred();
+      const commit = quietAnswer();
       this.committed = commit.promise;
       statements.push({ config: 'COMMIT', values: undefined, callback: commit.callback });
     }
@@ -323,7 +334,7 @@ export class PipelinedConnection {
   private async finishedAhead(): Promise<pg.QueryResult> {
     return this.committed!.then(
       (result) => result,
-      (error: unknown) => (error instanceof StatementNotRun ? sendQuery(this.client, 'ROLLBACK') : ({ command: 'ROLLBACK', rowCount: null, oid: 0, fields: [], rows: [] } as unknown as pg.QueryResult)),
+      (error: unknown) => (error instanceof StatementNotRun ? sendQuery(this.client, 'ROLLBACK') : localResult('ROLLBACK')),
     );
   }
 
@@ -366,6 +377,6 @@ export class PipelinedConnection {
       this.check!.sendOn(this.client);
       await this.check!.verdict().catch(() => {});
     }
-    return { command, rowCount: null, oid: 0, fields: [], rows: [] } as unknown as pg.QueryResult;
+    return localResult(command);
   }
 }

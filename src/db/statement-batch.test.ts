@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext } from '../../test/helpers/harness.js';
-import { onSocketWrites } from '../../test/helpers/socket-writes.js';
+import { onSocketWrites, syncsIn } from '../../test/helpers/socket-writes.js';
 import { StatementBatch, StatementNotRun, type BatchedStatement } from './statement-batch.js';
 
 let ctx: TestContext;
@@ -44,15 +44,6 @@ function sendBatch(statements: Array<Omit<BatchedStatement, 'callback'>>): Promi
   });
 }
 
-/** Sync messages ('S', length 4) in the bytes written since the test began: one per reply PostgreSQL sends. */
-function syncsWritten(): number {
-  const all = Buffer.concat(writes);
-  const sync = Buffer.from([0x53, 0, 0, 0, 4]);
-  let count = 0;
-  for (let at = all.indexOf(sync); at !== -1; at = all.indexOf(sync, at + 1)) count += 1;
-  return count;
-}
-
 async function labels(): Promise<string[]> {
   const { rows } = await ctx.database.pool.query<{ label: string }>('SELECT label FROM batch_items ORDER BY id');
   return rows.map((row) => row.label);
@@ -66,7 +57,7 @@ describe('statements sent as one batch (src/db/statement-batch.ts)', () => {
       { config: { text: 'INSERT INTO batch_items (label) VALUES ($1) RETURNING label', name: 'batch_insert_1' }, values: ['batched'] },
     ]);
 
-    expect(syncsWritten()).toBe(1);
+    expect(syncsIn(Buffer.concat(writes))).toBe(1);
     expect(asObjects!.result!.rows).toEqual([{ one: 1, label: 'objects' }]);
     expect(asArrays!.result!.rows).toEqual([[2, expect.any(Date)]]);
     expect(inserted!.result!.command).toBe('INSERT');

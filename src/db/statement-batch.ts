@@ -45,15 +45,15 @@ export class StatementNotRun extends Error {
   }
 }
 
-const isKnown = (connection: WireConnection, name: string) =>
-  connection.parsedStatements[name] !== undefined || connection.submittedNamedStatements[name] !== undefined;
+/** The text a named statement was parsed (or sent to be parsed) with on this connection, if any. */
+const knownText = (connection: WireConnection, name: string) => connection.parsedStatements[name] ?? connection.submittedNamedStatements[name];
 
 /**
  * Statements sent with one Sync instead of one each: PostgreSQL answers them all in one flush, and
  * the client reads them as one reply instead of a ReadyForQuery (a wake-up, a callback) per
- * statement. A diagnostic run of the upsert's statements measured ~30 µs less server CPU and ~10%
- * more upserts/s (docs/decisions.md). Each statement still gets its own result, parsed by its own
- * pg `Query`, and its own callback.
+ * statement. A bare server running the upsert's statements gained ~10% upserts/s from it; the
+ * project, 0–3% (docs/decisions.md). Each statement still gets its own result, parsed by its own pg
+ * `Query`, and its own callback.
  *
  * The catch is the protocol's: after a statement fails, PostgreSQL skips everything up to the Sync,
  * so the statements behind it fail with `StatementNotRun`. That is only safe where their failure is
@@ -112,14 +112,14 @@ export class StatementBatch extends (pg.Query as unknown as new (config: QueryCo
       return error as Error;
     }
     for (const { name, text } of this.statements) {
-      const previous = name === undefined ? undefined : (connection.parsedStatements[name] ?? connection.submittedNamedStatements[name]);
+      const previous = name === undefined ? undefined : knownText(connection, name);
       if (previous !== undefined && previous !== text) return new Error(`Prepared statements must be unique - '${name}' was used for a different statement`);
     }
     connection.stream.cork?.();
     try {
       this.statements.forEach((statement, index) => {
         const { name } = statement;
-        if (!name || !isKnown(connection, name)) {
+        if (!name || knownText(connection, name) === undefined) {
           connection.parse({ text: statement.text, name, types: statement.types });
           if (name) {
             connection.submittedNamedStatements[name] = statement.text;

@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createDatabase, type Database, type LeadingCheck } from '../../src/db/client.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
-import { onSocketWrites } from '../helpers/socket-writes.js';
+import { onSocketWrites, syncsIn } from '../helpers/socket-writes.js';
 import { StatementBatch } from '../../src/db/statement-batch.js';
 
 /**
@@ -85,14 +85,6 @@ const denying = () => () => {
 /** The socket writes whose bytes contain `marker` (statement texts carry distinctive comments). */
 function writesCarrying(marker: string): number[] {
   return writes.flatMap((entry, index) => (entry.bytes.includes(marker) ? [index] : []));
-}
-
-/** Sync messages ('S', length 4) in `bytes`: PostgreSQL sends one reply, and flushes once, per Sync. */
-function syncsIn(bytes: Buffer): number {
-  const sync = Buffer.from([0x53, 0, 0, 0, 4]);
-  let count = 0;
-  for (let at = bytes.indexOf(sync); at !== -1; at = bytes.indexOf(sync, at + 1)) count += 1;
-  return count;
 }
 
 async function labels(table: 'scratch_items' | 'scratch_check_log'): Promise<string[]> {

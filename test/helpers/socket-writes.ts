@@ -17,3 +17,11 @@ export function onSocketWrites(client: pg.ClientBase, onWrite: (bytes: Buffer) =
     return writev(chunks, callback);
   };
 }
+
+/** Sync messages ('S', length 4) in `bytes`: PostgreSQL sends one reply, and flushes once, per Sync. */
+export function syncsIn(bytes: Buffer): number {
+  const sync = Buffer.from([0x53, 0, 0, 0, 4]);
+  let count = 0;
+  for (let at = bytes.indexOf(sync); at !== -1; at = bytes.indexOf(sync, at + 1)) count += 1;
+  return count;
+}
