@@ -46,7 +46,7 @@ export type Database = {
    * A check whose statement rides ahead of the first statement of the work it is given to
    * (`withLeadingCheck`); `judge` turns its result into a verdict (throwing the denial).
    */
-  leadingCheck(statement: pg.QueryConfig, judge: (result: pg.QueryResult) => void): LeadingCheck;
+  leadingCheck(statement: pg.QueryConfig, judge: (result: pg.QueryResult) => void | Promise<void>, readOnly?: boolean): LeadingCheck;
   /** Runs `work` so that its statements carry `check` and none of their results outruns it. */
   withLeadingCheck<T>(check: LeadingCheck, work: () => T): T;
   close(): Promise<void>;
@@ -94,8 +94,8 @@ export function createDatabase(connectionString: string, options: { poolSize?: n
     current() {
       return ambient.getStore()?.tx ?? db;
     },
-    leadingCheck(statement, judge) {
-      return new LeadingCheck(statement, judge, pool);
+    leadingCheck(statement, judge, readOnly) {
+      return new LeadingCheck(statement, judge, pool, readOnly);
     },
     withLeadingCheck(check, work) {
       return scopes.run({ check }, work);

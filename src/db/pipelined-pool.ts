@@ -102,6 +102,13 @@ function answerOf(): { promise: Promise<pg.QueryResult>; callback: StatementCall
   return { promise, callback };
 }
 
+const typesOf = (client: pg.ClientBase) => (client as unknown as { _types?: unknown })._types;
+
+/** Statements in one StatementBatch (one Sync); each answers through its own callback, not a promise pg makes (see queryWithCallback). */
+function sendBatch(client: pg.ClientBase, statements: BatchedStatement[]): void {
+  (client.query as unknown as (query: StatementBatch) => void).call(client, new StatementBatch(statements, typesOf(client)));
+}
+
 /** `pool.connect()` through its callback (see queryWithCallback). */
 function checkOut(pool: pg.Pool): Promise<pg.PoolClient> {
   return new Promise((resolve, reject) => pool.connect((error, client) => (error ? reject(error) : resolve(client!))));
@@ -121,6 +128,9 @@ function quiet<T>(promise: Promise<T>): Promise<T> {
  * 2. Outside a transaction, only a read may be sent ahead of the verdict; any other statement waits.
  * 3. Inside a transaction, COMMIT is sent only after the check has passed, so nothing written
  *    ahead of the verdict can outlive a denial.
+ * 4. A check that writes (it leases rate-limit tokens) has a Sync of its own, so its writes commit
+ *    whatever becomes of the work; a read-only one shares the Sync of the statements it rides with
+ *    (inside a transaction, it runs in it).
  *
  * Its class name must contain "Pool": Drizzle opens transactions on pools with `connect()`.
  */
@@ -139,9 +149,18 @@ export class PipelinedPool {
       return this.pool.query(config as pg.QueryConfig, values);
     }
     const client = await this.connectOrAbandon(check);
+    let answer: Promise<pg.QueryResult>;
     try {
-      batchWrites(client);
-      check.sendOn(client);
+      if (check.readOnly) {
+        // A check that writes nothing shares the read's Sync: one reply, one flush.
+        const read = answerOf();
+        sendBatch(client, [check.batched(), { config, values, callback: read.callback }]);
+        answer = read.promise;
+      } else {
+        batchWrites(client);
+        check.sendOn(client);
+        answer = sendQuery(client, config, values);
+      }
     } catch (error) {
       client.release();
       throw error;
@@ -149,7 +168,7 @@ export class PipelinedPool {
     // The check's answer comes first on this connection, so its verdict is normally in when the
     // statement's answer arrives; either way no result is released before it, and a denial wins
     // over the statement's own failure.
-    return sendQuery(client, config, values).then(
+    return answer.then(
       (result) => {
         client.release();
         return check.passed ? result : check.verdict().then(() => result);
@@ -189,7 +208,6 @@ function quietAnswer(): { promise: Promise<pg.QueryResult>; callback: StatementC
   return answer;
 }
 
-const typesOf = (client: pg.ClientBase) => (client as unknown as { _types?: unknown })._types;
 /** pg's transaction status from the last ReadyForQuery: 'I' idle, 'T' in a transaction, 'E' in a failed one. */
 const transactionStatusOf = (client: pg.ClientBase) => (client as unknown as { _txStatus?: string | null })._txStatus;
 
@@ -299,12 +317,15 @@ export class PipelinedConnection {
     if (statements.length > 0) this.send(statements);
   }
 
-  /** Sends statements in one batch (with BEGIN ahead when it is still held, and the check ahead of all when it rides here). */
+  /** Sends statements in one batch (with BEGIN ahead when it is still held, and the check when it rides here). */
   private send(statements: BatchedStatement[]): void {
     batchWrites(this.client);
     if (this.carriesCheck) {
       this.carriesCheck = false;
-      this.check!.sendOn(this.client);
+      // A check that writes nothing joins the batch, inside the transaction (behind BEGIN); one that
+      // writes (a rate-limit lease) keeps a Sync of its own ahead, so its writes commit on their own.
+      if (this.check!.readOnly) statements.unshift(this.check!.batched());
+      else this.check!.sendOn(this.client);
     }
     if (this.beginHeld) {
       statements.unshift(this.beginHeld);
@@ -314,8 +335,7 @@ export class PipelinedConnection {
       const [{ config, values, callback }] = statements as [BatchedStatement];
       queryWithCallback(this.client, config, values, callback);
     } else {
-      // A batch's statements are answered as one: the callbacks come from its own, not from pg's promise (see queryWithCallback).
-      (this.client.query as unknown as (query: StatementBatch) => void).call(this.client, new StatementBatch(statements, typesOf(this.client)));
+      sendBatch(this.client, statements);
     }
   }
 

@@ -61,8 +61,8 @@ export async function confirmedAuth(request: FastifyRequest): Promise<AuthContex
  */
 export const authPlugin = fp(
   async (app: FastifyInstance, options: { defaults: { burst: number; daily: number } }) => {
-    const { database } = app.deps;
-    const access = createAccessService({ database, defaults: options.defaults });
+    const { database, clock } = app.deps;
+    const access = createAccessService({ database, defaults: options.defaults, clock });
     app.decorateRequest('auth', null as unknown as AuthContext);
     app.decorateRequest('accessCheck', null);
 
@@ -106,15 +106,22 @@ export const authPlugin = fp(
       request.auth = { apiKeyId: identity.apiKeyId, orgId: identity.orgId, scopes: identity.scopes, features: UNCHECKED_FEATURES };
       bindLogContext(request.log, identity);
       const pending = access.pendingCheck(keyHash, request.ip);
-      return database.leadingCheck(pending.statement, (result) => {
-        let grant: AccessGrant;
-        try {
-          grant = pending.judge(result);
-        } catch (error) {
-          refuse(request, reply, error);
-        }
-        admit(request, reply, grant);
-      });
+      return database.leadingCheck(
+        pending.statement,
+        (result) => {
+          let verdict: AccessGrant | Promise<AccessGrant>;
+          try {
+            verdict = pending.judge(result);
+          } catch (error) {
+            refuse(request, reply, error);
+          }
+          if (verdict instanceof Promise) {
+            return verdict.then((grant) => admit(request, reply, grant), (error: unknown) => refuse(request, reply, error));
+          }
+          admit(request, reply, verdict);
+        },
+        pending.readOnly,
+      );
     }
 
     // Callback hooks: a known key's request goes on without a promise or a round trip.

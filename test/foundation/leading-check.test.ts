@@ -60,6 +60,11 @@ function checkOf(text: string, judge: (result: pg.QueryResult) => void): Leading
   return database.leadingCheck({ text }, judge);
 }
 
+/** A check whose statement writes nothing: it shares its Sync, and its transaction, with the work's first statements. */
+function readOnlyCheckOf(text: string, judge: (result: pg.QueryResult) => void | Promise<void>): LeadingCheck {
+  return database.leadingCheck({ text }, judge, true);
+}
+
 /** The denial a statement rejected with (Drizzle wraps driver errors as "Failed query: …", the original in `cause`). */
 function isDenial(error: unknown): boolean {
   for (let current = error, depth = 0; current && depth < 5; depth += 1) {
@@ -504,5 +509,102 @@ describe('when the database cannot be reached', () => {
     } finally {
       await unreachable.close();
     }
+  });
+});
+
+describe('a read-only leading check (it writes nothing)', () => {
+  it('when it leads a read outside a transaction, the check and the read leave in one socket write with one Sync, and the read\'s rows arrive only after a passing verdict', async () => {
+    const events: string[] = [];
+    const check = readOnlyCheckOf('SELECT /* ro-check-1 */ 1 AS ok', passing(() => events.push('verdict')));
+
+    const rows = await database.withLeadingCheck(check, async () => {
+      const result = await database.db.execute(sql`SELECT /* ro-read-1 */ label FROM scratch_items ORDER BY id LIMIT 1`);
+      events.push(`read resolved, check passed: ${check.passed}`);
+      return result.rows;
+    });
+
+    expect(rows).toEqual([{ label: 'seeded' }]);
+    expect(events).toEqual(['verdict', 'read resolved, check passed: true']);
+    const withCheck = writesCarrying('ro-check-1');
+    expect(withCheck).toHaveLength(1);
+    expect(writesCarrying('ro-read-1')).toEqual(withCheck);
+    expect(syncsIn(writes[withCheck[0]!]!.bytes)).toBe(1);
+  });
+
+  it('when it denies ahead of a read outside a transaction, the read rejects with the denial and its rows are never handed out', async () => {
+    const check = readOnlyCheckOf('SELECT /* ro-check-2 */ 1 AS ok', denying());
+    let released: unknown = 'nothing';
+    const outcome = database.withLeadingCheck(check, async () => {
+      released = await database.db.execute(sql`SELECT /* ro-read-2 */ label FROM scratch_items`);
+    });
+    await rejectsWithDenial(outcome);
+    expect(released).toBe('nothing');
+  });
+
+  it('when its statement fails, the read sharing its Sync rejects with the check\'s error, not a bare "not run"', async () => {
+    const check = readOnlyCheckOf('SELECT /* ro-check-3 */ 1 / 0 AS ok', passing());
+    const outcome = database.withLeadingCheck(check, async () => {
+      await database.db.execute(sql`SELECT /* ro-read-3 */ 1`);
+    });
+    const error = await outcome.then(() => undefined, (reason: unknown) => reason);
+    expect(String((error as { cause?: unknown })?.cause ?? error)).toMatch(/division by zero/);
+    await expect(check.verdict()).rejects.toThrow(/division by zero/);
+  });
+
+  it('when it leads a transaction, it leaves behind BEGIN and ahead of the first statement, all three under one Sync, and what the transaction wrote commits after a pass', async () => {
+    const check = readOnlyCheckOf('SELECT /* ro-check-4 */ 1 AS ok', passing());
+    await database.withLeadingCheck(check, () =>
+      database.transaction(async (tx) => {
+        await tx.execute(sql`INSERT /* ro-insert-4 */ INTO scratch_items (label) VALUES ('written under a read-only check')`);
+      }),
+    );
+
+    const withCheck = writesCarrying('ro-check-4');
+    expect(withCheck).toHaveLength(1);
+    expect(writesCarrying('ro-insert-4')).toEqual(withCheck);
+    const bytes = writes[withCheck[0]!]!.bytes;
+    const text = bytes.toString('latin1');
+    const begin = text.search(/\bbegin\b/i);
+    expect(begin).toBeGreaterThan(-1);
+    expect(begin).toBeLessThan(text.indexOf('ro-check-4'));
+    expect(text.indexOf('ro-check-4')).toBeLessThan(text.indexOf('ro-insert-4'));
+    expect(syncsIn(bytes)).toBe(1);
+    expect(await labels('scratch_items')).toContain('written under a read-only check');
+  });
+
+  it('when it denies inside a transaction, nothing the transaction wrote is committed', async () => {
+    const check = readOnlyCheckOf('SELECT /* ro-check-5 */ 1 AS ok', denying());
+    const outcome = database.withLeadingCheck(check, () =>
+      database.transaction(async (tx) => {
+        await tx.execute(sql`INSERT /* ro-insert-5 */ INTO scratch_items (label) VALUES ('written before a read-only denial')`);
+      }),
+    );
+    await rejectsWithDenial(outcome);
+    expect(await labels('scratch_items')).not.toContain('written before a read-only denial');
+    expect(statements.some((entry) => /^\s*commit/i.test(entry.text))).toBe(false);
+  });
+
+  it('when its verdict takes a further round trip (a promise), the transaction\'s results and its COMMIT wait for it, and a late denial still commits nothing', async () => {
+    let decide!: (passed: boolean) => void;
+    const decided = new Promise<boolean>((resolve) => (decide = resolve));
+    const check = readOnlyCheckOf('SELECT /* ro-check-6 */ 1 AS ok', () =>
+      decided.then((passed) => {
+        if (!passed) throw new Denied();
+      }),
+    );
+    let readResolved = false;
+    const outcome = database.withLeadingCheck(check, () =>
+      database.transaction(async (tx) => {
+        await tx.execute(sql`INSERT /* ro-insert-6 */ INTO scratch_items (label) VALUES ('written before a late denial')`);
+        readResolved = true;
+      }),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    // The INSERT's answer is in, but it is not handed out before the verdict.
+    expect(writesCarrying('ro-insert-6')).toHaveLength(1);
+    expect(readResolved).toBe(false);
+    decide(false);
+    await rejectsWithDenial(outcome);
+    expect(await labels('scratch_items')).not.toContain('written before a late denial');
   });
 });

@@ -1,6 +1,8 @@
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext } from '../../../test/helpers/harness.js';
+import type { Clock } from '../../shared/clock.js';
+import { hashApiKey } from './api-key-secret.js';
 import { createAccessService, RateLimitedError } from './access.service.js';
 import type { AccessCheckRow } from './api-keys.repository.js';
 
@@ -36,7 +38,7 @@ function answer(row: Partial<AccessCheckRow> & Pick<AccessCheckRow, 'burst_windo
 }
 
 describe('rate-limit leases, answers arriving out of order', () => {
-  it('when a request granted tokens of one second is answered after a neighbour moved the lease to the next second, it is still admitted on its own grant', () => {
+  it('when a request granted tokens of one second is answered after a neighbour moved the lease to the next second, it is still admitted on its own grant', async () => {
     const access = createAccessService({ database: ctx.database, defaults: { burst: 10_000, daily: 1_000_000 } });
     const second = 1_800_000_000;
     const day = Math.floor(second / 86_400);
@@ -49,7 +51,7 @@ describe('rate-limit leases, answers arriving out of order', () => {
     ).not.toThrow();
     // The slice asked in the earlier second comes back afterwards: the database granted it, so the
     // request is admitted, although the lease now holds no token of its second.
-    const grant = early.judge(
+    const grant = await early.judge(
       answer({ burst_window: second, burst_wanted: 100, burst_granted: 100, burst_count: 101, day_wanted: 10_000, day_granted: 10_000, day_count: 10_001, day_window: day }),
     );
     expect(grant.auth.apiKeyId).toBe('00000000-0000-4000-8000-000000000001');
@@ -89,5 +91,60 @@ describe('state kept per key', () => {
       await expect(access.authenticate(`made-up-hash-${index}`, '127.0.0.1')).rejects.toMatchObject({ status: 401 });
     }
     expect(access.leasedKeys()).toBe(0);
+  });
+});
+
+describe('read-only checks while the instance holds tokens of the current windows', () => {
+  /** A clock that stands still until moved: the service predicts the database's windows from it. */
+  function stoppedClock(): Clock & { move(seconds: number): void } {
+    let at = Date.now();
+    return { now: () => new Date(at), move: (seconds) => (at += seconds * 1000) };
+  }
+
+  const writes = (statement: pg.QueryConfig) => /\b(update|insert|delete)\b|api_key_usage_lease/i.test(statement.text);
+
+  async function usageOf(keyHash: string): Promise<{ burst_window: number; burst_count: number } | undefined> {
+    const { rows } = await ctx.database.pool.query<{ burst_window: number; burst_count: number }>(
+      'SELECT u.burst_window, u.burst_count FROM api_key_usage u JOIN api_keys k ON k.id = u.api_key_id WHERE k.key_hash = $1',
+      [keyHash],
+    );
+    return rows[0];
+  }
+
+  it('when the instance leased tokens of the current second and day, the next check writes nothing; once its clock says the second has passed, the check is the full one again', async () => {
+    const org = await ctx.createOrg();
+    const keyHash = hashApiKey(org.key);
+    const clock = stoppedClock();
+    const access = createAccessService({ database: ctx.database, defaults: { burst: 10_000, daily: 1_000_000 }, clock });
+    await access.authenticate(keyHash, '127.0.0.1');
+
+    const next = access.pendingCheck(keyHash, '127.0.0.1');
+    expect(next.readOnly).toBe(true);
+    expect(writes(next.statement)).toBe(false);
+
+    clock.move(1);
+    const later = access.pendingCheck(keyHash, '127.0.0.1');
+    expect(later.readOnly).toBe(false);
+    expect(writes(later.statement)).toBe(true);
+  });
+
+  it('when the second moves on between reserving a token and the read-only check, the full check is asked: the request is admitted on a token of the new second', async () => {
+    const org = await ctx.createOrg();
+    const keyHash = hashApiKey(org.key);
+    // The clock stands still, so the service still predicts the second it leased in.
+    const access = createAccessService({ database: ctx.database, defaults: { burst: 10_000, daily: 1_000_000 }, clock: stoppedClock() });
+    await access.authenticate(keyHash, '127.0.0.1');
+    const leased = (await usageOf(keyHash))!;
+
+    const check = access.pendingCheck(keyHash, '127.0.0.1');
+    expect(check.readOnly).toBe(true);
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    const result = await ctx.database.pool.query(check.statement);
+    const grant = await check.judge(result);
+
+    expect(grant.auth.orgId).toBe(org.id);
+    const usage = (await usageOf(keyHash))!;
+    expect(usage.burst_window).toBeGreaterThan(leased.burst_window);
+    expect(usage.burst_count).toBeGreaterThan(0);
   });
 });

@@ -2,6 +2,7 @@ import ipaddr from 'ipaddr.js';
 import type pg from 'pg';
 import type { Database } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
+import { systemClock, type Clock } from '../../shared/clock.js';
 import { hashApiKey, looksLikeApiKey } from './api-key-secret.js';
 import { accessCheckRowOf, createApiKeysRepository, type AccessCheckRow } from './api-keys.repository.js';
 
@@ -20,7 +21,13 @@ export type RateLimitWindow = { name: 'burst' | 'daily'; limit: number; remainin
 export type AccessGrant = { auth: AuthContext; windows: RateLimitWindow[] };
 
 /** A request's access check before it is sent: its statement, and the verdict on that statement's result. */
-export type PendingAccessCheck = { statement: pg.QueryConfig; judge(result: pg.QueryResult): AccessGrant };
+export type PendingAccessCheck = {
+  statement: pg.QueryConfig;
+  /** The statement writes nothing (see ACCESS_READ_SQL): it may share the request's transaction. */
+  readOnly: boolean;
+  /** The verdict; a promise only when a read-only check found the windows had moved on and the full check had to be asked. */
+  judge(result: pg.QueryResult): AccessGrant | Promise<AccessGrant>;
+};
 
 const UNAUTHORIZED_MESSAGE = 'A valid API key is required: send it as "Authorization: Bearer <key>".';
 /** Key identities remembered per process; past this, the oldest is forgotten (it is only a shortcut). */
@@ -73,9 +80,18 @@ type Lease = {
   day: number;
   burstSliceAsked: boolean;
   daySliceAsked: boolean;
+  /** The database's clock less this process's (seconds), as of the last check: predicts when the windows move on. */
+  clockOffset: number;
 };
 /** The tokens one request took from its instance's lease before asking the database, and what it asks for. */
-type Reservation = { burstWindow: number; dayWindow: number; burstSlice: boolean; daySlice: boolean };
+type Reservation = {
+  burstWindow: number;
+  dayWindow: number;
+  burstSlice: boolean;
+  daySlice: boolean;
+  /** Tokens of both windows were held, and by the database's clock (as last seen) they are still the current ones: the check need not write. */
+  readOnly: boolean;
+};
 
 /**
  * Authenticates bearer keys and charges requests to their rate-limit windows. Each request costs
@@ -84,8 +100,14 @@ type Reservation = { burstWindow: number; dayWindow: number; burstSlice: boolean
  * shared by all instances, through leases: the instance takes a slice of a window (1% of the
  * limit, at least one token) and admits requests from it locally; the statement writes only when
  * the slice is spent or the window has moved on, and a window never hands out more than its limit.
+ * While the instance holds tokens of both windows that are current by the database's clock (as last
+ * seen, see Lease.clockOffset), the check is a read-only variant; when the window moved on meanwhile,
+ * its verdict asks the full check.
  */
-export function createAccessService(deps: { database: Database; defaults: { burst: number; daily: number } }) {
+export function createAccessService(deps: { database: Database; defaults: { burst: number; daily: number }; clock?: Clock }) {
+  const clock = deps.clock ?? systemClock;
+  /** This process's clock, in seconds (the database's is `now_epoch`). */
+  const nowSeconds = () => clock.now().getTime() / 1000;
   const keys = createApiKeysRepository(deps.database.db);
   const known = new Map<string, KeyIdentity>();
   const leases = new Map<string, Lease>();
@@ -112,7 +134,7 @@ export function createAccessService(deps: { database: Database; defaults: { burs
   function leaseOf(keyHash: string): Lease {
     let lease = leases.get(keyHash);
     if (!lease) {
-      lease = { apiKeyId: undefined, burstWindow: -1, burst: 0, dayWindow: -1, day: 0, burstSliceAsked: false, daySliceAsked: false };
+      lease = { apiKeyId: undefined, burstWindow: -1, burst: 0, dayWindow: -1, day: 0, burstSliceAsked: false, daySliceAsked: false, clockOffset: 0 };
       leases.set(keyHash, lease);
     }
     return lease;
@@ -120,7 +142,7 @@ export function createAccessService(deps: { database: Database; defaults: { burs
 
   function reserve(keyHash: string): Reservation {
     const lease = leaseOf(keyHash);
-    const reservation: Reservation = { burstWindow: -1, dayWindow: -1, burstSlice: false, daySlice: false };
+    const reservation: Reservation = { burstWindow: -1, dayWindow: -1, burstSlice: false, daySlice: false, readOnly: false };
     if (lease.burst > 0) {
       lease.burst -= 1;
       reservation.burstWindow = lease.burstWindow;
@@ -132,6 +154,10 @@ export function createAccessService(deps: { database: Database; defaults: { burs
       reservation.dayWindow = lease.dayWindow;
     } else if (!lease.daySliceAsked) {
       lease.daySliceAsked = reservation.daySlice = true;
+    }
+    if (reservation.burstWindow >= 0 && reservation.dayWindow >= 0) {
+      const databaseNow = nowSeconds() + lease.clockOffset;
+      reservation.readOnly = Math.floor(databaseNow) === reservation.burstWindow && Math.floor(databaseNow / 86_400) === reservation.dayWindow;
     }
     return reservation;
   }
@@ -156,6 +182,7 @@ export function createAccessService(deps: { database: Database; defaults: { burs
       heldDayWindow: reservation.dayWindow,
       burstSlice: reservation.burstSlice,
       daySlice: reservation.daySlice,
+      readOnly: reservation.readOnly,
     });
   }
 
@@ -171,6 +198,7 @@ export function createAccessService(deps: { database: Database; defaults: { burs
     if (!row || !row.active || !row.ip_allowed) throw unauthorized();
     const identity = identify(keyHash, row);
     lease.apiKeyId = row.id;
+    lease.clockOffset = row.now_epoch - nowSeconds();
 
     // wanted = 0: the token reserved from the lease is good for the current window. Otherwise the
     // database was asked: a lease is all or nothing across the two windows, so a grant admits the
@@ -260,7 +288,16 @@ export function createAccessService(deps: { database: Database; defaults: { burs
       const reservation = reserve(keyHash);
       return {
         statement: statementFor(keyHash, clientIp, reservation),
-        judge: (result) => judge(keyHash, reservation, accessCheckRowOf(result)),
+        readOnly: reservation.readOnly,
+        judge: (result) => {
+          const row = accessCheckRowOf(result);
+          // The windows moved on between reserving and checking: the full check leases the new ones.
+          if (reservation.readOnly && row && (row.burst_wanted > 0 || row.day_wanted > 0)) {
+            const full = { ...reservation, readOnly: false };
+            return deps.database.pool.query(statementFor(keyHash, clientIp, full)).then((again) => judge(keyHash, full, accessCheckRowOf(again)));
+          }
+          return judge(keyHash, reservation, row);
+        },
       };
     },
 
