@@ -35,6 +35,12 @@ export type Database = {
   db: Db;
   pool: pg.Pool;
   /**
+   * A small pool of its own for a statement that work needs while it holds connections of `pool`
+   * (an access check asked again while the request's transaction waits for its verdict): with every
+   * connection of `pool` held by such work, asking `pool` would wait for ever. Connects on first use.
+   */
+  sidePool: pg.Pool;
+  /**
    * Runs `work` in a transaction. When one is already open in this async context (the idempotency
    * layer opens one around a handler), `work` joins it, so the change, its audit and outbox rows and
    * the stored idempotent response commit together.
@@ -71,6 +77,11 @@ export function createDatabase(connectionString: string, options: { poolSize?: n
   pool.on('connect', (client) => {
     client.on('error', () => {});
   });
+  const sidePool = new pg.Pool({ connectionString, max: 2, connectionTimeoutMillis: 5_000, idleTimeoutMillis: 10_000 });
+  sidePool.on('error', () => {});
+  sidePool.on('connect', (client) => {
+    client.on('error', () => {});
+  });
   const scopes = new AsyncLocalStorage<WorkScope>();
   const ambient = new AsyncLocalStorage<TransactionScope<Tx>>();
   const db = drizzle(new PipelinedPool(pool, scopes, ambient) as unknown as pg.Pool, { schema }) as unknown as Db;
@@ -78,6 +89,7 @@ export function createDatabase(connectionString: string, options: { poolSize?: n
   return {
     db,
     pool,
+    sidePool,
     async transaction(work) {
       const open = ambient.getStore()?.tx;
       if (open) return work(open, JOINED);
@@ -101,7 +113,7 @@ export function createDatabase(connectionString: string, options: { poolSize?: n
       return scopes.run({ check }, work);
     },
     async close() {
-      await pool.end();
+      await Promise.all([pool.end(), sidePool.end()]);
     },
   };
 }

@@ -45,7 +45,8 @@ describe('three instances on one database', () => {
     );
     const statuses = new Map<number, number>();
     for (const response of responses) statuses.set(response.status, (statuses.get(response.status) ?? 0) + 1);
-    expect([...statuses.keys()].every((status) => status === 200 || status === 201)).toBe(true);
+    const unexpected = responses.filter((response) => response.status !== 200 && response.status !== 201);
+    expect(unexpected.slice(0, 3).map((response) => `${response.status} ${response.body}`), JSON.stringify(Object.fromEntries(statuses))).toEqual([]);
     expect(statuses.get(201)).toBe(500);
 
     const { rows: counts } = await database.pool.query(`SELECT count(*)::int AS count FROM customers WHERE org_id = $1`, [orgId]);

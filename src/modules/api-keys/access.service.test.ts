@@ -1,6 +1,8 @@
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext } from '../../../test/helpers/harness.js';
+import { sql } from 'drizzle-orm';
+import { createDatabase } from '../../db/client.js';
 import type { Clock } from '../../shared/clock.js';
 import { hashApiKey } from './api-key-secret.js';
 import { createAccessService, RateLimitedError } from './access.service.js';
@@ -146,5 +148,28 @@ describe('read-only checks while the instance holds tokens of the current window
     const usage = (await usageOf(keyHash))!;
     expect(usage.burst_window).toBeGreaterThan(leased.burst_window);
     expect(usage.burst_count).toBeGreaterThan(0);
+  });
+
+  it('when the second moves on while every pooled connection is held by a transaction waiting for its verdict, the full check still gets a connection and the transaction commits', async () => {
+    const org = await ctx.createOrg();
+    const keyHash = hashApiKey(org.key);
+    const database = createDatabase(ctx.databaseUrl, { poolSize: 1 });
+    try {
+      const access = createAccessService({ database, defaults: { burst: 10_000, daily: 1_000_000 }, clock: stoppedClock() });
+      await access.authenticate(keyHash, '127.0.0.1');
+      const pending = access.pendingCheck(keyHash, '127.0.0.1');
+      expect(pending.readOnly).toBe(true);
+      await new Promise((resolve) => setTimeout(resolve, 1_100));
+
+      const check = database.leadingCheck(pending.statement, (result) => Promise.resolve(pending.judge(result)).then(() => {}), pending.readOnly);
+      // The transaction holds the pool's only connection until the verdict, which needs the full check.
+      const value = await database.withLeadingCheck(check, () =>
+        database.transaction(async (tx) => (await tx.execute(sql`SELECT 42 AS answer`)).rows[0]),
+      );
+      expect(value).toEqual({ answer: 42 });
+      expect(check.passed).toBe(true);
+    } finally {
+      await database.close();
+    }
   });
 });

@@ -292,9 +292,11 @@ export function createAccessService(deps: { database: Database; defaults: { burs
         judge: (result) => {
           const row = accessCheckRowOf(result);
           // The windows moved on between reserving and checking: the full check leases the new ones.
+          // On the side pool: the request's transaction may hold a connection of the main pool, and
+          // with all of them held by requests waiting for such a verdict, none would come back.
           if (reservation.readOnly && row && (row.burst_wanted > 0 || row.day_wanted > 0)) {
             const full = { ...reservation, readOnly: false };
-            return deps.database.pool.query(statementFor(keyHash, clientIp, full)).then((again) => judge(keyHash, full, accessCheckRowOf(again)));
+            return deps.database.sidePool.query(statementFor(keyHash, clientIp, full)).then((again) => judge(keyHash, full, accessCheckRowOf(again)));
           }
           return judge(keyHash, reservation, row);
         },
