@@ -61,17 +61,11 @@ export type AccessCheckInput = {
 };
 
 /**
- * The access check in one statement: finds the key by hash with its organisation's features, decides
- * whether it is active and whether the client address is allowed, and, for an active and allowed key
- * whose instance holds no usable tokens of a window, leases a slice of that window
- * (`api_key_usage_lease`, migration 0006). `last_used_at` is written at most once a minute. Nothing
- * is cached, so a revocation is seen by the very next request on every instance. An instance that
- * holds tokens of both current windows sends ACCESS_READ_SQL instead.
- * Parameters: $1 key hash, $2 client address (inet or null), $3/$4 default burst/daily limits,
- * $5/$6 the burst/day windows the instance holds tokens of (-1: none), $7/$8 whether a whole slice
- * may be leased (else one token: the instance already has a slice on its way).
+ * The key by hash with its organisation's features, whether it is active and the client address
+ * allowed, the effective limits, and the current windows by the database's clock: both access checks
+ * start with it. Parameters: $1 key hash, $2 client address (inet or null), $3/$4 default limits.
  */
-const ACCESS_CHECK_SQL = `
+const KEY_LOOKUP = `
   WITH clock AS (
     SELECT extract(epoch FROM clock_timestamp())::float8 AS epoch
   ),
@@ -88,7 +82,20 @@ const ACCESS_CHECK_SQL = `
       JOIN organisations o ON o.id = k.org_id
       CROSS JOIN clock
      WHERE k.key_hash = $1::text
-  ),
+  )`;
+
+/**
+ * The access check in one statement: finds the key by hash with its organisation's features, decides
+ * whether it is active and whether the client address is allowed, and, for an active and allowed key
+ * whose instance holds no usable tokens of a window, leases a slice of that window
+ * (`api_key_usage_lease`, migration 0006). `last_used_at` is written at most once a minute. Nothing
+ * is cached, so a revocation is seen by the very next request on every instance. An instance that
+ * holds tokens of both current windows sends ACCESS_READ_SQL instead.
+ * Parameters: $1 key hash, $2 client address (inet or null), $3/$4 default burst/daily limits,
+ * $5/$6 the burst/day windows the instance holds tokens of (-1: none), $7/$8 whether a whole slice
+ * may be leased (else one token: the instance already has a slice on its way).
+ */
+const ACCESS_CHECK_SQL = `${KEY_LOOKUP},
   wanted AS (
     SELECT key.id,
            CASE WHEN key.burst_window = $5::bigint THEN 0 WHEN $7::boolean THEN greatest(1, key.burst_limit / 100) ELSE 1 END AS burst_wanted,
@@ -130,28 +137,11 @@ const ACCESS_CHECK_SQL = `
  * The access check of a request whose instance holds tokens of both current windows: ACCESS_CHECK_SQL
  * without its writes. No lease is needed, and `last_used_at` loses nothing: the first request of
  * every second leases, so the full check still runs (and touches) at least once a second. Writing
- * nothing, it can share its request's Sync and transaction (a reply and a transaction fewer: +10%
- * upserts/s, +19% reads by id, bench/README.md). Parameters: $1–$6 as ACCESS_CHECK_SQL's.
+ * nothing, it can share its request's Sync and transaction (a reply and a transaction fewer: +8.9%
+ * upserts/s, +20% reads by id, bench/README.md). Parameters: $1–$6 as ACCESS_CHECK_SQL's.
  * wanted = 1: the windows moved on since the tokens were leased, and the full check must be asked.
  */
-const ACCESS_READ_SQL = `
-  WITH clock AS (
-    SELECT extract(epoch FROM clock_timestamp())::float8 AS epoch
-  ),
-  key AS (
-    SELECT k.id, k.org_id, k.scopes, o.features,
-           coalesce(k.burst_limit, $3::int) AS burst_limit,
-           coalesce(k.daily_limit, $4::int) AS daily_limit,
-           (k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > clock_timestamp())) AS active,
-           (cardinality(k.allowed_ips) = 0 OR coalesce($2::inet <<= ANY (k.allowed_ips::inet[]), false)) AS ip_allowed,
-           clock.epoch,
-           floor(clock.epoch)::bigint AS burst_window,
-           floor(clock.epoch / 86400)::int AS day_window
-      FROM api_keys k
-      JOIN organisations o ON o.id = k.org_id
-      CROSS JOIN clock
-     WHERE k.key_hash = $1::text
-  )
+const ACCESS_READ_SQL = `${KEY_LOOKUP}
   SELECT key.id, key.org_id, key.scopes, key.features, key.burst_limit, key.daily_limit, key.active, key.ip_allowed,
          key.epoch AS now_epoch, key.burst_window, key.day_window,
          coalesce(CASE WHEN usage.burst_window = key.burst_window THEN usage.burst_count END, 0) AS burst_count,
@@ -220,33 +210,14 @@ export function createApiKeysRepository(db: Executor) {
 
     /**
      * The access check as a named prepared statement (PostgreSQL parses and plans it once per
-     * connection). It is sent by the caller: alone, or ahead of a request's first statement.
+     * connection): ACCESS_READ_SQL when `readOnly`, else ACCESS_CHECK_SQL. It is sent by the caller:
+     * alone, or with a request's first statement.
      */
     accessCheckStatement(input: AccessCheckInput): pg.QueryArrayConfig {
-      if (input.readOnly) {
-        return {
-          name: 'api_keys_access_read',
-          text: ACCESS_READ_SQL,
-          rowMode: 'array',
-          values: [input.keyHash, input.clientIp, input.defaultBurstLimit, input.defaultDailyLimit, input.heldBurstWindow, input.heldDayWindow],
-        };
-      }
-      return {
-        name: 'api_keys_access_check',
-        text: ACCESS_CHECK_SQL,
-        // Read as an array: pg then makes no per-result object of the column names (see src/db/pg-array-rows.ts).
-        rowMode: 'array',
-        values: [
-          input.keyHash,
-          input.clientIp,
-          input.defaultBurstLimit,
-          input.defaultDailyLimit,
-          input.heldBurstWindow,
-          input.heldDayWindow,
-          input.burstSlice,
-          input.daySlice,
-        ],
-      };
+      const values = [input.keyHash, input.clientIp, input.defaultBurstLimit, input.defaultDailyLimit, input.heldBurstWindow, input.heldDayWindow];
+      // Read as an array: pg then makes no per-result object of the column names (see src/db/pg-array-rows.ts).
+      if (input.readOnly) return { name: 'api_keys_access_read', text: ACCESS_READ_SQL, rowMode: 'array', values };
+      return { name: 'api_keys_access_check', text: ACCESS_CHECK_SQL, rowMode: 'array', values: [...values, input.burstSlice, input.daySlice] };
     },
 
     /** Hands back leased tokens an instance did not use, while their window is still current. */
