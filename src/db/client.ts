@@ -9,7 +9,9 @@ import { copyPlainQueryConfigsCheaply } from './pg-query-config.js';
 
 export { LeadingCheck };
 export type Schema = typeof schema;
-export type Db = NodePgDatabase<Schema> & { $client: PipelinedPool };
+// No relational schema: nothing uses `db.query.<table>`, and Drizzle builds a query builder per table
+// of it for every transaction it opens.
+export type Db = NodePgDatabase & { $client: PipelinedPool };
 export type Tx = Parameters<Parameters<Db['transaction']>[0]>[0];
 /** Anything a repository can run a query on: the pool-backed database or an open transaction. */
 export type Executor = Db | Tx;
@@ -84,7 +86,7 @@ export function createDatabase(connectionString: string, options: { poolSize?: n
   });
   const scopes = new AsyncLocalStorage<WorkScope>();
   const ambient = new AsyncLocalStorage<TransactionScope<Tx>>();
-  const db = drizzle(new PipelinedPool(pool, scopes, ambient) as unknown as pg.Pool, { schema }) as unknown as Db;
+  const db = drizzle(new PipelinedPool(pool, scopes, ambient) as unknown as pg.Pool) as unknown as Db;
 
   return {
     db,
