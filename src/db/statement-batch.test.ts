@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext } from '../../test/helpers/harness.js';
-import { onSocketWrites, syncsIn } from '../../test/helpers/socket-writes.js';
+import { onSocketWrites, portalDescribesIn, syncsIn } from '../../test/helpers/socket-writes.js';
 import { StatementBatch, StatementNotRun, type BatchedStatement } from './statement-batch.js';
 
 let ctx: TestContext;
@@ -151,5 +151,55 @@ describe('statements sent as one batch (src/db/statement-batch.ts)', () => {
     expect(writes).toEqual([]);
     expect(await labels()).not.toContain('ahead of a bad value');
     expect((await client.query('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
+  });
+
+  describe('a named statement run again on its connection', () => {
+    const describesSent = () => portalDescribesIn(Buffer.concat(writes.splice(0)));
+
+    it('when it runs again, it goes without a Describe and its rows still come back decoded, as objects and as arrays', async () => {
+      const read = { text: 'SELECT $1::int8 AS n, now() AS at, $2::text AS label', name: 'batch_described_read' };
+      const asArrays = { ...read, name: 'batch_described_read_arrays', rowMode: 'array' } as pg.QueryConfig;
+      const first = await sendBatch([
+        { config: read, values: [7, 'first'] },
+        { config: asArrays, values: [8, 'first'] },
+      ]);
+      expect(describesSent()).toBe(2);
+
+      const again = await sendBatch([
+        { config: read, values: [9, 'again'] },
+        { config: asArrays, values: [10, 'again'] },
+      ]);
+      expect(describesSent()).toBe(0);
+      expect(again[0]!.result!.rows).toEqual([{ n: 9, at: expect.any(Date), label: 'again' }]);
+      expect(again[1]!.result!.rows).toEqual([[10, expect.any(Date), 'again']]);
+      expect(again[0]!.result!.fields.map((field) => field.name)).toEqual(first[0]!.result!.fields.map((field) => field.name));
+    });
+
+    it('when it returns no rows, it runs again without a Describe and still reports its command and row count', async () => {
+      const insert = { text: 'INSERT INTO batch_items (label) VALUES ($1)', name: 'batch_described_insert' };
+      await sendBatch([{ config: insert, values: ['no rows 1'] }]);
+      expect(describesSent()).toBe(1);
+
+      const [again] = await sendBatch([{ config: insert, values: ['no rows 2'] }]);
+      expect(describesSent()).toBe(0);
+      expect(again!.result!.command).toBe('INSERT');
+      expect(again!.result!.rowCount).toBe(1);
+      expect(again!.result!.rows).toEqual([]);
+      expect(await labels()).toContain('no rows 2');
+    });
+
+    it('when it fails, its next run asks for the description again', async () => {
+      const divide = { text: 'SELECT 10 / $1::int AS quotient', name: 'batch_described_divide' };
+      await sendBatch([{ config: divide, values: [2] }]);
+      const [undescribed] = await sendBatch([{ config: divide, values: [5] }]);
+      expect(undescribed!.result!.rows).toEqual([{ quotient: 2 }]);
+      const [failed] = await sendBatch([{ config: divide, values: [0] }]);
+      expect(failed!.error!.message).toMatch(/division by zero/);
+      writes.splice(0);
+
+      const [after] = await sendBatch([{ config: divide, values: [10] }]);
+      expect(describesSent()).toBe(1);
+      expect(after!.result!.rows).toEqual([{ quotient: 1 }]);
+    });
   });
 });

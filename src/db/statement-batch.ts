@@ -48,6 +48,26 @@ export class StatementNotRun extends Error {
 /** The text a named statement was parsed (or sent to be parsed) with on this connection, if any. */
 const knownText = (connection: WireConnection, name: string) => connection.parsedStatements[name] ?? connection.submittedNamedStatements[name];
 
+/** A RowDescription as pg parsed it (its `fields` are what a result reads). */
+type RowDescription = { fields: unknown[] };
+/**
+ * How each named statement's results look on a connection, learnt from its first run there: its
+ * RowDescription, or null for a statement that returns no rows. A named statement's result shape
+ * cannot change on its connection (PostgreSQL refuses to run it if its tables changed shape), so its
+ * later runs skip the Describe: PostgreSQL does not build the description again, nor pg parse it (for
+ * the upsert's 45-column locking read, the largest single item of the server's profile).
+ */
+const describedStatements = new WeakMap<WireConnection, Map<string, RowDescription | null>>();
+
+function descriptionsOf(connection: WireConnection): Map<string, RowDescription | null> {
+  let descriptions = describedStatements.get(connection);
+  if (descriptions === undefined) {
+    descriptions = new Map();
+    describedStatements.set(connection, descriptions);
+  }
+  return descriptions;
+}
+
 /**
  * Statements sent with one Sync instead of one each: PostgreSQL answers them all in one flush, and
  * the client reads them as one reply instead of a ReadyForQuery (a wake-up, a callback) per
@@ -69,6 +89,11 @@ export class StatementBatch extends (pg.Query as unknown as new (config: QueryCo
   private answering = 0;
   /** Statements whose text this batch parsed under a name: PostgreSQL knows them only if it got that far. */
   private readonly parsedHere = new Set<number>();
+  /** Per statement: the description it was sent without (known from an earlier run), or undefined when it was described. */
+  private readonly knownDescriptions: Array<RowDescription | null | undefined> = [];
+  /** The statement being answered has been given its description (by PostgreSQL or from knownDescriptions). */
+  private describing = false;
+  private descriptions: Map<string, RowDescription | null> | undefined;
 
   constructor(statements: BatchedStatement[], clientTypes?: unknown) {
     super({ text: '' });
@@ -115,19 +140,25 @@ export class StatementBatch extends (pg.Query as unknown as new (config: QueryCo
       const previous = name === undefined ? undefined : knownText(connection, name);
       if (previous !== undefined && previous !== text) return new Error(`Prepared statements must be unique - '${name}' was used for a different statement`);
     }
+    const descriptions = (this.descriptions = descriptionsOf(connection));
     connection.stream.cork?.();
     try {
       this.statements.forEach((statement, index) => {
         const { name } = statement;
+        let known: RowDescription | null | undefined;
         if (!name || knownText(connection, name) === undefined) {
           connection.parse({ text: statement.text, name, types: statement.types });
           if (name) {
             connection.submittedNamedStatements[name] = statement.text;
+            descriptions.delete(name);
             this.parsedHere.add(index);
           }
+        } else {
+          known = descriptions.get(name);
         }
+        this.knownDescriptions[index] = known;
         connection.bind({ statement: name, values: bound[index]!, binary: statement.binary });
-        connection.describe({ type: 'P', name: '' });
+        if (known === undefined) connection.describe({ type: 'P', name: '' });
         connection.execute({ portal: '' });
       });
       connection.sync();
@@ -137,19 +168,38 @@ export class StatementBatch extends (pg.Query as unknown as new (config: QueryCo
     return null;
   }
 
-  handleRowDescription(message: unknown): void {
-    this.statements[this.answering]?.handleRowDescription(message);
+  handleRowDescription(message: RowDescription): void {
+    const statement = this.statements[this.answering];
+    if (!statement) return;
+    this.describing = true;
+    if (statement.name) this.descriptions?.set(statement.name, message);
+    statement.handleRowDescription(message);
   }
 
   handleDataRow(message: unknown): void {
-    this.statements[this.answering]?.handleDataRow(message);
+    const statement = this.statements[this.answering];
+    if (!statement) return;
+    if (!this.describing) this.describeFromKnown(statement);
+    statement.handleDataRow(message);
   }
 
   handleCommandComplete(message: unknown, connection: WireConnection): void {
     const statement = this.statements[this.answering];
     if (!statement) return;
+    if (!this.describing) this.describeFromKnown(statement);
     statement.handleCommandComplete(message, connection);
     this.answered(statement, connection);
+  }
+
+  /**
+   * The statement was sent without a Describe: it gets the description learnt from its earlier run.
+   * One that was described and answered NoData (no RowDescription came) returns no rows: that is learnt here.
+   */
+  private describeFromKnown(statement: StatementQuery): void {
+    this.describing = true;
+    const known = this.knownDescriptions[this.answering];
+    if (known) statement.handleRowDescription(known);
+    else if (known === undefined && statement.name) this.descriptions?.set(statement.name, null);
   }
 
   handleEmptyQuery(connection: WireConnection): void {
@@ -163,6 +213,9 @@ export class StatementBatch extends (pg.Query as unknown as new (config: QueryCo
   handleError(error: Error, connection: WireConnection | undefined): void {
     const failed = this.answering;
     this.answering = this.statements.length;
+    const failedName = this.statements[failed]?.name;
+    // Learnt again on its next run: what failed may have been the statement itself.
+    if (failedName) this.descriptions?.delete(failedName);
     this.statements[failed]?.handleError(error, connection);
     for (let index = failed + 1; index < this.statements.length; index += 1) {
       const skipped = this.statements[index]!;
@@ -186,6 +239,7 @@ export class StatementBatch extends (pg.Query as unknown as new (config: QueryCo
    */
   private answered(statement: StatementQuery, connection: WireConnection): void {
     this.answering += 1;
+    this.describing = false;
     if (this.answering < this.statements.length) statement.handleReadyForQuery(connection);
   }
 }

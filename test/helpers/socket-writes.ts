@@ -25,3 +25,11 @@ export function syncsIn(bytes: Buffer): number {
   for (let at = bytes.indexOf(sync); at !== -1; at = bytes.indexOf(sync, at + 1)) count += 1;
   return count;
 }
+
+/** Describe messages for the unnamed portal ('D', length 6, 'P', empty name) in `bytes`: each asks PostgreSQL for a RowDescription. */
+export function portalDescribesIn(bytes: Buffer): number {
+  const describe = Buffer.from([0x44, 0, 0, 0, 6, 0x50, 0]);
+  let count = 0;
+  for (let at = bytes.indexOf(describe); at !== -1; at = bytes.indexOf(describe, at + 1)) count += 1;
+  return count;
+}
