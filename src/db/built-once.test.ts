@@ -1,4 +1,4 @@
-import { and, eq, sql } from 'drizzle-orm';
+import { and, DrizzleQueryError, eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext, type TestOrg } from '../../test/helpers/harness.js';
 import { createCustomersRepository } from '../modules/customers/customers.repository.js';
@@ -61,6 +61,18 @@ describe('statements built once', () => {
     const first = await one.run(ctx.database.db, { n: 1 });
     const second = await two.run(ctx.database.db, { n: 1 });
     expect([first.rows[0]![0], second.rows[0]![0]]).toEqual([1, 2]);
+  });
+
+  it('when it fails, its error is what a Drizzle query throws: a DrizzleQueryError with the statement, and PostgreSQL\'s error as its cause', async () => {
+    const dividing = builtOnce('test_failing', () => sql`SELECT 1 / ${sql.placeholder('n')}::int AS quotient`);
+    const viaDrizzle = await ctx.database.db.execute(sql`SELECT 1 / ${0}::int AS quotient`).catch((error: unknown) => error);
+    const error = await dividing.run(ctx.database.db, { n: 0 }).catch((failure: unknown) => failure);
+    expect(viaDrizzle).toBeInstanceOf(DrizzleQueryError);
+    expect(error).toBeInstanceOf(DrizzleQueryError);
+    expect((error as DrizzleQueryError).query).toMatch(/^select 1 \/ \$1::int as quotient$/i);
+    expect((error as DrizzleQueryError).params).toEqual([0]);
+    expect(((error as DrizzleQueryError).cause as { code?: string }).code).toBe(((viaDrizzle as DrizzleQueryError).cause as { code?: string }).code);
+    expect(((error as DrizzleQueryError).cause as { code?: string }).code).toBe('22012');
   });
 });
 

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
-import { getTableColumns, is, sql, SQL, type InferSelectModel, type Query, type Table } from 'drizzle-orm';
+import { DrizzleQueryError, fillPlaceholders, getTableColumns, is, sql, SQL, type InferSelectModel, type Query, type Table } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
+import pg from 'pg';
 import type { Executor } from './client.js';
 
 const dialect = new PgDialect();
@@ -25,25 +26,55 @@ export type BuiltOnce = {
   run(executor: Executor, values: Record<string, unknown>): Promise<{ rows: unknown[][] }>;
 };
 
-/** Rows as pg returns them in array mode: Drizzle's mapper, left out, would need the fields. */
-const asReturned = (rows: unknown[]) => rows;
+/** What a built-once statement runs on: the executor's session client (the pipelined pool, or a transaction's connection). */
+type SessionClient = { query(config: pg.QueryConfig, values: unknown[]): Promise<pg.QueryResult> };
+
+const asText = (value: string) => value;
+const TIMESTAMP_AND_INTERVAL_TYPES = new Set<number>([
+  pg.types.builtins.TIMESTAMPTZ,
+  pg.types.builtins.TIMESTAMP,
+  pg.types.builtins.DATE,
+  pg.types.builtins.INTERVAL,
+  1115, // timestamp[]
+  1182, // date[]
+  1185, // timestamptz[]
+  1187, // interval[]
+  1231, // numeric[]
+]);
+/**
+ * Values decoded as Drizzle's own prepared queries decode them (drizzle-orm/node-postgres): date,
+ * time and interval types (and their arrays, and numeric arrays) stay PostgreSQL's text, for the
+ * columns' mapFromDriverValue; everything else as pg decodes it.
+ */
+const DRIZZLE_TYPES = {
+  getTypeParser: (typeId: number, format?: string) =>
+    TIMESTAMP_AND_INTERVAL_TYPES.has(typeId) ? asText : pg.types.getTypeParser(typeId, format as 'text'),
+};
 
 export function builtOnce(prefix: string, build: () => Buildable): BuiltOnce {
-  let built: { query: Query; name: string } | undefined;
+  let built: { query: Query; config: pg.QueryConfig } | undefined;
   const once = () => {
     if (built) return built;
     const source = build();
     const query = is(source, SQL) ? dialect.sqlToQuery(source) : source.toSQL();
-    built = { query, name: `${prefix}_${createHash('sha256').update(query.sql).digest('hex').slice(0, 12)}` };
+    const name = `${prefix}_${createHash('sha256').update(query.sql).digest('hex').slice(0, 12)}`;
+    // Array mode: pg makes no per-result object of the column names (see pg-array-rows.ts). pg copies the config before using it.
+    built = { query, config: { name, text: query.sql, rowMode: 'array', types: DRIZZLE_TYPES } as pg.QueryConfig };
     return built;
   };
   return {
     run(executor, values) {
-      const { query, name } = once();
-      // The executor's own session (a transaction's, or the pool's): the statement runs where the caller's other statements run.
-      // Array mode: pg makes no per-result object of the column names (see pg-array-rows.ts).
-      const prepared = executor._.session.prepareQuery(query, undefined, name, true, asReturned);
-      return prepared.execute(values).then((rows) => ({ rows: rows as unknown[][] }));
+      const { query, config } = once();
+      const params = fillPlaceholders(query.params, values);
+      // The executor's own session client (a transaction's connection, or the pool): the statement
+      // runs where the caller's other statements run. Straight to it, not through a Drizzle prepared
+      // query, whose wrappers (a query object and type parser per call, tracing spans, a cache
+      // check) cost more than the statement's own handling here; its errors are wrapped as Drizzle wraps them.
+      const client = (executor._.session as unknown as { client: SessionClient }).client;
+      return client.query(config, params).then(
+        (result) => ({ rows: result.rows as unknown[][] }),
+        (error: unknown) => Promise.reject(new DrizzleQueryError(query.sql, params, error as Error)),
+      );
     },
   };
 }
