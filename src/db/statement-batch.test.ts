@@ -175,6 +175,25 @@ describe('statements sent as one batch (src/db/statement-batch.ts)', () => {
       expect(again[0]!.result!.fields.map((field) => field.name)).toEqual(first[0]!.result!.fields.map((field) => field.name));
     });
 
+    it('when its later runs are read as arrays with one type source, they share the parsers made for the first, and a run with other types gets its own', async () => {
+      const text = 'SELECT $1::int8 AS n, now() AS at';
+      const parsersOf = (outcome: Outcome) => (outcome.result as unknown as { _parsers: unknown[] })._parsers;
+      const asText = (value: string) => value;
+      const timestampsAsText = { getTypeParser: (oid: number) => (oid === 1184 ? asText : pg.types.getTypeParser(oid)) };
+      const run = (n: number, types?: unknown) =>
+        sendBatch([{ config: { text, name: 'batch_shared_parsers', rowMode: 'array', ...(types ? { types } : {}) } as pg.QueryConfig, values: [n] }]).then(([outcome]) => outcome!);
+      await run(1);
+      const second = await run(2);
+      const third = await run(3);
+      expect(parsersOf(third)).toBe(parsersOf(second));
+      expect(third.result!.rows).toEqual([[3, expect.any(Date)]]);
+
+      const withOtherTypes = await run(4, timestampsAsText);
+      expect(parsersOf(withOtherTypes)).not.toBe(parsersOf(second));
+      expect(withOtherTypes.result!.rows).toEqual([[4, expect.any(String)]]);
+      expect((await run(5)).result!.rows).toEqual([[5, expect.any(Date)]]);
+    });
+
     it('when it returns no rows, it runs again without a Describe and still reports its command and row count', async () => {
       const insert = { text: 'INSERT INTO batch_items (label) VALUES ($1)', name: 'batch_described_insert' };
       await sendBatch([{ config: insert, values: ['no rows 1'] }]);

@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import pg from 'pg';
+import { shareParsersOf } from './pg-array-rows.js';
 
 const require = createRequire(import.meta.url);
 const { prepareValue } = require('pg/lib/utils.js') as { prepareValue(value: unknown): unknown };
@@ -172,7 +173,10 @@ export class StatementBatch extends (pg.Query as unknown as new (config: QueryCo
     const statement = this.statements[this.answering];
     if (!statement) return;
     this.describing = true;
-    if (statement.name) this.descriptions?.set(statement.name, message);
+    if (statement.name && this.descriptions) {
+      this.descriptions.set(statement.name, message);
+      shareParsersOf(message.fields as Parameters<typeof shareParsersOf>[0]);
+    }
     statement.handleRowDescription(message);
   }
 
