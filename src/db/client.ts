@@ -1,6 +1,8 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import pg from 'pg';
-import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
+import { DrizzleQueryError } from 'drizzle-orm';
+import { drizzle, NodePgSession, NodePgTransaction, type NodePgDatabase } from 'drizzle-orm/node-postgres';
+import type { PgDialect } from 'drizzle-orm/pg-core';
 import * as schema from './schema.js';
 import { LeadingCheck } from './leading-check.js';
 import { PipelinedPool, type TransactionScope, type WorkScope } from './pipelined-pool.js';
@@ -86,7 +88,32 @@ export function createDatabase(connectionString: string, options: { poolSize?: n
   });
   const scopes = new AsyncLocalStorage<WorkScope>();
   const ambient = new AsyncLocalStorage<TransactionScope<Tx>>();
-  const db = drizzle(new PipelinedPool(pool, scopes, ambient) as unknown as pg.Pool) as unknown as Db;
+  const pipelined = new PipelinedPool(pool, scopes, ambient);
+  const db = drizzle(pipelined as unknown as pg.Pool) as unknown as Db;
+  const dialect = (db as unknown as { dialect: PgDialect }).dialect;
+
+  /**
+   * What Drizzle's `db.transaction` does, minus building the SQL of BEGIN and COMMIT and a prepared
+   * query for each on every transaction: a connection, a Drizzle transaction on it, BEGIN, the work,
+   * COMMIT (ROLLBACK when the work fails), the connection back. Their failures are wrapped as Drizzle wraps them.
+   */
+  async function inTransaction<T>(work: (tx: Tx) => Promise<T>): Promise<T> {
+    const connection = await pipelined.connect();
+    const tx = new NodePgTransaction(dialect, new NodePgSession(connection as never, dialect, undefined), undefined) as unknown as Tx;
+    const end = (command: 'begin' | 'commit' | 'rollback') =>
+      connection.query(command).catch((error: unknown) => Promise.reject(new DrizzleQueryError(command, [], error as Error)));
+    try {
+      await end('begin');
+      const result = await work(tx);
+      await end('commit');
+      return result;
+    } catch (error) {
+      await end('rollback');
+      throw error;
+    } finally {
+      connection.release();
+    }
+  }
 
   return {
     db,
@@ -99,7 +126,7 @@ export function createDatabase(connectionString: string, options: { poolSize?: n
       const scope: TransactionScope<Tx> = { tx: undefined, connection: undefined };
       const control: TransactionControl = { commitAfter: (statements) => scope.connection?.commitAfter(statements) };
       return ambient.run(scope, () =>
-        db.transaction((tx) => {
+        inTransaction((tx) => {
           scope.tx = tx;
           return work(tx, control);
         }),
