@@ -194,6 +194,17 @@ describe('statements sent as one batch (src/db/statement-batch.ts)', () => {
       expect((await run(5)).result!.rows).toEqual([[5, expect.any(Date)]]);
     });
 
+    it('when a batch opens or ends a transaction, its BEGIN and COMMIT go without a Describe even the first time, and answer as usual', async () => {
+      const [begin, inserted, commit] = await sendBatch([
+        { config: 'BEGIN', values: undefined },
+        { config: { text: 'INSERT INTO batch_items (label) VALUES ($1)' }, values: ['in a transaction'] },
+        { config: 'COMMIT', values: undefined },
+      ]);
+      expect(describesSent()).toBe(1);
+      expect([begin!.result!.command, inserted!.result!.command, commit!.result!.command]).toEqual(['BEGIN', 'INSERT', 'COMMIT']);
+      expect(await labels()).toContain('in a transaction');
+    });
+
     it('when it returns no rows, it runs again without a Describe and still reports its command and row count', async () => {
       const insert = { text: 'INSERT INTO batch_items (label) VALUES ($1)', name: 'batch_described_insert' };
       await sendBatch([{ config: insert, values: ['no rows 1'] }]);

@@ -49,6 +49,8 @@ export class StatementNotRun extends Error {
 /** The text a named statement was parsed (or sent to be parsed) with on this connection, if any. */
 const knownText = (connection: WireConnection, name: string) => connection.parsedStatements[name] ?? connection.submittedNamedStatements[name];
 
+const TRANSACTION_CONTROL = /^\s*(?:begin|commit|rollback)\s*;?\s*$/i;
+
 /** A RowDescription as pg parsed it (its `fields` are what a result reads). */
 type RowDescription = { fields: unknown[] };
 /**
@@ -146,7 +148,8 @@ export class StatementBatch extends (pg.Query as unknown as new (config: QueryCo
     try {
       this.statements.forEach((statement, index) => {
         const { name } = statement;
-        let known: RowDescription | null | undefined;
+        // A transaction's BEGIN, COMMIT or ROLLBACK never returns rows: no Describe, from the first.
+        let known: RowDescription | null | undefined = TRANSACTION_CONTROL.test(statement.text) ? null : undefined;
         if (!name || knownText(connection, name) === undefined) {
           connection.parse({ text: statement.text, name, types: statement.types });
           if (name) {
@@ -154,7 +157,7 @@ export class StatementBatch extends (pg.Query as unknown as new (config: QueryCo
             descriptions.delete(name);
             this.parsedHere.add(index);
           }
-        } else {
+        } else if (known === undefined) {
           known = descriptions.get(name);
         }
         this.knownDescriptions[index] = known;
