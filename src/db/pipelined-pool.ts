@@ -222,6 +222,8 @@ export class PipelinedConnection {
   /** BEGIN, held until the transaction's first statement goes out with it. */
   private beginHeld: BatchedStatement | undefined;
   private begun: Promise<pg.QueryResult> | undefined;
+  /** BEGIN has been answered, and did not fail: statements after it need not wait for it. */
+  private beginAnswered = false;
   /** Statements still to come before the COMMIT goes out behind them (see commitAfter). */
   private commitBehind = 0;
   /** Announced statements held until the last of them, to leave with the COMMIT in one batch. */
@@ -255,7 +257,11 @@ export class PipelinedConnection {
     if (BEGIN_STATEMENT.test(text) && this.begun === undefined) {
       // Nothing can follow BEGIN but the transaction's statements, whose answers wait for BEGIN's.
       const begin = quietAnswer();
-      this.beginHeld = { config, values, callback: begin.callback };
+      const callback: StatementCallback = (error, result) => {
+        if (!error) this.beginAnswered = true;
+        begin.callback(error, result);
+      };
+      this.beginHeld = { config, values, callback };
       this.begun = begin.promise;
       return Promise.resolve(BEGIN_RESULT);
     }
@@ -358,8 +364,16 @@ export class PipelinedConnection {
     );
   }
 
-  /** `result`, once BEGIN and the check (both ahead of it on this connection) have answered. */
-  private async after(result: Promise<pg.QueryResult>): Promise<pg.QueryResult> {
+  /**
+   * `result`, once BEGIN and the check (both ahead of it on this connection) have answered. Once both
+   * have (every statement after a transaction's first), `result` itself, with no async step between.
+   */
+  private after(result: Promise<pg.QueryResult>): Promise<pg.QueryResult> {
+    if ((this.begun === undefined || this.beginAnswered) && (this.check === undefined || this.check.passed)) return result;
+    return this.afterBeginAndCheck(result);
+  }
+
+  private async afterBeginAndCheck(result: Promise<pg.QueryResult>): Promise<pg.QueryResult> {
     if (this.begun) await this.begun;
     if (this.check) await this.check.verdict();
     return result;
