@@ -1,4 +1,4 @@
-import { and, asc, eq } from 'drizzle-orm';
+import { and, asc, eq, sql } from 'drizzle-orm';
 import { boundAsGiven as bound, builtOnce } from '../../db/built-once.js';
 import type { Executor } from '../../db/client.js';
 import { auditLog } from '../../db/schema.js';
@@ -16,6 +16,9 @@ export type AuditEntry = {
   after: unknown;
 };
 
+/** An audit entry whose `after` is `before` with `changes` over its top-level fields (`{ ...before, ...changes }`). */
+export type AuditChangeEntry = Omit<AuditEntry, 'after'> & { before: Record<string, unknown>; changes: Record<string, unknown> };
+
 export function createAuditRepository(db: Executor) {
   // Every change writes one: built once (see built-once.ts).
   const insertEntry = builtOnce('audit_log_insert', () =>
@@ -31,6 +34,19 @@ export function createAuditRepository(db: Executor) {
       requestId: bound('requestId'),
     }),
   );
+  // The database makes `after` from `before` and the changes: `before` is encoded and sent once, not twice.
+  const insertChange = builtOnce('audit_log_insert_change', () => {
+    const columns = sql.join(
+      [auditLog.orgId, auditLog.actorType, auditLog.actorId, auditLog.action, auditLog.subjectType, auditLog.subjectId, auditLog.before, auditLog.after, auditLog.requestId].map(
+        (column) => sql.identifier(column.name),
+      ),
+      sql`, `,
+    );
+    return sql`INSERT INTO ${auditLog} (${columns})
+      SELECT ${bound('orgId')}, ${bound('actorType')}, ${bound('actorId')}, ${bound('action')}, ${bound('subjectType')}, ${bound('subjectId')},
+             change.before, change.before || change.changes, ${bound('requestId')}
+        FROM (SELECT ${bound('before')}::jsonb AS before, ${bound('changes')}::jsonb AS changes) AS change`;
+  });
   const json = (value: unknown) => (value === undefined || value === null ? null : JSON.stringify(value));
 
   return {
@@ -44,6 +60,21 @@ export function createAuditRepository(db: Executor) {
         subjectId: entry.subjectId,
         before: json(entry.before),
         after: json(entry.after),
+        requestId: entry.actor.requestId ?? null,
+      });
+    },
+
+    /** Records a change as `record` would with `after: { ...entry.before, ...entry.changes }`. */
+    async recordChange(entry: AuditChangeEntry, tx: Executor = db): Promise<void> {
+      await insertChange.run(tx, {
+        orgId: entry.orgId,
+        actorType: entry.actor.type,
+        actorId: entry.actor.id,
+        action: entry.action,
+        subjectType: entry.subjectType,
+        subjectId: entry.subjectId,
+        before: JSON.stringify(entry.before),
+        changes: JSON.stringify(entry.changes),
         requestId: entry.actor.requestId ?? null,
       });
     },

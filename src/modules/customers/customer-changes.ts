@@ -78,24 +78,19 @@ export function createCustomerChangeRecorder(db: Executor) {
         fireUpdated?: boolean;
         /** The DTO's updated_at is RECORD_UPDATED_AT, to be read from the record (see writeChange). */
         updatedAtFromRecord?: boolean;
+        /** `after` is `before` with these columns: the audit row's `after` is made from them (see AuditRepository.recordChange). */
+        diff?: Partial<NewCustomerRow>;
       },
       tx: Executor,
     ): Promise<void> {
       const { after } = change;
       // Sent together: on the transaction's pipelined connection both leave in one write.
       const fireUpdated = firesUpdated(change);
-      const auditRow = audit.record(
-        {
-          orgId: after.orgId,
-          actor: change.actor,
-          action: change.action,
-          subjectType: after.kind === 'entity' ? 'entity' : 'customer',
-          subjectId: after.id,
-          before: change.before ? auditSnapshot(change.before) : null,
-          after: auditSnapshot(after),
-        },
-        tx,
-      );
+      const entry = { orgId: after.orgId, actor: change.actor, action: change.action, subjectType: after.kind === 'entity' ? 'entity' : 'customer', subjectId: after.id };
+      const auditRow =
+        change.before && change.diff
+          ? audit.recordChange(Object.assign(entry, { before: auditSnapshot(change.before), changes: auditSnapshot(change.diff as CustomerRow) }), tx)
+          : audit.record(Object.assign(entry, { before: change.before ? auditSnapshot(change.before) : null, after: auditSnapshot(after) }), tx);
       const event = fireUpdated
         ? outbox.record(
             { orgId: after.orgId, type: 'customer.updated', customerId: after.id, customer: change.dto, updatedAtFromRecord: change.updatedAtFromRecord },
