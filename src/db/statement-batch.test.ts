@@ -65,6 +65,26 @@ describe('statements sent as one batch (src/db/statement-batch.ts)', () => {
     expect(await labels()).toContain('batched');
   });
 
+  it('when a batch is sent, all its messages go to the socket as one buffer, in one write call', async () => {
+    const stream = (client as unknown as { connection: { stream: { write(bytes: Buffer): boolean } } }).connection.stream;
+    const write = stream.write;
+    const calls: Buffer[] = [];
+    stream.write = function (this: unknown, bytes: Buffer) {
+      calls.push(bytes);
+      return write.call(this, bytes);
+    } as typeof stream.write;
+    try {
+      await sendBatch([
+        { config: { text: 'SELECT $1::int AS n', name: 'batch_one_write' }, values: [1] },
+        { config: { text: 'SELECT $1::text AS t' }, values: ['two'] },
+      ]);
+    } finally {
+      stream.write = write;
+    }
+    expect(calls).toHaveLength(1);
+    expect(syncsIn(calls[0]!)).toBe(1);
+  });
+
   it('when the last statement of a batch is answered, the connection already shows the transaction status the batch ended in', async () => {
     const status = () => (client as unknown as { _txStatus: string })._txStatus;
     const seen: string[] = [];

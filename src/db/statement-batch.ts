@@ -4,6 +4,19 @@ import { shareParsersOf } from './pg-array-rows.js';
 
 const require = createRequire(import.meta.url);
 const { prepareValue } = require('pg/lib/utils.js') as { prepareValue(value: unknown): unknown };
+/** pg's own message serializer, as pg resolves it (the pg-protocol that pg's Connection writes with). */
+const { serialize } = createRequire(require.resolve('pg'))('pg-protocol') as {
+  serialize: {
+    parse(message: { text: string; name?: string; types?: unknown }): Buffer;
+    bind(message: { statement?: string; values: unknown[]; binary?: boolean }): Buffer;
+    describe(message: { type: 'P'; name: string }): Buffer;
+    execute(message: { portal: string }): Buffer;
+    sync(): Buffer;
+  };
+};
+const DESCRIBE_PORTAL = serialize.describe({ type: 'P', name: '' });
+const EXECUTE_PORTAL = serialize.execute({ portal: '' });
+const SYNC = serialize.sync();
 
 type QueryConfig = string | pg.QueryConfig;
 export type StatementCallback = (error: Error | undefined, result: pg.QueryResult) => void;
@@ -11,14 +24,9 @@ export type BatchedStatement = { config: QueryConfig; values: unknown[] | undefi
 
 /** pg's wire connection, as a batch writes on it (pg's `Connection`; not in pg's types). */
 type WireConnection = {
-  stream: { cork?(): void; uncork?(): void };
+  stream: { writable: boolean; write(bytes: Buffer): boolean };
   parsedStatements: Record<string, string | undefined>;
   submittedNamedStatements: Record<string, string | undefined>;
-  parse(message: { text: string; name?: string; types?: unknown }): void;
-  bind(message: { statement?: string; values: unknown[]; binary?: boolean }): void;
-  describe(message: { type: 'P'; name: string }): void;
-  execute(message: { portal: string }): void;
-  sync(): void;
 };
 
 /** What a pg `Query` keeps and does with its answers; the batch hands each statement its own. */
@@ -144,31 +152,29 @@ export class StatementBatch extends (pg.Query as unknown as new (config: QueryCo
       if (previous !== undefined && previous !== text) return new Error(`Prepared statements must be unique - '${name}' was used for a different statement`);
     }
     const descriptions = (this.descriptions = descriptionsOf(connection));
-    connection.stream.cork?.();
-    try {
-      this.statements.forEach((statement, index) => {
-        const { name } = statement;
-        // A transaction's BEGIN, COMMIT or ROLLBACK never returns rows: no Describe, from the first.
-        let known: RowDescription | null | undefined = TRANSACTION_CONTROL.test(statement.text) ? null : undefined;
-        if (!name || knownText(connection, name) === undefined) {
-          connection.parse({ text: statement.text, name, types: statement.types });
-          if (name) {
-            connection.submittedNamedStatements[name] = statement.text;
-            descriptions.delete(name);
-            this.parsedHere.add(index);
-          }
-        } else if (known === undefined) {
-          known = descriptions.get(name);
+    // Every message of the batch in one buffer and one write (pg's Connection would write each on its own).
+    const messages: Buffer[] = [];
+    this.statements.forEach((statement, index) => {
+      const { name } = statement;
+      // A transaction's BEGIN, COMMIT or ROLLBACK never returns rows: no Describe, from the first.
+      let known: RowDescription | null | undefined = TRANSACTION_CONTROL.test(statement.text) ? null : undefined;
+      if (!name || knownText(connection, name) === undefined) {
+        messages.push(serialize.parse({ text: statement.text, name, types: statement.types }));
+        if (name) {
+          connection.submittedNamedStatements[name] = statement.text;
+          descriptions.delete(name);
+          this.parsedHere.add(index);
         }
-        this.knownDescriptions[index] = known;
-        connection.bind({ statement: name, values: bound[index]!, binary: statement.binary });
-        if (known === undefined) connection.describe({ type: 'P', name: '' });
-        connection.execute({ portal: '' });
-      });
-      connection.sync();
-    } finally {
-      connection.stream.uncork?.();
-    }
+      } else if (known === undefined) {
+        known = descriptions.get(name);
+      }
+      this.knownDescriptions[index] = known;
+      messages.push(serialize.bind({ statement: name, values: bound[index]!, binary: statement.binary }));
+      if (known === undefined) messages.push(DESCRIBE_PORTAL);
+      messages.push(EXECUTE_PORTAL);
+    });
+    messages.push(SYNC);
+    if (connection.stream.writable) connection.stream.write(Buffer.concat(messages));
     return null;
   }
 
