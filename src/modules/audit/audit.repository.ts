@@ -49,34 +49,25 @@ export function createAuditRepository(db: Executor) {
   });
   const json = (value: unknown) => (value === undefined || value === null ? null : JSON.stringify(value));
 
+  /** The values every audit row binds besides its before and after. */
+  const whoAndWhat = (entry: Omit<AuditEntry, 'before' | 'after'>) => ({
+    orgId: entry.orgId,
+    actorType: entry.actor.type,
+    actorId: entry.actor.id,
+    action: entry.action,
+    subjectType: entry.subjectType,
+    subjectId: entry.subjectId,
+    requestId: entry.actor.requestId ?? null,
+  });
+
   return {
     async record(entry: AuditEntry, tx: Executor = db): Promise<void> {
-      await insertEntry.run(tx, {
-        orgId: entry.orgId,
-        actorType: entry.actor.type,
-        actorId: entry.actor.id,
-        action: entry.action,
-        subjectType: entry.subjectType,
-        subjectId: entry.subjectId,
-        before: json(entry.before),
-        after: json(entry.after),
-        requestId: entry.actor.requestId ?? null,
-      });
+      await insertEntry.run(tx, Object.assign(whoAndWhat(entry), { before: json(entry.before), after: json(entry.after) }));
     },
 
     /** Records a change as `record` would with `after: { ...entry.before, ...entry.changes }`. */
     async recordChange(entry: AuditChangeEntry, tx: Executor = db): Promise<void> {
-      await insertChange.run(tx, {
-        orgId: entry.orgId,
-        actorType: entry.actor.type,
-        actorId: entry.actor.id,
-        action: entry.action,
-        subjectType: entry.subjectType,
-        subjectId: entry.subjectId,
-        before: JSON.stringify(entry.before),
-        changes: JSON.stringify(entry.changes),
-        requestId: entry.actor.requestId ?? null,
-      });
+      await insertChange.run(tx, Object.assign(whoAndWhat(entry), { before: JSON.stringify(entry.before), changes: JSON.stringify(entry.changes) }));
     },
 
     async listForSubject(orgId: string, subjectId: string, tx: Executor = db) {
