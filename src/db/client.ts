@@ -100,15 +100,15 @@ export function createDatabase(connectionString: string, options: { poolSize?: n
   async function inTransaction<T>(work: (tx: Tx) => Promise<T>): Promise<T> {
     const connection = await pipelined.connect();
     const tx = new NodePgTransaction(dialect, new NodePgSession(connection as never, dialect, undefined), undefined) as unknown as Tx;
-    const end = (command: 'begin' | 'commit' | 'rollback') =>
+    const send = (command: 'begin' | 'commit' | 'rollback') =>
       connection.query(command).catch((error: unknown) => Promise.reject(new DrizzleQueryError(command, [], error as Error)));
     try {
-      await end('begin');
+      await send('begin');
       const result = await work(tx);
-      await end('commit');
+      await send('commit');
       return result;
     } catch (error) {
-      await end('rollback');
+      await send('rollback');
       throw error;
     } finally {
       connection.release();
