@@ -92,6 +92,23 @@ function writesCarrying(marker: string): number[] {
   return writes.flatMap((entry, index) => (entry.bytes.includes(marker) ? [index] : []));
 }
 
+/**
+ * Runs a transaction under `check` whose first statement inserts `label` (its text carrying
+ * `insertMarker`), and returns the one socket write that carried both the check (`checkMarker`) and
+ * that statement.
+ */
+async function firstTransactionWrite(check: LeadingCheck, checkMarker: string, insertMarker: string, label: string): Promise<Buffer> {
+  await database.withLeadingCheck(check, () =>
+    database.transaction(async (tx) => {
+      await tx.execute(sql`INSERT /* ${sql.raw(insertMarker)} */ INTO scratch_items (label) VALUES (${label})`);
+    }),
+  );
+  const withCheck = writesCarrying(checkMarker);
+  expect(withCheck).toHaveLength(1);
+  expect(writesCarrying(insertMarker)).toEqual(withCheck);
+  return writes[withCheck[0]!]!.bytes;
+}
+
 async function labels(table: 'scratch_items' | 'scratch_check_log'): Promise<string[]> {
   const { rows } = await ctx.database.pool.query<{ label: string }>(`SELECT label FROM ${table} ORDER BY id`);
   return rows.map((row) => row.label);
@@ -277,16 +294,7 @@ describe('transactions on the pipelined pool', () => {
 
   it('when a transaction under a leading check starts, the check, BEGIN and the first statement leave in one socket write, the check ahead of BEGIN', async () => {
     const check = checkOf('SELECT /* lc-check-11 */ 1 AS ok', passing());
-    await database.withLeadingCheck(check, () =>
-      database.transaction(async (tx) => {
-        await tx.execute(sql`INSERT /* lc-insert-11 */ INTO scratch_items (label) VALUES ('first statement under a check')`);
-      }),
-    );
-
-    const withCheck = writesCarrying('lc-check-11');
-    expect(withCheck).toHaveLength(1);
-    expect(writesCarrying('lc-insert-11')).toEqual(withCheck);
-    const bytes = writes[withCheck[0]!]!.bytes.toString('latin1');
+    const bytes = (await firstTransactionWrite(check, 'lc-check-11', 'lc-insert-11', 'first statement under a check')).toString('latin1');
     const begin = bytes.search(/\bbegin\b/i);
     expect(begin).toBeGreaterThan(bytes.indexOf('lc-check-11'));
     expect(begin).toBeLessThan(bytes.indexOf('lc-insert-11'));
@@ -553,16 +561,7 @@ describe('a read-only leading check (it writes nothing)', () => {
 
   it('when it leads a transaction, it leaves behind BEGIN and ahead of the first statement, all three under one Sync, and what the transaction wrote commits after a pass', async () => {
     const check = readOnlyCheckOf('SELECT /* ro-check-4 */ 1 AS ok', passing());
-    await database.withLeadingCheck(check, () =>
-      database.transaction(async (tx) => {
-        await tx.execute(sql`INSERT /* ro-insert-4 */ INTO scratch_items (label) VALUES ('written under a read-only check')`);
-      }),
-    );
-
-    const withCheck = writesCarrying('ro-check-4');
-    expect(withCheck).toHaveLength(1);
-    expect(writesCarrying('ro-insert-4')).toEqual(withCheck);
-    const bytes = writes[withCheck[0]!]!.bytes;
+    const bytes = await firstTransactionWrite(check, 'ro-check-4', 'ro-insert-4', 'written under a read-only check');
     const text = bytes.toString('latin1');
     const begin = text.search(/\bbegin\b/i);
     expect(begin).toBeGreaterThan(-1);
