@@ -95,7 +95,9 @@ export const auditLog = pgTable(
   'audit_log',
   {
     id: bigserial('id', { mode: 'number' }).primaryKey(),
-    orgId: orgId(),
+    // No foreign key: the audit trail outlives whatever it records, and every row is written in the
+    // transaction of a change to a record of this organisation (migration 0008).
+    orgId: uuid('org_id').notNull(),
     actorType: text('actor_type', { enum: ['api_key', 'operator', 'system'] }).notNull(),
     actorId: text('actor_id'),
     action: text('action').notNull(),
@@ -283,7 +285,8 @@ export const outboxEvents = pgTable(
   'outbox_events',
   {
     id: uuid('id').primaryKey().defaultRandom(),
-    orgId: orgId(),
+    // No foreign key, as audit_log: written only in the transaction of a change in this organisation (migration 0008).
+    orgId: uuid('org_id').notNull(),
     type: text('type').notNull(),
     customerId: uuid('customer_id'),
     /** The exact JSON document delivered; signed byte for byte. */

@@ -249,11 +249,56 @@ describe('risk rating and audit', () => {
     expect((await get(dto.id)).json().updated_at).toBe(committed);
   });
 
+  it('when a record\'s updated_at is ahead of the clock, a change still moves it forward by at least a millisecond', async () => {
+    const dto = await createCustomer(ctx, org, person());
+    const ahead = new Date(Date.now() + 3_600_000);
+    // Written with triggers off (replica role), as a clock stepped back would leave it.
+    const client = await ctx.database.pool.connect();
+    try {
+      await client.query(`SET session_replication_role = replica`);
+      await client.query('UPDATE customers SET updated_at = $2 WHERE id = $1', [dto.id, ahead]);
+      await client.query(`SET session_replication_role = origin`);
+    } finally {
+      client.release();
+    }
+    const changed = (await patch(dto.id, { phone: 'ahead' })).json();
+    expect(new Date(changed.updated_at).getTime()).toBe(ahead.getTime() + 1);
+    expect((await get(dto.id)).json().updated_at).toBe(changed.updated_at);
+  });
+
   it('when a raw SQL writer rewrites the same values, the database keeps updated_at (no-op writes never move it)', async () => {
     const dto = await createCustomer(ctx, org, person());
     const committed = (await get(dto.id)).json().updated_at;
     await ctx.database.pool.query('UPDATE customers SET name = name, phone = phone WHERE id = $1', [dto.id]);
     expect((await get(dto.id)).json().updated_at).toBe(committed);
+  });
+});
+
+describe('side-record storage', () => {
+  it('when the server supports lz4, audit snapshots and event payloads are compressed with it, and neither table checks a foreign key per row', async () => {
+    const { rows: support } = await ctx.database.pool.query(`SELECT 'lz4' = ANY (enumvals) AS lz4 FROM pg_settings WHERE name = 'default_toast_compression'`);
+    const { rows: settings } = await ctx.database.pool.query(
+      `SELECT attrelid::regclass::text || '.' || attname AS name, attcompression AS method FROM pg_attribute
+        WHERE (attrelid, attname) IN (('audit_log'::regclass, 'before'), ('audit_log'::regclass, 'after'), ('outbox_events'::regclass, 'payload'))
+        ORDER BY 1`,
+    );
+    const method = support[0].lz4 ? 'l' : '';
+    expect(settings).toEqual([
+      { name: 'audit_log.after', method },
+      { name: 'audit_log.before', method },
+      { name: 'outbox_events.payload', method },
+    ]);
+    const dto = await createCustomer(ctx, org, person({ externalId: 'crm-storage' }));
+    await upsert(ctx, org, { externalId: 'crm-storage', phone: 'stored' });
+    const { rows: stored } = await ctx.database.pool.query(
+      `SELECT pg_column_compression(before) AS before, pg_column_compression(after) AS after FROM audit_log WHERE subject_id = $1 AND action = 'customer.upserted'`,
+      [dto.id],
+    );
+    if (support[0].lz4) expect(stored).toEqual([{ before: 'lz4', after: 'lz4' }]);
+    const { rows: keys } = await ctx.database.pool.query(
+      `SELECT conrelid::regclass::text AS name FROM pg_constraint WHERE contype = 'f' AND conrelid IN ('audit_log'::regclass, 'outbox_events'::regclass)`,
+    );
+    expect(keys).toEqual([]);
   });
 });
 
@@ -292,6 +337,25 @@ describe('customer.updated outbox events', () => {
     const current = (await get(dto.id)).json();
     expect(events[0]!.payload.data.customer).toEqual(current);
     expect(new Date(current.updated_at).getTime() - new Date(dto.updated_at).getTime()).toBeGreaterThanOrEqual(300);
+  });
+
+  it('when a late commit re-stamps a record, only that transaction\'s events are rewritten: the record\'s earlier events keep the DTO of their moment', async () => {
+    const dto = await createCustomer(ctx, org, person({ externalId: 'crm-evt-slow-2' }));
+    await patch(dto.id, { phone: 'first' });
+    const afterFirst = (await get(dto.id)).json();
+    const service = createCustomersService({ database: ctx.database });
+    const system = { orgId: org.id, actor: { type: 'system' as const, id: null } };
+    await ctx.database.transaction(async (tx) => {
+      await service.patch(system, dto.id, { phone: 'second' });
+      await service.patch(system, dto.id, { phone: 'third' });
+      await tx.execute(sql`SELECT pg_sleep(0.8)`);
+    });
+    const current = (await get(dto.id)).json();
+    const events = await outboxEvents(dto.id);
+    expect(events.map((event) => event.payload.data.customer.updated_at)).toEqual([afterFirst.updated_at, current.updated_at, current.updated_at]);
+    expect(events[0]!.payload.data.customer).toEqual(afterFirst);
+    expect(events[2]!.payload.data.customer).toEqual(current);
+    expect(new Date(current.updated_at).getTime() - new Date(afterFirst.updated_at).getTime()).toBeGreaterThanOrEqual(300);
   });
 
   it('when a record not added by the integration changes, it fires no customer.updated', async () => {
