@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
-import { auditSnapshot } from '../../src/modules/customers/customer-dto.js';
+import { auditChanges, auditSnapshot } from '../../src/modules/customers/customer-dto.js';
 import { createCustomersRepository } from '../../src/modules/customers/customers.repository.js';
 import { createCustomersService } from '../../src/modules/customers/customers.service.js';
 import type pg from 'pg';
@@ -275,6 +275,15 @@ describe('risk rating and audit', () => {
 });
 
 describe('side-record storage', () => {
+  it('when a record is snapshotted for the audit log, it keeps every column but the organisation and timestamps, and changes keep only what changed', async () => {
+    const dto = await createCustomer(ctx, org, person({ externalId: 'crm-snapshot' }));
+    const row = (await createCustomersRepository(ctx.database.db).findById(org.id, dto.id))!;
+    const { orgId: _org, createdAt: _created, updatedAt: _updated, ...expected } = row;
+    expect(auditSnapshot(row)).toEqual(expected);
+    expect(Object.keys(auditSnapshot(row)).sort()).toEqual(Object.keys(expected).sort());
+    expect(auditChanges({ phone: '1', orgId: org.id, updatedAt: new Date(), createdAt: new Date() })).toEqual({ phone: '1' });
+  });
+
   it('when the server supports lz4, audit snapshots and event payloads are compressed with it, and neither table checks a foreign key per row', async () => {
     const { rows: support } = await ctx.database.pool.query(`SELECT 'lz4' = ANY (enumvals) AS lz4 FROM pg_settings WHERE name = 'default_toast_compression'`);
     const { rows: settings } = await ctx.database.pool.query(

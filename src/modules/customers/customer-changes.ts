@@ -3,7 +3,7 @@ import type { Executor, TransactionControl } from '../../db/client.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
 import { createOutboxRepository, RECORD_UPDATED_AT } from '../webhooks/outbox.repository.js';
-import { auditSnapshot } from './customer-dto.js';
+import { auditChanges, auditSnapshot } from './customer-dto.js';
 
 /** Only the columns whose value would really change; an empty result means a no-op write. */
 export function changedColumns(row: CustomerRow, next: Partial<NewCustomerRow>): Partial<NewCustomerRow> {
@@ -89,7 +89,7 @@ export function createCustomerChangeRecorder(db: Executor) {
       const entry = { orgId: after.orgId, actor: change.actor, action: change.action, subjectType: after.kind === 'entity' ? 'entity' : 'customer', subjectId: after.id };
       const auditRow =
         change.before && change.diff
-          ? audit.recordChange(Object.assign(entry, { before: auditSnapshot(change.before), changes: auditSnapshot(change.diff as CustomerRow) }), tx)
+          ? audit.recordChange(Object.assign(entry, { before: auditSnapshot(change.before), changes: auditChanges(change.diff as Partial<CustomerRow>) }), tx)
           : audit.record(Object.assign(entry, { before: change.before ? auditSnapshot(change.before) : null, after: auditSnapshot(after) }), tx);
       const event = fireUpdated
         ? outbox.record(
