@@ -47,6 +47,7 @@ $$;
 CREATE OR REPLACE FUNCTION customers_restamp_at_commit() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
+  iso constant text := 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'; -- how toISOString writes it, as payloads show it
   written text;
   committed text;
 BEGIN
@@ -57,11 +58,11 @@ BEGIN
      SET updated_at = clock_timestamp()
    WHERE id = NEW.id
      AND updated_at < clock_timestamp() - interval '500 milliseconds'
-  RETURNING to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') INTO committed;
+  RETURNING to_char(updated_at AT TIME ZONE 'UTC', iso) INTO committed;
   IF committed IS NULL THEN
     RETURN NULL;
   END IF;
-  written := to_char(NEW.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
+  written := to_char(NEW.updated_at AT TIME ZONE 'UTC', iso);
   UPDATE outbox_events event
      SET payload = replace(event.payload, '"updated_at":"' || shown.updated_at || '"', '"updated_at":"' || committed || '"')
     FROM (SELECT id, payload::jsonb #>> '{data,customer,updated_at}' AS updated_at
