@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import ipaddr from 'ipaddr.js';
+import { DATABASE_DEFAULTS, type DatabaseOptions } from '../db/database-options.js';
 
 const booleanFlag = (fallback: boolean) =>
   z
@@ -81,6 +82,13 @@ const environmentSchema = z.object({
     error: 'must be one of true, false, on, off, 1, 0, yes, no',
   }).optional(),
   DATABASE_POOL_SIZE: positiveInt(10),
+  DATABASE_STATEMENT_TIMEOUT_MS: positiveInt(DATABASE_DEFAULTS.statementTimeoutMs),
+  DATABASE_LOCK_TIMEOUT_MS: positiveInt(DATABASE_DEFAULTS.lockTimeoutMs),
+  DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS: positiveInt(DATABASE_DEFAULTS.idleInTransactionTimeoutMs),
+  // Unset: a second more than the statement timeout.
+  DATABASE_QUERY_TIMEOUT_MS: z.coerce.number({ error: 'must be a whole number' }).int('must be a whole number').positive('must be greater than zero').optional(),
+  DATABASE_CONNECT_TIMEOUT_MS: positiveInt(DATABASE_DEFAULTS.connectTimeoutMs),
+  DATABASE_PREPARED_STATEMENTS: booleanFlag(true),
 });
 
 export type Config = {
@@ -102,6 +110,8 @@ export type Config = {
   webhookWorker: boolean;
   webhookAllowPrivateUrls: boolean;
   databasePoolSize: number;
+  /** Pool size, timeouts and the prepared-statement switch of every connection (see DATABASE_DEFAULTS). */
+  database: Required<Omit<DatabaseOptions, 'applicationName'>>;
 };
 
 export class ConfigError extends Error {
@@ -122,6 +132,11 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     );
   }
   const env = parsed.data;
+  const queryTimeoutMs = env.DATABASE_QUERY_TIMEOUT_MS ?? env.DATABASE_STATEMENT_TIMEOUT_MS + 1_000;
+  if (queryTimeoutMs <= env.DATABASE_STATEMENT_TIMEOUT_MS) {
+    // The client's bound is the fallback for when the server cannot enforce its own: it must not fire first.
+    throw new ConfigError([`DATABASE_QUERY_TIMEOUT_MS: must be greater than DATABASE_STATEMENT_TIMEOUT_MS (${env.DATABASE_STATEMENT_TIMEOUT_MS})`]);
+  }
   const allowPrivate = env.WEBHOOK_ALLOW_PRIVATE_URLS;
   return {
     port: env.PORT,
@@ -143,5 +158,14 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     webhookAllowPrivateUrls:
       allowPrivate === undefined ? env.DATABASE_URL === undefined : ['true', '1', 'on', 'yes'].includes(allowPrivate),
     databasePoolSize: env.DATABASE_POOL_SIZE,
+    database: {
+      poolSize: env.DATABASE_POOL_SIZE,
+      statementTimeoutMs: env.DATABASE_STATEMENT_TIMEOUT_MS,
+      lockTimeoutMs: env.DATABASE_LOCK_TIMEOUT_MS,
+      idleInTransactionTimeoutMs: env.DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS,
+      queryTimeoutMs,
+      connectTimeoutMs: env.DATABASE_CONNECT_TIMEOUT_MS,
+      preparedStatements: env.DATABASE_PREPARED_STATEMENTS,
+    },
   };
 }

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { DrizzleQueryError, fillPlaceholders, getTableColumns, is, sql, SQL, type InferSelectModel, type Query, type Table } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import pg from 'pg';
-import type { Executor } from './client.js';
+import { isStaleStatement, statementName, statementTargetOf, type Executor, type StatementTarget } from './client.js';
 
 const dialect = new PgDialect();
 
@@ -25,9 +25,6 @@ export type BuiltOnce = {
    */
   run(executor: Executor, values: Record<string, unknown>): Promise<{ rows: unknown[][] }>;
 };
-
-/** What a built-once statement runs on: the executor's session client (the pipelined pool, or a transaction's connection). */
-type SessionClient = { query(config: pg.QueryConfig, values: unknown[]): Promise<pg.QueryResult> };
 
 const asText = (value: string) => value;
 const TIMESTAMP_AND_INTERVAL_TYPES = new Set<number>([
@@ -52,29 +49,37 @@ const DRIZZLE_TYPES = {
 };
 
 export function builtOnce(prefix: string, build: () => Buildable): BuiltOnce {
-  let built: { query: Query; config: pg.QueryConfig } | undefined;
+  let built: { query: Query; name: string } | undefined;
   const once = () => {
     if (built) return built;
     const source = build();
     const query = is(source, SQL) ? dialect.sqlToQuery(source) : source.toSQL();
-    const name = `${prefix}_${createHash('sha256').update(query.sql).digest('hex').slice(0, 12)}`;
-    // Array mode: pg makes no per-result object of the column names (see pg-array-rows.ts). pg copies the config before using it.
-    built = { query, config: { name, text: query.sql, rowMode: 'array', types: DRIZZLE_TYPES } as pg.QueryConfig };
+    built = { query, name: `${prefix}_${createHash('sha256').update(query.sql).digest('hex').slice(0, 12)}` };
     return built;
   };
+  const send = (target: StatementTarget, query: Query, name: string, params: unknown[]) =>
+    target.on.query({ name: statementName(name, target.names), text: query.sql, values: params, rowMode: 'array', types: DRIZZLE_TYPES });
   return {
-    run(executor, values) {
-      const { query, config } = once();
+    async run(executor, values) {
+      const { query, name } = once();
       const params = fillPlaceholders(query.params, values);
-      // The executor's own session client (a transaction's connection, or the pool): the statement
-      // runs where the caller's other statements run. Straight to it, not through a Drizzle prepared
-      // query, whose wrappers (a query object and type parser per call, tracing spans, a cache
-      // check) cost more than the statement's own handling here; its errors are wrapped as Drizzle wraps them.
-      const client = (executor._.session as unknown as { client: SessionClient }).client;
-      return client.query(config, params).then(
-        (result) => ({ rows: result.rows as unknown[][] }),
-        (error: unknown) => Promise.reject(new DrizzleQueryError(query.sql, params, error as Error)),
-      );
+      // On the executor's own connection (a transaction's) or its pool: the statement runs where the
+      // caller's other statements run. Errors are wrapped as Drizzle wraps its own.
+      const target = statementTargetOf(executor);
+      try {
+        return { rows: (await send(target, query, name, params)).rows as unknown[][] };
+      } catch (error) {
+        // Outside a transaction a stale statement is retried here; inside one, the transaction is (Database.transaction).
+        if (!target.inTransaction && isStaleStatement(error)) {
+          target.names.generation += 1;
+          try {
+            return { rows: (await send(target, query, name, params)).rows as unknown[][] };
+          } catch (again) {
+            throw new DrizzleQueryError(query.sql, params, again as Error);
+          }
+        }
+        throw new DrizzleQueryError(query.sql, params, error as Error);
+      }
     },
   };
 }

@@ -1,55 +1,168 @@
-import { DrizzleQueryError, sql } from 'drizzle-orm';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestContext, type TestContext } from '../../test/helpers/harness.js';
+import { sql } from 'drizzle-orm';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '../../test/helpers/database.js';
+import { builtOnce } from './built-once.js';
+import { createDatabase, isDatabaseUnavailable, type Database, type DatabaseOptions } from './client.js';
 
-let ctx: TestContext;
+/*
+ * Contract tests of the database interface (src/db/client.ts) against the real PostgreSQL: a
+ * database of this file's own, scratch tables, and Database instances with small limits.
+ * Faults on the wire (a connection cut mid round trip) are in client-faults.test.ts.
+ */
+
+let testDatabase: TestDatabase;
+/** A plain client of its own: it terminates backends, changes the schema and reads what was written. */
+let admin: pg.Client;
+/** The instance most tests use. */
+let database: Database;
+const extra: Database[] = [];
+
+/** A Database of its own with the given limits; closed after the file. */
+function open(options: DatabaseOptions): Database {
+  const instance = createDatabase(testDatabase.url, options);
+  extra.push(instance);
+  return instance;
+}
+
 beforeAll(async () => {
-  ctx = await createTestContext();
-  await ctx.database.pool.query(`
+  testDatabase = await createTestDatabase();
+  admin = new pg.Client({ connectionString: testDatabase.url });
+  admin.on('error', () => {});
+  await admin.connect();
+  await admin.query(`
+    CREATE TABLE contract_items (id int PRIMARY KEY, note text);
     CREATE TABLE tx_parents (id int PRIMARY KEY);
-    CREATE TABLE tx_children (id int PRIMARY KEY, parent_id int REFERENCES tx_parents (id) DEFERRABLE INITIALLY DEFERRED)`);
+    CREATE TABLE tx_children (id int PRIMARY KEY, parent_id int REFERENCES tx_parents (id) DEFERRABLE INITIALLY DEFERRED);
+    INSERT INTO tx_parents (id) VALUES (1);
+    INSERT INTO contract_items (id, note) VALUES (1000, 'locked row');`);
+  database = createDatabase(testDatabase.url, { poolSize: 4 });
 });
-afterAll(async () => ctx?.close());
 
-const childIds = async () => (await ctx.database.pool.query<{ id: number }>('SELECT id FROM tx_children ORDER BY id')).rows.map((row) => row.id);
+afterAll(async () => {
+  for (const instance of extra) await instance.close().catch(() => {});
+  await database?.close();
+  await admin?.end().catch(() => {});
+  await testDatabase?.drop();
+});
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The SQLSTATE of an error or of the first error in its `cause` chain that has one. */
+function sqlState(error: unknown): string | undefined {
+  for (let current = error, depth = 0; current && depth < 10; current = (current as { cause?: unknown }).cause, depth += 1) {
+    const code = (current as { code?: unknown }).code;
+    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
+  }
+  return undefined;
+}
+
+/** How `promise` rejected, and after how many ms; fails the test when it resolves instead. */
+async function rejection(promise: Promise<unknown>): Promise<{ error: unknown; ms: number }> {
+  const started = performance.now();
+  try {
+    const value = await promise;
+    throw new Error(`expected a rejection, but the call resolved with ${JSON.stringify(value)?.slice(0, 200)}`);
+  } catch (error) {
+    if (error instanceof Error && error.message.startsWith('expected a rejection')) throw error;
+    return { error, ms: performance.now() - started };
+  }
+}
+
+/** Every pooled connection is back in the pool and no caller waits for one. */
+async function expectPoolSettled(instance: Database, within = 1_000): Promise<void> {
+  await vi.waitFor(
+    () => {
+      expect({ waiting: instance.pool.waitingCount, checkedOut: instance.pool.totalCount - instance.pool.idleCount }).toEqual({ waiting: 0, checkedOut: 0 });
+    },
+    { timeout: within, interval: 20 },
+  );
+}
+
 const openTransactions = async () =>
-  (await ctx.database.pool.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`)).rows[0].n;
+  (
+    await admin.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`,
+    )
+  ).rows[0]!.n;
 
-describe('Database.transaction (src/db/client.ts)', () => {
+const itemIds = async (from: number, to: number) =>
+  (await admin.query<{ id: number }>('SELECT id FROM contract_items WHERE id BETWEEN $1 AND $2 ORDER BY id', [from, to])).rows.map((row) => row.id);
+
+const childIds = async () => (await admin.query<{ id: number }>('SELECT id FROM tx_children ORDER BY id')).rows.map((row) => row.id);
+
+const backendPid = async (instance: Database) => (await instance.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+
+/** Terminates a backend and waits until it is gone from pg_stat_activity. */
+async function terminate(pid: number): Promise<void> {
+  await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+  await vi.waitFor(
+    async () => {
+      const { rows } = await admin.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid]);
+      expect(rows).toHaveLength(0);
+    },
+    { timeout: 5_000, interval: 20 },
+  );
+}
+
+describe('Database.transaction', () => {
   it('when the work succeeds, its statements commit together and the connection goes back to the pool outside any transaction', async () => {
-    await ctx.database.transaction(async (tx) => {
-      await tx.execute(sql`INSERT INTO tx_parents (id) VALUES (1)`);
+    await database.transaction(async (tx) => {
       await tx.execute(sql`INSERT INTO tx_children (id, parent_id) VALUES (10, 1)`);
+      await tx.execute(sql`INSERT INTO contract_items (id) VALUES (10)`);
     });
     expect(await childIds()).toContain(10);
+    expect(await itemIds(10, 10)).toEqual([10]);
     expect(await openTransactions()).toBe(0);
+    await expectPoolSettled(database);
   });
 
-  it('when the work fails, nothing of it is written and the work\'s own error is what the caller gets', async () => {
-    const failing = ctx.database.transaction(async (tx) => {
-      await tx.execute(sql`INSERT INTO tx_children (id, parent_id) VALUES (20, 1)`);
-      throw new Error('work failed');
-    });
-    await expect(failing).rejects.toThrow('work failed');
+  it('when a statement fails mid-transaction, nothing of the transaction is written, the caller gets the statement\'s error, and the connection goes back clean', async () => {
+    const { error } = await rejection(
+      database.transaction(async (tx) => {
+        await tx.execute(sql`INSERT INTO contract_items (id) VALUES (20)`);
+        await tx.execute(sql`SELECT 1 / 0`);
+        await tx.execute(sql`INSERT INTO contract_items (id) VALUES (21)`);
+      }),
+    );
+    expect(sqlState(error)).toBe('22012');
+    expect(isDatabaseUnavailable(error)).toBe(false);
+    expect(await itemIds(20, 21)).toEqual([]);
+    await expectPoolSettled(database);
+    expect(await openTransactions()).toBe(0);
+    // The connection it ran on is usable, outside any transaction.
+    const { rows } = await database.query<{ ok: number }>('SELECT 1 AS ok');
+    expect(rows).toEqual([{ ok: 1 }]);
+  });
+
+  it('when the work throws after writing, nothing of it is written and the work\'s own error is what the caller gets', async () => {
+    const failure = new Error('work failed');
+    const { error } = await rejection(
+      database.transaction(async (tx) => {
+        await tx.execute(sql`INSERT INTO tx_children (id, parent_id) VALUES (20, 1)`);
+        throw failure;
+      }),
+    );
+    expect(error).toBe(failure);
     expect(await childIds()).not.toContain(20);
+    await expectPoolSettled(database);
     expect(await openTransactions()).toBe(0);
   });
 
-  it('when the COMMIT itself fails (a deferred constraint), the caller gets a DrizzleQueryError with PostgreSQL\'s error as its cause, and nothing is written', async () => {
-    const error = await ctx.database
-      .transaction(async (tx) => {
+  it('when the COMMIT itself fails (a deferred constraint), the caller gets PostgreSQL\'s error, nothing is written, and the connection goes back clean', async () => {
+    const { error } = await rejection(
+      database.transaction(async (tx) => {
         await tx.execute(sql`INSERT INTO tx_children (id, parent_id) VALUES (30, 999)`);
-      })
-      .catch((failure: unknown) => failure);
-    expect(error).toBeInstanceOf(DrizzleQueryError);
-    expect((error as DrizzleQueryError).query).toBe('commit');
-    expect(((error as DrizzleQueryError).cause as { code?: string }).code).toBe('23503');
+      }),
+    );
+    expect(sqlState(error)).toBe('23503');
     expect(await childIds()).not.toContain(30);
+    await expectPoolSettled(database);
     expect(await openTransactions()).toBe(0);
   });
 
-  it('when a nested transaction fails, only its savepoint rolls back and the outer work commits', async () => {
-    await ctx.database.transaction(async (tx) => {
+  it('when a nested Drizzle transaction fails, only its savepoint rolls back and the outer work commits', async () => {
+    await database.transaction(async (tx) => {
       await tx.execute(sql`INSERT INTO tx_children (id, parent_id) VALUES (40, 1)`);
       await tx
         .transaction(async (inner) => {
@@ -61,5 +174,431 @@ describe('Database.transaction (src/db/client.ts)', () => {
     const ids = await childIds();
     expect(ids).toContain(40);
     expect(ids).not.toContain(41);
+  });
+
+  it('when a transaction is already open in this async context, database.transaction joins it: same connection and transaction, and current() is that transaction', async () => {
+    const outside = database.current();
+    expect(outside).toBe(database.db);
+    const seen = await database.transaction(async (outer) => {
+      expect(database.current()).toBe(outer);
+      const outerIds = (await outer.execute(sql`SELECT pg_backend_pid() AS pid, txid_current()::text AS txid`)).rows[0];
+      const innerIds = await database.transaction(async (inner) => {
+        expect(inner).toBe(outer);
+        return (await inner.execute(sql`SELECT pg_backend_pid() AS pid, txid_current()::text AS txid`)).rows[0];
+      });
+      // And after some awaits, in a callback the work started: still the same transaction.
+      await sleep(5);
+      const later = await Promise.resolve().then(() => database.current());
+      expect(later).toBe(outer);
+      return { outerIds, innerIds };
+    });
+    expect(seen.innerIds).toEqual(seen.outerIds);
+    expect(database.current()).toBe(database.db);
+  });
+
+  it('when the work of a joined transaction writes and the outer work then fails, the joined writes roll back with it', async () => {
+    const { error } = await rejection(
+      database.transaction(async () => {
+        await database.transaction(async (inner) => {
+          await inner.execute(sql`INSERT INTO contract_items (id) VALUES (50)`);
+        });
+        // The joined scope is done, but nothing was committed yet: the opener commits.
+        const { rows } = await admin.query('SELECT 1 FROM contract_items WHERE id = 50');
+        expect(rows).toHaveLength(0);
+        throw new Error('outer failed');
+      }),
+    );
+    expect((error as Error).message).toBe('outer failed');
+    expect(await itemIds(50, 50)).toEqual([]);
+  });
+
+  it('when transactions run in parallel async contexts, each gets its own transaction and current() tells them apart', async () => {
+    const [one, two] = await Promise.all(
+      [60, 61].map((id) =>
+        database.transaction(async (tx) => {
+          await sleep(10);
+          expect(database.current()).toBe(tx);
+          await database.current().execute(sql`INSERT INTO contract_items (id) VALUES (${id})`);
+          return (await tx.execute(sql`SELECT txid_current()::text AS txid`)).rows[0]!.txid as string;
+        }),
+      ),
+    );
+    expect(one).not.toBe(two);
+    expect(await itemIds(60, 61)).toEqual([60, 61]);
+  });
+});
+
+describe('Database.query', () => {
+  it('when given text and values, or a named config, it runs one statement and returns pg\'s result', async () => {
+    const plain = await database.query<{ n: number }>('SELECT $1::int + 1 AS n', [41]);
+    expect(plain.rows).toEqual([{ n: 42 }]);
+    const named = await database.query<{ n: number }>({ name: 'contract_named_add', text: 'SELECT $1::int + 2 AS n', values: [40] });
+    expect(named.rows).toEqual([{ n: 42 }]);
+    const again = await database.query<{ n: number }>({ name: 'contract_named_add', text: 'SELECT $1::int + 2 AS n', values: [1] });
+    expect(again.rows).toEqual([{ n: 3 }]);
+  });
+
+  it('when the statement fails with an ordinary SQL error, the error reaches the caller and is not an unavailable database', async () => {
+    const syntax = await rejection(database.query('SELEC 1'));
+    expect(sqlState(syntax.error)).toBe('42601');
+    expect(isDatabaseUnavailable(syntax.error)).toBe(false);
+    const duplicate = await rejection(database.query('INSERT INTO contract_items (id) VALUES (1000)'));
+    expect(sqlState(duplicate.error)).toBe('23505');
+    expect(isDatabaseUnavailable(duplicate.error)).toBe(false);
+    expect(isDatabaseUnavailable(new Error('something else'))).toBe(false);
+    await expectPoolSettled(database);
+  });
+});
+
+describe('timeouts', () => {
+  it('when timeouts and an application name are configured, every session runs with them', async () => {
+    const configured = open({ poolSize: 2, statementTimeoutMs: 1_500, lockTimeoutMs: 2_500, idleInTransactionTimeoutMs: 3_500, applicationName: 'contract-test' });
+    const read = () =>
+      configured.query<Record<string, string>>(
+        `SELECT current_setting('statement_timeout') AS statement, current_setting('lock_timeout') AS lock,
+                current_setting('idle_in_transaction_session_timeout') AS idle, current_setting('application_name') AS app`,
+      );
+    const expected = { statement: '1500ms', lock: '2500ms', idle: '3500ms', app: 'contract-test' };
+    // Two sessions at once, so both pooled connections are asked.
+    const [one, two] = await Promise.all([read(), read()]);
+    expect(one.rows[0]).toEqual(expected);
+    expect(two.rows[0]).toEqual(expected);
+    // And inside a transaction.
+    const inside = await configured.transaction(async (tx) => (await tx.execute(sql`SELECT current_setting('statement_timeout') AS statement`)).rows[0]);
+    expect(inside).toEqual({ statement: '1500ms' });
+  });
+
+  it('when a statement runs longer than statementTimeoutMs, it rejects with SQLSTATE 57014 after about that long, and the database stays usable', async () => {
+    const limited = open({ poolSize: 1, statementTimeoutMs: 200, queryTimeoutMs: 5_000 });
+    await backendPid(limited);
+    const { error, ms } = await rejection(limited.query('SELECT pg_sleep(1)'));
+    expect(sqlState(error)).toBe('57014');
+    expect(ms).toBeGreaterThanOrEqual(150);
+    expect(ms).toBeLessThan(900);
+    await expectPoolSettled(limited);
+    expect((await limited.query('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
+    // Inside a transaction too: nothing of it is written, and no connection is left in a transaction.
+    const inTx = await rejection(
+      limited.transaction(async (tx) => {
+        await tx.execute(sql`INSERT INTO contract_items (id) VALUES (65)`);
+        await tx.execute(sql`SELECT pg_sleep(1)`);
+      }),
+    );
+    expect(sqlState(inTx.error)).toBe('57014');
+    expect(inTx.ms).toBeLessThan(900);
+    await expectPoolSettled(limited);
+    expect(await openTransactions()).toBe(0);
+    expect(await itemIds(65, 65)).toEqual([]);
+    await limited.transaction(async (tx) => tx.execute(sql`INSERT INTO contract_items (id) VALUES (66)`));
+    expect(await itemIds(66, 66)).toEqual([66]);
+  });
+
+  it('when a row stays locked longer than lockTimeoutMs, a statement waiting for it rejects with SQLSTATE 55P03 and others are served', async () => {
+    const limited = open({ poolSize: 2, lockTimeoutMs: 200, statementTimeoutMs: 5_000 });
+    const holder = new pg.Client({ connectionString: testDatabase.url });
+    holder.on('error', () => {});
+    await holder.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM contract_items WHERE id = 1000 FOR UPDATE');
+      const { error, ms } = await rejection(limited.query(`UPDATE contract_items SET note = 'changed' WHERE id = 1000`));
+      expect(sqlState(error)).toBe('55P03');
+      expect(ms).toBeLessThan(1_500);
+      expect((await limited.query('SELECT count(*)::int AS n FROM contract_items')).rows[0].n).toBeGreaterThan(0);
+    } finally {
+      await holder.query('ROLLBACK').catch(() => {});
+      await holder.end().catch(() => {});
+    }
+    await expectPoolSettled(limited);
+  });
+
+  it('when a statement outlasts the client-side queryTimeoutMs, it rejects as unavailable about then, its connection is not reused, and the next call is served at once', async () => {
+    const limited = open({ poolSize: 1, queryTimeoutMs: 300, statementTimeoutMs: 10_000, connectTimeoutMs: 2_000 });
+    await backendPid(limited);
+    const { error, ms } = await rejection(limited.query('SELECT pg_sleep(3)'));
+    expect(isDatabaseUnavailable(error)).toBe(true);
+    expect(ms).toBeGreaterThanOrEqual(250);
+    expect(ms).toBeLessThan(1_300);
+    await expectPoolSettled(limited);
+    const started = performance.now();
+    expect((await limited.query('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
+    expect(performance.now() - started).toBeLessThan(1_000);
+  });
+
+  it('when a transaction sits idle longer than idleInTransactionTimeoutMs, the server ends it: nothing is written, the call rejects as unavailable, and the pool recovers', async () => {
+    const limited = open({ poolSize: 1, idleInTransactionTimeoutMs: 300, statementTimeoutMs: 5_000 });
+    const { error } = await rejection(
+      limited.transaction(async (tx) => {
+        await tx.execute(sql`INSERT INTO contract_items (id) VALUES (70)`);
+        await sleep(1_000);
+        await tx.execute(sql`INSERT INTO contract_items (id) VALUES (71)`);
+      }),
+    );
+    expect(isDatabaseUnavailable(error)).toBe(true);
+    expect(await itemIds(70, 71)).toEqual([]);
+    await expectPoolSettled(limited);
+    expect((await limited.query('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
+  });
+});
+
+describe('an exhausted pool', () => {
+  it('when every connection is held by an open transaction, another call rejects as unavailable after about connectTimeoutMs, and is served once the connection is released', async () => {
+    const small = open({ poolSize: 1, connectTimeoutMs: 500, statementTimeoutMs: 10_000, idleInTransactionTimeoutMs: 10_000 });
+    let release!: () => void;
+    let started!: () => void;
+    const holding = new Promise<void>((resolve) => (started = resolve));
+    const held = small.transaction(async (tx) => {
+      await tx.execute(sql`SELECT 1`);
+      started();
+      await new Promise<void>((resolve) => (release = resolve));
+      await tx.execute(sql`INSERT INTO contract_items (id) VALUES (80)`);
+    });
+    await holding;
+    try {
+      const query = await rejection(small.query('SELECT 1'));
+      expect(isDatabaseUnavailable(query.error)).toBe(true);
+      expect(query.ms).toBeGreaterThanOrEqual(400);
+      expect(query.ms).toBeLessThan(1_500);
+      const transaction = await rejection(small.transaction(async (tx) => tx.execute(sql`SELECT 1`)));
+      expect(isDatabaseUnavailable(transaction.error)).toBe(true);
+      expect(transaction.ms).toBeGreaterThanOrEqual(400);
+      expect(transaction.ms).toBeLessThan(1_500);
+      expect(small.pool.waitingCount).toBe(0);
+    } finally {
+      release();
+    }
+    await held;
+    expect(await itemIds(80, 80)).toEqual([80]);
+    expect((await small.query('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
+    await expectPoolSettled(small);
+  });
+});
+
+describe('a terminated backend', () => {
+  it('when the backend of an idle pooled connection is terminated, the pool drops that connection: the next call is served by a new backend', async () => {
+    const small = open({ poolSize: 1, connectTimeoutMs: 2_000, queryTimeoutMs: 5_000 });
+    const pid = await backendPid(small);
+    await terminate(pid);
+    await sleep(50); // the FATAL message and the close reach the idle client
+    const first = await small.query<{ pid: number }>('SELECT pg_backend_pid() AS pid').then(
+      (result) => ({ pid: result.rows[0]!.pid, error: undefined }),
+      (error: unknown) => ({ pid: undefined, error }),
+    );
+    // A call that raced the termination may only fail as unavailable; the pool must not keep serving the dead connection.
+    if (first.error !== undefined) expect(isDatabaseUnavailable(first.error)).toBe(true);
+    else expect(first.pid).not.toBe(pid);
+    const next = await backendPid(small);
+    expect(next).not.toBe(pid);
+    await expectPoolSettled(small);
+  });
+
+  it('when the backend of a connection held by a transaction is terminated between statements, the next statement rejects as unavailable, nothing is written, and the next call succeeds', async () => {
+    const small = open({ poolSize: 1, connectTimeoutMs: 2_000, queryTimeoutMs: 5_000 });
+    const { error, ms } = await rejection(
+      small.transaction(async (tx) => {
+        await tx.execute(sql`INSERT INTO contract_items (id) VALUES (90)`);
+        const pid = (await tx.execute(sql`SELECT pg_backend_pid() AS pid`)).rows[0]!.pid as number;
+        await terminate(pid);
+        await tx.execute(sql`INSERT INTO contract_items (id) VALUES (91)`);
+      }),
+    );
+    expect(isDatabaseUnavailable(error)).toBe(true);
+    expect(ms).toBeLessThan(5_000);
+    expect(await itemIds(90, 91)).toEqual([]);
+    await expectPoolSettled(small);
+    expect((await small.query('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
+  });
+
+  it('when the backend is terminated while it runs a statement, the call rejects promptly as unavailable and the next call succeeds', async () => {
+    const small = open({ poolSize: 1, connectTimeoutMs: 2_000, queryTimeoutMs: 10_000, statementTimeoutMs: 20_000 });
+    await backendPid(small);
+    const marker = `contract_terminate_${Date.now()}`;
+    const running = rejection(small.query(`SELECT pg_sleep(8) /* ${marker} */`));
+    let pid = 0;
+    await vi.waitFor(
+      async () => {
+        const { rows } = await admin.query<{ pid: number }>(
+          `SELECT pid FROM pg_stat_activity WHERE query LIKE $1 AND state = 'active' AND pid <> pg_backend_pid()`,
+          [`%${marker}%`],
+        );
+        expect(rows).toHaveLength(1);
+        pid = rows[0]!.pid;
+      },
+      { timeout: 5_000, interval: 20 },
+    );
+    const terminatedAt = performance.now();
+    await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+    const { error } = await running;
+    expect(performance.now() - terminatedAt).toBeLessThan(2_000);
+    expect(isDatabaseUnavailable(error)).toBe(true);
+    await expectPoolSettled(small);
+    expect((await small.query('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
+  });
+
+  it('when the backend is terminated while a transaction runs a statement, the transaction rejects as unavailable, nothing is written, and the next one commits', async () => {
+    const small = open({ poolSize: 1, connectTimeoutMs: 2_000, queryTimeoutMs: 10_000, statementTimeoutMs: 20_000 });
+    const marker = `contract_terminate_tx_${Date.now()}`;
+    const running = rejection(
+      small.transaction(async (tx) => {
+        await tx.execute(sql`INSERT INTO contract_items (id) VALUES (95)`);
+        await tx.execute(sql.raw(`SELECT pg_sleep(8) /* ${marker} */`));
+      }),
+    );
+    let pid = 0;
+    await vi.waitFor(
+      async () => {
+        const { rows } = await admin.query<{ pid: number }>(
+          `SELECT pid FROM pg_stat_activity WHERE query LIKE $1 AND state = 'active' AND pid <> pg_backend_pid()`,
+          [`%${marker}%`],
+        );
+        expect(rows).toHaveLength(1);
+        pid = rows[0]!.pid;
+      },
+      { timeout: 5_000, interval: 20 },
+    );
+    await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+    const { error } = await running;
+    expect(isDatabaseUnavailable(error)).toBe(true);
+    expect(await itemIds(95, 95)).toEqual([]);
+    await expectPoolSettled(small);
+    await small.transaction(async (tx) => tx.execute(sql`INSERT INTO contract_items (id) VALUES (96)`));
+    expect(await itemIds(95, 96)).toEqual([96]);
+  });
+});
+
+describe('a schema change under prepared statements', () => {
+  it('when a column\'s type changes under named statements already prepared on the pooled connections, the same statements succeed again', async () => {
+    await admin.query(`CREATE TABLE schema_outside (id int PRIMARY KEY, amount int); INSERT INTO schema_outside VALUES (1, 7), (2, 8)`);
+    const pooled = open({ poolSize: 2, connectTimeoutMs: 2_000 });
+    const statement = builtOnce('contract_schema_outside', () =>
+      sql`SELECT amount, pg_backend_pid() AS pid, pg_sleep(0.05) FROM schema_outside WHERE id = ${sql.placeholder('id')}`,
+    );
+    const named = { name: 'contract_schema_outside_q', text: 'SELECT amount, pg_backend_pid() AS pid, pg_sleep(0.05) FROM schema_outside WHERE id = $1' };
+    const runBoth = async () => {
+      // Two at once, each holding its connection ~50 ms: both pooled connections prepare (and later reuse) them.
+      const built = await Promise.all([statement.run(pooled.db, { id: 1 }), statement.run(pooled.db, { id: 2 })]);
+      const queried = await Promise.all([pooled.query({ ...named, values: [1] }), pooled.query({ ...named, values: [2] })]);
+      return {
+        amounts: [...built.map((result) => Number(result.rows[0]![0])), ...queried.map((result) => Number(result.rows[0]!.amount))],
+        pids: new Set([...built.map((result) => Number(result.rows[0]![1])), ...queried.map((result) => Number(result.rows[0]!.pid))]),
+      };
+    };
+    const before = await runBoth();
+    expect(before.amounts).toEqual([7, 8, 7, 8]);
+    expect(before.pids.size).toBe(2);
+
+    await admin.query('ALTER TABLE schema_outside ALTER COLUMN amount TYPE bigint');
+
+    const after = await runBoth();
+    expect(after.amounts).toEqual([7, 8, 7, 8]);
+    await expectPoolSettled(pooled);
+    // And it stays fixed.
+    expect((await runBoth()).amounts).toEqual([7, 8, 7, 8]);
+  });
+
+  it('when a column\'s type changes under a named statement prepared on a transaction\'s connection, the transaction is retried once as a whole and commits exactly once', async () => {
+    await admin.query(`
+      CREATE TABLE schema_inside (id int PRIMARY KEY, amount int); INSERT INTO schema_inside VALUES (1, 5);
+      CREATE TABLE schema_inside_log (n serial PRIMARY KEY, note text)`);
+    const single = open({ poolSize: 1, connectTimeoutMs: 2_000 });
+    const statement = builtOnce('contract_schema_inside', () => sql`SELECT amount, pg_backend_pid() AS pid FROM schema_inside WHERE id = ${sql.placeholder('id')}`);
+    let attempts = 0;
+    const work = (note: string) =>
+      single.transaction(async (tx) => {
+        attempts += 1;
+        await tx.execute(sql`INSERT INTO schema_inside_log (note) VALUES (${note})`);
+        const built = await statement.run(tx, { id: 1 });
+        return { amount: Number(built.rows[0]![0]), pid: Number(built.rows[0]![1]) };
+      });
+    const before = await work('before');
+    expect(before.amount).toBe(5);
+    expect(attempts).toBe(1);
+
+    await admin.query('ALTER TABLE schema_inside ALTER COLUMN amount TYPE bigint');
+
+    // (poolSize 1: the transaction runs on the connection that prepared the statement.)
+    expect(await backendPid(single)).toBe(before.pid);
+    const after = await work('after');
+    expect(after.amount).toBe(5);
+    expect(attempts).toBeLessThanOrEqual(3);
+    const { rows } = await admin.query<{ note: string }>('SELECT note FROM schema_inside_log ORDER BY n');
+    expect(rows.map((row) => row.note)).toEqual(['before', 'after']);
+    await expectPoolSettled(single);
+    expect(await openTransactions()).toBe(0);
+  });
+
+  it('when a named statement no longer exists on its connection (DEALLOCATE ALL, as a pooler would), it is prepared again and succeeds', async () => {
+    const single = open({ poolSize: 1, connectTimeoutMs: 2_000 });
+    const statement = builtOnce('contract_deallocated', () => sql`SELECT ${sql.placeholder('n')}::int * 2 AS doubled, pg_backend_pid() AS pid`);
+    const named = { name: 'contract_deallocated_q', text: 'SELECT $1::int * 3 AS tripled, pg_backend_pid() AS pid' };
+    const first = await statement.run(single.db, { n: 2 });
+    const firstQuery = await single.query({ ...named, values: [2] });
+    expect([Number(first.rows[0]![0]), firstQuery.rows[0].tripled]).toEqual([4, 6]);
+
+    await single.query('DEALLOCATE ALL');
+
+    const again = await statement.run(single.db, { n: 5 });
+    const againQuery = await single.query({ ...named, values: [5] });
+    expect([Number(again.rows[0]![0]), againQuery.rows[0].tripled]).toEqual([10, 15]);
+    // Inside a transaction as well (poolSize 1: on the connection whose statements were deallocated).
+    await statement.run(single.db, { n: 1 });
+    await single.query('DEALLOCATE ALL');
+    const inTx = await single.transaction(async (tx) => Number((await statement.run(tx, { n: 7 })).rows[0]![0]));
+    expect(inTx).toBe(14);
+    await expectPoolSettled(single);
+  });
+});
+
+describe('Database.listen', () => {
+  const listeningPids = async (channel: string) =>
+    (
+      await admin.query<{ pid: number }>(
+        `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE $1 AND pid <> pg_backend_pid()`,
+        [`%listen%${channel}%`],
+      )
+    ).rows.map((row) => row.pid);
+
+  it('when a NOTIFY is sent on the channel, the callback gets its payload; after the listening backend is terminated it listens again and later NOTIFYs still arrive', { timeout: 30_000 }, async () => {
+    const channel = 'contract_channel';
+    const payloads: Array<string | undefined> = [];
+    const subscription = await database.listen(channel, (payload) => payloads.push(payload));
+    try {
+      await admin.query(`SELECT pg_notify($1, 'one')`, [channel]);
+      await vi.waitFor(() => expect(payloads).toContain('one'), { timeout: 2_000, interval: 20 });
+
+      const [pid, ...others] = await listeningPids(channel);
+      expect(pid).toBeDefined();
+      expect(others).toEqual([]);
+      await terminate(pid!);
+
+      // It listens again on a new backend...
+      let relistened: number | undefined;
+      await vi.waitFor(
+        async () => {
+          const pids = await listeningPids(channel);
+          expect(pids).toHaveLength(1);
+          expect(pids[0]).not.toBe(pid);
+          relistened = pids[0];
+        },
+        { timeout: 15_000, interval: 100 },
+      );
+      expect(relistened).toBeDefined();
+      // ...where a NOTIFY sent after that reaches the callback.
+      await admin.query(`SELECT pg_notify($1, 'two')`, [channel]);
+      await vi.waitFor(() => expect(payloads).toContain('two'), { timeout: 2_000, interval: 20 });
+      // NOTIFYs of other channels do not.
+      await admin.query(`SELECT pg_notify('contract_other_channel', 'other')`);
+      await admin.query(`SELECT pg_notify($1, 'three')`, [channel]);
+      await vi.waitFor(() => expect(payloads).toContain('three'), { timeout: 2_000, interval: 20 });
+      expect(payloads).not.toContain('other');
+    } finally {
+      await subscription.close();
+    }
+    // Closed: its connection is gone and nothing more arrives.
+    await vi.waitFor(async () => expect(await listeningPids(channel)).toEqual([]), { timeout: 2_000, interval: 20 });
+    const count = payloads.length;
+    await admin.query(`SELECT pg_notify($1, 'after close')`, [channel]);
+    await sleep(200);
+    expect(payloads).toHaveLength(count);
   });
 });

@@ -1,148 +1,266 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import pg from 'pg';
-import { DrizzleQueryError } from 'drizzle-orm';
-import { drizzle, NodePgSession, NodePgTransaction, type NodePgDatabase } from 'drizzle-orm/node-postgres';
-import type { PgDialect } from 'drizzle-orm/pg-core';
-import * as schema from './schema.js';
-import { LeadingCheck } from './leading-check.js';
-import { PipelinedPool, type TransactionScope, type WorkScope } from './pipelined-pool.js';
-import { skipRowTemplateForArrayResults } from './pg-array-rows.js';
-import { copyPlainQueryConfigsCheaply } from './pg-query-config.js';
+import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
+import { DATABASE_DEFAULTS, type DatabaseOptions } from './database-options.js';
 
-export { LeadingCheck };
-export type Schema = typeof schema;
-// No relational schema: nothing uses `db.query.<table>`, and Drizzle builds a query builder per table
-// of it for every transaction it opens.
-export type Db = NodePgDatabase & { $client: PipelinedPool };
+export type { DatabaseOptions };
+export { DATABASE_DEFAULTS };
+// No relational schema: nothing uses `db.query.<table>`.
+export type Db = NodePgDatabase;
 export type Tx = Parameters<Parameters<Db['transaction']>[0]>[0];
 /** Anything a repository can run a query on: the pool-backed database or an open transaction. */
 export type Executor = Db | Tx;
+/** Isolation level and access mode of a transaction (Drizzle's PgTransactionConfig). */
+export type TransactionConfig = NonNullable<Parameters<Db['transaction']>[1]>;
 
-// Parse timestamptz as Date and bigint counters as numbers; dates (`date`) stay ISO strings.
+// Parse bigint counters as numbers; dates (`date`) stay ISO strings.
 pg.types.setTypeParser(pg.types.builtins.INT8, (value) => Number(value));
-skipRowTemplateForArrayResults();
-copyPlainQueryConfigsCheaply();
 
-/** What `work` may ask of the transaction it runs in, besides its statements. */
-export type TransactionControl = {
-  /**
-   * The next `statements` statements are the transaction's last: its COMMIT leaves right behind the
-   * last of them, in the same socket write, instead of in a round trip of its own after their answers.
-   * Call it before starting them. A failing statement aborts the transaction, so that COMMIT rolls
-   * back; if fewer statements come, nothing is sent ahead and the transaction ends as usual. No-op
-   * when `work` joined a transaction an outer scope opened (that scope may still write).
-   */
-  commitAfter(statements: number): void;
-};
+/** A LISTEN that lasts: its connection is opened again after it drops. */
+export type Listener = { close(): Promise<void> };
 
 export type Database = {
+  /** Drizzle on the pool: each statement takes a pooled connection for itself. */
   db: Db;
   pool: pg.Pool;
   /**
-   * A small pool of its own for a statement that work needs while it holds connections of `pool`
-   * (an access check asked again while the request's transaction waits for its verdict): with every
-   * connection of `pool` held by such work, asking `pool` would wait for ever. Connects on first use.
+   * One statement on the pool. A named statement is sent unnamed when prepared statements are off,
+   * and one whose plan went stale (a schema change) is prepared again and retried once.
    */
-  sidePool: pg.Pool;
+  query<R extends pg.QueryResultRow = any>(config: string | pg.QueryConfig, values?: unknown[]): Promise<pg.QueryResult<R>>;
   /**
-   * Runs `work` in a transaction. When one is already open in this async context (the idempotency
-   * layer opens one around a handler), `work` joins it, so the change, its audit and outbox rows and
-   * the stored idempotent response commit together.
+   * Runs `work` in a transaction on one pooled connection. When one is already open in this async
+   * context (the idempotency layer opens one around a handler), `work` joins it, so the change, its
+   * audit and outbox rows and the stored idempotent response commit together. A transaction this call
+   * opened that failed on a stale prepared statement is run again once, under fresh statement names.
    */
-  transaction<T>(work: (tx: Tx, control: TransactionControl) => Promise<T>): Promise<T>;
+  transaction<T>(work: (tx: Tx) => Promise<T>, config?: TransactionConfig): Promise<T>;
   /** The transaction of this async context, if any, else the pool-backed database. */
   current(): Executor;
   /**
-   * A check whose statement rides ahead of the first statement of the work it is given to
-   * (`withLeadingCheck`); `judge` turns its result into a verdict (throwing the denial).
+   * LISTENs on `channel` on a connection of its own (a pooled one may be handed to anyone). When that
+   * connection drops it is opened again, and `onListening` runs each time the LISTEN is in place, so
+   * the caller can pick up what it missed meanwhile.
    */
-  leadingCheck(statement: pg.QueryConfig, judge: (result: pg.QueryResult) => void | Promise<void>, readOnly?: boolean): LeadingCheck;
-  /** Runs `work` so that its statements carry `check` and none of their results outruns it. */
-  withLeadingCheck<T>(check: LeadingCheck, work: () => T): T;
+  listen(channel: string, onNotification: (payload: string | undefined) => void, onListening?: () => void): Promise<Listener>;
   close(): Promise<void>;
 };
 
-/** A joined transaction commits when the scope that opened it is done. */
-const JOINED: TransactionControl = { commitAfter: () => {} };
+/** How the statements of one database are named (see StatementNames). */
+type StatementNames = { prepared: boolean; generation: number };
 
-export function createDatabase(connectionString: string, options: { poolSize?: number } = {}): Database {
-  const pool = new pg.Pool({
+/** Where a built-once statement of an executor runs: its pool or its transaction's connection, and how it is named. */
+export type StatementTarget = { on: pg.Pool | pg.PoolClient; names: StatementNames; inTransaction: boolean };
+
+const targets = new WeakMap<object, StatementTarget>();
+/** The connection of the transaction this async context runs in, for executors Drizzle made inside it (savepoints). */
+const transactionTargets = new AsyncLocalStorage<StatementTarget>();
+
+/** Where a statement given `executor` runs (see builtOnce). */
+export function statementTargetOf(executor: Executor): StatementTarget {
+  const target = targets.get(executor) ?? transactionTargets.getStore();
+  // A transaction Drizzle opened by itself (db.transaction) runs on a connection nobody told us of.
+  if (!target) throw new Error('Built-once statements run on a Database\'s pool or inside Database.transaction, not in a transaction opened with db.transaction');
+  return target;
+}
+
+/** The name `name` goes by: none when prepared statements are off; a new one after a schema change made the old stale. */
+export function statementName(name: string | undefined, names: StatementNames): string | undefined {
+  if (name === undefined || !names.prepared) return undefined;
+  return names.generation === 0 ? name : `${name}_g${names.generation}`;
+}
+
+const codeOf = (error: unknown): string | undefined => (error as { code?: unknown }).code as string | undefined;
+
+function* causes(error: unknown): Generator<{ code?: string; message?: string }> {
+  let current: unknown = error;
+  for (let depth = 0; current && typeof current === 'object' && depth < 5; depth += 1) {
+    yield current as { code?: string; message?: string };
+    current = (current as { cause?: unknown }).cause;
+  }
+}
+
+/**
+ * A prepared statement that no longer fits the schema (0A000 "cached plan must not change result
+ * type") or that the server no longer has (26000, e.g. behind a pooler): preparing it again fixes it.
+ */
+export function isStaleStatement(error: unknown): boolean {
+  for (const cause of causes(error)) {
+    if (cause.code === '26000') return true;
+    if (cause.code === '0A000' && /cached plan must not change result type/i.test(cause.message ?? '')) return true;
+  }
+  return false;
+}
+
+const UNAVAILABLE_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ENOTFOUND',
+  'EHOSTUNREACH',
+  '57P01', // admin_shutdown (pg_terminate_backend)
+  '57P02', // crash_shutdown
+  '57P03', // cannot_connect_now
+  '57P05', // idle_session_timeout
+  '25P03', // idle_in_transaction_session_timeout
+  '57014', // query_canceled (statement_timeout)
+  '08000',
+  '08001',
+  '08003',
+  '08004',
+  '08006',
+  '53300', // too_many_connections
+]);
+const UNAVAILABLE_MESSAGES =
+  /Connection terminated|timeout exceeded when trying to connect|Query read timeout|not queryable|Connection ended|connection timeout|Client has encountered a connection error/i;
+
+/** The database could not serve the statement (unreachable, connection lost, timed out, pool exhausted): worth a retry later. */
+export function isDatabaseUnavailable(error: unknown): boolean {
+  for (const cause of causes(error)) {
+    if (cause.code && UNAVAILABLE_CODES.has(cause.code)) return true;
+    if (typeof cause.message === 'string' && UNAVAILABLE_MESSAGES.test(cause.message)) return true;
+  }
+  return false;
+}
+
+/** A lock wait that reached lock_timeout (55P03): the record is held by another transaction. */
+export function isLockTimeout(error: unknown): boolean {
+  for (const cause of causes(error)) if (cause.code === '55P03') return true;
+  return false;
+}
+
+/** pg client settings shared by the pool and dedicated connections (all documented pg Client options). */
+function clientConfig(connectionString: string, options: Required<DatabaseOptions>): pg.ClientConfig {
+  return {
     connectionString,
-    max: options.poolSize ?? 10,
-    connectionTimeoutMillis: 5_000,
-    idleTimeoutMillis: 30_000,
-    // Statements sent without waiting for the previous answer (see PipelinedPool); used one at a
-    // time, a pipelined client behaves exactly like a plain one.
-    pipeline: true,
-  });
-  // A client losing its connection (database restart) must not crash the process: idle ones report
-  // on the pool, checked-out ones on themselves, and the query in flight rejects either way.
+    statement_timeout: options.statementTimeoutMs,
+    lock_timeout: options.lockTimeoutMs,
+    idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs,
+    query_timeout: options.queryTimeoutMs,
+    connectionTimeoutMillis: options.connectTimeoutMs,
+    application_name: options.applicationName,
+    // Notice a peer that vanished without a FIN (failover, cut network) on idle connections too.
+    keepAlive: true,
+  };
+}
+
+export function createDatabase(connectionString: string, given: DatabaseOptions = {}): Database {
+  const options: Required<DatabaseOptions> = { ...DATABASE_DEFAULTS, ...given };
+  const config = clientConfig(connectionString, options);
+  const pool = new pg.Pool({ ...config, max: options.poolSize, idleTimeoutMillis: 30_000 });
+  // A connection that fails must not crash the process: idle ones report on the pool, checked-out ones
+  // on themselves; the statement in flight rejects either way, and pg-pool drops the broken connection.
   pool.on('error', () => {});
   pool.on('connect', (client) => {
     client.on('error', () => {});
   });
-  const sidePool = new pg.Pool({ connectionString, max: 2, connectionTimeoutMillis: 5_000, idleTimeoutMillis: 10_000 });
-  sidePool.on('error', () => {});
-  sidePool.on('connect', (client) => {
-    client.on('error', () => {});
-  });
-  const scopes = new AsyncLocalStorage<WorkScope>();
-  const ambient = new AsyncLocalStorage<TransactionScope<Tx>>();
-  const pipelined = new PipelinedPool(pool, scopes, ambient);
-  const db = drizzle(pipelined as unknown as pg.Pool) as unknown as Db;
-  const dialect = (db as unknown as { dialect: PgDialect }).dialect;
+  const names: StatementNames = { prepared: options.preparedStatements, generation: 0 };
+  const db = drizzle({ client: pool });
+  targets.set(db, { on: pool, names, inTransaction: false });
+  /** One Drizzle instance per physical connection, made the first time a transaction runs on it. */
+  const connectionDbs = new WeakMap<pg.PoolClient, Db>();
+  const ambient = new AsyncLocalStorage<Tx>();
+  const listeners = new Set<Listener>();
 
-  /**
-   * What Drizzle's `db.transaction` does, minus building the SQL of BEGIN and COMMIT and a prepared
-   * query for each on every transaction: a connection, a Drizzle transaction on it, BEGIN, the work,
-   * COMMIT (ROLLBACK when the work fails), the connection back. Their failures are wrapped as Drizzle wraps them.
-   */
-  async function inTransaction<T>(work: (tx: Tx) => Promise<T>): Promise<T> {
-    const connection = await pipelined.connect();
-    const tx = new NodePgTransaction(dialect, new NodePgSession(connection as never, dialect, undefined), undefined) as unknown as Tx;
-    const send = (command: 'begin' | 'commit' | 'rollback') =>
-      connection.query(command).catch((error: unknown) => Promise.reject(new DrizzleQueryError(command, [], error as Error)));
+  async function query<R extends pg.QueryResultRow>(statement: string | pg.QueryConfig, values?: unknown[], retried = false): Promise<pg.QueryResult<R>> {
+    const named = typeof statement === 'string' ? statement : { ...statement, name: statementName(statement.name, names) };
     try {
-      await send('begin');
-      const result = await work(tx);
-      await send('commit');
-      return result;
+      return await pool.query<R>(named as pg.QueryConfig, values);
     } catch (error) {
-      await send('rollback');
+      if (retried || typeof statement === 'string' || statement.name === undefined || !isStaleStatement(error)) throw error;
+      names.generation += 1;
+      return query<R>(statement, values, true);
+    }
+  }
+
+  async function runTransaction<T>(work: (tx: Tx) => Promise<T>, transactionConfig: TransactionConfig | undefined): Promise<T> {
+    const client = await pool.connect();
+    let connectionLost: Error | undefined;
+    try {
+      let clientDb = connectionDbs.get(client);
+      if (!clientDb) connectionDbs.set(client, (clientDb = drizzle({ client })));
+      const target: StatementTarget = { on: client, names, inTransaction: true };
+      return await clientDb.transaction(async (tx) => {
+        targets.set(tx, target);
+        return transactionTargets.run(target, () => ambient.run(tx, () => work(tx)));
+      }, transactionConfig);
+    } catch (error) {
+      if (isDatabaseUnavailable(error)) connectionLost = error as Error;
       throw error;
     } finally {
-      connection.release();
+      // Never back to the pool inside a transaction (a failed ROLLBACK) or after its connection failed.
+      const status = client.getTransactionStatus();
+      client.release(connectionLost ?? (status === 'T' || status === 'E' ? new Error('released inside a transaction') : undefined));
     }
+  }
+
+  async function listen(channel: string, onNotification: (payload: string | undefined) => void, onListening?: () => void): Promise<Listener> {
+    let closed = false;
+    let client: pg.Client | undefined;
+    let retry: NodeJS.Timeout | undefined;
+    const open = async (): Promise<void> => {
+      if (closed) return;
+      const connection = new pg.Client({ ...config, query_timeout: undefined, statement_timeout: undefined, idle_in_transaction_session_timeout: undefined });
+      client = connection;
+      let dropped = false;
+      const reopen = () => {
+        if (dropped) return;
+        dropped = true;
+        connection.end().catch(() => {});
+        if (closed) return;
+        retry = setTimeout(() => void open(), 1_000);
+        retry.unref();
+      };
+      connection.on('error', reopen);
+      connection.on('end', reopen);
+      connection.on('notification', (message) => {
+        if (message.channel === channel) onNotification(message.payload);
+      });
+      try {
+        await connection.connect();
+        await connection.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
+        onListening?.();
+      } catch {
+        reopen();
+      }
+    };
+    await open();
+    const listener: Listener = {
+      async close() {
+        closed = true;
+        listeners.delete(listener);
+        if (retry) clearTimeout(retry);
+        await client?.end().catch(() => {});
+      },
+    };
+    listeners.add(listener);
+    return listener;
   }
 
   return {
     db,
     pool,
-    sidePool,
-    async transaction(work) {
-      const open = ambient.getStore()?.tx;
-      if (open) return work(open, JOINED);
-      // The scope is entered before BEGIN, so the pool can hand it the transaction's connection.
-      const scope: TransactionScope<Tx> = { tx: undefined, connection: undefined };
-      const control: TransactionControl = { commitAfter: (statements) => scope.connection?.commitAfter(statements) };
-      return ambient.run(scope, () =>
-        inTransaction((tx) => {
-          scope.tx = tx;
-          return work(tx, control);
-        }),
-      );
+    query,
+    async transaction(work, transactionConfig) {
+      const open = ambient.getStore();
+      if (open) return work(open);
+      try {
+        return await runTransaction(work, transactionConfig);
+      } catch (error) {
+        if (!isStaleStatement(error)) throw error;
+        // Nothing of it committed; every connection may hold the stale statement, so all take new names.
+        names.generation += 1;
+        return runTransaction(work, transactionConfig);
+      }
     },
     current() {
-      return ambient.getStore()?.tx ?? db;
+      return ambient.getStore() ?? db;
     },
-    leadingCheck(statement, judge, readOnly) {
-      return new LeadingCheck(statement, judge, pool, readOnly);
-    },
-    withLeadingCheck(check, work) {
-      return scopes.run({ check }, work);
-    },
+    listen,
     async close() {
-      await Promise.all([pool.end(), sidePool.end()]);
+      await Promise.all([...listeners].map((listener) => listener.close()));
+      await pool.end();
     },
   };
 }

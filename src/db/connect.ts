@@ -27,7 +27,7 @@ export async function connect(config: Config, logger: Logger, options: { migrate
     await resolved.stop();
     throw error;
   }
-  const database = createDatabase(resolved.url, { poolSize: config.databasePoolSize });
+  const database = createDatabase(resolved.url, config.database);
   let closed = false;
   return {
     database,

@@ -4,6 +4,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import fp from 'fastify-plugin';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { AppError, isAppError } from '../shared/app-error.js';
+import { isDatabaseUnavailable, isLockTimeout } from '../db/client.js';
 
 export type ErrorEnvelope = { error: { code: string; message: string; details?: Record<string, unknown> } };
 
@@ -124,10 +125,15 @@ export function answerFor(error: unknown, request: FastifyRequest, reply: Fastif
     if (appError.status >= 500) request.log.error({ err: error }, 'request failed');
     return appError;
   }
+  if (isLockTimeout(error)) {
+    request.log.warn({ err: error }, 'record locked');
+    reply.header('Retry-After', '1');
+    return new AppError('record_locked', 409, 'The record is being changed by another request; retry shortly.');
+  }
   if (isDatabaseUnavailable(error)) {
     request.log.error({ err: error }, 'database unavailable');
     reply.header('Retry-After', '1');
-    return new AppError('service_unavailable', 503, 'The service is temporarily unavailable; retry shortly.');
+    return new AppError('database_unavailable', 503, 'The database is temporarily unavailable; retry shortly.');
   }
   request.log.error({ err: error }, 'unhandled error');
   return new AppError('internal', 500, 'An internal error occurred. Quote the request id to support.', { request_id: request.id });
@@ -144,18 +150,3 @@ export const errorsPlugin = fp(
   },
   { name: 'errors' },
 );
-
-const CONNECTION_ERROR_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', '57P01', '57P02', '57P03', '08000', '08003', '08006']);
-
-function isDatabaseUnavailable(error: unknown): boolean {
-  let current: unknown = error;
-  for (let depth = 0; current && depth < 5; depth += 1) {
-    const candidate = current as { code?: string; message?: string; cause?: unknown };
-    if (candidate.code && CONNECTION_ERROR_CODES.has(candidate.code)) return true;
-    if (typeof candidate.message === 'string' && /Connection terminated|timeout exceeded when trying to connect/i.test(candidate.message)) {
-      return true;
-    }
-    current = candidate.cause;
-  }
-  return false;
-}

@@ -15,6 +15,8 @@ export type ErrorCode =
   | 'request_timeout'
   | 'headers_too_large'
   | 'service_unavailable'
+  | 'database_unavailable'
+  | 'record_locked'
   | 'internal';
 
 /** The one error type of the service; the error handler renders it as the spec's envelope. */

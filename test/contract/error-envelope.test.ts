@@ -178,15 +178,15 @@ describe('500 internal', () => {
   });
 });
 
-describe('503 service_unavailable', () => {
-  it('when the database cannot be reached, it answers 503 service_unavailable with Retry-After and no connection details', async () => {
+describe('503 database_unavailable', () => {
+  it('when the database cannot be reached, it answers 503 database_unavailable with Retry-After and no connection details', async () => {
     const unreachable = createDatabase('postgres://postgres@127.0.0.1:1/nowhere', { poolSize: 1 });
     const app = await buildApp({ config: ctx.config, database: unreachable, logger: false });
     await app.ready();
     try {
       const response = await app.inject({ method: 'GET', url: '/v1/customers', headers: { authorization: `Bearer ${org.key}` } });
       expect(response.statusCode).toBe(503);
-      expect(response.json()).toEqual({ error: { code: 'service_unavailable', message: expect.any(String) } });
+      expect(response.json()).toEqual({ error: { code: 'database_unavailable', message: expect.any(String) } });
       expect(response.headers['retry-after']).toBe('1');
       expect(response.body).not.toMatch(/127\.0\.0\.1|ECONNREFUSED|nowhere/);
     } finally {

@@ -78,7 +78,7 @@ describe('health routes', () => {
     }
   }
 
-  it('when the database has not been migrated, GET /readyz answers 503 service_unavailable while /healthz stays 200', async () => {
+  it('when the database has not been migrated, GET /readyz answers 503 database_unavailable while /healthz stays 200', async () => {
     const empty = await createEmptyDatabase();
     try {
       const { ready, health } = await readinessOn(empty.url);
@@ -90,10 +90,10 @@ describe('health routes', () => {
     }
   });
 
-  it('when the database cannot be reached, GET /readyz answers 503 service_unavailable without connection details', async () => {
+  it('when the database cannot be reached, GET /readyz answers 503 database_unavailable without connection details', async () => {
     const { ready, health } = await readinessOn('postgres://nobody:secret@127.0.0.1:1/none');
     expect(ready.statusCode).toBe(503);
-    expect(ready.json()).toEqual({ error: { code: 'service_unavailable', message: expect.any(String) } });
+    expect(ready.json()).toEqual({ error: { code: 'database_unavailable', message: expect.any(String) } });
     for (const leak of ['127.0.0.1', 'ECONNREFUSED', 'secret', 'nobody']) expect(ready.body).not.toContain(leak);
     expect(health.statusCode).toBe(200);
   });

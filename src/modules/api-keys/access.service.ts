@@ -20,15 +20,6 @@ export type RateLimitWindow = { name: 'burst' | 'daily'; limit: number; remainin
 
 export type AccessGrant = { auth: AuthContext; windows: RateLimitWindow[] };
 
-/** A request's access check before it is sent: its statement, and the verdict on that statement's result. */
-export type PendingAccessCheck = {
-  statement: pg.QueryConfig;
-  /** The statement writes nothing (see ACCESS_READ_SQL): it may share the request's transaction. */
-  readOnly: boolean;
-  /** The verdict; a promise only when a read-only check found the windows had moved on and the full check had to be asked. */
-  judge(result: pg.QueryResult): AccessGrant | Promise<AccessGrant>;
-};
-
 const UNAUTHORIZED_MESSAGE = 'A valid API key is required: send it as "Authorization: Bearer <key>".';
 /** Key identities remembered per process; past this, the oldest is forgotten (it is only a shortcut). */
 const MAX_KNOWN_KEYS = 10_000;
@@ -276,31 +267,13 @@ export function createAccessService(deps: { database: Database; defaults: { burs
     /** Runs the access check now. Throws 401 for any authentication failure and 429 when a window is spent. */
     async authenticate(keyHash: string, clientIp: string | undefined): Promise<AccessGrant> {
       const reservation = reserve(keyHash);
-      const result = await deps.database.pool.query(statementFor(keyHash, clientIp, reservation));
-      return judge(keyHash, reservation, accessCheckRowOf(result));
-    },
-
-    /**
-     * The access check of a known key, to be sent ahead of the request's first statement. Its
-     * verdict throws like `authenticate`.
-     */
-    pendingCheck(keyHash: string, clientIp: string | undefined): PendingAccessCheck {
-      const reservation = reserve(keyHash);
-      return {
-        statement: statementFor(keyHash, clientIp, reservation),
-        readOnly: reservation.readOnly,
-        judge: (result) => {
-          const row = accessCheckRowOf(result);
-          // The windows moved on between reserving and checking: the full check leases the new ones.
-          // On the side pool: the request's transaction may hold a connection of the main pool, and
-          // with all of them held by requests waiting for such a verdict, none would come back.
-          if (reservation.readOnly && row && (row.burst_wanted > 0 || row.day_wanted > 0)) {
-            const full = { ...reservation, readOnly: false };
-            return deps.database.sidePool.query(statementFor(keyHash, clientIp, full)).then((again) => judge(keyHash, full, accessCheckRowOf(again)));
-          }
-          return judge(keyHash, reservation, row);
-        },
-      };
+      const row = accessCheckRowOf(await deps.database.query(statementFor(keyHash, clientIp, reservation)));
+      // The windows moved on between reserving and checking: the full check leases the new ones.
+      if (reservation.readOnly && row && (row.burst_wanted > 0 || row.day_wanted > 0)) {
+        const full = { ...reservation, readOnly: false };
+        return judge(keyHash, full, accessCheckRowOf(await deps.database.query(statementFor(keyHash, clientIp, full))));
+      }
+      return judge(keyHash, reservation, row);
     },
 
     /** How many keys this instance keeps lease state for. */

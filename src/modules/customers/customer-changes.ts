@@ -1,5 +1,5 @@
 import { isDeepStrictEqual } from 'node:util';
-import type { Executor, TransactionControl } from '../../db/client.js';
+import type { Executor } from '../../db/client.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
 import { createOutboxRepository, RECORD_UPDATED_AT } from '../webhooks/outbox.repository.js';
@@ -37,35 +37,23 @@ export function createCustomerChangeRecorder(db: Executor) {
   return {
     /**
      * Writes `diff` to `before` (read under lock in this transaction) through `update` and records the
-     * change, without waiting for the UPDATE's answer: the row after it is `before` with `diff` and the
-     * updated_at the database stamps, so the audit row and event are built from it (the event's
-     * updated_at is read from the record as the event is written), and the UPDATE, both side records
-     * and the COMMIT leave in one write and cost one round trip. Returns that row and its DTO.
+     * change: the row after it is `before` with `diff` and the updated_at the database stamps, so the
+     * audit row and event are built from it (the event's updated_at is read from the record as the
+     * event is written). Returns that row and its DTO.
      */
     async writeChange<Dto extends { updated_at: string }>(
       change: { actor: Actor; action: string; before: CustomerRow; diff: Partial<NewCustomerRow>; toDto(row: CustomerRow): Dto; fireUpdated?: boolean },
       update: () => Promise<{ updatedAt: Date } | undefined>,
       tx: Executor,
-      control: TransactionControl,
     ): Promise<{ row: CustomerRow; dto: Dto }> {
       const expected = { ...change.before, ...change.diff } as CustomerRow;
+      const stamped = await update();
+      if (!stamped) throw new Error(`customer ${change.before.id} vanished under its lock`);
       // Object.assign, not a spread with new names: adding properties to a spread copy is V8's slow path.
       const recorded = Object.assign({}, change, { after: expected, dto: { ...change.toDto(expected), updated_at: RECORD_UPDATED_AT }, updatedAtFromRecord: true });
-      control.commitAfter(1 + this.statementsOf(recorded));
-      const updating = update();
-      const recording = this.record(recorded, tx);
-      // When the UPDATE fails, the side records fail behind it (the transaction is aborted): its error is the one to report.
-      recording.catch(() => {});
-      const stamped = await updating;
-      await recording;
-      if (!stamped) throw new Error(`customer ${change.before.id} vanished under its lock`);
+      await this.record(recorded, tx);
       const row = Object.assign({}, expected, stamped);
       return { row, dto: change.toDto(row) };
-    },
-
-    /** How many statements `record` sends for `change`: the audit row, and the event when one fires. */
-    statementsOf(change: { before: CustomerRow | undefined; after: CustomerRow; fireUpdated?: boolean }): number {
-      return firesUpdated(change) ? 2 : 1;
     },
 
     async record(
@@ -84,20 +72,19 @@ export function createCustomerChangeRecorder(db: Executor) {
       tx: Executor,
     ): Promise<void> {
       const { after } = change;
-      // Sent together: on the transaction's pipelined connection both leave in one write.
       const fireUpdated = firesUpdated(change);
       const entry = { orgId: after.orgId, actor: change.actor, action: change.action, subjectType: after.kind === 'entity' ? 'entity' : 'customer', subjectId: after.id };
-      const auditRow =
-        change.before && change.diff
-          ? audit.recordChange(Object.assign(entry, { before: auditSnapshot(change.before), changes: auditChanges(change.diff as Partial<CustomerRow>) }), tx)
-          : audit.record(Object.assign(entry, { before: change.before ? auditSnapshot(change.before) : null, after: auditSnapshot(after) }), tx);
-      const event = fireUpdated
-        ? outbox.record(
-            { orgId: after.orgId, type: 'customer.updated', customerId: after.id, customer: change.dto, updatedAtFromRecord: change.updatedAtFromRecord },
-            tx,
-          )
-        : undefined;
-      await Promise.all([auditRow, event]);
+      if (change.before && change.diff) {
+        await audit.recordChange(Object.assign(entry, { before: auditSnapshot(change.before), changes: auditChanges(change.diff as Partial<CustomerRow>) }), tx);
+      } else {
+        await audit.record(Object.assign(entry, { before: change.before ? auditSnapshot(change.before) : null, after: auditSnapshot(after) }), tx);
+      }
+      if (fireUpdated) {
+        await outbox.record(
+          { orgId: after.orgId, type: 'customer.updated', customerId: after.id, customer: change.dto, updatedAtFromRecord: change.updatedAtFromRecord },
+          tx,
+        );
+      }
     },
   };
 }

@@ -310,7 +310,7 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
       const registerStatus =
         body.abn !== undefined && body.type !== 'INDIVIDUAL' ? await checkBusinessRegister(deps.businessRegister, body.abn) : undefined;
       try {
-        return await database.transaction(async (tx, control) => {
+        return await database.transaction(async (tx) => {
           for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
             const match = await matchForUpsert(ctx, body, tx);
             if (match) {
@@ -322,7 +322,6 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
                 { actor: ctx.actor, action: 'customer.upserted', before: match.row, diff, toDto: toIndividualDto },
                 () => repository.updateLocked(ctx.orgId, match.row.id, diff, tx),
                 tx,
-                control,
               );
               return { created: false, customer: dto };
             }
@@ -330,7 +329,6 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
             if (inserted) {
               const dto = toIndividualDto(inserted);
               const created = { actor: ctx.actor, action: 'customer.created', before: undefined, after: inserted, dto };
-              control.commitAfter(changes.statementsOf(created));
               await changes.record(created, tx);
               return { created: true, customer: dto };
             }
@@ -354,7 +352,7 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
 
     async patch(ctx: RequestContext, ref: string, body: PatchCustomerBody): Promise<IndividualDto> {
       try {
-        return await database.transaction(async (tx, control) => {
+        return await database.transaction(async (tx) => {
           const row = await requireIndividual(ctx, ref, tx, true);
           const issues = new Issues();
           if (row.kycStatus === 'VERIFIED') {
@@ -380,7 +378,6 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
             { actor: ctx.actor, action: 'customer.patched', before: row, diff, toDto: toIndividualDto },
             () => repository.updateLocked(ctx.orgId, row.id, diff, tx),
             tx,
-            control,
           );
           return dto;
         });
@@ -392,7 +389,7 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
 
     /** PUT /customers/{id}/designated-services: replace, dedupe, derive the flag, re-rate, audit. */
     async replaceDesignatedServices(ctx: RequestContext, ref: string, codes: string[]): Promise<IndividualDto> {
-      return database.transaction(async (tx, control) => {
+      return database.transaction(async (tx) => {
         const row = await requireIndividual(ctx, ref, tx, true);
         const answers = row.riskAnswers as RiskAnswers;
         const diff = changedColumns(row, servicesUpdate(row, { designatedServices: codes }, answers));
@@ -401,7 +398,6 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
           { actor: ctx.actor, action: 'customer.designated_services_replaced', before: row, diff, toDto: toIndividualDto },
           () => repository.updateLocked(ctx.orgId, row.id, diff, tx),
           tx,
-          control,
         );
         return { ...dto, designated_services: updated.designatedServices };
       });

@@ -1,8 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
-import pg from 'pg';
 import pino from 'pino';
-import type { Database } from '../../db/client.js';
+import type { Database, Listener } from '../../db/client.js';
 import { createDeliveryRepository, type ClaimedDelivery, type Settlement } from './delivery.repository.js';
 import { createWebhookSender, DEFAULT_REQUEST_TIMEOUT_MS, type SendResult } from './webhook-sender.js';
 
@@ -149,8 +148,7 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
   let saturated = false;
   let loop: Promise<void> | undefined;
   let stopped: Promise<void> | undefined;
-  let listener: pg.Client | undefined;
-  let reconnectTimer: NodeJS.Timeout | undefined;
+  let listener: Listener | undefined;
 
   function retryDelay(attempt: number, result: SendResult): number {
     if (result.retryAfterMs !== null) return Math.min(result.retryAfterMs, maxRetryAfterMs);
@@ -211,7 +209,7 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
   async function settle(claim: ClaimedDelivery, settlement: Settlement): Promise<void> {
     const applied =
       settlement.status === 'failed' && settlement.disableEndpointReason
-        ? await deliveries.settle(claim, workerId, settlement)
+        ? await database.transaction((tx) => deliveries.settle(claim, workerId, settlement, tx))
         : await new Promise<boolean>((resolve, reject) => {
             settleQueue.push({ claim, settlement, done: (error, ok) => (error ? reject(error) : resolve(ok === true)) });
             if (!flushing) void flushSettlements();
@@ -325,28 +323,9 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
 
   async function listen(): Promise<void> {
     if (stopping) return;
-    const client = new pg.Client(database.pool.options);
-    const reconnect = (error?: unknown) => {
-      if (listener !== client) return;
-      listener = undefined;
-      client.end().catch(() => {});
-      if (stopping) return;
-      logger.warn({ err: error }, 'webhook LISTEN connection lost; polling until it is back');
-      reconnectTimer = setTimeout(() => void listen(), 5_000);
-      reconnectTimer.unref();
-    };
-    client.on('notification', () => wake.notify());
-    client.on('error', reconnect);
-    client.on('end', () => reconnect());
-    listener = client;
-    try {
-      await client.connect();
-      await client.query(`LISTEN ${DELIVERY_CHANNEL}`);
-      // Anything committed while not listening is picked up now rather than at the next poll.
-      wake.notify();
-    } catch (error) {
-      reconnect(error);
-    }
+    // Anything committed while not listening (before, or while its connection was being opened again)
+    // is picked up as soon as the LISTEN is in place rather than at the next poll.
+    listener = await database.listen(DELIVERY_CHANNEL, () => wake.notify(), () => wake.notify());
   }
 
   return {
@@ -362,10 +341,9 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
       stopped ??= (async () => {
         stopping = true;
         wake.notify();
-        if (reconnectTimer) clearTimeout(reconnectTimer);
-        const client = listener;
+        const listening = listener;
         listener = undefined;
-        await client?.end().catch(() => {});
+        await listening?.close();
         await loop;
         const pending = () => Promise.allSettled([...tasks]);
         let timer: NodeJS.Timeout | undefined;

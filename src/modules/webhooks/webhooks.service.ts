@@ -95,7 +95,7 @@ export function createWebhooksService(deps: { database: Database; allowPrivateUr
 
   /** Deliveries and their attempts read from one snapshot, so a delivery settling meanwhile is seen whole. */
   const snapshot = <T>(work: (tx: Tx) => Promise<T>) =>
-    database.db.transaction(work, { isolationLevel: 'repeatable read', accessMode: 'read only' });
+    database.transaction(work, { isolationLevel: 'repeatable read', accessMode: 'read only' });
 
   async function deliveryDto(orgId: string, id: string): Promise<WebhookDeliveryDto> {
     return snapshot(async (tx) => {

@@ -1,0 +1,241 @@
+import { sql } from 'drizzle-orm';
+import pg from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '../../test/helpers/database.js';
+import { startPgProxy, type PgProxy } from '../../test/helpers/pg-proxy.js';
+import { builtOnce } from './built-once.js';
+import { createDatabase, isDatabaseUnavailable, type Database } from './client.js';
+
+/*
+ * Contract tests of the database interface (src/db/client.ts) under a connection lost at any point
+ * of a round trip: a loopback proxy between the pool and PostgreSQL cuts the TCP connection right
+ * after a given backend message, between two statements of a transaction, during COMMIT, or at random
+ * byte offsets. Every call must settle promptly (the loss is seen at once, not by a timeout), fail
+ * only as "database unavailable", leave no connection checked out, and the next call must succeed.
+ */
+
+const QUERY_TIMEOUT_MS = 5_000;
+/** A lost connection is seen at once: far sooner than the client-side query timeout would fire. */
+const PROMPT_MS = 2_000;
+
+let testDatabase: TestDatabase;
+let admin: pg.Client;
+let proxy: PgProxy;
+/** A Database whose connections go through the proxy. */
+let faulty: Database;
+
+beforeAll(async () => {
+  testDatabase = await createTestDatabase();
+  admin = new pg.Client({ connectionString: testDatabase.url });
+  admin.on('error', () => {});
+  await admin.connect();
+  await admin.query(`CREATE TABLE fault_items (id int PRIMARY KEY, note text)`);
+  const target = new URL(testDatabase.url);
+  proxy = await startPgProxy({ host: target.hostname, port: Number(target.port || 5432) });
+  // The test database's URL (credentials and all) with the proxy's host and port.
+  const viaProxy = new URL(testDatabase.url);
+  viaProxy.hostname = '127.0.0.1';
+  viaProxy.port = String(proxy.port);
+  faulty = createDatabase(viaProxy.toString(), {
+    poolSize: 2,
+    queryTimeoutMs: QUERY_TIMEOUT_MS,
+    connectTimeoutMs: 2_000,
+    statementTimeoutMs: 4_000,
+    idleInTransactionTimeoutMs: 10_000,
+  });
+});
+
+afterEach(() => proxy?.disarm());
+
+afterAll(async () => {
+  await faulty?.close().catch(() => {});
+  await proxy?.close();
+  await admin?.end().catch(() => {});
+  await testDatabase?.drop();
+});
+
+/** How `promise` rejected, and after how many ms; fails the test when it resolves instead. */
+async function rejection(promise: Promise<unknown>): Promise<{ error: unknown; ms: number }> {
+  const started = performance.now();
+  try {
+    const value = await promise;
+    throw new Error(`expected a rejection, but the call resolved with ${JSON.stringify(value)?.slice(0, 200)}`);
+  } catch (error) {
+    if (error instanceof Error && error.message.startsWith('expected a rejection')) throw error;
+    return { error, ms: performance.now() - started };
+  }
+}
+
+/** Every pooled connection is back in the pool and no caller waits for one. */
+async function expectPoolSettled(instance: Database, within = 1_000): Promise<void> {
+  await vi.waitFor(
+    () => {
+      expect({ waiting: instance.pool.waitingCount, checkedOut: instance.pool.totalCount - instance.pool.idleCount }).toEqual({ waiting: 0, checkedOut: 0 });
+    },
+    { timeout: within, interval: 20 },
+  );
+}
+
+const itemIds = async (from: number, to: number) =>
+  (await admin.query<{ id: number }>('SELECT id FROM fault_items WHERE id BETWEEN $1 AND $2 ORDER BY id', [from, to])).rows.map((row) => row.id);
+
+/** At least one idle connection, opened before the fault is armed (so the cut hits the statement, not the connection's setup). */
+async function warm(): Promise<void> {
+  expect((await faulty.query('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
+}
+
+/** After a fault: the pool settles, nothing is left in a transaction, and the next calls (a query and a transaction) succeed. */
+async function expectRecovered(): Promise<void> {
+  await expectPoolSettled(faulty);
+  expect((await faulty.query<{ n: number }>('SELECT $1::int AS n', [7])).rows).toEqual([{ n: 7 }]);
+  const inTx = await faulty.transaction(async (tx) => (await tx.execute(sql`SELECT 8 AS n`)).rows[0]);
+  expect(inTx).toEqual({ n: 8 });
+  await expectPoolSettled(faulty);
+  const { rows } = await admin.query(
+    `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`,
+  );
+  expect(rows[0].n).toBe(0);
+}
+
+/** Runs `call` with the fault armed by `arm`, and checks the contract for a lost connection. */
+async function expectLostConnectionContract(arm: () => void, call: () => Promise<unknown>): Promise<unknown> {
+  await warm();
+  const cutsBefore = proxy.cuts();
+  arm();
+  const { error, ms } = await rejection(call());
+  proxy.disarm();
+  expect(proxy.cuts()).toBeGreaterThan(cutsBefore);
+  expect(ms).toBeLessThan(PROMPT_MS);
+  expect(isDatabaseUnavailable(error), `not reported as unavailable: ${String(error)} (cause: ${String((error as { cause?: unknown }).cause)})`).toBe(true);
+  await expectRecovered();
+  return error;
+}
+
+describe('a connection lost mid round trip (through a cutting proxy)', () => {
+  const builtOnceSelect = builtOnce('fault_built_once', () => sql`SELECT ${sql.placeholder('n')}::int AS n`);
+  const cases: Array<{ when: string; type: string; call: () => Promise<unknown>; armsItself?: boolean; written?: () => Promise<number[]> }> = [
+    { when: 'after RowDescription', type: 'T', call: () => faulty.query('SELECT generate_series(1, 3) AS n') },
+    { when: 'after the first DataRow', type: 'D', call: () => faulty.query('SELECT generate_series(1, $1::int) AS n', [3]) },
+    { when: 'between CommandComplete and ReadyForQuery', type: 'C', call: () => faulty.query('SELECT $1::int AS n', [1]) },
+    { when: 'after ParseComplete of a named statement', type: '1', call: () => faulty.query({ name: 'fault_parse_named', text: 'SELECT $1::int + 1 AS n', values: [1] }) },
+    { when: 'between CommandComplete and ReadyForQuery of a built-once statement', type: 'C', call: () => builtOnceSelect.run(faulty.db, { n: 1 }) },
+    {
+      when: 'between CommandComplete and ReadyForQuery of a statement in a transaction',
+      type: 'C',
+      armsItself: true,
+      call: () =>
+        faulty.transaction(async (tx) => {
+          proxy.cutAfterBackendMessage('C'); // BEGIN is done: the next CommandComplete is the INSERT's
+          await tx.execute(sql`INSERT INTO fault_items (id) VALUES (1)`);
+        }),
+      written: () => itemIds(1, 1),
+    },
+  ];
+
+  for (const { when, type, call, armsItself, written } of cases) {
+    it(`when the connection is cut ${when} ('${type}'), the call rejects promptly as unavailable, no connection leaks${written ? ', nothing is written' : ''}, and the next call succeeds`, async () => {
+      await expectLostConnectionContract(() => (armsItself ? undefined : proxy.cutAfterBackendMessage(type)), call);
+      if (written) expect(await written()).toEqual([]);
+    });
+  }
+
+  it('when the connection is cut mid-transaction between two statements, the transaction rejects promptly as unavailable, nothing is written, and the next call succeeds', async () => {
+    await expectLostConnectionContract(
+      () => {},
+      () =>
+        faulty.transaction(async (tx) => {
+          await tx.execute(sql`INSERT INTO fault_items (id) VALUES (10)`);
+          proxy.cutAll();
+          await new Promise((resolve) => setTimeout(resolve, 20));
+          await tx.execute(sql`INSERT INTO fault_items (id) VALUES (11)`);
+        }),
+    );
+    expect(await itemIds(10, 11)).toEqual([]);
+  });
+
+  it('when the connection is cut while the COMMIT is on its way (its first byte sent), the transaction rejects promptly as unavailable, nothing is written, and the next call succeeds', async () => {
+    await expectLostConnectionContract(
+      () => {},
+      () =>
+        faulty.transaction(async (tx) => {
+          await tx.execute(sql`INSERT INTO fault_items (id) VALUES (20)`);
+          // The work is done: the next byte on the wire is the COMMIT's, and the cut follows it.
+          proxy.cutAfterRandomBytes(1);
+        }),
+    );
+    expect(await itemIds(20, 20)).toEqual([]);
+  });
+
+  it('when the connection is cut after the COMMIT\'s CommandComplete but before its ReadyForQuery, the transaction rejects promptly as unavailable and the next call succeeds', async () => {
+    await expectLostConnectionContract(
+      () => {},
+      () =>
+        faulty.transaction(async (tx) => {
+          await tx.execute(sql`INSERT INTO fault_items (id) VALUES (30)`);
+          proxy.cutAfterBackendMessage('C'); // the next CommandComplete is the COMMIT's
+        }),
+    );
+  });
+
+  it('when every connection is cut while idle in the pool, the next call is served on a new connection', async () => {
+    await warm();
+    const cutsBefore = proxy.cuts();
+    proxy.cutAll();
+    expect(proxy.cuts()).toBeGreaterThan(cutsBefore);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const outcome = await faulty.query('SELECT 1 AS ok').then(
+      (result) => ({ rows: result.rows, error: undefined }),
+      (error: unknown) => ({ rows: undefined, error }),
+    );
+    // A call that raced the cut may only fail as unavailable.
+    if (outcome.error !== undefined) expect(isDatabaseUnavailable(outcome.error)).toBe(true);
+    else expect(outcome.rows).toEqual([{ ok: 1 }]);
+    await expectRecovered();
+  });
+
+  it('when connections are cut at random points of the protocol under concurrent calls, every call settles promptly, fails only as unavailable, and the pool recovers', { timeout: 60_000 }, async () => {
+    await warm();
+    const statement = builtOnce('fault_random', () => sql`SELECT ${sql.placeholder('n')}::int AS n, repeat('x', 200) AS filler`);
+    const failures: string[] = [];
+    let succeeded = 0;
+    let failed = 0;
+    let slowest = 0;
+    const calls: Array<(round: number, slot: number) => Promise<unknown>> = [
+      () => faulty.query('SELECT generate_series(1, 20) AS n'),
+      (round, slot) => faulty.query({ name: 'fault_random_named', text: 'SELECT $1::int AS n', values: [round * 10 + slot] }),
+      (_round, slot) => statement.run(faulty.db, { n: slot }),
+      (round, slot) =>
+        faulty.transaction(async (tx) => {
+          const id = 1_000 + round * 10 + slot;
+          await tx.execute(sql`INSERT INTO fault_items (id) VALUES (${id})`);
+          await tx.execute(sql`UPDATE fault_items SET note = 'updated' WHERE id = ${id}`);
+        }),
+    ];
+    for (let round = 0; round < 25; round += 1) {
+      proxy.cutAfterRandomBytes(200 + ((round * 97) % 1_500));
+      await Promise.all(
+        calls.map(async (call, slot) => {
+          const started = performance.now();
+          try {
+            await call(round, slot);
+            succeeded += 1;
+          } catch (error) {
+            failed += 1;
+            if (!isDatabaseUnavailable(error)) failures.push(`round ${round} slot ${slot}: ${String(error)} (cause: ${String((error as { cause?: unknown }).cause)})`);
+          } finally {
+            slowest = Math.max(slowest, performance.now() - started);
+          }
+        }),
+      );
+      proxy.disarm();
+    }
+    expect(failures).toEqual([]);
+    expect(failed).toBeGreaterThan(0); // the proxy did cut
+    expect(slowest).toBeLessThan(QUERY_TIMEOUT_MS);
+    await expectRecovered();
+    // Transactions are all or nothing: a row is there only with its UPDATE.
+    const { rows } = await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM fault_items WHERE id >= 1000 AND note IS DISTINCT FROM 'updated'`);
+    expect(rows[0]!.n).toBe(0);
+    expect(succeeded + failed).toBe(100);
+  });
+});
