@@ -6,13 +6,33 @@
  * side's median req/s and CPU per request, the after/before change and the ratio to the baseline.
  * One full run per build would not do: on this VM throughput drifts by ±20% between runs, more than
  * most changes move it.
+ *
+ * Both builds run as `npm run bench` runs the project: production build, default settings (LOG_LEVEL
+ * info), logs to files; the baseline is the same bare server with named prepared statements.
+ * BENCH_LOG_LEVEL makes it a diagnostic run (both builds at that level), labelled as such.
  */
 import { execFileSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freeLoopbackPort } from '../src/db/embedded-postgres.js';
-import { build, createScratchDatabase, load, median, projectServerEnv, root, seed, startProcess, upsertLoad, type Measure } from './harness.js';
+import {
+  baselineServerEnv,
+  build,
+  buildBaseline,
+  createScratchDatabase,
+  DIAGNOSTIC_LOG_LEVEL,
+  freeLoopbackPort,
+  load,
+  LOG_DIR,
+  logVolume,
+  median,
+  projectServerEnv,
+  root,
+  seed,
+  startProcess,
+  upsertLoad,
+  type Measure,
+} from './harness.js';
 
 const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 6));
 const BEFORE = process.env.BENCH_AB_BEFORE ?? 'HEAD~1';
@@ -37,26 +57,35 @@ type Side = 'before' | 'after' | 'baseline';
 
 async function main() {
   const before = checkoutOf(BEFORE);
-  const scratch = await createScratchDatabase('svc_ab');
   const servers: ChildProcess[] = [];
+  let scratch: Awaited<ReturnType<typeof createScratchDatabase>> | undefined;
   try {
+    // This checkout's build; its CLI makes the scratch database (and applies its migrations).
     build();
+    const baselineScript = buildBaseline();
+    scratch = await createScratchDatabase('svc_ab');
     const ports = { before: await freeLoopbackPort(), after: await freeLoopbackPort(), baseline: await freeLoopbackPort() };
     const ready = (side: Side) => `http://127.0.0.1:${ports[side]}${side === 'baseline' ? '/healthz' : '/readyz'}`;
-    const server = {
-      before: await startProcess([join(before.directory, 'bin', 'svc.js'), 'serve'], projectServerEnv(scratch.url, ports.before), ready('before')),
-      after: await startProcess(['bin/svc.js', 'serve'], projectServerEnv(scratch.url, ports.after), ready('after')),
-      baseline: await startProcess(['--import', 'tsx', 'bench/baseline-server.ts'], { DATABASE_URL: scratch.url, PORT: String(ports.baseline), BENCH_ORG_ID: scratch.org.id }, ready('baseline')),
+    const start = async (side: Side, args: string[], env: NodeJS.ProcessEnv) => {
+      const child = await startProcess(args, env, ready(side), side);
+      servers.push(child);
+      return child;
     };
-    servers.push(server.before, server.after, server.baseline);
+    const server = {
+      before: await start('before', [join(before.directory, 'bin', 'svc.js'), 'serve'], projectServerEnv(scratch.url, ports.before)),
+      after: await start('after', ['bin/svc.js', 'serve'], projectServerEnv(scratch.url, ports.after)),
+      baseline: await start('baseline', [baselineScript], baselineServerEnv(scratch.url, ports.baseline, scratch.org.id)),
+    };
     const auth = { authorization: `Bearer ${scratch.key}`, 'content-type': 'application/json' };
     const json = { 'content-type': 'application/json' };
-    await seed(scratch.database, scratch.org.id, 10_000);
-    const seeded = (await fetch(`http://127.0.0.1:${ports.after}/v1/customers`, {
+    await seed(scratch.pool, scratch.org.id, 10_000);
+    const created = await fetch(`http://127.0.0.1:${ports.after}/v1/customers`, {
       method: 'POST',
       headers: auth,
       body: JSON.stringify({ externalId: 'bench-read', fullName: 'Bench Reader', email: 'reader@bench.test' }),
-    }).then((response) => response.json())) as { id: string };
+    });
+    if (!created.ok) throw new Error(`seeding the read's customer answered ${created.status}: ${await created.text()}`);
+    const seeded = (await created.json()) as { id: string };
 
     const runs: Record<string, (side: Side, duration?: number) => Promise<Measure>> = {
       get: (side, duration) =>
@@ -69,13 +98,20 @@ async function main() {
         upsertLoad(server[side], `http://127.0.0.1:${ports[side]}${side === 'baseline' ? '/customers' : '/v1/customers'}`, side === 'baseline' ? json : auth, duration),
     };
 
-    const lines: string[] = [`# A/B: ${BEFORE} (before) against this checkout (after), ${ROUNDS} rounds, ABBA, medians`, ''];
+    const lines: string[] = [
+      `# A/B: ${BEFORE} (before) against this checkout (after), ${ROUNDS} rounds, ABBA, medians`,
+      '',
+      DIAGNOSTIC_LOG_LEVEL
+        ? `**DIAGNOSTIC: both builds at LOG_LEVEL=${DIAGNOSTIC_LOG_LEVEL}, not the default configuration.**`
+        : 'Both builds at the default configuration (production build, LOG_LEVEL info); the baseline with named prepared statements.',
+      '',
+    ];
     for (const scenario of SCENARIOS) {
       const run = runs[scenario];
       if (!run) throw new Error(`Unknown scenario ${scenario}: use get or upsert`);
       // Warm-up on every side (it also creates the upsert's 1,000 records), then statistics for the planner.
       for (const side of ['before', 'after', 'baseline'] as const) await run(side, 2);
-      await scratch.database.pool.query('ANALYZE customers');
+      await scratch!.pool.query('ANALYZE customers');
       const measures: Record<Side, Measure[]> = { before: [], after: [], baseline: [] };
       for (let round = 0; round < ROUNDS; round += 1) {
         const order: Side[] = round % 2 === 0 ? ['before', 'after', 'baseline'] : ['baseline', 'after', 'before'];
@@ -97,11 +133,13 @@ async function main() {
         '',
       );
     }
+    lines.push(`Log lines written: before ${logVolume('before').lines.toLocaleString('en')}, after ${logVolume('after').lines.toLocaleString('en')}.`, '');
     process.stdout.write(`${lines.join('\n')}\n`);
   } finally {
     for (const child of servers) child.kill('SIGTERM');
-    await scratch.drop();
+    await scratch?.drop();
     before.remove();
+    if (!process.env.BENCH_LOG_DIR) rmSync(LOG_DIR, { recursive: true, force: true });
   }
 }
 

@@ -1,17 +1,20 @@
 /**
- * What `npm run bench` (run.ts) and `npm run bench:ab` (ab.ts) share: starting servers, driving them
- * with autocannon, measuring CPU per request and RSS from /proc, and seeding customers in bulk.
+ * What `npm run bench` (run.ts) and `npm run bench:ab` (ab.ts) share: building the project, starting
+ * servers as operators run them, driving them with autocannon, measuring CPU per request and RSS from
+ * /proc, and seeding customers in bulk.
+ *
+ * The harness uses the project only from the outside: its build, its CLI (`svc migrate`, `svc org
+ * create`, `svc key create`) and its HTTP API. Seeding and EXPLAIN go through a pg pool of its own.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import pg from 'pg';
-import { createDatabase } from '../src/db/client.js';
-import { runMigrations } from '../src/db/migrate.js';
-import { createApiKeysService } from '../src/modules/api-keys/api-keys.service.js';
-import { createOrganisationsService } from '../src/modules/organisations/organisations.service.js';
+import ts from 'typescript';
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 export const DURATION = Number(process.env.BENCH_DURATION ?? 10);
@@ -23,8 +26,8 @@ export const LARGE = Number(process.env.BENCH_LARGE_ROWS ?? 1_000_000);
  * back to back, swung the GET ratio between 0.52 and 0.80 on this VM.
  */
 export const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
-/** Which scenarios to run: `get`, `upsert`, `poll` (comma-separated; all by default). */
-export const SCENARIOS = new Set((process.env.BENCH_SCENARIOS ?? 'get,upsert,poll').split(',').map((name) => name.trim()));
+/** Which scenarios to run: `get`, `upsert`, `diagnostic` (the upsert against the same-write-set server), `poll` (comma-separated; all by default). */
+export const SCENARIOS = new Set((process.env.BENCH_SCENARIOS ?? 'get,upsert,diagnostic,poll').split(',').map((name) => name.trim()));
 
 export type Measure = {
   rps: number;
@@ -86,17 +89,61 @@ export function rssMb(pid: number): number {
   return Math.round(kb / 1024);
 }
 
-export async function startProcess(args: string[], env: NodeJS.ProcessEnv, readyUrl: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, args, { cwd: root, env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'inherit'] });
+/** Where the servers' log lines go: BENCH_LOG_DIR, or a fresh directory under the system's tmpdir. */
+export const LOG_DIR = process.env.BENCH_LOG_DIR ?? mkdtempSync(join(tmpdir(), 'svc-bench-logs-'));
+mkdirSync(LOG_DIR, { recursive: true });
+
+/**
+ * Starts `node …args` and waits until `readyUrl` answers 2xx. Its stdout and stderr both go to
+ * `LOG_DIR/<logName>.log` (a file the kernel writes to directly: no pipe that could fill up and
+ * block the server, and no CPU of this process spent draining it).
+ */
+export async function startProcess(args: string[], env: NodeJS.ProcessEnv, readyUrl: string, logName: string): Promise<ChildProcess> {
+  const logFile = join(LOG_DIR, `${logName}.log`);
+  const fd = openSync(logFile, 'a');
+  const child = spawn(process.execPath, args, { cwd: root, env, stdio: ['ignore', fd, fd] });
+  closeSync(fd);
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
-    if (child.exitCode !== null) throw new Error(`${args.join(' ')} exited with ${child.exitCode}`);
+    if (child.exitCode !== null) throw new Error(`${args.join(' ')} exited with ${child.exitCode}; see ${logFile}`);
     const up = await fetch(readyUrl).then((response) => response.ok, () => false);
     if (up) return child;
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
   child.kill('SIGKILL');
-  throw new Error(`timeout waiting for ${args.join(' ')}`);
+  throw new Error(`timeout waiting for ${args.join(' ')}; see ${logFile}`);
+}
+
+/** Lines and bytes a server wrote to its log (a check that the project ran at the level the report says). */
+export function logVolume(logName: string): { lines: number; bytes: number; file: string } {
+  const file = join(LOG_DIR, `${logName}.log`);
+  let fd: number | undefined;
+  try {
+    fd = openSync(file, 'r');
+    const buffer = Buffer.allocUnsafe(1 << 20);
+    let lines = 0;
+    for (let read = readSync(fd, buffer); read > 0; read = readSync(fd, buffer)) {
+      for (let at = buffer.indexOf(10); at !== -1 && at < read; at = buffer.indexOf(10, at + 1)) lines += 1;
+    }
+    return { lines, bytes: statSync(file).size, file };
+  } catch {
+    return { lines: 0, bytes: 0, file };
+  } finally {
+    if (fd !== undefined) closeSync(fd);
+  }
+}
+
+/** A free TCP port on 127.0.0.1. */
+export function freeLoopbackPort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.unref();
+    probe.on('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const address = probe.address();
+      probe.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
 }
 
 /** Drives `options.url` and measures the throughput, latency and CPU cost per request of `server`. */
@@ -146,10 +193,10 @@ export async function compare(runBaseline: () => Promise<Measure>, runProject: (
 }
 
 /** Bulk-seeds customers up to `total` rows with generate_series; 50 of them "recently updated". */
-export async function seed(database: ReturnType<typeof createDatabase>, orgId: string, total: number) {
-  const { rows } = await database.pool.query(`SELECT count(*)::int AS count FROM customers WHERE org_id = $1`, [orgId]);
+export async function seed(pool: pg.Pool, orgId: string, total: number) {
+  const { rows } = await pool.query(`SELECT count(*)::int AS count FROM customers WHERE org_id = $1`, [orgId]);
   const have = rows[0].count as number;
-  const client = await database.pool.connect();
+  const client = await pool.connect();
   try {
     await client.query('BEGIN');
     await client.query(`SET LOCAL session_replication_role = replica`); // skip per-row triggers while seeding
@@ -165,21 +212,55 @@ export async function seed(database: ReturnType<typeof createDatabase>, orgId: s
   } finally {
     client.release();
   }
-  await database.pool.query('ANALYZE customers');
+  await pool.query('ANALYZE customers');
 }
 
-/** The project's server as operators run it (the compiled build, NODE_ENV=production), on `databaseUrl`. */
+/**
+ * Settings of the project (README "Configuration") and of libpq/pg that the environment of whoever
+ * runs the bench must not pass on to the project's server: a LOG_LEVEL, a rate limit, a pool size or
+ * a PGOPTIONS left in the shell would measure another configuration than the default.
+ */
+const CONFIG_NAMES = new Set(['PORT', 'HOST', 'DATA_DIR', 'NODE_ENV', 'CI', 'PUBLIC_BASE_URL', 'TRUST_PROXY', 'NODE_OPTIONS']);
+const CONFIG_PREFIXES = ['LOG_', 'RATE_LIMIT_', 'DATABASE_', 'WEBHOOK_', 'SMTP_', 'PG'];
+
+/** This process's environment without the project's settings: the servers start from the defaults. */
+export function cleanEnv(): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [name, value] of Object.entries(process.env)) {
+    if (CONFIG_NAMES.has(name) || CONFIG_PREFIXES.some((prefix) => name.startsWith(prefix))) continue;
+    env[name] = value;
+  }
+  return env;
+}
+
+/**
+ * A LOG_LEVEL for a diagnostic run only (BENCH_LOG_LEVEL, e.g. `warn`). Unset, the project runs at
+ * its default level (info) and the run is the one the headline figures come from.
+ */
+export const DIAGNOSTIC_LOG_LEVEL = process.env.BENCH_LOG_LEVEL || undefined;
+
+/**
+ * The project's server as operators run it (README, docs/operations.md): the compiled build,
+ * NODE_ENV=production, on `databaseUrl`, every other setting at its default (LOG_LEVEL info, pool of
+ * 10, no rate-limit override). The one setting given is WEBHOOK_WORKER=off, as the documented
+ * deployment (docker-compose.yml) runs the API: deliveries belong to a separate `svc worker`
+ * process. The bench creates no webhook endpoint, so there would be nothing to deliver anyway.
+ */
 export function projectServerEnv(databaseUrl: string, port: number): NodeJS.ProcessEnv {
   return {
+    ...cleanEnv(),
     DATABASE_URL: databaseUrl,
     PORT: String(port),
     HOST: '127.0.0.1',
-    LOG_LEVEL: 'warn',
     WEBHOOK_WORKER: 'off',
-    RATE_LIMIT_BURST: '1000000',
-    RATE_LIMIT_DAILY: '1000000000',
     NODE_ENV: 'production',
+    ...(DIAGNOSTIC_LOG_LEVEL ? { LOG_LEVEL: DIAGNOSTIC_LOG_LEVEL } : {}),
   };
+}
+
+/** The bare baseline (baseline-server.ts) on `databaseUrl`, for the organisation `orgId`. */
+export function baselineServerEnv(databaseUrl: string, port: number, orgId: string): NodeJS.ProcessEnv {
+  return { ...cleanEnv(), DATABASE_URL: databaseUrl, PORT: String(port), BENCH_ORG_ID: orgId, NODE_ENV: 'production' };
 }
 
 /** Builds the checkout at `directory` (`npm run build`), as the servers run its compiled code. */
@@ -187,7 +268,53 @@ export function build(directory = root): void {
   execFileSync('npm', ['run', '-s', 'build'], { cwd: directory, stdio: 'inherit' });
 }
 
-/** A scratch database on DATABASE_URL's server, migrated, with one organisation and a key to read and write customers. */
+/**
+ * The baseline compiled to plain JavaScript (`node_modules/.cache/svc-bench/baseline-server.mjs`,
+ * where it still resolves fastify and pg from this checkout), so that it runs as the project does,
+ * without tsx's loader in its process (which would add to its RSS and start-up). Returns its path.
+ */
+export function buildBaseline(): string {
+  const source = readFileSync(join(root, 'bench', 'baseline-server.ts'), 'utf8');
+  const { outputText } = ts.transpileModule(source, {
+    compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
+    fileName: 'baseline-server.ts',
+  });
+  const directory = join(root, 'node_modules', '.cache', 'svc-bench');
+  mkdirSync(directory, { recursive: true });
+  const file = join(directory, 'baseline-server.mjs');
+  writeFileSync(file, outputText);
+  return file;
+}
+
+/** Runs an operator command of the built project (`node bin/svc.js …args`) and parses the JSON it prints. */
+function svc(databaseUrl: string, args: string[]): unknown {
+  try {
+    const output = execFileSync(process.execPath, ['bin/svc.js', ...args], {
+      cwd: root,
+      env: { ...cleanEnv(), DATABASE_URL: databaseUrl, NODE_ENV: 'production' },
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    return JSON.parse(output);
+  } catch (error) {
+    const failed = error as { stderr?: string; message: string };
+    throw new Error(`svc ${args.join(' ')} failed: ${failed.stderr || failed.message}`);
+  }
+}
+
+/**
+ * The bench's API key has its own high burst and daily limits (`svc key create --burst-limit
+ * --daily-limit`): the rate limit is a product rule, not what the bench measures, and at the default
+ * 25 requests per second almost every request would be a 429. The server's own settings stay at
+ * their defaults; the access check (key lookup, IP rule, rate windows) runs on every request as usual.
+ */
+export const BENCH_KEY_LIMITS = { burst: 1_000_000, daily: 1_000_000_000 };
+
+/**
+ * A scratch database on DATABASE_URL's server, migrated, with one organisation and a key to read and
+ * write customers, all made with the project's own CLI (so call `build()` first). `pool` is the
+ * harness's own connection to it, for seeding, ANALYZE and EXPLAIN.
+ */
 export async function createScratchDatabase(prefix: string) {
   const adminUrl = process.env.DATABASE_URL;
   if (!adminUrl) throw new Error('Set DATABASE_URL (e.g. postgres://postgres@127.0.0.1:5432/postgres)');
@@ -196,22 +323,29 @@ export async function createScratchDatabase(prefix: string) {
   await admin.connect();
   await admin.query(`CREATE DATABASE ${name}`);
   const url = withDatabase(adminUrl, name);
-  await runMigrations(url);
-  const database = createDatabase(url);
-  const org = await createOrganisationsService({ database }).create({ name: 'Bench', credits: 0 });
-  const { key } = await createApiKeysService({ database }).create({ orgId: org.id, scopes: ['customers:read', 'customers:write'] });
-  return {
-    url,
-    database,
-    org,
-    key,
-    async drop() {
-      await database.close();
-      await new Promise((resolve) => setTimeout(resolve, 1000));
-      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await admin.end();
-    },
+  const pool = new pg.Pool({ connectionString: url, max: 2 });
+  const drop = async () => {
+    await pool.end().catch(() => {});
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await admin.end();
   };
+  try {
+    svc(url, ['migrate']);
+    const org = svc(url, ['org', 'create', '--name', 'Bench']) as { id: string };
+    const { key } = svc(url, [
+      'key', 'create',
+      '--org', org.id,
+      '--scopes', 'customers:read,customers:write',
+      '--label', 'bench',
+      '--burst-limit', String(BENCH_KEY_LIMITS.burst),
+      '--daily-limit', String(BENCH_KEY_LIMITS.daily),
+    ]) as { key: string };
+    return { url, pool, org, key, drop };
+  } catch (error) {
+    await drop();
+    throw error;
+  }
 }
 
 /** Upserts by externalId over 1,000 ids with a changing phone (once the records exist, every request is a real update). */
