@@ -10,6 +10,7 @@ import type { BusinessRegister } from './modules/customers/business-register.js'
 import { carriesLogContext, loggerOptions, requestChildLogger } from './shared/logging.js';
 import { clientErrorHandler, errorsPlugin, renderError } from './plugins/errors.plugin.js';
 import { authPlugin } from './plugins/auth.plugin.js';
+import { logAbortedRequest, RequestLogController } from './plugins/request-log.plugin.js';
 import { idempotencyPlugin } from './plugins/idempotency.plugin.js';
 import { metricsPlugin } from './plugins/metrics.plugin.js';
 import { gracefulClosePlugin } from './plugins/graceful-close.plugin.js';
@@ -65,6 +66,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     requestIdHeader: false,
     // The request id rides the service's log mixin; other logger options keep Fastify's own child.
     ...(carriesLogContext(logger) ? { childLoggerFactory: requestChildLogger } : {}),
+    // One line per request, written once the response is sent (request-log.plugin.ts).
+    logController: new RequestLogController(),
     // An {id} may be an external_id of up to 255 characters, up to three times as long when
     // percent-encoded; the router's default limit (100) answered such URLs with a bare 414.
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PATH_PARAM_LENGTH },
@@ -114,6 +117,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     reply.header('X-Request-Id', request.id);
     done();
   });
+  app.addHook('onRequestAbort', logAbortedRequest);
 
   await app.register(errorsPlugin);
   await app.register(gracefulClosePlugin);

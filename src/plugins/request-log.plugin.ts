@@ -1,0 +1,38 @@
+import { LogController, type FastifyReply, type FastifyRequest } from 'fastify';
+import { abortedRequestLine, requestLine } from '../shared/logging.js';
+
+/**
+ * Fastify's own request logging, as one line per request once its response has been sent
+ * (Fastify writes two by default: "incoming request" and "request completed"):
+ *
+ *   {"level":30,…,"reqId":"…","apiKeyId":"…","orgId":"…","method":"GET","route":"/v1/customers/:id","status":200,"durationMs":1.84,"msg":"request"}
+ *
+ * The line holds no URL, query string, header or body, so it needs no redaction. A route's
+ * `logLevel` still applies (healthy probes at `warn` write nothing). The lines Fastify writes on an
+ * error it handles itself name the error through the error serializer, never by its raw message.
+ * A request whose client goes away first gets its line from logAbortedRequest instead.
+ */
+export class RequestLogController extends LogController {
+  override incomingRequest(): void {}
+
+  override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
+    const line = requestLine(request.method, request.routeOptions.url, reply.statusCode, reply.elapsedTime);
+    if (error) reply.log.warn({ ...line, err: error }, 'request failed while sending its response');
+    else reply.log.info(line, 'request');
+  }
+
+  override defaultErrorLog(error: Error, _request: FastifyRequest, reply: FastifyReply): void {
+    if (reply.statusCode >= 500) reply.log.error({ err: error }, 'request failed');
+    else reply.log.info({ err: error }, 'request refused');
+  }
+
+  override writeHeadError(error: Error, _request: FastifyRequest, reply: FastifyReply): void {
+    reply.log.warn({ err: error }, 'could not write the response headers');
+  }
+}
+
+/** onRequestAbort hook: the one line of a request whose client closed the connection before the answer. */
+export function logAbortedRequest(request: FastifyRequest, done: () => void): void {
+  request.log.info(abortedRequestLine(request.method, request.routeOptions.url), 'request aborted by the client');
+  done();
+}
