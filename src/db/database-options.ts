@@ -26,10 +26,10 @@ export type DatabaseOptions = {
 
 export const DATABASE_DEFAULTS = {
   poolSize: 10,
-  statementTimeoutMs: 5_000,
+  statementTimeoutMs: 10_000,
   lockTimeoutMs: 3_000,
   idleInTransactionTimeoutMs: 10_000,
-  queryTimeoutMs: 6_000,
+  queryTimeoutMs: 11_000,
   connectTimeoutMs: 3_000,
   preparedStatements: true,
   applicationName: 'verification-api',
