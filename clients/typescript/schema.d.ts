@@ -486,7 +486,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Service unavailable (`service_unavailable`): the database is briefly unreachable; retry after `Retry-After` seconds. */
+        /** @description Service unavailable (`database_unavailable`): the database is briefly unreachable or overloaded; nothing was changed; retry after `Retry-After` seconds. */
         ServiceUnavailable: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
