@@ -123,6 +123,7 @@ export function answerFor(error: unknown, request: FastifyRequest, reply: Fastif
   const appError = toAppError(error as FastifyError);
   if (appError) {
     if (appError.status >= 500) request.log.error({ err: error }, 'request failed');
+    if (appError.code === 'database_unavailable' || appError.code === 'record_locked') reply.header('Retry-After', '1');
     return appError;
   }
   if (isLockTimeout(error)) {

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createCustomersRepository } from '../../src/modules/customers/customers.repository.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 import { countCustomers, createCustomer, person, upsert } from './customers-fixtures.js';
 
@@ -106,73 +107,245 @@ describe('cursor walk under concurrent writes', () => {
   });
 });
 
-/**
- * The README polling recipe against a writer whose transaction sleeps `sleepSeconds` between its
- * UPDATE and its COMMIT: poll every 200 ms with updated_since = previous response Date header − 1 s,
- * deduplicating on id + updated_at, until 1.5 s after the commit.
- */
-async function pollWhileSlowWriterCommits(org: TestOrg, customerId: string, sleepSeconds: number) {
-  const firstPoll = await ctx.request('GET', '/v1/customers', { key: org.key, query: { limit: '100' } });
-  expect(firstPoll.headers.date).toEqual(expect.any(String));
-  let previousPollTime = new Date(String(firstPoll.headers.date));
-
-  const writer = new pg.Client({ connectionString: ctx.databaseUrl });
-  await writer.connect();
-  const seen = new Set<string>();
-  let writerDone = false;
-  let writtenAt: Date | undefined;
-  let aboutToCommitAt: Date | undefined;
-  const writing = (async () => {
-    try {
-      await writer.query('BEGIN');
-      const write = await writer.query(`UPDATE customers SET phone = 'late' WHERE id = $1 RETURNING updated_at`, [customerId]);
-      writtenAt = write.rows[0].updated_at;
-      await writer.query(`SELECT pg_sleep(${sleepSeconds})`);
-      aboutToCommitAt = (await writer.query('SELECT clock_timestamp() AS now')).rows[0].now;
-      await writer.query('COMMIT');
-    } finally {
-      writerDone = true;
-    }
-  })();
-
-  let doneAt: number | undefined;
-  while (doneAt === undefined || Date.now() - doneAt < 1_500) {
-    const since = new Date(previousPollTime.getTime() - 1_000).toISOString();
-    const response = await ctx.request('GET', '/v1/customers', { key: org.key, query: { updated_since: since, limit: '100' } });
-    expect(response.statusCode).toBe(200);
-    for (const row of response.json().data as { id: string; updated_at: string }[]) seen.add(`${row.id}@${row.updated_at}`);
-    previousPollTime = new Date(String(response.headers.date));
-    if (writerDone && doneAt === undefined) doneAt = Date.now();
-    await sleep(200);
+/** The first SQLSTATE along an error's cause chain. */
+function sqlStateOf(error: unknown): string | undefined {
+  for (let current = error as { code?: unknown; cause?: unknown } | undefined; current; current = current.cause as typeof current) {
+    if (typeof current.code === 'string' && /^[0-9A-Z]{5}$/.test(current.code)) return current.code;
   }
-  await writing;
-  await writer.end();
-  const final = (await ctx.request('GET', `/v1/customers/${customerId}`, { key: org.key })).json();
-  return { seen, final, writtenAt: writtenAt!, aboutToCommitAt: aboutToCommitAt! };
+  return undefined;
 }
 
-describe('polling with updated_since', () => {
-  it('when a writer commits 2.5 s after its update, a poller overlapping its previous Date header by 1 s still sees the change', async () => {
+/**
+ * A transaction on a connection of its own that changes the customer's phone now and commits only
+ * when told: its change is stamped long before it becomes visible.
+ */
+async function openSlowWrite(customerId: string, phone: string) {
+  const client = new pg.Client({ connectionString: ctx.databaseUrl });
+  await client.connect();
+  await client.query('BEGIN');
+  const { rows } = await client.query(`UPDATE customers SET phone = $2 WHERE id = $1 RETURNING updated_at`, [customerId, phone]);
+  return {
+    writtenAt: rows[0].updated_at as Date,
+    async commit() {
+      const committingAt = Date.now();
+      await client.query('COMMIT');
+      await client.end();
+      return committingAt;
+    },
+  };
+}
+
+type Seen = { id: string; updated_at: string; phone?: string | null };
+/** One poll: what it returned and the time it started, as the poller will pass it to the next poll. */
+type Poll = { rows: Seen[]; start: Date };
+
+/**
+ * The race of issue 26 on one record, as a poller following the spec lives it: a poll runs; a
+ * transaction stamps a change; 100 ms later the next poll starts (updated_since = the start of the
+ * one before); 400 ms after the write (before the 500 ms commit-time re-stamp would apply) the
+ * transaction commits; then one more poll runs, again from the start of the one before. Returns what
+ * the poll during the transaction and the one after saw, and whether the first settled before the commit.
+ */
+async function raceOnePoll(org: TestOrg, read: (since: Date) => Promise<Poll>) {
+  const customer = await createCustomer(ctx, org, person());
+  await sleep(5);
+  const previous = await read(new Date(0));
+  const write = await openSlowWrite(customer.id, `late-${Math.random()}`);
+  await sleep(100);
+  const pollStart = new Date();
+  let settledAt: number | undefined;
+  const polling = read(previous.start).then((result) => {
+    settledAt = Date.now();
+    return result;
+  });
+  await sleep(300);
+  const settledBeforeCommit = settledAt !== undefined;
+  const committingAt = await write.commit();
+  const poll = await polling;
+  const next = await read(poll.start);
+  const final = (await ctx.request('GET', `/v1/customers/${customer.id}`, { key: org.key })).json();
+  const saw = (rows: Seen[]) => rows.some((row) => row.id === customer.id && row.updated_at === final.updated_at);
+  return {
+    final,
+    writtenAt: write.writtenAt,
+    pollStart,
+    settledBeforeCommit,
+    waited: settledAt! - committingAt,
+    pollSawIt: saw(poll.rows),
+    nextPollSawIt: saw(next.rows),
+  };
+}
+
+/** A poll through the API; its start is the poller's clock just before sending, or the response's Date header. */
+function apiPoll(org: TestOrg, startFrom: 'own clock' | 'Date header') {
+  return async (since: Date): Promise<Poll> => {
+    const start = new Date();
+    const response = await ctx.request('GET', '/v1/customers', { key: org.key, query: { updated_since: since.toISOString(), limit: '100' } });
+    expect(response.statusCode, response.body).toBe(200);
+    return { rows: response.json().data, start: startFrom === 'own clock' ? start : new Date(String(response.headers.date)) };
+  };
+}
+
+describe('polling with updated_since (the spec: updated_since = the time the previous poll started)', () => {
+  it('when a transaction has written a customer and a poll starts before it commits, the poll waits for the commit and returns the change', async () => {
     const org = await ctx.createOrg();
-    const customer = await createCustomer(ctx, org, person({ externalId: 'crm-poll' }));
-    const { seen, final, writtenAt, aboutToCommitAt } = await pollWhileSlowWriterCommits(org, customer.id, 2.5);
-    expect(seen).toContain(`${customer.id}@${final.updated_at}`);
-    // The commit-time re-stamp: updated_at is not the early write time but at least the commit time.
-    expect(new Date(final.updated_at).getTime()).toBeGreaterThanOrEqual(aboutToCommitAt.getTime());
-    expect(new Date(final.updated_at).getTime() - writtenAt.getTime()).toBeGreaterThanOrEqual(2_400);
+    const race = await raceOnePoll(org, apiPoll(org, 'own clock'));
+    expect(race.settledBeforeCommit).toBe(false);
+    expect(race.waited).toBeGreaterThanOrEqual(0);
+    expect(race.pollSawIt).toBe(true);
+    // No commit-time re-stamp here (the commit lagged less than 500 ms): the change carries the
+    // write's stamp, from before the poll started: only the wait let this poller see it.
+    expect(new Date(race.final.updated_at).getTime()).toBe(race.writtenAt.getTime());
+    expect(race.writtenAt.getTime()).toBeLessThan(race.pollStart.getTime());
   });
 
-  // Runs last in this file: it disables the re-stamp trigger on this file's own database.
-  it('when the commit-time re-stamp is switched off, the same poller misses the late commit (the control for the test above)', async () => {
+  it('when the poller passes the previous response Date header instead of its own clock, the poll waits and returns the change too', async () => {
     const org = await ctx.createOrg();
-    const customer = await createCustomer(ctx, org, person({ externalId: 'crm-poll-control' }));
-    await ctx.database.pool.query('ALTER TABLE customers DISABLE TRIGGER customers_restamp_at_commit_on_update');
+    const race = await raceOnePoll(org, apiPoll(org, 'Date header'));
+    expect(race.settledBeforeCommit).toBe(false);
+    expect(race.pollSawIt).toBe(true);
+  });
+
+  it('when the list is read without the drain statement, the same poller misses the late commit (the control)', async () => {
+    const org = await ctx.createOrg();
+    const repository = createCustomersRepository(ctx.database.db);
+    const readWithoutDrain = async (since: Date): Promise<Poll> => {
+      const start = new Date();
+      return { rows: (await repository.list(org.id, { kind: 'individual', updatedSince: since }, 100)).map(asSeen), start };
+    };
+    const race = await raceOnePoll(org, readWithoutDrain);
+    expect(race.settledBeforeCommit).toBe(true);
+    expect(race.pollSawIt).toBe(false);
+    expect(race.nextPollSawIt).toBe(false);
+    expect(new Date(race.final.updated_at).getTime()).toBeLessThan(race.pollStart.getTime());
+
+    // The same read preceded by the drain, in the same race: it waits, and sees the change.
+    const drained = await raceOnePoll(org, async (since) => {
+      const start = new Date();
+      await repository.drainChanges(org.id);
+      return { ...(await readWithoutDrain(since)), start };
+    });
+    expect(drained.settledBeforeCommit).toBe(false);
+    expect(drained.pollSawIt).toBe(true);
+  });
+
+  it('when a transaction holds its change longer than lock_timeout, the poll fails with 55P03 then, and writers of the organisation are not held up by the waiting poll', async () => {
+    const org = await ctx.createOrg();
+    const held = await createCustomer(ctx, org, person());
+    const other = await createCustomer(ctx, org, person());
+    const { rows } = await ctx.database.pool.query(`SELECT extract(epoch FROM current_setting('lock_timeout')::interval) * 1000 AS ms`);
+    const lockTimeoutMs = Number(rows[0].ms);
+    expect(lockTimeoutMs).toBeGreaterThan(0);
+    const write = await openSlowWrite(held.id, 'held');
+    const repository = createCustomersRepository(ctx.database.db);
+    const pollStart = Date.now();
+    let pollSettled = false;
+    const poll = repository.drainChanges(org.id).then(
+      () => ({ failedWith: undefined as string | undefined, after: Date.now() - pollStart }),
+      (error: unknown) => ({ failedWith: sqlStateOf(error), after: Date.now() - pollStart }),
+    );
+    void poll.then(() => (pollSettled = true));
+    await sleep(100);
+    // Writers of the same organisation arriving while the poll waits go straight through: updates and an insert.
+    const writersStart = Date.now();
+    const [patched, created] = await Promise.all([
+      Promise.all(['a', 'b', 'c'].map((phone) => ctx.request('PATCH', `/v1/customers/${other.id}`, { key: org.key, body: { phone: `queued-${phone}` } }))),
+      upsert(ctx, org, person()),
+    ]);
+    const writersTook = Date.now() - writersStart;
+    const pollStillWaiting = !pollSettled;
+    const outcome = await poll;
+    await write.commit();
+    expect(patched.map((response) => response.statusCode)).toEqual([200, 200, 200]);
+    expect(created.statusCode).toBe(201);
+    expect(pollStillWaiting).toBe(true);
+    expect(writersTook).toBeLessThan(lockTimeoutMs / 2);
+    expect(outcome.failedWith).toBe('55P03');
+    expect(outcome.after).toBeGreaterThanOrEqual(lockTimeoutMs - 50);
+    expect(outcome.after).toBeLessThan(lockTimeoutMs + 1_000);
+  });
+
+  it('when a transaction holds its change longer than lock_timeout, a list of that organisation answers 503 database_unavailable with Retry-After, not 409', async () => {
+    const org = await ctx.createOrg();
+    const held = await createCustomer(ctx, org, person());
+    const write = await openSlowWrite(held.id, 'held-list');
     try {
-      const { seen, final, writtenAt } = await pollWhileSlowWriterCommits(org, customer.id, 2.5);
-      expect(new Date(final.updated_at).getTime()).toBe(writtenAt.getTime());
-      expect(seen).not.toContain(`${customer.id}@${final.updated_at}`);
+      const response = await ctx.request('GET', '/v1/customers', { key: org.key });
+      expect(response.statusCode).toBe(503);
+      expect(response.headers['retry-after']).toBe('1');
+      expect(response.json().error.code).toBe('database_unavailable');
     } finally {
-      await ctx.database.pool.query('ALTER TABLE customers ENABLE TRIGGER customers_restamp_at_commit_on_update');
+      await write.commit();
+    }
+    expect((await ctx.request('GET', '/v1/customers', { key: org.key })).statusCode).toBe(200);
+  });
+
+  it('when the poller overlaps its previous Date header by 1 s (the README recipe for pollers on other hosts), it sees a commit 0.8 s after the write, re-stamped at commit', async () => {
+    const org = await ctx.createOrg();
+    const customer = await createCustomer(ctx, org, person());
+    const first = await ctx.request('GET', '/v1/customers', { key: org.key, query: { limit: '100' } });
+    let previousDate = new Date(String(first.headers.date));
+    const seen = new Set<string>();
+    const write = await openSlowWrite(customer.id, 'overlap');
+    let committed = false;
+    const committing = sleep(800)
+      .then(() => write.commit())
+      .then((at) => {
+        committed = true;
+        return at;
+      });
+    for (let afterCommit = 0; afterCommit < 3; ) {
+      const since = new Date(previousDate.getTime() - 1_000).toISOString();
+      const response = await ctx.request('GET', '/v1/customers', { key: org.key, query: { updated_since: since, limit: '100' } });
+      expect(response.statusCode, response.body).toBe(200);
+      for (const row of response.json().data as Seen[]) seen.add(`${row.id}@${row.updated_at}`);
+      previousDate = new Date(String(response.headers.date));
+      if (committed) afterCommit += 1;
+      await sleep(200);
+    }
+    const committingAt = await committing;
+    const final = (await ctx.request('GET', `/v1/customers/${customer.id}`, { key: org.key })).json();
+    expect(seen).toContain(`${customer.id}@${final.updated_at}`);
+    // The commit-time re-stamp (migrations 0005, 0008) still applies past 500 ms; harmless to pollers.
+    expect(new Date(final.updated_at).getTime()).toBeGreaterThanOrEqual(committingAt - 5);
+    expect(new Date(final.updated_at).getTime() - write.writtenAt.getTime()).toBeGreaterThanOrEqual(700);
+  });
+});
+
+describe('updated_at stamps (migration 0009)', () => {
+  it('when a record is inserted or changed, its updated_at is a whole millisecond after the clock, and a no-op write keeps it', async () => {
+    const org = await ctx.createOrg();
+    const customer = await createCustomer(ctx, org, person());
+    const client = new pg.Client({ connectionString: ctx.databaseUrl });
+    await client.connect();
+    try {
+      // Stamped with the next whole millisecond after the trigger's clock reading, so strictly later
+      // than the statement's start; rounding to the nearest millisecond would often land at or before it.
+      for (let i = 0; i < 50; i += 1) {
+        const { rows } = await client.query(`UPDATE customers SET phone = $2 WHERE id = $1 RETURNING updated_at, statement_timestamp() AS started`, [
+          customer.id,
+          `stamp-${i}`,
+        ]);
+        const { updated_at: stamped, started } = rows[0] as { updated_at: Date; started: Date };
+        expect(stamped.getTime()).toBeGreaterThan(started.getTime());
+      }
+      const { rows: noop } = await client.query(`UPDATE customers SET phone = phone WHERE id = $1 RETURNING updated_at`, [customer.id]);
+      const { rows: again } = await client.query(`UPDATE customers SET phone = phone WHERE id = $1 RETURNING updated_at`, [customer.id]);
+      expect(again[0].updated_at.getTime()).toBe(noop[0].updated_at.getTime());
+      const { rows: inserted } = await client.query(
+        `INSERT INTO customers (org_id, kind, type, name, kyc_status, added_via, updated_at)
+         VALUES ($1, 'individual', 'INDIVIDUAL', 'Stamped on insert', 'NOT_REQUIRED', 'INTEGRATION', '2001-01-01')
+         RETURNING updated_at, clock_timestamp() AS now`,
+        [org.id],
+      );
+      // The database owns updated_at on insert as on update.
+      expect(Math.abs(inserted[0].updated_at.getTime() - inserted[0].now.getTime())).toBeLessThan(1_000);
+    } finally {
+      await client.end();
     }
   });
 });
+
+function asSeen(row: { id: string; updatedAt: Date; phone: string | null }): Seen {
+  return { id: row.id, updated_at: row.updatedAt.toISOString(), phone: row.phone };
+}

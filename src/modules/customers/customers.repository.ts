@@ -56,6 +56,8 @@ export function createCustomersRepository(db: Executor) {
     byExternalId: select(lock ? 'customers_by_external_id_for_update' : 'customers_by_external_id', byExternalIdOnly, lock),
   });
   const lookups = { read: lookupsWith(), lock: lookupsWith('for update') };
+  /** Migration 0009: the database clock once every change of the organisation stamped before it has committed, in epoch ms. */
+  const drained = builtOnce('customers_changes_drained', () => sql`SELECT floor(extract(epoch FROM customers_changes_drained(${placeholder.orgId})) * 1000)::bigint`);
   const updates = new Map<string, BuiltOnce>();
   /** What an UPDATE returns: the whole row, or only the updated_at the database stamps itself. */
   type Returned = 'row' | 'stamp';
@@ -174,6 +176,20 @@ export function createCustomersRepository(db: Executor) {
       }
       const [row] = await updatePerCall(tx, orgId, id, values).returning({ updatedAt: customers.updatedAt });
       return row;
+    },
+
+    /**
+     * Run before the first page of every list walk (a poll's first statement): returns a time, to the millisecond
+     * (rounded down), such that every change of the organisation's customers stamped before it has
+     * committed or rolled back; it waits for the writers still in flight (migration 0009), never
+     * holding up new ones. A change that a statement started afterwards cannot see has a later
+     * updated_at. Always a statement of its own on the pool, never in a caller's transaction: a
+     * REPEATABLE READ snapshot taken earlier would miss the changes waited for. Each wait is bounded
+     * by lock_timeout (55P03). On a standby it cannot see the primary's writers: polls read the primary.
+     */
+    async drainChanges(orgId: string): Promise<Date> {
+      const { rows } = await drained.run(db, { orgId });
+      return new Date(Number(rows[0]![0]));
     },
 
     async list(orgId: string, filters: ListFilters, limit: number, tx: Executor = db): Promise<CustomerRow[]> {

@@ -1,4 +1,4 @@
-import type { Database, Executor } from '../../db/client.js';
+import { isLockTimeout, type Database, type Executor } from '../../db/client.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { systemClock, type Clock } from '../../shared/clock.js';
@@ -43,14 +43,29 @@ export type ListResult<T> = {
   total_count?: number;
 };
 
-/** Shared by customers and entities: the list envelope, cursor and filter rules. */
+/**
+ * A list page, and for the first page of a walk the time its read began: every change of the
+ * organisation stamped before `drainedAt` had committed by then, so every change this walk cannot
+ * show has a later updated_at. The route sends it as the `Date` header: the time a poller passes as
+ * the next poll's updated_since.
+ */
+export type ListRead<T> = { body: ListResult<T>; drainedAt?: Date };
+
+/**
+ * Shared by customers and entities: the list envelope, cursor and filter rules. The first page of a
+ * walk (no cursor), with or without updated_since, first waits for the organisation's changes in
+ * flight (drainChanges, a statement of its own); its pages are then read by statements of their own,
+ * so the spec's polling pattern misses nothing (migration 0009). The later pages need no wait:
+ * every change stamped before the first page's drainedAt had committed before that page was read,
+ * later pages read later snapshots, so a change they cannot see is stamped after it too.
+ */
 export async function listCustomerRecords<T>(
   repository: ReturnType<typeof createCustomersRepository>,
   orgId: string,
   kind: CustomerKind,
   query: ListQuery,
   toDto: (rows: CustomerRow[]) => Promise<T[]> | T[],
-): Promise<ListResult<T>> {
+): Promise<ListRead<T>> {
   const limit = query.limit ?? 50;
   const filters: ListFilters = {
     kind,
@@ -69,6 +84,7 @@ export async function listCustomerRecords<T>(
     type: query.type ?? null,
   });
   if (query.cursor) filters.after = decodeCursor(query.cursor, fingerprint);
+  const drainedAt = filters.after ? undefined : await drainChanges(repository, orgId);
   const rows = await repository.list(orgId, filters, limit + 1);
   const page = rows.slice(0, limit);
   const hasMore = rows.length > limit;
@@ -83,7 +99,21 @@ export async function listCustomerRecords<T>(
   if (query.include?.split(',').some((part) => part.trim() === 'total_count')) {
     result.total_count = await repository.count(orgId, filters);
   }
-  return result;
+  return { body: result, drainedAt };
+}
+
+/**
+ * Waits for the organisation's changes in flight (see listCustomerRecords). A writer holding on past
+ * lock_timeout makes the page unanswerable exactly for now: a 503 to retry, not a misleading 409 about
+ * a record the caller never named.
+ */
+async function drainChanges(repository: ReturnType<typeof createCustomersRepository>, orgId: string): Promise<Date> {
+  try {
+    return await repository.drainChanges(orgId);
+  } catch (error) {
+    if (!isLockTimeout(error)) throw error;
+    throw new AppError('database_unavailable', 503, 'Changes in flight did not finish in time for an exact list; retry shortly.');
+  }
 }
 
 /** Risk rating, classification and status after a change to services, flag or answers. */
@@ -403,7 +433,7 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
       });
     },
 
-    async list(ctx: RequestContext, query: ListQuery): Promise<ListResult<IndividualDto>> {
+    async list(ctx: RequestContext, query: ListQuery): Promise<ListRead<IndividualDto>> {
       return listCustomerRecords(repository, ctx.orgId, 'individual', query, (rows) => rows.map(toIndividualDto));
     },
   };

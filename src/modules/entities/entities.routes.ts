@@ -43,7 +43,13 @@ export async function entitiesRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: listEnvelope(entitySchema), ...errorResponses(401, 403, 422, 429) },
       },
     },
-    async (request) => entities.list(requestContext(request), request.query),
+    async (request, reply) => {
+      const { body, drainedAt } = await entities.list(requestContext(request), request.query);
+      // A walk's first page: the time its read began (once the organisation's changes in flight had
+      // committed), as the HTTP-date (whole seconds, rounded down): exact as the next updated_since.
+      if (drainedAt) reply.header('date', drainedAt.toUTCString());
+      return body;
+    },
   );
 
   app.get(

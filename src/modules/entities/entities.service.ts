@@ -12,7 +12,7 @@ import {
   listCustomerRecords,
   servicesUpdate,
   type ListQuery,
-  type ListResult,
+  type ListRead,
   type RequestContext,
 } from '../customers/customers.service.js';
 import type { RiskAnswers } from '../customers/risk-model.js';
@@ -270,7 +270,7 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
       });
     },
 
-    async list(ctx: RequestContext, query: ListQuery): Promise<ListResult<EntityDto>> {
+    async list(ctx: RequestContext, query: ListQuery): Promise<ListRead<EntityDto>> {
       const tx = database.current();
       return listCustomerRecords(customers, ctx.orgId, 'entity', query, async (rows) => {
         const contactIds = [...new Set(rows.map((row) => row.contactCustomerId).filter((id): id is string => id !== null))];
