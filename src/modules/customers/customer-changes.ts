@@ -47,11 +47,15 @@ export function createCustomerChangeRecorder(db: Executor) {
       tx: Executor,
     ): Promise<{ row: CustomerRow; dto: Dto }> {
       const expected = { ...change.before, ...change.diff } as CustomerRow;
-      const stamped = await update();
-      if (!stamped) throw new Error(`customer ${change.before.id} vanished under its lock`);
       // Object.assign, not a spread with new names: adding properties to a spread copy is V8's slow path.
       const recorded = Object.assign({}, change, { after: expected, dto: { ...change.toDto(expected), updated_at: RECORD_UPDATED_AT }, updatedAtFromRecord: true });
-      await this.record(recorded, tx);
+      // The side records need nothing from the UPDATE's answer, only to run after it: sent right behind
+      // it, all three share a round trip. When the UPDATE fails, its error is the one to report.
+      const [updated, recording] = await Promise.allSettled([update(), this.record(recorded, tx)]);
+      if (updated.status === 'rejected') throw updated.reason;
+      if (recording.status === 'rejected') throw recording.reason;
+      const stamped = updated.value;
+      if (!stamped) throw new Error(`customer ${change.before.id} vanished under its lock`);
       const row = Object.assign({}, expected, stamped);
       return { row, dto: change.toDto(row) };
     },
@@ -74,17 +78,21 @@ export function createCustomerChangeRecorder(db: Executor) {
       const { after } = change;
       const fireUpdated = firesUpdated(change);
       const entry = { orgId: after.orgId, actor: change.actor, action: change.action, subjectType: after.kind === 'entity' ? 'entity' : 'customer', subjectId: after.id };
-      if (change.before && change.diff) {
-        await audit.recordChange(Object.assign(entry, { before: auditSnapshot(change.before), changes: auditChanges(change.diff as Partial<CustomerRow>) }), tx);
-      } else {
-        await audit.record(Object.assign(entry, { before: change.before ? auditSnapshot(change.before) : null, after: auditSnapshot(after) }), tx);
-      }
-      if (fireUpdated) {
-        await outbox.record(
-          { orgId: after.orgId, type: 'customer.updated', customerId: after.id, customer: change.dto, updatedAtFromRecord: change.updatedAtFromRecord },
-          tx,
-        );
-      }
+      // Independent of each other: sent together, they share a round trip (pg's pipeline mode).
+      const auditRow =
+        change.before && change.diff
+          ? audit.recordChange(Object.assign(entry, { before: auditSnapshot(change.before), changes: auditChanges(change.diff as Partial<CustomerRow>) }), tx)
+          : audit.record(Object.assign(entry, { before: change.before ? auditSnapshot(change.before) : null, after: auditSnapshot(after) }), tx);
+      const event = fireUpdated
+        ? outbox.record(
+            { orgId: after.orgId, type: 'customer.updated', customerId: after.id, customer: change.dto, updatedAtFromRecord: change.updatedAtFromRecord },
+            tx,
+          )
+        : undefined;
+      // Both settle before the caller goes on (a rejection left unawaited would outlive the transaction).
+      const [auditOutcome, eventOutcome] = await Promise.allSettled([auditRow, event]);
+      if (auditOutcome.status === 'rejected') throw auditOutcome.reason;
+      if (eventOutcome.status === 'rejected') throw eventOutcome.reason;
     },
   };
 }
