@@ -132,15 +132,17 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     );
   }
   const env = parsed.data;
+  const queryTimeoutMs = env.DATABASE_QUERY_TIMEOUT_MS ?? env.DATABASE_STATEMENT_TIMEOUT_MS + 1_000;
+  const timeoutProblems: string[] = [];
   if (env.DATABASE_LOCK_TIMEOUT_MS * 2 >= env.DATABASE_STATEMENT_TIMEOUT_MS) {
     // A write can wait for two locks in turn (the row's tuple lock, then its holder): 409 record_locked must come first.
-    throw new ConfigError([`DATABASE_LOCK_TIMEOUT_MS: must be less than half of DATABASE_STATEMENT_TIMEOUT_MS (${env.DATABASE_STATEMENT_TIMEOUT_MS})`]);
+    timeoutProblems.push(`DATABASE_LOCK_TIMEOUT_MS: must be less than half of DATABASE_STATEMENT_TIMEOUT_MS (${env.DATABASE_STATEMENT_TIMEOUT_MS})`);
   }
-  const queryTimeoutMs = env.DATABASE_QUERY_TIMEOUT_MS ?? env.DATABASE_STATEMENT_TIMEOUT_MS + 1_000;
   if (queryTimeoutMs <= env.DATABASE_STATEMENT_TIMEOUT_MS) {
     // The client's bound is the fallback for when the server cannot enforce its own: it must not fire first.
-    throw new ConfigError([`DATABASE_QUERY_TIMEOUT_MS: must be greater than DATABASE_STATEMENT_TIMEOUT_MS (${env.DATABASE_STATEMENT_TIMEOUT_MS})`]);
+    timeoutProblems.push(`DATABASE_QUERY_TIMEOUT_MS: must be greater than DATABASE_STATEMENT_TIMEOUT_MS (${env.DATABASE_STATEMENT_TIMEOUT_MS})`);
   }
+  if (timeoutProblems.length > 0) throw new ConfigError(timeoutProblems);
   const allowPrivate = env.WEBHOOK_ALLOW_PRIVATE_URLS;
   return {
     port: env.PORT,

@@ -69,6 +69,28 @@ describe('configuration from the environment', () => {
     });
   });
 
+  it('when no database timeout is set, every connection gets the documented defaults, the query timeout a second past the statement timeout', () => {
+    expect(loadConfig({}).database).toEqual({
+      poolSize: 10,
+      statementTimeoutMs: 10_000,
+      lockTimeoutMs: 3_000,
+      idleInTransactionTimeoutMs: 10_000,
+      queryTimeoutMs: 11_000,
+      connectTimeoutMs: 3_000,
+      preparedStatements: true,
+    });
+    expect(loadConfig({ DATABASE_STATEMENT_TIMEOUT_MS: '20000', DATABASE_PREPARED_STATEMENTS: 'false' }).database).toMatchObject({
+      queryTimeoutMs: 21_000,
+      preparedStatements: false,
+    });
+  });
+
+  it('when the client query timeout does not exceed the statement timeout, or the lock timeout is half of it or more, it names the variable', () => {
+    expect(configErrorFor({ DATABASE_STATEMENT_TIMEOUT_MS: '5000', DATABASE_LOCK_TIMEOUT_MS: '2000', DATABASE_QUERY_TIMEOUT_MS: '5000' }).problems[0]).toMatch(/^DATABASE_QUERY_TIMEOUT_MS: must be greater than/);
+    expect(configErrorFor({ DATABASE_STATEMENT_TIMEOUT_MS: '5000', DATABASE_LOCK_TIMEOUT_MS: '2500' }).problems[0]).toMatch(/^DATABASE_LOCK_TIMEOUT_MS: must be less than half/);
+    expect(configErrorFor({ DATABASE_CONNECT_TIMEOUT_MS: '0' }).problems[0]).toMatch(/^DATABASE_CONNECT_TIMEOUT_MS:/);
+  });
+
   it('when a variable is set but empty, it is treated as unset', () => {
     const config = loadConfig({ PORT: '', DATABASE_URL: '', RATE_LIMIT_BURST: ' ', HOST: '' });
     expect(config.port).toBe(8080);

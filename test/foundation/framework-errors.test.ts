@@ -78,7 +78,7 @@ describe('health routes', () => {
     }
   }
 
-  it('when the database has not been migrated, GET /readyz answers 503 database_unavailable while /healthz stays 200', async () => {
+  it('when the database has not been migrated, GET /readyz answers 503 service_unavailable while /healthz stays 200', async () => {
     const empty = await createEmptyDatabase();
     try {
       const { ready, health } = await readinessOn(empty.url);
@@ -87,6 +87,30 @@ describe('health routes', () => {
       expect(health.statusCode).toBe(200);
     } finally {
       await empty.drop();
+    }
+  });
+
+  it('when every pooled connection is held, GET /readyz answers 503 database_unavailable within about a second, and 200 once one is free', async () => {
+    const database = createDatabase(ctx.databaseUrl, { poolSize: 1, connectTimeoutMs: 5_000 });
+    const probe = await buildApp({ config: ctx.config, database, logger: false });
+    let release!: () => void;
+    const held = database.transaction(() => new Promise<void>((resolve) => (release = resolve)));
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const started = Date.now();
+      const busy = await probe.inject({ method: 'GET', url: '/readyz' });
+      const took = Date.now() - started;
+      expect(busy.statusCode).toBe(503);
+      expect(busy.json().error.code).toBe('database_unavailable');
+      expect(took).toBeLessThan(2_500);
+      release();
+      await held;
+      expect((await probe.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(200);
+    } finally {
+      release?.();
+      await held.catch(() => {});
+      await probe.close();
+      await database.close();
     }
   });
 
