@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../test/helpers/database.js';
+import { expectPoolSettled, rejection } from '../../test/helpers/database-assertions.js';
 import { startPgProxy, type PgProxy } from '../../test/helpers/pg-proxy.js';
 import { builtOnce } from './built-once.js';
 import { createDatabase, isDatabaseUnavailable, type Database } from './client.js';
@@ -54,27 +55,6 @@ afterAll(async () => {
   await testDatabase?.drop();
 });
 
-/** How `promise` rejected, and after how many ms; fails the test when it resolves instead. */
-async function rejection(promise: Promise<unknown>): Promise<{ error: unknown; ms: number }> {
-  const started = performance.now();
-  try {
-    const value = await promise;
-    throw new Error(`expected a rejection, but the call resolved with ${JSON.stringify(value)?.slice(0, 200)}`);
-  } catch (error) {
-    if (error instanceof Error && error.message.startsWith('expected a rejection')) throw error;
-    return { error, ms: performance.now() - started };
-  }
-}
-
-/** Every pooled connection is back in the pool and no caller waits for one. */
-async function expectPoolSettled(instance: Database, within = 1_000): Promise<void> {
-  await vi.waitFor(
-    () => {
-      expect({ waiting: instance.pool.waitingCount, checkedOut: instance.pool.totalCount - instance.pool.idleCount }).toEqual({ waiting: 0, checkedOut: 0 });
-    },
-    { timeout: within, interval: 20 },
-  );
-}
 
 const itemIds = async (from: number, to: number) =>
   (await admin.query<{ id: number }>('SELECT id FROM fault_items WHERE id BETWEEN $1 AND $2 ORDER BY id', [from, to])).rows.map((row) => row.id);
