@@ -39,6 +39,53 @@ function answer(row: Partial<AccessCheckRow> & Pick<AccessCheckRow, 'burst_windo
   return { rows: [Object.values(full)], fields: Object.keys(full).map((name) => ({ name })) } as unknown as pg.QueryResult;
 }
 
+describe('rate-limit leases, answers arriving out of order', () => {
+  it('when a request granted tokens of one second is answered after a neighbour moved the lease to the next second, it is still admitted on its own grant', async () => {
+    const access = createAccessService({ database: ctx.database, defaults: { burst: 10_000, daily: 1_000_000 } });
+    const second = 1_800_000_000;
+    const day = Math.floor(second / 86_400);
+    // Both requests find the lease empty: the first asks for a slice, the second for one token.
+    const early = access.pendingCheck('hash-of-key', '127.0.0.1');
+    const late = access.pendingCheck('hash-of-key', '127.0.0.1');
+    // The one-token request is answered first, already in the next second; it uses its token.
+    expect(() =>
+      late.judge(answer({ burst_window: second + 1, burst_wanted: 1, burst_granted: 1, burst_count: 1, day_wanted: 1, day_granted: 1, day_count: 1, day_window: day })),
+    ).not.toThrow();
+    // The slice asked in the earlier second comes back afterwards: the database granted it, so the
+    // request is admitted, although the lease now holds no token of its second.
+    const grant = early.judge(
+      answer({ burst_window: second, burst_wanted: 100, burst_granted: 100, burst_count: 101, day_wanted: 10_000, day_granted: 10_000, day_count: 10_001, day_window: day }),
+    );
+    expect(grant?.auth.apiKeyId).toBe('00000000-0000-4000-8000-000000000001');
+  });
+
+  it('when the database grants nothing because the burst is spent but a neighbour brought back tokens of the current second, the request is admitted from them', () => {
+    const access = createAccessService({ database: ctx.database, defaults: { burst: 10_000, daily: 1_000_000 } });
+    const second = 1_800_000_100;
+    const day = Math.floor(second / 86_400);
+    const slice = access.pendingCheck('another-hash', '127.0.0.1');
+    const single = access.pendingCheck('another-hash', '127.0.0.1');
+    slice.judge(answer({ burst_window: second, burst_wanted: 100, burst_granted: 100, burst_count: 10_000, day_wanted: 10_000, day_granted: 10_000, day_count: 10_000, day_window: day }));
+    expect(() =>
+      single.judge(answer({ burst_window: second, burst_wanted: 1, burst_granted: 0, burst_count: 10_000, day_wanted: 1, day_granted: 0, day_count: 10_000, day_window: day })),
+    ).not.toThrow();
+  });
+
+  it('when the database grants nothing and the instance holds no token either, the request is refused by the spent window', () => {
+    const access = createAccessService({ database: ctx.database, defaults: { burst: 10_000, daily: 1_000_000 } });
+    const second = 1_800_000_200;
+    const check = access.pendingCheck('third-hash', '127.0.0.1');
+    let refusal: unknown;
+    try {
+      check.judge(answer({ burst_window: second, burst_wanted: 100, burst_granted: 0, burst_count: 10_000, day_wanted: 10_000, day_granted: 0, day_count: 5 }));
+    } catch (error) {
+      refusal = error;
+    }
+    expect(refusal).toBeInstanceOf(RateLimitedError);
+    expect((refusal as RateLimitedError).window.name).toBe('burst');
+  });
+});
+
 describe('state kept per key', () => {
   it('when checks of made-up keys are refused, the instance keeps no lease state for them', async () => {
     const access = createAccessService({ database: ctx.database, defaults: { burst: 10_000, daily: 1_000_000 } });
@@ -56,6 +103,8 @@ describe('read-only checks while the instance holds tokens of the current window
     return { now: () => new Date(at), move: (seconds) => (at += seconds * 1000) };
   }
 
+  const writes = (statement: pg.QueryConfig) => /\b(update|insert|delete)\b|api_key_usage_lease/i.test(statement.text);
+
   async function usageOf(keyHash: string): Promise<{ burst_window: number; burst_count: number } | undefined> {
     const { rows } = await ctx.database.pool.query<{ burst_window: number; burst_count: number }>(
       'SELECT u.burst_window, u.burst_count FROM api_key_usage u JOIN api_keys k ON k.id = u.api_key_id WHERE k.key_hash = $1',
@@ -63,6 +112,23 @@ describe('read-only checks while the instance holds tokens of the current window
     );
     return rows[0];
   }
+
+  it('when the instance leased tokens of the current second and day, the next check writes nothing; once its clock says the second has passed, the check is the full one again', async () => {
+    const org = await ctx.createOrg();
+    const keyHash = hashApiKey(org.key);
+    const clock = stoppedClock();
+    const access = createAccessService({ database: ctx.database, defaults: { burst: 10_000, daily: 1_000_000 }, clock });
+    await access.authenticate(keyHash, '127.0.0.1');
+
+    const next = access.pendingCheck(keyHash, '127.0.0.1');
+    expect(next.readOnly).toBe(true);
+    expect(writes(next.statement)).toBe(false);
+
+    clock.move(1);
+    const later = access.pendingCheck(keyHash, '127.0.0.1');
+    expect(later.readOnly).toBe(false);
+    expect(writes(later.statement)).toBe(true);
+  });
 
   it('when the second moves on between reserving a token and the read-only check, the full check is asked: the request is admitted on a token of the new second', async () => {
     const org = await ctx.createOrg();

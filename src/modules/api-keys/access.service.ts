@@ -20,6 +20,20 @@ export type RateLimitWindow = { name: 'burst' | 'daily'; limit: number; remainin
 
 export type AccessGrant = { auth: AuthContext; windows: RateLimitWindow[] };
 
+/** A request's access check before it is sent: its statement, and the verdict on that statement's answer. */
+export type PendingAccessCheck = {
+  statement: pg.QueryConfig;
+  /** The statement writes nothing (see ACCESS_READ_SQL): the instance holds tokens of both current windows. */
+  readOnly: boolean;
+  /**
+   * The grant, or throws the denial. Undefined only for a read-only check that found the windows had
+   * moved on: send `fullCheck()` instead.
+   */
+  judge(result: pg.QueryResult): AccessGrant | undefined;
+  /** The same check as the full one, which leases tokens of the current windows. */
+  fullCheck(): PendingAccessCheck;
+};
+
 const UNAUTHORIZED_MESSAGE = 'A valid API key is required: send it as "Authorization: Bearer <key>".';
 /** Key identities remembered per process; past this, the oldest is forgotten (it is only a shortcut). */
 const MAX_KNOWN_KEYS = 10_000;
@@ -248,6 +262,24 @@ export function createAccessService(deps: { database: Database; defaults: { burs
     return grant;
   }
 
+  /**
+   * A check with a token reserved from the lease: its statement, and the verdict on that statement's
+   * answer (the caller sends it; answers of checks in flight together may come back in any order).
+   */
+  function pendingCheck(keyHash: string, clientIp: string | undefined, reservation: Reservation = reserve(keyHash)): PendingAccessCheck {
+    return {
+      statement: statementFor(keyHash, clientIp, reservation),
+      readOnly: reservation.readOnly,
+      judge(result) {
+        const row = accessCheckRowOf(result);
+        // The windows moved on between reserving and checking: the full check leases the new ones.
+        if (reservation.readOnly && row && (row.burst_wanted > 0 || row.day_wanted > 0)) return undefined;
+        return judge(keyHash, reservation, row);
+      },
+      fullCheck: () => pendingCheck(keyHash, clientIp, { ...reservation, readOnly: false }),
+    };
+  }
+
   return {
     /**
      * The key hash of a bearer header. RFC 9110 §11.1 / RFC 6750 §2.1: `Bearer 1*SP token`, the
@@ -266,15 +298,14 @@ export function createAccessService(deps: { database: Database; defaults: { burs
 
     /** Runs the access check now. Throws 401 for any authentication failure and 429 when a window is spent. */
     async authenticate(keyHash: string, clientIp: string | undefined): Promise<AccessGrant> {
-      const reservation = reserve(keyHash);
-      const row = accessCheckRowOf(await deps.database.query(statementFor(keyHash, clientIp, reservation)));
-      // The windows moved on between reserving and checking: the full check leases the new ones.
-      if (reservation.readOnly && row && (row.burst_wanted > 0 || row.day_wanted > 0)) {
-        const full = { ...reservation, readOnly: false };
-        return judge(keyHash, full, accessCheckRowOf(await deps.database.query(statementFor(keyHash, clientIp, full))));
-      }
-      return judge(keyHash, reservation, row);
+      const pending = pendingCheck(keyHash, clientIp);
+      const grant = pending.judge(await deps.database.query(pending.statement));
+      if (grant) return grant;
+      const full = pending.fullCheck();
+      return full.judge(await deps.database.query(full.statement))!;
     },
+
+    pendingCheck,
 
     /** How many keys this instance keeps lease state for. */
     leasedKeys(): number {

@@ -21,6 +21,17 @@ function normalize(value: unknown): unknown {
   return value ?? null;
 }
 
+/**
+ * Statements sent together in one transaction: every one settles before the caller goes on (none may
+ * outlive the transaction), then the first failure in sending order is the one reported (a statement
+ * behind a failed one fails only because the transaction was aborted).
+ */
+async function allInOrder<T extends readonly unknown[]>(statements: T): Promise<{ -readonly [K in keyof T]: Awaited<T[K]> }> {
+  const outcomes = await Promise.allSettled(statements);
+  for (const outcome of outcomes) if (outcome.status === 'rejected') throw outcome.reason;
+  return outcomes.map((outcome) => (outcome as PromiseFulfilledResult<unknown>).value) as { -readonly [K in keyof T]: Awaited<T[K]> };
+}
+
 /** A record the integration owns that changed after its creation fires `customer.updated`. */
 function firesUpdated(change: { before: CustomerRow | undefined; after: CustomerRow; fireUpdated?: boolean }): boolean {
   return change.before !== undefined && change.after.addedVia === 'INTEGRATION' && change.fireUpdated !== false;
@@ -51,10 +62,7 @@ export function createCustomerChangeRecorder(db: Executor) {
       const recorded = Object.assign({}, change, { after: expected, dto: { ...change.toDto(expected), updated_at: RECORD_UPDATED_AT }, updatedAtFromRecord: true });
       // The side records need nothing from the UPDATE's answer, only to run after it: sent right behind
       // it, all three share a round trip. When the UPDATE fails, its error is the one to report.
-      const [updated, recording] = await Promise.allSettled([update(), this.record(recorded, tx)]);
-      if (updated.status === 'rejected') throw updated.reason;
-      if (recording.status === 'rejected') throw recording.reason;
-      const stamped = updated.value;
+      const [stamped] = await allInOrder([update(), this.record(recorded, tx)] as const);
       if (!stamped) throw new Error(`customer ${change.before.id} vanished under its lock`);
       const row = Object.assign({}, expected, stamped);
       return { row, dto: change.toDto(row) };
@@ -89,10 +97,7 @@ export function createCustomerChangeRecorder(db: Executor) {
             tx,
           )
         : undefined;
-      // Both settle before the caller goes on (a rejection left unawaited would outlive the transaction).
-      const [auditOutcome, eventOutcome] = await Promise.allSettled([auditRow, event]);
-      if (auditOutcome.status === 'rejected') throw auditOutcome.reason;
-      if (eventOutcome.status === 'rejected') throw eventOutcome.reason;
+      await allInOrder([auditRow, event] as const);
     },
   };
 }
