@@ -1,8 +1,6 @@
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { startServerProcess, type ServerProcess } from './processes.js';
+import { expect, it } from 'vitest';
 import {
   connectAdmin,
-  createFaultDatabase,
   describeOutcomes,
   FAULT_TIMEOUTS,
   getSpec,
@@ -11,11 +9,11 @@ import {
   printFigures,
   requestBound,
   seedCustomers,
+  servedFaultDatabase,
   sleep,
   startLoad,
   timeToHealthy,
   upsertSpec,
-  type FaultDatabase,
   type RequestSpec,
 } from './database-faults.js';
 
@@ -33,22 +31,12 @@ const HOLD_MS = 20_000;
 const LOCKED_EXTERNAL_ID = 'locked-0';
 const LOCKED_NAME = 'Seedlocked Number0'; // as seedCustomers names it
 
-let fault: FaultDatabase;
-let server: ServerProcess | undefined;
-
-beforeAll(async () => {
-  fault = await createFaultDatabase('row-lock');
-  server = await startServerProcess({ DATABASE_URL: fault.url, ...env });
-});
-
-afterAll(async () => {
-  await server?.stop();
-  await fault?.drop();
-});
+const served = servedFaultDatabase('row-lock', env);
 
 it('when one row stays locked for 20 s, only writes of that row fail (409 record_locked once lock_timeout is reached), its reads and everything else are served', async () => {
-  const others = await seedCustomers(server!, fault.key, 'other', 30);
-  const [lockedId] = await seedCustomers(server!, fault.key, 'locked', 1);
+  const { fault, server } = served;
+  const others = await seedCustomers(server, fault.key, 'other', 30);
+  const [lockedId] = await seedCustomers(server, fault.key, 'locked', 1);
 
   const holder = await connectAdmin(fault.name);
   await holder.query('BEGIN');
@@ -63,14 +51,14 @@ it('when one row stays locked for 20 s, only writes of that row fail (409 record
     if (worker === 6) return upsertSpec(LOCKED_EXTERNAL_ID, LOCKED_NAME, n + 1, 'locked');
     return { op: 'patch', target: 'locked', method: 'PATCH', path: `/v1/customers/${lockedId}`, body: { phone: `+61 411 ${String(n).padStart(6, '0')}` } };
   };
-  const load = startLoad(server!, fault.key, 8, next);
+  const load = startLoad(server, fault.key, 8, next);
   await sleep(lockedAt + HOLD_MS - Date.now());
 
   const draining = load.stop();
   await holder.query('ROLLBACK');
   const releasedAt = Date.now();
   await holder.end();
-  const healthyMs = await timeToHealthy(server!, fault.key, { getId: lockedId!, upsert: upsertSpec(LOCKED_EXTERNAL_ID, LOCKED_NAME, 0) }, releasedAt);
+  const healthyMs = await timeToHealthy(server, fault.key, { getId: lockedId!, upsert: upsertSpec(LOCKED_EXTERNAL_ID, LOCKED_NAME, 0) }, releasedAt);
   const outcomes = await draining;
 
   const otherOutcomes = outcomes.filter((outcome) => outcome.target === 'other');
@@ -93,7 +81,7 @@ it('when one row stays locked for 20 s, only writes of that row fail (409 record
   });
 
   const otherFailures = otherOutcomes.filter((outcome) => !ok(outcome));
-  expect(otherFailures.length, `requests for other records failed: ${describeOutcomes(otherFailures)}\n${server!.output().slice(-4000)}`).toBe(0);
+  expect(otherFailures.length, `requests for other records failed: ${describeOutcomes(otherFailures)}\n${server.output().slice(-4000)}`).toBe(0);
   const failedReads = lockedReads.filter((outcome) => outcome.status !== 200);
   expect(failedReads.length, `reads of the locked row failed: ${describeOutcomes(failedReads)}`).toBe(0);
   expect(lockedReads.length).toBeGreaterThan(0);
@@ -102,7 +90,7 @@ it('when one row stays locked for 20 s, only writes of that row fail (409 record
   expect(slow.length, `requests longer than ${bound} ms: ${describeOutcomes(slow)}`).toBe(0);
   expect(writesUnderLock.length).toBeGreaterThan(0);
   const notLocked = writesUnderLock.filter((outcome) => outcome.status !== 409 || outcome.code !== 'record_locked' || outcome.retryAfter !== '1');
-  expect(notLocked.length, `writes of the locked row that did not answer 409 record_locked with Retry-After: 1: ${describeOutcomes(notLocked)}\n${server!.output().slice(-4000)}`).toBe(0);
+  expect(notLocked.length, `writes of the locked row that did not answer 409 record_locked with Retry-After: 1: ${describeOutcomes(notLocked)}\n${server.output().slice(-4000)}`).toBe(0);
   // lock_timeout bounds each lock wait, not the statement: with two writers of the row, the second
   // first queues for the tuple lock the first one holds while it waits for the holder's transaction,
   // then waits for that transaction itself. So a write gives up after one or two lock timeouts, and

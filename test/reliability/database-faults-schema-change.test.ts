@@ -1,8 +1,6 @@
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { startServerProcess, type ServerProcess } from './processes.js';
+import { expect, it } from 'vitest';
 import {
   connectAdmin,
-  createFaultDatabase,
   describeOutcomes,
   FAULT_TIMEOUTS,
   getSpec,
@@ -10,11 +8,11 @@ import {
   ok,
   printFigures,
   seedCustomers,
+  servedFaultDatabase,
   sleep,
   startLoad,
   timedCall,
   upsertSpec,
-  type FaultDatabase,
 } from './database-faults.js';
 
 // Issue 26, item 8 (c): a column-type change while serving. name_provenance_rank is in the SELECT list
@@ -26,23 +24,13 @@ const POOL_SIZE = Number(env.DATABASE_POOL_SIZE);
 const WARM_UP_MS = 3_000;
 const AFTER_CHANGE_MS = 5_000;
 
-let fault: FaultDatabase;
-let server: ServerProcess | undefined;
-
-beforeAll(async () => {
-  fault = await createFaultDatabase('schema');
-  server = await startServerProcess({ DATABASE_URL: fault.url, ...env });
-});
-
-afterAll(async () => {
-  await server?.stop();
-  await fault?.drop();
-});
+const served = servedFaultDatabase('schema', env);
 
 it('when a column of the hot statements changes type under load, only a handful of requests fail (at most the pool size) and none that started 1 s after the change', async () => {
-  const ids = await seedCustomers(server!, fault.key, 'seed', 30);
+  const { fault, server } = served;
+  const ids = await seedCustomers(server, fault.key, 'seed', 30);
   // Long enough for every pool connection to have prepared the hot statements.
-  const load = startLoad(server!, fault.key, 8, (worker, n) => mixedRequest(ids, worker, n));
+  const load = startLoad(server, fault.key, 8, (worker, n) => mixedRequest(ids, worker, n));
   await sleep(WARM_UP_MS);
 
   const migrator = await connectAdmin(fault.name);
@@ -65,8 +53,8 @@ it('when a column of the hot statements changes type under load, only a handful 
   const outcomes = await load.stop();
 
   // After the load: a read and a write of a record whose name_provenance_rank is set.
-  const read = await timedCall(server!, fault.key, getSpec(ids[0]!));
-  const write = await timedCall(server!, fault.key, upsertSpec('seed-0', 'Seedseed Number0', 99));
+  const read = await timedCall(server, fault.key, getSpec(ids[0]!));
+  const write = await timedCall(server, fault.key, upsertSpec('seed-0', 'Seedseed Number0', 99));
 
   const failures = outcomes.filter((outcome) => !ok(outcome));
   const late = failures.filter((outcome) => outcome.startedAt >= changedAt + 1000);
@@ -80,7 +68,7 @@ it('when a column of the hot statements changes type under load, only a handful 
   });
 
   expect(outcomes.filter((outcome) => outcome.startedAt >= changedAt + 1000 && ok(outcome)).length).toBeGreaterThan(0);
-  expect(failures.length, `more than ${POOL_SIZE} failures: ${describeOutcomes(failures, 10)}\n${server!.output().slice(-4000)}`).toBeLessThanOrEqual(POOL_SIZE);
-  expect(late.length, `failures that started 1 s after the change: ${describeOutcomes(late)}\n${server!.output().slice(-4000)}`).toBe(0);
+  expect(failures.length, `more than ${POOL_SIZE} failures: ${describeOutcomes(failures, 10)}\n${server.output().slice(-4000)}`).toBeLessThanOrEqual(POOL_SIZE);
+  expect(late.length, `failures that started 1 s after the change: ${describeOutcomes(late)}\n${server.output().slice(-4000)}`).toBe(0);
   expect([read.status, write.status], describeOutcomes([read, write])).toEqual([200, 200]);
 }, 120_000);

@@ -1,10 +1,11 @@
 import pg from 'pg';
-import { inject } from 'vitest';
+import { afterAll, beforeAll, inject } from 'vitest';
 import { createDatabase } from '../../src/db/client.js';
 import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
 import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
 import { createTestDatabase } from '../helpers/database.js';
 import { ALL_SCOPES } from '../helpers/harness.js';
+import { startServerProcess, type ServerProcess } from './processes.js';
 
 /**
  * Shared pieces of the database fault tests (`database-faults-*.test.ts`, issue 26 item 8): a scratch
@@ -302,3 +303,20 @@ export function describeOutcomes(outcomes: Outcome[], limit = 5): string {
 /** Whether a failure is the one allowed under database faults: 503 database_unavailable in the envelope, with Retry-After. */
 export const isDatabaseUnavailable = (outcome: Outcome) =>
   outcome.status === 503 && outcome.code === 'database_unavailable' && outcome.retryAfter !== null;
+
+/**
+ * For the test file that calls it: a scratch database and `svc serve` on it with `env`, made before
+ * its tests, stopped and dropped after them.
+ */
+export function servedFaultDatabase(name: string, env: Record<string, string>): { fault: FaultDatabase; server: ServerProcess } {
+  const served = {} as { fault: FaultDatabase; server: ServerProcess };
+  beforeAll(async () => {
+    served.fault = await createFaultDatabase(name);
+    served.server = await startServerProcess({ DATABASE_URL: served.fault.url, ...env });
+  });
+  afterAll(async () => {
+    await served.server?.stop();
+    await served.fault?.drop();
+  });
+  return served;
+}
