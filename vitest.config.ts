@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import { LogScanReporter } from './test/helpers/log-scan.js';
 
 export default defineConfig({
   test: {
@@ -9,6 +10,7 @@ export default defineConfig({
     maxWorkers: 4,
     testTimeout: 30_000,
     hookTimeout: 60_000,
-    reporters: ['default'],
+    // The log scan fails the run when a log line holds personal data, SQL text or a key (test/helpers/log-scan.ts).
+    reporters: ['default', new LogScanReporter()],
   },
 });

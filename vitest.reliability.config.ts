@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import { LogScanReporter } from './test/helpers/log-scan.js';
 
 /** `npm run test:reliability`: multi-process, crash, outage and fuzz suites (slower; run by .ci/run). */
 export default defineConfig({
@@ -10,5 +11,7 @@ export default defineConfig({
     fileParallelism: false,
     testTimeout: 180_000,
     hookTimeout: 120_000,
+    // The log scan fails the run when a log line holds personal data, SQL text or a key (test/helpers/log-scan.ts).
+    reporters: ['default', new LogScanReporter()],
   },
 });

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
 import pg from 'pg';
 import { runMigrations } from '../src/db/migrate.js';
+import { createLogScanDirectory, finishLogScan } from './helpers/log-scan.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -11,6 +12,8 @@ declare module 'vitest' {
     adminDatabaseUrl: string;
     /** A migrated database that each test file's database is cloned from. */
     templateDatabase: string;
+    /** Where the workers collect log lines and sent personal values for the run's log scan (helpers/log-scan.ts). */
+    logScanDir: string;
   }
 }
 
@@ -55,6 +58,8 @@ export function withDatabase(url: string, database: string): string {
 }
 
 export default async function setup(project: TestProject) {
+  const logScanDir = createLogScanDirectory();
+  project.provide('logScanDir', logScanDir);
   const server = await resolveServer();
   const template = `svc_tpl_${process.pid}_${Date.now().toString(36)}`;
   const admin = new pg.Client({ connectionString: server.url });
@@ -75,5 +80,6 @@ export default async function setup(project: TestProject) {
     for (const row of leftovers.rows) await client.query(`DROP DATABASE IF EXISTS ${row.datname} WITH (FORCE)`);
     await client.end();
     await server.stop();
+    finishLogScan(logScanDir);
   };
 }

@@ -115,28 +115,56 @@ export function clientErrorHandler(this: FastifyInstance, error: Error & { code?
   socket.destroy(error);
 }
 
+/** Codes of a connection the client closed or reset under us. */
+export const CLIENT_GONE_CODES: ReadonlySet<string> = new Set(['ECONNRESET', 'ECONNABORTED', 'EPIPE', 'ERR_STREAM_PREMATURE_CLOSE']);
+
 /**
- * The AppError a failure is answered with (logging what is not the caller's fault). A database that
- * cannot be reached is a 503 with Retry-After; anything unexpected is a 500 naming the request id.
+ * The client went away while its body was being read: Node's request stream failed ("aborted",
+ * ECONNRESET) and Fastify passed that on with a 4xx status. A database connection fails with the
+ * same codes, but never with a status, and not because this request's own connection is gone.
+ */
+export function isClientAbort(error: unknown, request: FastifyRequest): boolean {
+  const { code, message, statusCode } = (error ?? {}) as { code?: unknown; message?: unknown; statusCode?: unknown };
+  const gone = (typeof code === 'string' && CLIENT_GONE_CODES.has(code)) || message === 'aborted';
+  return gone && typeof statusCode === 'number' && statusCode < 500 && (request.raw.destroyed || request.raw.socket?.destroyed === true);
+}
+
+/** What every error line says of its request besides the error: the route's pattern, never the URL. */
+function whereOf(request: FastifyRequest): { method: string; route?: string } {
+  return { method: request.method, route: request.routeOptions.url };
+}
+
+/**
+ * The AppError a failure is answered with, and its log line. A client's fault (4xx), and a client
+ * that hung up mid-body, are logged at debug (the request line, or the aborted-request line, at info
+ * says the rest); a database that cannot be reached is a 503 with Retry-After; anything unexpected is
+ * a 500 naming the request id. Every line names the route, and the error only through the error serializer.
  */
 export function answerFor(error: unknown, request: FastifyRequest, reply: FastifyReply): AppError {
+  if (isClientAbort(error, request)) {
+    // Its info line comes from the onRequestAbort hook (logAbortedRequest), as for any request the client leaves.
+    request.log.debug({ ...whereOf(request), err: error }, 'client aborted the request while sending its body');
+    return new AppError('bad_request', 400, 'The connection closed before the whole request body arrived.');
+  }
   const appError = toAppError(error as FastifyError);
   if (appError) {
-    if (appError.status >= 500) request.log.error({ err: error }, 'request failed');
+    if (appError.status >= 500) request.log.error({ ...whereOf(request), status: appError.status, err: error }, 'request failed');
+    else request.log.debug({ ...whereOf(request), status: appError.status, err: error }, 'request refused');
     if (appError.code === 'database_unavailable' || appError.code === 'record_locked') reply.header('Retry-After', '1');
     return appError;
   }
   if (isLockTimeout(error)) {
-    request.log.warn({ err: error }, 'record locked');
+    // Contention another request causes, answered 409 for the client to retry: not a fault of the service.
+    request.log.info({ ...whereOf(request), status: 409, err: error }, 'record locked');
     reply.header('Retry-After', '1');
     return new AppError('record_locked', 409, 'The record is being changed by another request; retry shortly.');
   }
   if (isDatabaseUnavailable(error)) {
-    request.log.error({ err: error }, 'database unavailable');
+    request.log.error({ ...whereOf(request), status: 503, err: error }, 'database unavailable');
     reply.header('Retry-After', '1');
     return new AppError('database_unavailable', 503, 'The database is temporarily unavailable; retry shortly.');
   }
-  request.log.error({ err: error }, 'unhandled error');
+  request.log.error({ ...whereOf(request), status: 500, err: error }, 'unhandled error');
   return new AppError('internal', 500, 'An internal error occurred. Quote the request id to support.', { request_id: request.id });
 }
 

@@ -1,5 +1,6 @@
 import { LogController, type FastifyReply, type FastifyRequest } from 'fastify';
 import { abortedRequestLine, requestLine } from '../shared/logging.js';
+import { CLIENT_GONE_CODES } from './errors.plugin.js';
 
 /**
  * Fastify's own request logging, as one line per request once its response has been sent
@@ -17,17 +18,20 @@ export class RequestLogController extends LogController {
 
   override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
     const line = requestLine(request.method, request.routeOptions.url, reply.statusCode, reply.elapsedTime);
-    if (error) reply.log.warn({ ...line, err: error }, 'request failed while sending its response');
-    else reply.log.info(line, 'request');
+    if (!error) reply.log.info(line, 'request');
+    // A client that hangs up while its answer is sent is no fault of the service.
+    else if (CLIENT_GONE_CODES.has((error as { code?: string }).code ?? '')) reply.log.info({ ...line, err: error }, 'client went away while its response was sent');
+    else reply.log.warn({ ...line, err: error }, 'request failed while sending its response');
   }
 
-  override defaultErrorLog(error: Error, _request: FastifyRequest, reply: FastifyReply): void {
-    if (reply.statusCode >= 500) reply.log.error({ err: error }, 'request failed');
-    else reply.log.info({ err: error }, 'request refused');
+  override defaultErrorLog(error: Error, request: FastifyRequest, reply: FastifyReply): void {
+    const where = { method: request.method, route: request.routeOptions.url, status: reply.statusCode };
+    if (reply.statusCode >= 500) reply.log.error({ ...where, err: error }, 'request failed');
+    else reply.log.debug({ ...where, err: error }, 'request refused');
   }
 
-  override writeHeadError(error: Error, _request: FastifyRequest, reply: FastifyReply): void {
-    reply.log.warn({ err: error }, 'could not write the response headers');
+  override writeHeadError(error: Error, request: FastifyRequest, reply: FastifyReply): void {
+    reply.log.warn({ method: request.method, route: request.routeOptions.url, err: error }, 'could not write the response headers');
   }
 }
 

@@ -10,11 +10,16 @@ export const REDACTED = '[redacted]';
  * - The request line (one per request, see request-log.plugin.ts) is built here from fields that
  *   cannot hold personal data: method, route pattern, status, duration, request id, key and
  *   organisation ids. Never a URL, query string, header or body. It is written as is.
- * - Errors, wherever they sit in a line, go through serializeError: type, code, a message known
- *   not to embed values, identifiers (constraint, table, column), never a driver's bound values or
- *   a row (`params`, `detail`, `where`).
+ * - Errors, wherever they sit in a line, go through serializeError: what kind of failure it was
+ *   (type, code, SQLSTATE, identifiers such as a constraint or table) and where (call frames), never
+ *   what it was about. No error message is written (bar a few constant ones of the database driver,
+ *   compared whole), not even ours: a driver's message quotes bound
+ *   values, a failed statement's message holds its SQL text and parameters, an engine's message can
+ *   quote its input (`"jane@example.com" is not valid JSON`), and our own AppError messages name what
+ *   the caller sent (a path, an address, a template code).
  * - Any other object logged (rare lines: warnings, failures, start-up) is copied with the values of
- *   sensitive keys replaced, at any depth: a safety net for careless code, paid only by those lines.
+ *   sensitive keys replaced, at any depth, and any API key in a string replaced: a safety net for
+ *   careless code, paid only by those lines. A message string is checked for keys and addresses.
  */
 
 /** Keys whose values are personal data or secrets, wherever they sit in a logged object (compared lower-cased). */
@@ -23,6 +28,8 @@ const SENSITIVE_KEYS = new Set(
     'email',
     'emails',
     'kyc_email',
+    'recipient',
+    'to',
     'fullName',
     'full_name',
     'firstName',
@@ -33,7 +40,9 @@ const SENSITIVE_KEYS = new Set(
     'last_name',
     'name',
     'businessName',
+    'business_name',
     'legalName',
+    'legal_name',
     'verified_legal_name',
     'phone',
     'key',
@@ -48,31 +57,80 @@ const SENSITIVE_KEYS = new Set(
     'cookie',
     'set-cookie',
     'idempotency-key',
-    // What a failed statement carries: the bound values and the offending row.
+    // A verification link carries its token.
+    'link',
+    'url',
+    // What a failed statement carries: its SQL text, the bound values and the offending row.
+    'query',
+    'sql',
     'params',
     'parameters',
     'detail',
+    'where',
+    'body',
   ].map((key) => key.toLowerCase()),
 );
 
-/** Query parameters whose values never reach the logs (the path and the other parameters do). */
-const SENSITIVE_QUERY = new Set(['email', 'full_name', 'fullname', 'name', 'key', 'api_key', 'token', 'phone']);
+/** Query parameters whose values never reach the logs, whatever they hold (the path and the other parameters do). */
+const SENSITIVE_QUERY = new Set(['email', 'full_name', 'fullname', 'name', 'key', 'api_key', 'apikey', 'token', 'access_token', 'phone', 'to']);
 
-export function redactUrl(url: string): string {
-  const question = url.indexOf('?');
-  if (question < 0) return url;
-  const params = new URLSearchParams(url.slice(question + 1));
-  let changed = false;
-  for (const name of [...new Set(params.keys())]) {
-    if (SENSITIVE_QUERY.has(name.toLowerCase())) {
-      params.set(name, REDACTED);
-      changed = true;
-    }
-  }
-  return changed ? `${url.slice(0, question)}?${params.toString()}` : url;
+/** An API key (see api-key-secret.ts), wherever it sits in a string; the prefix alone is enough to hide it. */
+const API_KEY_IN_TEXT = /svc_live_[0-9A-Za-z]*/g;
+/** An email address, wherever it sits in a string. */
+const EMAIL_IN_TEXT = /[^\s"'<>()[\]{},;:/?#=&]+@[^\s"'<>()[\]{},;:/?#=&]+/g;
+
+/** A value that holds a key or an address, which must not be logged whatever field or parameter carries it. */
+function holdsSecretOrAddress(value: string): boolean {
+  return value.includes('svc_live_') || value.includes('@');
 }
 
-/** Fastify's request serializer (for any line that logs `req`): no headers, sensitive query values redacted. */
+/** Text with any API key and email address in it replaced. */
+export function redactText(text: string): string {
+  if (!holdsSecretOrAddress(text)) return text;
+  return text.replace(API_KEY_IN_TEXT, REDACTED).replace(EMAIL_IN_TEXT, REDACTED);
+}
+
+/**
+ * A URL as it may be logged: a path segment holding a key or an address is replaced, and so is the
+ * value of a sensitive parameter, or of any parameter holding a key or an address whatever it is
+ * called (`?access_token=svc_live_…`).
+ */
+export function redactUrl(url: string): string {
+  const question = url.indexOf('?');
+  const path = question < 0 ? url : url.slice(0, question);
+  const safePath = holdsSecretOrAddress(decodeSafely(path))
+    ? path
+        .split('/')
+        .map((segment) => (holdsSecretOrAddress(decodeSafely(segment)) ? REDACTED : segment))
+        .join('/')
+    : path;
+  if (question < 0) return safePath;
+  const params = new URLSearchParams(url.slice(question + 1));
+  let changed = false;
+  for (const [name, value] of [...params]) {
+    if (SENSITIVE_QUERY.has(name.toLowerCase()) || holdsSecretOrAddress(value) || holdsSecretOrAddress(name)) {
+      changed = true;
+      break;
+    }
+  }
+  if (!changed) return `${safePath}${url.slice(question)}`;
+  const safe = new URLSearchParams();
+  for (const [name, value] of params) {
+    const safeName = holdsSecretOrAddress(name) ? REDACTED : name;
+    safe.append(safeName, SENSITIVE_QUERY.has(name.toLowerCase()) || holdsSecretOrAddress(value) ? REDACTED : value);
+  }
+  return `${safePath}?${safe.toString()}`;
+}
+
+function decodeSafely(text: string): string {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return text;
+  }
+}
+
+/** Fastify's request serializer (for any line that logs `req`): no headers; the URL with keys, addresses and sensitive parameters redacted. */
 type LoggedRequest = { method?: string; url?: string; routeOptions?: { url?: string } };
 function serializeRequest(request: LoggedRequest) {
   return { method: request.method, url: redactUrl(request.url ?? ''), route: request.routeOptions?.url };
@@ -81,11 +139,19 @@ function serializeRequest(request: LoggedRequest) {
 // ---------------------------------------------------------------------------------------------
 // Errors
 
-/** An error as it is logged: structured fields, none of which holds a bound value or a row. */
+/**
+ * An error as it is logged: what kind of failure and where. No field holds a message, a statement,
+ * a bound value or a row.
+ */
 export type LoggedError = {
+  /** The error's class (`DatabaseError`, `AppError`, `TypeError`). */
   type: string;
+  /** Only a constant driver message about a connection (CONSTANT_MESSAGES): no other message is logged. */
   message?: string;
+  /** The error's own code: an AppError's (`rate_limited`), Node's (`ECONNRESET`), Fastify's (`FST_ERR_…`), a library's. */
   code?: string | number;
+  /** A PostgreSQL error's SQLSTATE (`23505`), in place of `code`. */
+  sqlState?: string;
   severity?: string;
   schema?: string;
   table?: string;
@@ -93,110 +159,135 @@ export type LoggedError = {
   dataType?: string;
   constraint?: string;
   routine?: string;
-  /** A failed statement's SQL text (never its parameters). */
-  query?: string;
   statusCode?: number;
+  /** An SMTP server's reply code (nodemailer), never its reply text (which may quote the recipient). */
+  responseCode?: number;
   syscall?: string;
   address?: string;
   port?: number;
+  /** Where an error without a code was thrown: its first call frame. */
+  at?: string;
   cause?: LoggedError;
   errors?: LoggedError[];
   /** Call frames only (the message lines are dropped); at LOG_LEVEL debug or trace. */
   stack?: string;
 };
 
-const SQLSTATE = /^[0-9A-Z]{5}$/;
 /**
- * SQLSTATE classes whose messages quote only identifiers (constraint, relation, column, type names),
- * e.g. 23505 `duplicate key value violates unique constraint "customers_org_email_key"`. Other
- * classes may quote a value: 22P02 `invalid input syntax for type uuid: "jane@example.com"`.
+ * The only messages logged: constant texts of pg and pg-pool about a connection, which name no
+ * value and tell the ways a connection fails apart (none of them has a code). Compared whole.
  */
-const IDENTIFIER_ONLY_CLASSES = new Set(['08', '0A', '23', '25', '26', '28', '3D', '3F', '40', '42', '53', '54', '55', '57', '58', 'XX']);
-const QUOTED = /"(?:[^"]|"")*"/g;
-const MAX_MESSAGE = 500;
-const MAX_QUERY = 2000;
+const CONSTANT_MESSAGES = new Set([
+  'Connection terminated',
+  'Connection terminated unexpectedly',
+  'Connection terminated due to connection timeout',
+  'timeout exceeded when trying to connect',
+  'timeout expired',
+  'Query read timeout',
+  'Client has encountered a connection error and is not queryable',
+  'Client was closed and is not queryable',
+  'Cannot use a pool after calling end on the pool',
+  'Release called on client which has already been released to the pool.',
+]);
+
+const SQLSTATE = /^[0-9A-Z]{5}$/;
+/** What a code looks like (`ECONNRESET`, `FST_ERR_VALIDATION`, `rate_limited`); anything else is left out. */
+const CODE = /^[\w$.:-]{1,64}$/;
+/** What an identifier looks like (a table, a type such as `timestamp with time zone`, an IP address); anything else (an email, a sentence) is left out. */
+const TOKEN = /^[\w$.:%\- ]{1,128}$/;
+const FRAME = /^\s+at \S/;
 const MAX_CAUSES = 4;
 const MAX_AGGREGATED = 5;
-const STRING_FIELDS = ['severity', 'schema', 'table', 'column', 'dataType', 'constraint', 'routine', 'syscall', 'address'] as const;
+const MAX_FRAMES = 20;
+const IDENTIFIER_FIELDS = ['severity', 'schema', 'table', 'column', 'dataType', 'constraint', 'routine'] as const;
 
 type ErrorLike = Record<string, unknown> & { message?: unknown; cause?: unknown; stack?: unknown };
 
-function truncate(text: string, max: number): string {
-  return text.length > max ? `${text.slice(0, max)}…` : text;
-}
-
-/** A PostgreSQL message, with quoted values dropped where the class may quote one. */
-function databaseMessage(code: string, message: string): string {
-  return IDENTIFIER_ONLY_CLASSES.has(code.slice(0, 2)) ? message : message.replace(QUOTED, `"${REDACTED}"`);
-}
-
-/** Any other message: never what follows a driver's "params:" line, and bounded. */
-function plainMessage(message: string): string {
-  const params = message.indexOf('\nparams:');
-  return truncate(params < 0 ? message : message.slice(0, params), MAX_MESSAGE);
-}
-
-/** The call frames of a stack, without its first lines (they repeat the message). */
-function framesOf(stack: unknown): string | undefined {
-  if (typeof stack !== 'string') return undefined;
-  const first = stack.indexOf('\n    at ');
-  return first < 0 ? undefined : stack.slice(first + 1);
-}
-
 /** A failed statement as drizzle-orm reports it: `Failed query: <sql>\nparams: <values>`, with `query`, `params`, `cause`. */
-function isQueryError(error: ErrorLike): error is ErrorLike & { query: string } {
+function isQueryError(error: ErrorLike): boolean {
   return typeof error.query === 'string' && 'params' in error;
+}
+
+/** An error PostgreSQL sent (pg's DatabaseError): a SQLSTATE and a severity. */
+function isDatabaseError(error: ErrorLike): boolean {
+  return typeof error.code === 'string' && SQLSTATE.test(error.code) && typeof error.severity === 'string';
 }
 
 function typeOf(error: object): string {
   const constructorName = (error as { constructor?: { name?: unknown } }).constructor?.name;
   if (typeof constructorName === 'string' && constructorName !== 'Object' && constructorName !== '') return constructorName;
   const name = (error as { name?: unknown }).name;
-  return typeof name === 'string' ? name : 'Error';
+  return typeof name === 'string' && CODE.test(name) ? name : 'Error';
+}
+
+/**
+ * The call frames of a stack. A stack opens with the error's name and message, and a message may
+ * span lines (a failed statement's holds its parameters, which could be made to look like frames):
+ * the frames are the lines after the message, found verbatim on the first line, and only the lines
+ * that are frames. A stack that no longer holds its message gives none.
+ */
+function framesOf(error: ErrorLike): string[] | undefined {
+  const stack = error.stack;
+  if (typeof stack !== 'string') return undefined;
+  const message = typeof error.message === 'string' ? error.message : '';
+  let rest: string;
+  if (message === '') {
+    const newline = stack.indexOf('\n');
+    if (newline < 0) return undefined;
+    rest = stack.slice(newline + 1);
+  } else {
+    const at = stack.indexOf(message);
+    if (at < 0 || stack.lastIndexOf('\n', at) >= 0 || stack.charAt(at + message.length) !== '\n') return undefined;
+    rest = stack.slice(at + message.length + 1);
+  }
+  const frames: string[] = [];
+  for (const line of rest.split('\n', MAX_FRAMES)) {
+    if (!FRAME.test(line)) break;
+    frames.push(line.trim());
+  }
+  return frames.length > 0 ? frames : undefined;
 }
 
 function toLoggedError(value: unknown, withStack: boolean, depth: number): LoggedError {
-  if (value === null || typeof value !== 'object') {
-    return { type: typeof value, message: typeof value === 'string' ? plainMessage(value) : undefined };
-  }
+  if (value === null || typeof value !== 'object') return { type: value === null ? 'null' : typeof value };
   const error = value as ErrorLike;
-  if (isQueryError(error)) {
-    // The statement's own message embeds its parameters: log what its cause says, plus the SQL text.
-    const logged =
-      error.cause !== undefined && depth < MAX_CAUSES ? toLoggedError(error.cause, withStack, depth + 1) : { type: typeOf(error), message: 'Failed query' };
-    logged.query = truncate(error.query, MAX_QUERY);
-    return logged;
-  }
+  // A failed statement's own fields are its SQL text and parameters: it is logged as what its cause says.
+  if (isQueryError(error) && error.cause !== undefined && depth < MAX_CAUSES) return toLoggedError(error.cause, withStack, depth + 1);
   const logged: LoggedError = { type: typeOf(error) };
+  if (typeof error.message === 'string' && CONSTANT_MESSAGES.has(error.message)) logged.message = error.message;
   const code = error.code;
-  const message = typeof error.message === 'string' ? error.message : undefined;
-  if (typeof code === 'string' || typeof code === 'number') logged.code = code;
-  if (message !== undefined) {
-    logged.message = typeof code === 'string' && SQLSTATE.test(code) && typeof error.severity === 'string' ? databaseMessage(code, message) : plainMessage(message);
-  }
-  for (const field of STRING_FIELDS) {
+  if (isDatabaseError(error)) logged.sqlState = code as string;
+  else if ((typeof code === 'string' && CODE.test(code)) || (typeof code === 'number' && Number.isFinite(code))) logged.code = code;
+  for (const field of IDENTIFIER_FIELDS) {
     const fieldValue = error[field];
-    if (typeof fieldValue === 'string') logged[field] = fieldValue;
+    if (typeof fieldValue === 'string' && TOKEN.test(fieldValue)) logged[field] = fieldValue;
   }
-  if (typeof error.port === 'number') logged.port = error.port;
   if (typeof error.statusCode === 'number') logged.statusCode = error.statusCode;
+  if (typeof error.responseCode === 'number') logged.responseCode = error.responseCode;
+  if (typeof error.syscall === 'string' && TOKEN.test(error.syscall)) logged.syscall = error.syscall;
+  if (typeof error.address === 'string' && TOKEN.test(error.address)) logged.address = error.address;
+  if (typeof error.port === 'number') logged.port = error.port;
+  const coded = logged.code !== undefined || logged.sqlState !== undefined;
+  const frames = withStack || !coded ? framesOf(error) : undefined;
+  if (frames && !coded) logged.at = frames[0]!.slice('at '.length);
   if (error.cause !== undefined && depth < MAX_CAUSES) logged.cause = toLoggedError(error.cause, withStack, depth + 1);
   if (Array.isArray(error.errors) && depth < MAX_CAUSES) {
     logged.errors = error.errors.slice(0, MAX_AGGREGATED).map((inner: unknown) => toLoggedError(inner, withStack, depth + 1));
   }
-  if (withStack) logged.stack = framesOf(error.stack);
+  if (withStack && frames) logged.stack = frames.map((frame) => `    ${frame}`).join('\n');
   return logged;
 }
 
-/** The error serializer: structured fields that hold no bound value, row or free-form text from the data. */
+/** The error serializer: what kind of failure and where, never a message, statement, bound value or row. */
 export function serializeError(error: unknown, options: { stack?: boolean } = {}): LoggedError {
   return toLoggedError(error, options.stack ?? false, 0);
 }
 
-/** A message for a line that logs an error without one (pino would use the error's own message). */
+/** The message of a line that logs an error without one (pino would use the error's own message): its type and code. */
 function safeMessageOf(error: unknown): string {
   const logged = serializeError(error);
-  return logged.message ?? logged.type;
+  const code = logged.sqlState ?? logged.code ?? logged.message;
+  return code === undefined ? logged.type : `${logged.type} ${code}`;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -285,6 +376,7 @@ function isPlain(value: object): boolean {
 
 /** A JSON-like copy of a logged value, with sensitive keys' values replaced and errors serialized. */
 function scrub(value: unknown, withStack: boolean, depth: number): unknown {
+  if (typeof value === 'string') return redactText(value);
   if (value === null || typeof value !== 'object') return value;
   if (value instanceof Error) return toLoggedError(value, withStack, 0);
   if (depth >= MAX_DEPTH) return '[too deep]';
@@ -325,8 +417,9 @@ type LogFn = (...args: unknown[]) => void;
 /**
  * `log.error(error)` and `log.error({ err })` without a message: pino would write the error's own
  * message as `msg`, which for a failed statement holds its bound values. This gives them the safe one.
+ * A message is free text: a key or an address in it (Fastify's own warnings quote the raw URL) is replaced.
  */
-function errorMessageHook(this: unknown, args: unknown[], method: LogFn): void {
+function logMethodHook(this: unknown, args: unknown[], method: LogFn): void {
   if (args.length === 1) {
     const first = args[0];
     if (first instanceof Error) return method.call(this, { err: first }, safeMessageOf(first));
@@ -334,6 +427,12 @@ function errorMessageHook(this: unknown, args: unknown[], method: LogFn): void {
       const { err, msg } = first as { err?: unknown; msg?: unknown };
       if (err !== undefined && msg === undefined) return method.call(this, first, safeMessageOf(err));
     }
+  }
+  if (args.some((arg) => typeof arg === 'string' && holdsSecretOrAddress(arg))) {
+    return method.apply(
+      this,
+      args.map((arg) => (typeof arg === 'string' ? redactText(arg) : arg)),
+    );
   }
   method.apply(this, args);
 }
@@ -351,7 +450,7 @@ export function loggerOptions(config: Pick<Config, 'logLevel'>): LoggerOptions &
     mixin: logContextMixin,
     mixinMergeStrategy: mergeLogContext,
     formatters: { log: logFormatter(withStack) },
-    hooks: { logMethod: errorMessageHook as NonNullable<LoggerOptions['hooks']>['logMethod'] },
+    hooks: { logMethod: logMethodHook as NonNullable<LoggerOptions['hooks']>['logMethod'] },
   };
 }
 

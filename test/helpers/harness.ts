@@ -7,6 +7,7 @@ import { createOrganisationsService } from '../../src/modules/organisations/orga
 import { FEATURES, type Feature, type Payer } from '../../src/modules/organisations/organisations.schemas.js';
 import { SCOPES } from '../../src/plugins/route-scopes.js';
 import { createTestDatabase } from './database.js';
+import { collectingLoggerOptions, recordSent } from './log-collector.js';
 
 export const ALL_SCOPES = [...SCOPES];
 
@@ -49,7 +50,13 @@ export async function createTestContext(overrides: Partial<Config> = {}): Promis
   const instanceDatabases: Database[] = [];
 
   const build = async (instanceOverrides: Partial<Config> = {}, db: Database = database) => {
-    const instance = await buildApp({ config: { ...config, ...instanceOverrides }, database: db, logger: process.env.TEST_LOGS ? { level: 'error' } : false, validateResponses: true });
+    // Logs at debug level into the run's log scan (helpers/log-scan.ts); TEST_LOGS=1 shows them too.
+    const instance = await buildApp({ config: { ...config, ...instanceOverrides }, database: db, logger: collectingLoggerOptions(), validateResponses: true });
+    // What the app received, however a test sent it (ctx.request or app.inject): the scan looks for it in the logs.
+    instance.addHook('onResponse', (request, _reply, done) => {
+      recordSent(request.body, request.query);
+      done();
+    });
     await instance.ready();
     instances.push(instance);
     return instance;
@@ -83,6 +90,8 @@ export async function createTestContext(overrides: Partial<Config> = {}): Promis
       return { id: key.id, key: key.key };
     },
     async request(method, url, options = {}, target = app) {
+      // Recorded here too: an app of a test's own does not record, nor does any app a body it refuses unparsed.
+      recordSent(options.body, options.query, Object.fromEntries(new URL(url, 'http://test.invalid').searchParams));
       const headers: Record<string, string> = { ...(options.headers ?? {}) };
       if (options.key) headers.authorization = `Bearer ${options.key}`;
       return target.inject({

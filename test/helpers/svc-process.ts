@@ -3,6 +3,7 @@ import { chmodSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { collectProcessOutput } from './log-collector.js';
 
 export const PROJECT_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const SVC = join(PROJECT_ROOT, 'bin', 'svc.js');
@@ -12,10 +13,11 @@ export type SvcEnv = Record<string, string | undefined>;
 
 /**
  * The spawned process's environment: PATH and HOME from this one, never its DATABASE_URL (a test
- * that wants one passes it), plus `env`.
+ * that wants one passes it), plus `env`. It logs at debug level unless the test says otherwise: its
+ * JSON lines on stderr join the run's log scan (helpers/log-scan.ts).
  */
 function childEnv(env: SvcEnv): NodeJS.ProcessEnv {
-  const base: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, LOG_LEVEL: 'info', HOST: '127.0.0.1' };
+  const base: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, LOG_LEVEL: 'debug', HOST: '127.0.0.1' };
   for (const [name, value] of Object.entries(env)) {
     if (value === undefined) delete base[name];
     else base[name] = value;
@@ -40,6 +42,7 @@ export function runSvc(args: string[], env: SvcEnv = {}, timeoutMs = 60_000): Pr
     child.on('error', reject);
     child.on('close', (code) => {
       clearTimeout(timer);
+      collectProcessOutput(stderr);
       resolve({ code, stdout, stderr });
     });
   });
@@ -67,7 +70,12 @@ export function startServe(env: SvcEnv = {}): ServeProcess {
   let stdout = '';
   let stderr = '';
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.on('exit', (code, signal) => resolve({ code, signal })),
+    // 'exit', not 'close': an embedded PostgreSQL left running holds the pipes open. A line still in
+    // the pipe at the exit is left out of the scan.
+    child.on('exit', (code, signal) => {
+      collectProcessOutput(stderr);
+      resolve({ code, signal });
+    }),
   );
   const port = new Promise<number>((resolve, reject) => {
     const look = () => {

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freeLoopbackPort } from '../../src/db/embedded-postgres.js';
+import { collectProcessOutput, recordSent } from '../helpers/log-collector.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -37,7 +38,10 @@ export async function startServerProcess(env: Record<string, string>): Promise<S
   // Never outlive the test process, even when a test fails before stopping its server.
   const reap = () => child.kill('SIGKILL');
   process.once('exit', reap);
-  child.once('exit', () => process.removeListener('exit', reap));
+  child.once('exit', () => {
+    process.removeListener('exit', reap);
+    collectProcessOutput(output); // its log lines join the run's log scan (helpers/log-scan.ts)
+  });
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const url = `http://127.0.0.1:${port}`;
@@ -80,6 +84,7 @@ export async function call(
   const headers: Record<string, string> = { ...(options.headers ?? {}) };
   if (options.key) headers.authorization = `Bearer ${options.key}`;
   if (options.body !== undefined) headers['content-type'] = 'application/json';
+  recordSent(options.body);
   const response = await fetch(`${server.url}${path}`, {
     method,
     headers,

@@ -15,10 +15,18 @@ const SMTP_TIMEOUT_MS = 20_000;
 
 type Logger = { info(obj: object, message: string): void; warn(obj: object, message: string): void };
 
+/** What a log line says of an email: which one and what for, never its recipient, subject, body or link. */
+function emailLogFields(email: EmailRow): { emailId: string; orgId: string; kind: string; verificationId?: string } {
+  return email.verificationId
+    ? { emailId: email.id, orgId: email.orgId, kind: 'verification', verificationId: email.verificationId }
+    : { emailId: email.id, orgId: email.orgId, kind: 'other' };
+}
+
 /**
  * Delivers queued emails. With SMTP_URL they go out through nodemailer and are retried with
  * backoff on failure (never dropped: after the last attempt they stay as `failed` for operators);
- * without it they are marked `recorded` and logged, which is the development default.
+ * without it they are marked `recorded`, which is the development default: `svc emails` shows them
+ * with their links (a log line names the email, never its link, which carries the verification token).
  */
 export function createEmailSender(deps: { database: Database; smtpUrl: string | undefined; from: string; logger: Logger; smtpTimeoutMs?: number }) {
   const repository = createEmailsRepository(deps.database.db);
@@ -30,7 +38,8 @@ export function createEmailSender(deps: { database: Database; smtpUrl: string | 
 
   async function deliver(email: EmailRow): Promise<void> {
     if (!transport) {
-      deps.logger.info({ emailId: email.id, link: email.link }, 'email recorded (SMTP_URL not set)');
+      // The link carries the verification token and the row the recipient: only which email it was is logged.
+      deps.logger.info(emailLogFields(email), 'email recorded (SMTP_URL not set); `svc emails` lists it with its link');
       await repository.markDelivered(email.id, 'recorded');
       return;
     }
@@ -40,7 +49,7 @@ export function createEmailSender(deps: { database: Database; smtpUrl: string | 
     } catch (error) {
       const giveUp = email.attempts >= MAX_ATTEMPTS;
       const delay = Math.min(3600, 30 * 2 ** (email.attempts - 1));
-      deps.logger.warn({ emailId: email.id, attempt: email.attempts, err: error }, giveUp ? 'email failed for good' : 'email send failed; will retry');
+      deps.logger.warn({ ...emailLogFields(email), attempt: email.attempts, err: error }, giveUp ? 'email failed for good' : 'email send failed; will retry');
       await repository.scheduleRetry(email.id, error instanceof Error ? error.message : String(error), delay, giveUp);
     }
   }
