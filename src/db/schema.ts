@@ -422,6 +422,22 @@ export const groupParties = pgTable(
   (table) => [index('group_parties_group_idx').on(table.groupId, table.position)],
 );
 
+// ---------------------------------------------------------------------------------------------
+// The service's own secrets
+// ---------------------------------------------------------------------------------------------
+
+/**
+ * Keys of the service itself, one row per purpose (`list_cursor_hmac`: the HMAC key of list cursors),
+ * seeded by the migration that creates the table. Every instance on the database reads the same row,
+ * so a cursor issued by one verifies on another with no configuration. Not an organisation's data:
+ * DESIGN §9's org_id rule does not apply, and the table never grows.
+ */
+export const serviceSecrets = pgTable('service_secrets', {
+  name: text('name').primaryKey(),
+  value: text('value').notNull(),
+  createdAt: createdAt(),
+});
+
 export type OrganisationRow = typeof organisations.$inferSelect;
 export type ApiKeyRow = typeof apiKeys.$inferSelect;
 export type CustomerRow = typeof customers.$inferSelect;

@@ -1,3 +1,4 @@
+import { createHmac } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 import { createCustomer, insertEntity, issues, person } from './customers-fixtures.js';
@@ -166,6 +167,61 @@ describe('GET /customers cursor', () => {
       expect(response.statusCode).toBe(422);
       expect(issues(response)).toHaveProperty('cursor');
     }
+  });
+
+  it('when a cursor’s payload is edited (another id, a date in year 0000 or 294276), with its mac or without one, it answers 422 on cursor', async () => {
+    const [payload, mac] = (await list({ limit: '10' })).json().next_cursor.split('.');
+    const position = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8'));
+    const edits = [{ i: ids[20] }, { c: '0000-01-01T00:00:00.000Z' }, { c: '+275760-09-13T00:00:00.000Z' }, { c: '+294276-01-01T00:00:00.000Z' }, { f: 'other' }];
+    for (const edit of edits) {
+      const edited = Buffer.from(JSON.stringify({ ...position, ...edit })).toString('base64url');
+      for (const cursor of [`${edited}.${mac}`, edited]) {
+        const response = await list({ limit: '10', cursor });
+        expect(response.statusCode, `${JSON.stringify(edit)} ${cursor}`).toBe(422);
+        expect(issues(response).cursor).toEqual(['Not a cursor returned by this API; pass next_cursor back unchanged.']);
+      }
+    }
+  });
+
+  it('when a cursor’s mac is stripped, mangled or taken from another cursor, it answers 422 on cursor', async () => {
+    const first = (await list({ limit: '10' })).json().next_cursor as string;
+    const second = (await list({ limit: '10', cursor: first })).json().next_cursor as string;
+    const [payload, mac] = first.split('.') as [string, string];
+    const flipped = `${mac.slice(0, -1)}${mac.endsWith('A') ? 'B' : 'A'}`;
+    // The payload alone is the format of cursors issued before they were signed.
+    for (const cursor of [payload, `${payload}.`, `${payload}.${second.split('.')[1]}`, `${payload}.${flipped}`, `${payload}.${mac}A`, `${payload}.${mac}.${mac}`, `.${mac}`]) {
+      const response = await list({ limit: '10', cursor });
+      expect(response.statusCode, cursor).toBe(422);
+      expect(issues(response)).toHaveProperty('cursor');
+    }
+  });
+
+  it('when a cursor signed with the service key holds a date outside years 0001 to 9999, it answers 422 on cursor, not 500', async () => {
+    const { rows } = await ctx.database.pool.query(`SELECT value FROM service_secrets WHERE name = 'list_cursor_hmac'`);
+    const key = Buffer.from(rows[0].value, 'hex');
+    const [payload] = (await list({ limit: '10' })).json().next_cursor.split('.');
+    const position = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8'));
+    const sign = (fields: object) => {
+      const body = Buffer.from(JSON.stringify({ ...position, ...fields })).toString('base64url');
+      return `${body}.${createHmac('sha256', key).update(body).digest().subarray(0, 16).toString('base64url')}`;
+    };
+    // The signing is right: the same payload, signed here, continues the walk.
+    expect((await list({ limit: '10', cursor: sign({}) })).json().data.map((row: { id: string }) => row.id)).toEqual(ids.slice(10, 20));
+    for (const c of ['0000-01-01T00:00:00.000Z', '-000001-01-01T00:00:00.000Z', '+010000-01-01T00:00:00.000Z', '+275760-09-13T00:00:00.000Z']) {
+      const response = await list({ limit: '10', cursor: sign({ c }) });
+      expect(response.statusCode, c).toBe(422);
+      expect(issues(response)).toHaveProperty('cursor');
+    }
+  });
+
+  it('when a cursor issued by one instance is followed on another instance on the same database, the walk continues', async () => {
+    const other = await ctx.buildInstance();
+    const first = (await list({ limit: '10' })).json();
+    const second = await ctx.request('GET', '/v1/customers', { key: org.key, query: { limit: '10', cursor: first.next_cursor } }, other);
+    expect(second.statusCode, second.body).toBe(200);
+    expect(second.json().data.map((row: { id: string }) => row.id)).toEqual(ids.slice(10, 20));
+    const third = (await list({ limit: '10', cursor: second.json().next_cursor })).json();
+    expect(third.data.map((row: { id: string }) => row.id)).toEqual(ids.slice(20, 30));
   });
 
   it('when the cursor comes from the last page boundary, the next page holds exactly the rest', async () => {

@@ -79,6 +79,25 @@ describe('GET /entities', () => {
     expectValidation(await list({ cursor: 'not-a-cursor' }), 'cursor');
   });
 
+  it('when a cursor’s payload is edited or its mac stripped or swapped, it answers 422 on cursor', async () => {
+    const first = (await list({ limit: '2' })).json().next_cursor as string;
+    const second = (await list({ limit: '2', cursor: first })).json().next_cursor as string;
+    const [payload, mac] = first.split('.') as [string, string];
+    const position = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8'));
+    const edited = (fields: object) => Buffer.from(JSON.stringify({ ...position, ...fields })).toString('base64url');
+    const tampered = [
+      `${edited({ i: created[4]!.id })}.${mac}`,
+      `${edited({ c: '0000-01-01T00:00:00.000Z' })}.${mac}`,
+      `${edited({ c: '+275760-09-13T00:00:00.000Z' })}.${mac}`,
+      payload,
+      `${payload}.${second.split('.')[1]}`,
+    ];
+    for (const cursor of tampered) expectValidation(await list({ limit: '2', cursor }), 'cursor');
+    // The untouched cursor still continues the walk.
+    const next = (await list({ limit: '2', cursor: first })).json();
+    expect(next.data.map((item: { id: string }) => item.id)).toEqual(created.slice(2, 4).map((entity) => entity.id));
+  });
+
   it('when status is given, it filters on kyb_status', async () => {
     const body = (await list({ status: 'NOT_STARTED' })).json();
     expect(body.data.map((item: { id: string }) => item.id)).toEqual(created.filter((_, index) => index % 2 === 0).map((entity) => entity.id));

@@ -176,6 +176,8 @@ describe('svc key', () => {
       [['key', 'create', '--org', org.id, '--scopes', 'customers:read', '--allow-ip', '10.0.0.300'], /10\.0\.0\.300/],
       [['key', 'create', '--org', org.id, '--scopes', 'customers:read', '--expires-at', 'soon'], /--expires-at.*ISO 8601/],
       [['key', 'create', '--org', org.id, '--scopes', 'customers:read', '--expires-at', '2020-01-01T00:00:00Z'], /--expires-at.*must be in the future/],
+      // Year 10000 once in UTC: past PostgreSQL's input range, refused before any SQL.
+      [['key', 'create', '--org', org.id, '--scopes', 'customers:read', '--expires-at', '9999-12-31T23:59:59-14:00'], /--expires-at.*9999-12-31T23:59:59\.999Z/],
       [['key', 'create', '--org', org.id, '--scopes', 'customers:read', '--burst-limit', '0'], /burstLimit/],
       [['key', 'list', '--org', UNKNOWN_ID], /Organisation not found/],
       [['key', 'revoke', UNKNOWN_ID], /API key not found/],

@@ -1,6 +1,7 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { createApiKeysService } from '../../modules/api-keys/api-keys.service.js';
 import { SCOPES } from '../../plugins/route-scopes.js';
+import { dateTimeRangeProblem } from '../../shared/dates.schema.js';
 import { parseInteger, parseList, runCommand } from '../runner.js';
 
 /** An operator issuing an already expired key is a mistake (the service allows it, for tests of expiry). */
@@ -8,6 +9,10 @@ function futureDateTime(value: string): Date {
   const date = new Date(value);
   if (!/^\d{4}-\d{2}-\d{2}/.test(value) || Number.isNaN(date.getTime())) {
     throw new InvalidArgumentError('must be an ISO 8601 date-time, e.g. 2027-01-31T00:00:00Z');
+  }
+  // The API's bounds: past them PostgreSQL refuses the value, and the command would fail on SQL.
+  if (dateTimeRangeProblem(value, date)) {
+    throw new InvalidArgumentError('must lie between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z, as written and in UTC');
   }
   if (date.getTime() <= Date.now()) throw new InvalidArgumentError('must be in the future');
   return date;

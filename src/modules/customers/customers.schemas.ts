@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { calendarDateSchema, dateTimeSchema } from '../../shared/dates.schema.js';
 import { isDesignatedServiceCode } from '../designated-services/catalog.js';
 import { KYC_STATUSES } from './due-diligence.js';
 
@@ -22,8 +23,8 @@ export const serviceCodeList = z
   .describe('Designated-service catalog codes; duplicates are merged.')
   .meta({ example: ['PRO-REAL-ESTATE'] });
 
-/** yyyy-mm-dd, a real calendar date. */
-export const calendarDate = z.iso.date({ error: 'Must be a date in the form yyyy-mm-dd.' });
+/** yyyy-mm-dd, a real calendar date in years 0001 to 9999. */
+export const calendarDate = calendarDateSchema();
 
 export const riskAnswersSchema = z
   .object({
@@ -116,10 +117,9 @@ export const listQueryBase = z
     limit: limitParam,
     cursor: z.string().max(1024).optional().describe('Opaque next_cursor of the previous page.'),
     aml_status: z.enum(AML_STATUSES).optional().describe('Filter by aml.status.'),
-    updated_since: z.iso
-      .datetime({ offset: true, error: 'Must be an ISO 8601 date-time, e.g. 2026-01-31T09:00:00Z.' })
+    updated_since: dateTimeSchema()
       .optional()
-      .describe('Only records updated after this instant.'),
+      .describe('Only records updated after this instant (years 0001 to 9999, also once converted to UTC).'),
     external_id: z.string().min(1).max(255).optional().describe('Only the record with this external_id.'),
     include: z
       .string()

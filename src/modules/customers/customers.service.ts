@@ -11,7 +11,7 @@ import { toAmlBlock, toIndividualDto } from './customer-dto.js';
 import { createCustomersRepository, type CustomerKind, type ListFilters } from './customers.repository.js';
 import type { IndividualDto, PatchCustomerBody, UpsertCustomerBody } from './customers.schemas.js';
 import { assessmentTriggers, designatedFlag, initialStatus, statusAfterServicesChange, type KycStatus, type PreCommencementAssessment } from './due-diligence.js';
-import { decodeCursor, encodeCursor, filterFingerprint } from './list-cursor.js';
+import { cursorKeyLoader, decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from './list-cursor.js';
 import { classifyClient, rateRisk, type RiskAnswers } from './risk-model.js';
 
 /** Who is asking, in which organisation. Every query is scoped by `orgId`. */
@@ -28,7 +28,8 @@ export type ListQuery = {
   cursor?: string;
   status?: string;
   aml_status?: string;
-  updated_since?: string;
+  /** Already bounded to years 0001 to 9999 by the query schema. */
+  updated_since?: Date;
   external_id?: string;
   include?: string;
   type?: string;
@@ -61,6 +62,7 @@ export type ListRead<T> = { body: ListResult<T>; drainedAt?: Date };
  */
 export async function listCustomerRecords<T>(
   repository: ReturnType<typeof createCustomersRepository>,
+  cursorKey: CursorKey,
   orgId: string,
   kind: CustomerKind,
   query: ListQuery,
@@ -71,7 +73,7 @@ export async function listCustomerRecords<T>(
     kind,
     kycStatus: query.status,
     amlStatus: query.aml_status,
-    updatedSince: query.updated_since ? new Date(query.updated_since) : undefined,
+    updatedSince: query.updated_since,
     externalId: query.external_id,
     type: query.type,
   };
@@ -83,7 +85,7 @@ export async function listCustomerRecords<T>(
     external_id: query.external_id ?? null,
     type: query.type ?? null,
   });
-  if (query.cursor) filters.after = decodeCursor(query.cursor, fingerprint);
+  if (query.cursor) filters.after = decodeCursor(query.cursor, fingerprint, await cursorKey());
   const drainedAt = filters.after ? undefined : await drainChanges(repository, orgId);
   const rows = await repository.list(orgId, filters, limit + 1);
   const page = rows.slice(0, limit);
@@ -93,7 +95,7 @@ export async function listCustomerRecords<T>(
     object: 'list',
     data: await toDto(page),
     has_more: hasMore,
-    next_cursor: hasMore && last ? encodeCursor(last, fingerprint) : null,
+    next_cursor: hasMore && last ? encodeCursor(last, fingerprint, await cursorKey()) : null,
     limit,
   };
   if (query.include?.split(',').some((part) => part.trim() === 'total_count')) {
@@ -234,9 +236,10 @@ function isUniqueViolation(error: unknown): boolean {
   return (error as { code?: string; cause?: { code?: string } }).code === '23505' || (error as { cause?: { code?: string } }).cause?.code === '23505';
 }
 
-export function createCustomersService(deps: { database: Database; clock?: Clock; businessRegister?: BusinessRegister }) {
+export function createCustomersService(deps: { database: Database; clock?: Clock; businessRegister?: BusinessRegister; cursorKey?: CursorKey }) {
   const { database } = deps;
   const clock = deps.clock ?? systemClock;
+  const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
   const repository = createCustomersRepository(database.db);
   const changes = createCustomerChangeRecorder(database.db);
 
@@ -434,7 +437,7 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
     },
 
     async list(ctx: RequestContext, query: ListQuery): Promise<ListRead<IndividualDto>> {
-      return listCustomerRecords(repository, ctx.orgId, 'individual', query, (rows) => rows.map(toIndividualDto));
+      return listCustomerRecords(repository, cursorKey, ctx.orgId, 'individual', query, (rows) => rows.map(toIndividualDto));
     },
   };
 }

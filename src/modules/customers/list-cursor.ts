@@ -1,33 +1,96 @@
-import { createHash } from 'node:crypto';
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import stableStringify from 'safe-stable-stringify';
+import type { Database } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
+import { isWithinDateBounds } from '../../shared/dates.schema.js';
 import { isUuid } from '../../shared/ids.js';
+import { createServiceSecretsRepository } from '../service-secrets/service-secrets.repository.js';
+
+/**
+ * A cursor is `<payload>.<mac>`: the payload is the base64url JSON of the last row's creation time
+ * and id and the walk's filter fingerprint; the mac is the first 16 bytes of HMAC-SHA256 over the
+ * payload's text, base64url. Nothing in a cursor reaches a query before its mac verifies, so a
+ * hand-edited one (an extreme date, another id) is a 422, never a database error.
+ */
+const MAC_BYTES = 16;
+const BASE64URL = /^[A-Za-z0-9_-]+$/;
+const NOT_A_CURSOR = 'Not a cursor returned by this API; pass next_cursor back unchanged.';
+
+/** The cursor HMAC key, read when first needed. */
+export type CursorKey = () => Promise<Buffer>;
 
 /** Fingerprint of the filters a walk started with; a cursor only continues the same walk. */
 export function filterFingerprint(filters: Record<string, unknown>): string {
   return createHash('sha256').update(stableStringify(filters) ?? '').digest('base64url').slice(0, 16);
 }
 
-export function encodeCursor(position: { createdAt: Date; id: string }, fingerprint: string): string {
-  return Buffer.from(JSON.stringify({ c: position.createdAt.toISOString(), i: position.id, f: fingerprint })).toString('base64url');
+function macOf(payload: string, key: Buffer): string {
+  return createHmac('sha256', key).update(payload).digest().subarray(0, MAC_BYTES).toString('base64url');
 }
 
-export function decodeCursor(cursor: string, fingerprint: string): { createdAt: Date; id: string } {
+export function encodeCursor(position: { createdAt: Date; id: string }, fingerprint: string, key: Buffer): string {
+  const payload = Buffer.from(JSON.stringify({ c: position.createdAt.toISOString(), i: position.id, f: fingerprint })).toString('base64url');
+  return `${payload}.${macOf(payload, key)}`;
+}
+
+export function decodeCursor(cursor: string, fingerprint: string, key: Buffer): { createdAt: Date; id: string } {
+  const parts = cursor.split('.');
+  const [payload, mac] = parts;
+  if (parts.length !== 2 || !payload || !mac || !BASE64URL.test(payload) || !BASE64URL.test(mac)) {
+    throw AppError.field('cursor', NOT_A_CURSOR);
+  }
+  // Compared as the canonical text, so exactly one mac string verifies for a payload.
+  const given = Buffer.from(mac);
+  const expected = Buffer.from(macOf(payload, key));
+  if (given.length !== expected.length || !timingSafeEqual(given, expected)) throw AppError.field('cursor', NOT_A_CURSOR);
+
   let parsed: { c?: unknown; i?: unknown; f?: unknown };
   try {
-    parsed = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+    parsed = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8'));
   } catch {
-    throw AppError.field('cursor', 'Not a cursor returned by this API; pass next_cursor back unchanged.');
+    throw AppError.field('cursor', NOT_A_CURSOR);
   }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
-    throw AppError.field('cursor', 'Not a cursor returned by this API; pass next_cursor back unchanged.');
-  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw AppError.field('cursor', NOT_A_CURSOR);
   const createdAt = typeof parsed.c === 'string' ? new Date(parsed.c) : undefined;
-  if (!createdAt || Number.isNaN(createdAt.getTime()) || typeof parsed.i !== 'string' || !isUuid(parsed.i)) {
-    throw AppError.field('cursor', 'Not a cursor returned by this API; pass next_cursor back unchanged.');
+  // The mac already vouches for the payload; the range check stays as a second line should the
+  // key ever leak, since an out-of-range date would fail in SQL rather than as a 422.
+  if (!createdAt || !isWithinDateBounds(createdAt) || typeof parsed.i !== 'string' || !isUuid(parsed.i)) {
+    throw AppError.field('cursor', NOT_A_CURSOR);
   }
   if (parsed.f !== fingerprint) {
     throw AppError.field('cursor', 'This cursor belongs to a walk with other filters; keep the filters unchanged while paging.');
   }
   return { createdAt, id: parsed.i };
+}
+
+const MIN_KEY_BYTES = 32;
+/** Per database handle (one per app instance): services built on it share one read of the key. */
+const loadedKeys = new WeakMap<Database, Promise<Buffer>>();
+
+/**
+ * The cursor key of service_secrets, read once per process on first use and kept: it is the same
+ * for every instance on the database. A failed read is forgotten, so the next list tries again.
+ */
+export function cursorKeyLoader(database: Database): CursorKey {
+  return () => {
+    let key = loadedKeys.get(database);
+    if (!key) {
+      key = readCursorKey(database);
+      loadedKeys.set(database, key);
+      const loading = key;
+      loading.catch(() => {
+        if (loadedKeys.get(database) === loading) loadedKeys.delete(database);
+      });
+    }
+    return key;
+  };
+}
+
+async function readCursorKey(database: Database): Promise<Buffer> {
+  const value = await createServiceSecretsRepository(database.db).find('list_cursor_hmac');
+  const key = value !== undefined && /^(?:[0-9a-f]{2})+$/i.test(value) ? Buffer.from(value, 'hex') : undefined;
+  if (!key || key.length < MIN_KEY_BYTES) {
+    throw new Error(`service_secrets.list_cursor_hmac is missing or shorter than ${MIN_KEY_BYTES} bytes of hex; run the migrations`);
+  }
+  return key;
 }

@@ -7,6 +7,7 @@ import { createAuditRepository } from '../audit/audit.repository.js';
 import { changedColumns, createCustomerChangeRecorder } from '../customers/customer-changes.js';
 import { toAmlBlock, toIndividualDto } from '../customers/customer-dto.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
+import { cursorKeyLoader, type CursorKey } from '../customers/list-cursor.js';
 import {
   checkDueDiligenceInputs,
   listCustomerRecords,
@@ -29,9 +30,10 @@ function isUniqueViolation(error: unknown): boolean {
   return code === '23505' || cause?.code === '23505';
 }
 
-export function createEntitiesService(deps: { database: Database; clock?: Clock }) {
+export function createEntitiesService(deps: { database: Database; clock?: Clock; cursorKey?: CursorKey }) {
   const { database } = deps;
   const clock = deps.clock ?? systemClock;
+  const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
   const customers = createCustomersRepository(database.db);
   const entities = createEntitiesRepository(database.db);
   const changes = createCustomerChangeRecorder(database.db);
@@ -272,7 +274,7 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock 
 
     async list(ctx: RequestContext, query: ListQuery): Promise<ListRead<EntityDto>> {
       const tx = database.current();
-      return listCustomerRecords(customers, ctx.orgId, 'entity', query, async (rows) => {
+      return listCustomerRecords(customers, cursorKey, ctx.orgId, 'entity', query, async (rows) => {
         const contactIds = [...new Set(rows.map((row) => row.contactCustomerId).filter((id): id is string => id !== null))];
         const contacts = new Map((await customers.findManyByIds(ctx.orgId, contactIds, tx)).map((row) => [row.id, row]));
         return rows.map((row) => toEntityDto(row, row.contactCustomerId ? contacts.get(row.contactCustomerId) : undefined));
