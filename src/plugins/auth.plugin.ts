@@ -28,6 +28,17 @@ export function setRateLimitHeaders(reply: FastifyReply, windows: RateLimitWindo
   reply.header('RateLimit', windows.map((w) => `"${w.name}";r=${w.remaining};t=${w.resetSeconds}`).join(', '));
 }
 
+/** Whether the raw request carries more than one Authorization line (request.headers shows only the first). */
+function hasRepeatedAuthorization(request: FastifyRequest): boolean {
+  const raw = request.raw.rawHeaders;
+  let count = 0;
+  for (let index = 0; index < raw.length; index += 2) {
+    const name = raw[index]!;
+    if (name.length === 13 && name.toLowerCase() === 'authorization' && ++count > 1) return true;
+  }
+  return false;
+}
+
 /** The caller, with its organisation's current features (the access check has passed before any handler runs). */
 export async function confirmedAuth(request: FastifyRequest): Promise<AuthContext> {
   return request.auth;
@@ -82,7 +93,9 @@ export const authPlugin = fp(
     app.addHook('onRequest', async (request, reply) => {
       const config = request.routeOptions.config;
       if (!config?.authenticated) return;
-      const keyHash = access.keyHashOf(request.headers.authorization);
+      // Node keeps only the first of repeated Authorization lines; a request carrying two
+      // credentials is ambiguous, so it is refused like a request carrying none (the same 401).
+      const keyHash = access.keyHashOf(hasRepeatedAuthorization(request) ? undefined : request.headers.authorization);
       let grant: AccessGrant;
       try {
         grant = await access.authenticate(keyHash, request.ip);

@@ -14,6 +14,7 @@ export type ErrorCode =
   | 'bad_request'
   | 'request_timeout'
   | 'headers_too_large'
+  | 'expectation_failed'
   | 'service_unavailable'
   | 'database_unavailable'
   | 'record_locked'

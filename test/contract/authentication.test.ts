@@ -1,3 +1,5 @@
+import { request as httpRequest } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
@@ -93,6 +95,47 @@ describe('401 unauthorized', () => {
 
   it('when a valid key is sent, it is accepted (the 401 cases above fail for their own reason)', async () => {
     expect((await ctx.request('GET', '/v1/customers', { key: org.key })).statusCode).toBe(200);
+  });
+});
+
+/** A request over a real socket, so the headers are framed and parsed by Node as a client would send them. */
+function socketRequest(port: number, headers: Record<string, string | string[]>): Promise<{ statusCode: number; body: string; headers: Record<string, unknown> }> {
+  return new Promise((resolve, reject) => {
+    const request = httpRequest({ host: '127.0.0.1', port, path: '/v1/customers', headers }, (response) => {
+      let body = '';
+      response.setEncoding('utf8');
+      response.on('data', (chunk: string) => (body += chunk));
+      response.on('end', () => resolve({ statusCode: response.statusCode ?? 0, body, headers: response.headers }));
+    });
+    request.on('error', reject);
+    request.end();
+  });
+}
+
+describe('repeated Authorization headers', () => {
+  let port = 0;
+  beforeAll(async () => {
+    const server = await ctx.buildInstance();
+    await server.listen({ port: 0, host: '127.0.0.1' });
+    port = (server.server.address() as AddressInfo).port;
+  });
+
+  it.each([
+    ['the same valid key twice', (key: string) => [`Bearer ${key}`, `Bearer ${key}`]],
+    ['a valid key, then a bogus one', (key: string) => [`Bearer ${key}`, 'Bearer svc_live_bogus']],
+    ['a bogus key, then a valid one', (key: string) => ['Bearer svc_live_bogus', `Bearer ${key}`]],
+    ['a valid key and an empty header', (key: string) => [`Bearer ${key}`, '']],
+  ])('when a request carries %s in two Authorization headers over a socket, it answers the same 401', async (_name, values) => {
+    await expectUnauthorized(await socketRequest(port, { authorization: values(org.key) }));
+  });
+
+  it('when one Authorization header is sent over a socket, it is accepted (the refusal above is for the repetition)', async () => {
+    expect((await socketRequest(port, { authorization: `Bearer ${org.key}` })).statusCode).toBe(200);
+  });
+
+  it('when two Authorization headers are injected, it answers the same 401', async () => {
+    // Capitalised: the typed lower-case `authorization` field takes one string, an array means repeated lines.
+    await expectUnauthorized(await ctx.app.inject({ method: 'GET', url: '/v1/customers', headers: { Authorization: [`Bearer ${org.key}`, `Bearer ${org.key}`] } }));
   });
 });
 

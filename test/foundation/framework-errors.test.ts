@@ -243,14 +243,50 @@ describe('HTTP parser errors use the error envelope', () => {
     port = (app.server.address() as { port: number }).port;
   });
 
+  // Each of these Node (its parser, or its server before any handler) used to answer, or may answer, itself.
+  const post = 'POST /v1/customers HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n';
   it.each([
     ['a header line without a colon', 400, 'bad_request', 'GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n'],
     ['a request line that is not HTTP', 400, 'bad_request', 'NOT HTTP AT ALL\r\n\r\n'],
     ['headers over the size limit', 431, 'headers_too_large', `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`],
+    ['a URL over the header size limit', 431, 'headers_too_large', `GET /${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`],
+    ['HTTP/1.1 without Host', 400, 'bad_request', 'GET /healthz HTTP/1.1\r\n\r\n'],
+    ['two Host headers', 400, 'bad_request', 'GET /healthz HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n'],
+    ['an invalid Host value', 400, 'bad_request', 'GET /healthz HTTP/1.1\r\nHost: a b/c\r\n\r\n'],
+    ['an HTTP/2.0 request line', 400, 'bad_request', 'GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n'],
+    ['an HTTP/0.9 request line', 400, 'bad_request', 'GET /healthz\r\n\r\n'],
+    ['an unknown HTTP version', 400, 'bad_request', 'GET /healthz HTTP/1.2\r\nHost: x\r\n\r\n'],
+    ['the HTTP/2 connection preface', 400, 'bad_request', 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'],
+    ['an invalid method token', 400, 'bad_request', 'G@T /healthz HTTP/1.1\r\nHost: x\r\n\r\n'],
+    ['a method Node does not know', 400, 'bad_request', 'FOO /healthz HTTP/1.1\r\nHost: x\r\n\r\n'],
+    ['a control character in a header value', 400, 'bad_request', 'GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\u0001b\r\n\r\n'],
+    ['a space in a header name', 400, 'bad_request', 'GET /healthz HTTP/1.1\r\nHost: x\r\nX A: b\r\n\r\n'],
+    ['a folded header line (obs-fold)', 400, 'bad_request', 'GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n'],
+    ['bare LF line endings', 400, 'bad_request', 'GET /healthz HTTP/1.1\nHost: x\n\n'],
+    ['a NUL in the URL', 400, 'bad_request', 'GET /he\u0000althz HTTP/1.1\r\nHost: x\r\n\r\n'],
+    ['a space in the URL', 400, 'bad_request', 'GET /he althz HTTP/1.1\r\nHost: x\r\n\r\n'],
+    ['Transfer-Encoding and Content-Length together', 400, 'bad_request', `${post}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`],
+    ['two Content-Length headers', 400, 'bad_request', `${post}Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}`],
+    ['a Content-Length that is not a number', 400, 'bad_request', `${post}Content-Length: abc\r\n\r\n`],
+    ['a Transfer-Encoding other than chunked', 400, 'bad_request', `${post}Transfer-Encoding: gzip\r\n\r\n`],
+    ['a malformed chunk size', 400, 'bad_request', `${post}Transfer-Encoding: chunked\r\n\r\nZZ\r\n{}\r\n0\r\n\r\n`],
+    ['an Expect other than 100-continue', 417, 'expectation_failed', 'GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\nConnection: close\r\n\r\n'],
+    ['a CONNECT (this is no proxy)', 404, 'not_found', 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n'],
   ])('when the request has %s, it answers %i %s in the envelope', async (_name, status, code, bytes) => {
     const response = parseRawResponse(await rawExchange(port, bytes));
     expect(response.status).toBe(status);
     expect(response.headers['content-type']).toMatch(/^application\/json/);
     expect(response.body).toEqual({ error: { code, message: expect.any(String) } });
+  });
+
+  it('when an HTTP/1.0 request has no Host, it is served (Host is required from HTTP/1.1 on)', async () => {
+    const response = parseRawResponse(await rawExchange(port, 'GET /healthz HTTP/1.0\r\n\r\n'));
+    expect(response.status).toBe(200);
+  });
+
+  it('when an HTTP/1.1 request has no Host, the answer closes the connection and carries Cache-Control: no-store', async () => {
+    const response = parseRawResponse(await rawExchange(port, 'GET /healthz HTTP/1.1\r\n\r\n'));
+    expect(response.headers.connection).toBe('close');
+    expect(response.headers['cache-control']).toBe('no-store');
   });
 });
