@@ -65,6 +65,7 @@ export function startBackgroundJobs(deps: {
       database,
       logger: logger.child({ component: 'webhook-worker' }),
       allowPrivateUrls: deps.config.webhookAllowPrivateUrls,
+      allowedPorts: deps.config.webhookAllowedPorts,
     });
     const started = worker.start().catch((error: unknown) => logger.error({ err: error }, 'webhook worker failed to start'));
     jobs.push({

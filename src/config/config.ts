@@ -37,6 +37,24 @@ const trustedProxyList = z
     return entries;
   });
 
+/** A comma-separated list of TCP ports (1-65535), e.g. `8443,9443`; unset or empty: none. */
+const portList = z
+  .string()
+  .optional()
+  .transform((value, ctx) => {
+    if (value === undefined) return [] as number[];
+    const ports: number[] = [];
+    for (const entry of value.split(',').map((part) => part.trim()).filter(Boolean)) {
+      const port = /^\d{1,5}$/.test(entry) ? Number(entry) : Number.NaN;
+      if (!(port >= 1 && port <= 65535)) {
+        ctx.addIssue({ code: 'custom', message: `"${entry}" is not a port number (1-65535); give a comma-separated list such as 8443,9443` });
+        return z.NEVER;
+      }
+      if (!ports.includes(port)) ports.push(port);
+    }
+    return ports;
+  });
+
 function isCidr(value: string): boolean {
   try {
     ipaddr.parseCIDR(value);
@@ -78,9 +96,9 @@ const environmentSchema = z.object({
     .transform((value) => (value === '' ? undefined : value)),
   SMTP_FROM: z.string().default('Verification <no-reply@verification.local>'),
   WEBHOOK_WORKER: booleanFlag(true),
-  WEBHOOK_ALLOW_PRIVATE_URLS: z.enum(['true', 'false', '1', '0', 'on', 'off', 'yes', 'no'], {
-    error: 'must be one of true, false, on, off, 1, 0, yes, no',
-  }).optional(),
+  WEBHOOK_ALLOW_PRIVATE_URLS: booleanFlag(false),
+  WEBHOOK_ALLOWED_PORTS: portList,
+  METRICS_PORT: z.coerce.number({ error: 'must be a port number' }).int('must be a port number').min(0).max(65535, 'must be at most 65535').optional(),
   DATABASE_POOL_SIZE: positiveInt(10),
   DATABASE_STATEMENT_TIMEOUT_MS: positiveInt(DATABASE_DEFAULTS.statementTimeoutMs),
   DATABASE_LOCK_TIMEOUT_MS: positiveInt(DATABASE_DEFAULTS.lockTimeoutMs),
@@ -108,7 +126,12 @@ export type Config = {
   smtpUrl: string | undefined;
   smtpFrom: string;
   webhookWorker: boolean;
+  /** Development only: webhook endpoints may be http, on private addresses and on any port. */
   webhookAllowPrivateUrls: boolean;
+  /** Webhook endpoint ports allowed besides 443 (WEBHOOK_ALLOWED_PORTS). */
+  webhookAllowedPorts: number[];
+  /** A separate listener that alone serves /metrics; unset: /metrics is on the public port. */
+  metricsPort: number | undefined;
   databasePoolSize: number;
   /** Pool size, timeouts and the prepared-statement switch of every connection (see DATABASE_DEFAULTS). */
   database: Required<Omit<DatabaseOptions, 'applicationName'>>;
@@ -143,7 +166,10 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     timeoutProblems.push(`DATABASE_QUERY_TIMEOUT_MS: must be greater than DATABASE_STATEMENT_TIMEOUT_MS (${env.DATABASE_STATEMENT_TIMEOUT_MS})`);
   }
   if (timeoutProblems.length > 0) throw new ConfigError(timeoutProblems);
-  const allowPrivate = env.WEBHOOK_ALLOW_PRIVATE_URLS;
+  if (env.METRICS_PORT !== undefined && env.METRICS_PORT !== 0 && env.METRICS_PORT === env.PORT) {
+    // One port cannot be both the public listener and the one that keeps /metrics off it.
+    throw new ConfigError([`METRICS_PORT: must differ from PORT (${env.PORT})`]);
+  }
   return {
     port: env.PORT,
     host: env.HOST,
@@ -159,10 +185,10 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     smtpUrl: env.SMTP_URL,
     smtpFrom: env.SMTP_FROM,
     webhookWorker: env.WEBHOOK_WORKER,
-    // The embedded development database implies a local setup, where webhook receivers on
-    // localhost are the norm; with a real DATABASE_URL private targets stay blocked unless asked.
-    webhookAllowPrivateUrls:
-      allowPrivate === undefined ? env.DATABASE_URL === undefined : ['true', '1', 'on', 'yes'].includes(allowPrivate),
+    // Only the variable says so: the embedded database is no proof of a developer's machine.
+    webhookAllowPrivateUrls: env.WEBHOOK_ALLOW_PRIVATE_URLS,
+    webhookAllowedPorts: env.WEBHOOK_ALLOWED_PORTS,
+    metricsPort: env.METRICS_PORT,
     databasePoolSize: env.DATABASE_POOL_SIZE,
     database: {
       poolSize: env.DATABASE_POOL_SIZE,

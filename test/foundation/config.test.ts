@@ -24,6 +24,13 @@ const BAD_VALUES: Array<[variable: string, value: string, problem: RegExp]> = [
   ['PUBLIC_BASE_URL', 'ftp://files.example.com', /http\(s\) URL/],
   ['SMTP_URL', 'http://mail.example.com', /smtp:\/\//],
   ['DATABASE_POOL_SIZE', 'many', /whole number/],
+  ['WEBHOOK_ALLOWED_PORTS', '8443,abc', /"abc" is not a port number/],
+  ['WEBHOOK_ALLOWED_PORTS', '0', /"0" is not a port number \(1-65535\)/],
+  ['WEBHOOK_ALLOWED_PORTS', '70000', /"70000" is not a port number/],
+  ['WEBHOOK_ALLOWED_PORTS', '8443;9443', /comma-separated/],
+  ['METRICS_PORT', 'abc', /port number/],
+  ['METRICS_PORT', '70000', /at most 65535/],
+  ['METRICS_PORT', '8080', /must differ from PORT \(8080\)/],
 ];
 
 function configErrorFor(environment: NodeJS.ProcessEnv): ConfigError {
@@ -64,7 +71,9 @@ describe('configuration from the environment', () => {
       smtpUrl: undefined,
       smtpFrom: 'Verification <no-reply@verification.local>',
       webhookWorker: true,
-      webhookAllowPrivateUrls: true,
+      webhookAllowPrivateUrls: false,
+      webhookAllowedPorts: [],
+      metricsPort: undefined,
       databasePoolSize: 10,
     });
   });
@@ -123,10 +132,23 @@ describe('configuration from the environment', () => {
     });
   });
 
-  it('when DATABASE_URL is set, private webhook targets stay blocked unless WEBHOOK_ALLOW_PRIVATE_URLS says otherwise', () => {
+  it('when WEBHOOK_ALLOW_PRIVATE_URLS is unset, private webhook targets are blocked on the embedded database and on DATABASE_URL alike', () => {
+    expect(loadConfig({}).webhookAllowPrivateUrls).toBe(false);
     expect(loadConfig({ DATABASE_URL: 'postgres://x@h/db' }).webhookAllowPrivateUrls).toBe(false);
-    expect(loadConfig({ DATABASE_URL: 'postgres://x@h/db', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' }).webhookAllowPrivateUrls).toBe(true);
+    expect(loadConfig({ WEBHOOK_ALLOW_PRIVATE_URLS: 'true' }).webhookAllowPrivateUrls).toBe(true);
+    expect(loadConfig({ DATABASE_URL: 'postgres://x@h/db', WEBHOOK_ALLOW_PRIVATE_URLS: 'yes' }).webhookAllowPrivateUrls).toBe(true);
     expect(loadConfig({ WEBHOOK_ALLOW_PRIVATE_URLS: 'false' }).webhookAllowPrivateUrls).toBe(false);
+  });
+
+  it('when WEBHOOK_ALLOWED_PORTS lists ports, they are parsed once each, spaces and empty items ignored', () => {
+    expect(loadConfig({ WEBHOOK_ALLOWED_PORTS: ' 8443, 9443,,8443 ' }).webhookAllowedPorts).toEqual([8443, 9443]);
+    expect(loadConfig({ WEBHOOK_ALLOWED_PORTS: '1,65535' }).webhookAllowedPorts).toEqual([1, 65535]);
+  });
+
+  it('when METRICS_PORT is set, it is the metrics listener\'s port; 0 picks a free one even beside PORT=0', () => {
+    expect(loadConfig({ METRICS_PORT: '9464' }).metricsPort).toBe(9464);
+    expect(loadConfig({ PORT: '0', METRICS_PORT: '0' })).toMatchObject({ port: 0, metricsPort: 0 });
+    expect(loadConfig({ PORT: '3000', METRICS_PORT: '8080' }).metricsPort).toBe(8080);
   });
 });
 

@@ -276,7 +276,8 @@ describe('webhook delivery', () => {
     for (const url of [`https://localhost:${receiver.port}/rebound`, `https://127.0.0.1:${receiver.port}/rebound`, `http://example.com/plain`]) {
       await ctx.database.db.insert(webhookEndpoints).values({ orgId: org.id, url, secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' });
     }
-    await startWorker({ allowPrivateUrls: false, retrySchedule: [60_000] });
+    // The receiver's port is allowed, so what refuses these is the address rule.
+    await startWorker({ allowPrivateUrls: false, allowedPorts: [receiver.port], retrySchedule: [60_000] });
     const eventId = await emit(org.id);
     const deliveries = await waitFor(async () => {
       const current = await service().listDeliveries({ orgId: org.id, eventId });

@@ -85,6 +85,16 @@ describe('webhook endpoints', () => {
     ['https://[fe80::1]/hook', /not a public address/],
     ['https://[::ffff:127.0.0.1]/hook', /not a public address/],
     ['https://2130706433/hook', /not a public address/],
+    ['https://0x7f.1/hook', /127\.0\.0\.1, which is not a public address/],
+    ['https://[::127.0.0.1]/hook', /::7f00:1, which is not a public address \(deprecated IPv4-compatible/],
+    ['https://[::8.8.8.8]/hook', /::808:808, which is not a public address/],
+    ['https://[::ffff:a9fe:a9fe]/latest', /not a public address \(link-local/],
+    ['https://[64:ff9b::a00:1]/hook', /not a public address \(IPv4\/IPv6 translation/],
+    ['https://192.0.0.8/hook', /not a public address \(IETF protocol assignments/],
+    ['https://198.18.0.1/hook', /not a public address \(benchmarking/],
+    ['https://[2001:db8::1]/hook', /not a public address \(documentation/],
+    ['https://93.184.215.14:8443/hook', /Port 8443 is not allowed/],
+    ['https://93.184.215.14:80/hook', /Port 80 is not allowed/],
     ['https://no-such-host.invalid/hook', /could not be resolved/],
   ])('when private URLs are not allowed, %s is refused (SSRF)', async (url, message) => {
     const org = await ctx.createOrg();
@@ -93,6 +103,31 @@ describe('webhook endpoints', () => {
       details: { issues: { url: [expect.stringMatching(message)] } },
     });
     expect(await strict().listEndpoints(org.id)).toEqual([]);
+  });
+
+  it('when WEBHOOK_ALLOWED_PORTS lists a port, an endpoint on it is accepted and one on another port is still refused', async () => {
+    const org = await ctx.createOrg();
+    const withPorts = createWebhooksService({ database: ctx.database, allowPrivateUrls: false, allowedPorts: [8443] });
+    expect(await withPorts.addEndpoint({ orgId: org.id, url: 'https://93.184.215.14:8443/hooks' })).toMatchObject({ url: 'https://93.184.215.14:8443/hooks' });
+    await expect(withPorts.addEndpoint({ orgId: org.id, url: 'https://93.184.215.14:9443/hooks' })).rejects.toMatchObject({
+      details: { issues: { url: [expect.stringMatching(/Port 9443 is not allowed/)] } },
+    });
+  });
+
+  it('when a host name resolves to a private address, registration is refused naming the address', async () => {
+    const org = await ctx.createOrg();
+    const service = createWebhooksService({
+      database: ctx.database,
+      allowPrivateUrls: false,
+      resolveHost: async () => [
+        { address: '2606:4700:4700::1111', family: 6 },
+        { address: '::ffff:192.168.0.10', family: 6 },
+      ],
+    });
+    await expect(service.addEndpoint({ orgId: org.id, url: 'https://crm.example.test/hooks' })).rejects.toMatchObject({
+      details: { issues: { url: [expect.stringMatching(/"crm\.example\.test" resolves to ::ffff:192\.168\.0\.10, which is not a public address/)] } },
+    });
+    expect(await service.listEndpoints(org.id)).toEqual([]);
   });
 
   it('when private URLs are allowed (local development), http and loopback endpoints are accepted', async () => {
@@ -168,6 +203,8 @@ describe('webhook address and header rules', () => {
     ['169.254.169.254', false],
     ['fd00:ec2::254', false],
     ['::ffff:10.0.0.1', false],
+    ['::127.0.0.1', false],
+    ['::7f00:1', false],
     ['2002:0a00:0001::1', false],
     ['64:ff9b::a00:1', false],
     ['224.0.0.1', false],

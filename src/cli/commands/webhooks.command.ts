@@ -1,11 +1,12 @@
 import type { Command } from 'commander';
+import { webhookTargetPolicy } from '../../modules/webhooks/endpoint-url.js';
 import { createWebhooksService } from '../../modules/webhooks/webhooks.service.js';
 import { DELIVERY_STATUSES, type DeliveryStatus } from '../../modules/webhooks/webhooks.schemas.js';
 import { EVENT_TYPES, type EventType } from '../../modules/webhooks/outbox.repository.js';
 import { parseInteger, parseList, runCommand, type CommandContext } from '../runner.js';
 
 const service = ({ config, database }: CommandContext) =>
-  createWebhooksService({ database, allowPrivateUrls: config.webhookAllowPrivateUrls });
+  createWebhooksService({ database, ...webhookTargetPolicy(config) });
 
 export function registerWebhookCommands(program: Command): void {
   const webhook = program.command('webhook').description('Manage webhook endpoints and deliveries');
@@ -14,7 +15,7 @@ export function registerWebhookCommands(program: Command): void {
     .command('add')
     .description('Register an endpoint; its signing secret (whsec_…) is printed only here')
     .requiredOption('--org <id>', 'organisation id')
-    .requiredOption('--url <url>', 'https URL that receives the events')
+    .requiredOption('--url <url>', 'https URL on port 443 (or one in WEBHOOK_ALLOWED_PORTS) of a public address that receives the events')
     .option('--events <list>', `comma-separated event types (${EVENT_TYPES.join(', ')}); default all`)
     .option('--disabled', 'register it disabled')
     .action((options: { org: string; url: string; events?: string; disabled?: boolean }) =>

@@ -39,6 +39,8 @@ type WorkerLogger = Pick<pino.Logger, 'debug' | 'info' | 'warn' | 'error'>;
 export type DeliveryWorkerOptions = {
   database: Database;
   allowPrivateUrls: boolean;
+  /** Endpoint ports allowed besides 443 (WEBHOOK_ALLOWED_PORTS). */
+  allowedPorts?: readonly number[];
   logger?: WorkerLogger;
   workerId?: string;
   /** Deliveries in flight at once in this worker. */
@@ -128,7 +130,7 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
   const refillAt = Math.max(1, Math.floor(concurrency / 4));
 
   const deliveries = createDeliveryRepository(database.db);
-  const sender = createWebhookSender({ allowPrivateUrls: options.allowPrivateUrls, timeoutMs: requestTimeoutMs });
+  const sender = createWebhookSender({ allowPrivateUrls: options.allowPrivateUrls, allowedPorts: options.allowedPorts, timeoutMs: requestTimeoutMs });
   const wake = createWakeSignal();
   /** Posts on the wire (they hold a concurrency slot and can be aborted on stop). */
   const posting = new Map<string, AbortController>();

@@ -2,7 +2,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { isIP } from 'node:net';
 import { Webhook } from 'standardwebhooks';
-import { guardedLookup, isPublicAddress } from './endpoint-url.js';
+import { guardedLookup, nonPublicRange, portProblem, type ResolveHost, type WebhookTargetPolicy } from './endpoint-url.js';
 
 export const DEFAULT_REQUEST_TIMEOUT_MS = 15_000;
 /** Response bytes read (and discarded) to keep the connection reusable; more and the socket is dropped. */
@@ -47,12 +47,16 @@ export type SendRequest = { url: string; secret: string; eventId: string; payloa
 
 /**
  * Posts signed payloads. Redirects are never followed (Node's http client does not follow them), so
- * a 3xx is just a failed attempt; the whole exchange must finish within the timeout. When private
- * targets are not allowed, the addresses are checked at connect time against DNS rebinding.
+ * a 3xx is just a failed attempt; the whole exchange must finish within the timeout. The target rules
+ * of registration are applied again here, to the port and to every address the socket may connect
+ * to: the configuration may have changed since, and a DNS answer may have (rebinding).
  */
-export function createWebhookSender(options: { allowPrivateUrls: boolean; timeoutMs?: number; userAgent?: string }) {
+export function createWebhookSender(
+  options: WebhookTargetPolicy & { timeoutMs?: number; userAgent?: string; resolveHost?: ResolveHost },
+) {
   const timeoutMs = options.timeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
-  const lookup = guardedLookup({ allowPrivate: options.allowPrivateUrls });
+  const policy: WebhookTargetPolicy = { allowPrivateUrls: options.allowPrivateUrls, allowedPorts: options.allowedPorts };
+  const lookup = guardedLookup(policy, options.resolveHost);
   const agentOptions = { keepAlive: true, maxSockets: 64, lookup };
   const httpsAgent = new https.Agent(agentOptions);
   const httpAgent = new http.Agent(agentOptions);
@@ -75,11 +79,12 @@ export function createWebhookSender(options: { allowPrivateUrls: boolean; timeou
       if (!isHttps && !(options.allowPrivateUrls && url.protocol === 'http:')) {
         return Promise.resolve(refuse(`refused: ${url.protocol} endpoints are not allowed (https only)`, startedAt));
       }
+      const badPort = portProblem(url, policy);
+      if (badPort) return Promise.resolve(refuse(`refused: ${badPort}`, startedAt));
       const host = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;
       // Node connects to IP literals without a lookup, so they are checked here.
-      if (!options.allowPrivateUrls && isIP(host) && !isPublicAddress(host)) {
-        return Promise.resolve(refuse(`refused: ${host} is not a public address`, startedAt));
-      }
+      const range = !options.allowPrivateUrls && isIP(host) ? nonPublicRange(host) : undefined;
+      if (range !== undefined) return Promise.resolve(refuse(`refused: ${host} is not a public address (${range})`, startedAt));
       const body = Buffer.from(request.payload, 'utf8');
       const timestamp = Math.floor(Date.now() / 1000);
       const signed = signWebhook(request.secret, request.eventId, timestamp, request.payload);

@@ -5,7 +5,7 @@ import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
-import { assertDeliverableTarget, parseEndpointUrl, UnsafeWebhookTargetError } from './endpoint-url.js';
+import { assertDeliverableTarget, parseEndpointUrl, UnsafeWebhookTargetError, type ResolveHost, type WebhookTargetPolicy } from './endpoint-url.js';
 import { createOutboxRepository } from './outbox.repository.js';
 import {
   createWebhooksRepository,
@@ -82,8 +82,9 @@ function zodIssues(error: z.ZodError): Record<string, string[]> {
   return issues;
 }
 
-export function createWebhooksService(deps: { database: Database; allowPrivateUrls: boolean }) {
-  const { database, allowPrivateUrls } = deps;
+export function createWebhooksService(deps: { database: Database; resolveHost?: ResolveHost } & WebhookTargetPolicy) {
+  const { database } = deps;
+  const policy: WebhookTargetPolicy = { allowPrivateUrls: deps.allowPrivateUrls, allowedPorts: deps.allowedPorts };
   const webhooks = createWebhooksRepository(database.db);
   const organisations = createOrganisationsRepository(database.db);
   const audit = createAuditRepository(database.db);
@@ -110,11 +111,11 @@ export function createWebhooksService(deps: { database: Database; allowPrivateUr
     async addEndpoint(input: AddEndpointInput, actor: Actor = SYSTEM_ACTOR): Promise<WebhookEndpointDto & { secret: string }> {
       const parsed = addEndpointInput.safeParse(input);
       if (!parsed.success) throw AppError.validation(zodIssues(parsed.error));
-      const checked = parseEndpointUrl(parsed.data.url, { allowPrivate: allowPrivateUrls });
+      const checked = parseEndpointUrl(parsed.data.url, policy);
       if ('problem' in checked) throw AppError.field('url', checked.problem);
       await requireOrg(parsed.data.orgId);
       try {
-        await assertDeliverableTarget(checked.url, { allowPrivate: allowPrivateUrls });
+        await assertDeliverableTarget(checked.url, policy, deps.resolveHost);
       } catch (error) {
         if (error instanceof UnsafeWebhookTargetError) throw AppError.field('url', error.message);
         throw error;
