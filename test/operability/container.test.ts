@@ -55,7 +55,23 @@ describe('docker-compose.yml', () => {
     }
     expect(compose.services.worker!.command).toEqual(['node', 'bin/svc.js', 'worker']);
     expect(compose.services.api!.command).toBeUndefined(); // the image's CMD: svc serve
-    expect(compose.services.api!.ports).toEqual(['127.0.0.1:8080:8080']);
+    expect(compose.services.api!.ports).toEqual(['127.0.0.1:8080:8080', '127.0.0.1:9464:9464']);
+  });
+
+  it('when configured, api serves /metrics on its own METRICS_PORT, not on the API port, and the worker has none', () => {
+    const api = loadConfig(compose.services.api!.environment);
+    expect(api.metricsPort).toBe(9464);
+    expect(api.metricsPort).not.toBe(api.port);
+    expect(compose.services.api!.ports).toContain(`127.0.0.1:${api.metricsPort}:${api.metricsPort}`);
+    expect(loadConfig(compose.services.worker!.environment).metricsPort).toBeUndefined();
+  });
+
+  it('when configured, no service allows private webhook targets or extra webhook ports', () => {
+    for (const name of ['api', 'worker']) {
+      const config = loadConfig(compose.services[name]!.environment);
+      expect(config.webhookAllowPrivateUrls).toBe(false);
+      expect(config.webhookAllowedPorts).toEqual([]);
+    }
   });
 
   it('when configured, api runs no in-process worker and both configurations pass the service\'s own validation', () => {

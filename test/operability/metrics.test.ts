@@ -1,3 +1,4 @@
+import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -8,7 +9,8 @@ import { webhookEndpoints } from '../../src/db/schema.js';
 import { apiModules } from '../../src/modules/index.js';
 import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
 import { ROUTE_SCOPES, type Scope } from '../../src/plugins/route-scopes.js';
-import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { startServer } from '../../src/server.js';
+import { createTestContext, testConfig, type TestContext, type TestOrg } from '../helpers/harness.js';
 
 /** An authenticated v1 route of this test only, so metrics are checked whatever routes exist. */
 const probeRoutes = async (app: FastifyInstance) => {
@@ -135,5 +137,55 @@ describe('GET /metrics', () => {
     await ctx.request('GET', '/healthz', {}, second);
     expect(sample(await scrape(first), 'http_requests_total', '{method="GET",route="/healthz",status_code="200"}')).toBe(2);
     expect(sample(await scrape(second), 'http_requests_total', '{method="GET",route="/healthz",status_code="200"}')).toBe(1);
+  });
+});
+
+describe('METRICS_PORT', () => {
+  const serve = (metricsPort: number | undefined) =>
+    startServer(testConfig({ databaseUrl: ctx.databaseUrl, host: '127.0.0.1', port: 0, metricsPort, webhookWorker: false }));
+
+  it('when METRICS_PORT is set, /metrics answers only there with Prometheus text, the public port answers 404 in the envelope, and shutdown closes both', async () => {
+    const server = await serve(0);
+    const publicUrl = `http://127.0.0.1:${(server.app.server.address() as AddressInfo).port}`;
+    const metricsUrl = `http://127.0.0.1:${server.metrics!.port}`;
+    try {
+      expect(metricsUrl).not.toBe(publicUrl);
+      expect((await fetch(`${publicUrl}/healthz`)).status).toBe(200);
+
+      const onPublic = await fetch(`${publicUrl}/metrics`);
+      expect(onPublic.status).toBe(404);
+      expect(await onPublic.json()).toMatchObject({ error: { code: 'not_found' } });
+
+      const scraped = await fetch(`${metricsUrl}/metrics`);
+      expect(scraped.status).toBe(200);
+      expect(scraped.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
+      expect(scraped.headers.get('cache-control')).toBe('no-store');
+      const body = await scraped.text();
+      // The registry of the public app: its requests are counted, the scrape itself is not.
+      expect(sample(body, 'http_requests_total', '{method="GET",route="/healthz",status_code="200"}')).toBe(1);
+      expect(sample(body, 'http_requests_total', '{method="GET",route="unmatched",status_code="404"}')).toBe(1);
+      expect(sample(body, 'db_pool_connections', '{state="max"}')).toBeGreaterThan(0);
+      expect(sample(body, 'webhook_outbox_pending_deliveries')).toBeGreaterThanOrEqual(0);
+
+      const elsewhere = await fetch(`${metricsUrl}/v1/customers`);
+      expect(elsewhere.status).toBe(404);
+      expect(await elsewhere.json()).toMatchObject({ error: { code: 'not_found' } });
+    } finally {
+      await server.close();
+    }
+    await expect(fetch(`${metricsUrl}/metrics`)).rejects.toThrow();
+    await expect(fetch(`${publicUrl}/healthz`)).rejects.toThrow();
+  });
+
+  it('when METRICS_PORT is unset, /metrics is served on the public port and there is no second listener', async () => {
+    const server = await serve(undefined);
+    try {
+      expect(server.metrics).toBeUndefined();
+      const response = await fetch(`http://127.0.0.1:${(server.app.server.address() as AddressInfo).port}/metrics`);
+      expect(response.status).toBe(200);
+      expect(await response.text()).toContain('# TYPE http_requests_total counter');
+    } finally {
+      await server.close();
+    }
   });
 });
