@@ -535,7 +535,7 @@ export interface operations {
                 cursor?: string;
                 /** @description Filter by aml.status. */
                 aml_status?: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
-                /** @description Only records updated after this instant. */
+                /** @description Only records updated after this instant (years 0001 to 9999, also once converted to UTC). */
                 updated_since?: string;
                 /** @description Only the record with this external_id. */
                 external_id?: string;
@@ -2062,7 +2062,7 @@ export interface operations {
                 cursor?: string;
                 /** @description Filter by aml.status. */
                 aml_status?: "NOT_SCREENED" | "IN_PROGRESS" | "CLEAR" | "NEEDS_REVIEW" | "RESOLVED";
-                /** @description Only records updated after this instant. */
+                /** @description Only records updated after this instant (years 0001 to 9999, also once converted to UTC). */
                 updated_since?: string;
                 /** @description Only the record with this external_id. */
                 external_id?: string;
