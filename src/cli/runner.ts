@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from 'commander';
 import { userInfo } from 'node:os';
-import { createLogger } from '../shared/logging.js';
+import { createLogger, serializeError } from '../shared/logging.js';
 import { loadConfig, type Config } from '../config/config.js';
 import type { Database } from '../db/client.js';
 import { connect } from '../db/connect.js';
@@ -27,10 +27,22 @@ export function fail(error: unknown): never {
           .join('\n')
       : '';
     process.stderr.write(`error: ${error.message}${detail ? `\n${detail}` : ''}\n`);
+  } else if (isDatabaseError(error)) {
+    // A failed statement's message quotes its SQL and bound values (personal data): name it by state.
+    const logged = serializeError(error);
+    const where = [logged.constraint && `constraint ${logged.constraint}`, logged.table && `table ${logged.table}`].filter(Boolean).join(', ');
+    process.stderr.write(`error: the database refused the command (${logged.type} ${logged.sqlState ?? logged.code ?? ''}${where ? `, ${where}` : ''})\n`);
   } else {
     process.stderr.write(`error: ${error instanceof Error ? error.message : String(error)}\n`);
   }
   process.exit(1);
+}
+
+/** A failed statement (drizzle's wrapper names its SQL and values) or an error PostgreSQL raised. */
+function isDatabaseError(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  const candidate = error as { query?: unknown; severity?: unknown; code?: unknown };
+  return typeof candidate.query === 'string' || (typeof candidate.severity === 'string' && typeof candidate.code === 'string' && /^[0-9A-Z]{5}$/.test(candidate.code));
 }
 
 /** Runs one operator command against the configured (or embedded) database and prints its result. */
