@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import createClient, { type Client, type Middleware } from 'openapi-fetch';
 import type { paths } from './schema.js';
 
@@ -14,6 +13,22 @@ export type VerificationClientOptions = {
 };
 
 const IDEMPOTENT_METHODS = new Set(['POST', 'PATCH', 'PUT']);
+
+/**
+ * A random (version 4) UUID from the Web Crypto API, which browsers, Node 20+, Deno and Bun all
+ * provide as `globalThis.crypto`: no Node built-in, so the client runs in a browser too. Browsers
+ * offer `crypto.randomUUID()` only to pages served over HTTPS or from localhost; elsewhere the UUID
+ * is built from `crypto.getRandomValues()`, which every context has.
+ */
+export function randomUUID(): string {
+  const webCrypto = globalThis.crypto;
+  if (typeof webCrypto?.randomUUID === 'function') return webCrypto.randomUUID();
+  const bytes = webCrypto.getRandomValues(new Uint8Array(16));
+  bytes[6] = (bytes[6]! & 0x0f) | 0x40; // version 4
+  bytes[8] = (bytes[8]! & 0x3f) | 0x80; // RFC 9562 variant
+  const hex = Array.from(bytes, (byte) => byte.toString(16).padStart(2, '0')).join('');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
 
 /**
  * Gives every POST, PATCH and PUT an `Idempotency-Key` unless the caller set one, so a request

@@ -366,7 +366,19 @@ export interface components {
         };
     };
     responses: {
-        /** @description Unauthorized (`unauthorized`): the key is missing, malformed, unknown, expired or revoked, or the caller's address is not on the key's allowlist. Carries `WWW-Authenticate: Bearer`. */
+        /** @description Bad request: `invalid_json` — the body is not valid UTF-8 JSON or does not match its `Content-Length`; `bad_request` — the HTTP request itself is malformed (for example a missing or repeated `Host` header, or the connection closed before the whole body arrived). */
+        BadRequest: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                RateLimit: components["headers"]["RateLimit"];
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
         Unauthorized: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -377,7 +389,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Payment required (`insufficient_credits`): the organisation lacks credits for an organisation-paid check; nothing was armed or charged. */
+        /** @description Payment required: `insufficient_credits` — the organisation lacks the credits for an organisation-paid check; nothing was started or charged. */
         InsufficientCredits: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -389,7 +401,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Forbidden: the key lacks the route's scope (`forbidden_scope`, `details.required_scope`) or a feature is off for the organisation (`feature_disabled`). */
+        /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
         Forbidden: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -401,7 +413,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Not found (`not_found`): no such record in the key's organisation. */
+        /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
         NotFound: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -413,19 +425,20 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Conflict: the record is not in a state the request can act on (`conflict`), or the `Idempotency-Key` was used with a different request (`idempotency_conflict`). */
+        /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
         Conflict: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
                 RateLimit: components["headers"]["RateLimit"];
                 "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                "Retry-After": components["headers"]["Retry-After"];
                 [name: string]: unknown;
             };
             content: {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Payload too large (`payload_too_large`): the body exceeds 1 MiB. */
+        /** @description Payload too large: `payload_too_large` — the body exceeds 1 MiB. */
         PayloadTooLarge: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -437,7 +450,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Unsupported media type (`unsupported_media_type`): bodies must be `application/json`. */
+        /** @description Unsupported media type: `unsupported_media_type` — the body is not sent as `application/json`, or it is content-encoded (only `Content-Encoding: identity`). */
         UnsupportedMediaType: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -449,7 +462,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Validation failed (`validation_failed`): `details.issues` maps each field path to its messages. */
+        /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
         ValidationFailed: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -461,7 +474,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Rate limited (`rate_limited`): the key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+        /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
         RateLimited: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -474,7 +487,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Internal error (`internal`): nothing was changed; quote `details.request_id` to support. */
+        /** @description Internal error: `internal` — nothing was changed; quote `details.request_id` to support. */
         InternalError: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -486,7 +499,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Service unavailable (`database_unavailable`): the database is briefly unreachable or overloaded; nothing was changed; retry after `Retry-After` seconds. */
+        /** @description Service unavailable: `database_unavailable` — the database is briefly unreachable or overloaded; nothing was changed; retry after `Retry-After` seconds. */
         ServiceUnavailable: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -529,8 +542,8 @@ export interface operations {
     listCustomers: {
         parameters: {
             query?: {
-                /** @description Page size 1 to 100 (clamped), default 50. */
-                limit?: string;
+                /** @description Page size 1 to 100, default 50; a whole number outside the range is clamped to it. */
+                limit?: number;
                 /** @description Opaque next_cursor of the previous page. */
                 cursor?: string;
                 /** @description Filter by aml.status. */
@@ -660,7 +673,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -668,20 +681,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -690,20 +693,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
             422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -712,20 +705,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -735,17 +718,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -1068,7 +1041,8 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1076,20 +1050,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1098,44 +1062,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
             409: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
-            /** @description Error envelope */
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
             422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1144,20 +1089,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1167,17 +1102,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -1290,7 +1215,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1298,20 +1223,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1320,20 +1235,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
             404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1342,21 +1247,11 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             422: components["responses"]["ValidationFailed"];
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1366,17 +1261,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -1535,7 +1420,8 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1543,20 +1429,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1565,20 +1441,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
             404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1587,44 +1453,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
             409: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
-            /** @description Error envelope */
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
             422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1633,20 +1480,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1656,17 +1493,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -1798,7 +1625,8 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1806,20 +1634,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1828,20 +1646,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
             404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1850,23 +1658,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
-            /** @description Error envelope */
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
             422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1875,20 +1673,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1898,17 +1686,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -1960,7 +1738,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1968,20 +1746,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1990,20 +1758,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
             404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2012,21 +1770,11 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             422: components["responses"]["ValidationFailed"];
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2036,17 +1784,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -2056,8 +1794,8 @@ export interface operations {
     listEntities: {
         parameters: {
             query?: {
-                /** @description Page size 1 to 100 (clamped), default 50. */
-                limit?: string;
+                /** @description Page size 1 to 100, default 50; a whole number outside the range is clamped to it. */
+                limit?: number;
                 /** @description Opaque next_cursor of the previous page. */
                 cursor?: string;
                 /** @description Filter by aml.status. */
@@ -2202,7 +1940,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2210,20 +1948,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2232,20 +1960,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
             422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2254,20 +1972,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2277,17 +1985,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -2650,7 +2348,8 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2658,20 +2357,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2680,44 +2369,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
             409: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
-            /** @description Error envelope */
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
             422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2726,20 +2396,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2749,17 +2409,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -2885,7 +2535,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2893,20 +2543,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2915,20 +2555,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
             404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2937,21 +2567,11 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             422: components["responses"]["ValidationFailed"];
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2961,17 +2581,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -3161,7 +2771,8 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3169,20 +2780,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3191,20 +2792,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
             404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3213,44 +2804,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
             409: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
-            /** @description Error envelope */
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
             422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3259,20 +2831,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3282,17 +2844,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -3344,7 +2896,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3352,20 +2904,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3374,20 +2916,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
             404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3396,21 +2928,11 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             422: components["responses"]["ValidationFailed"];
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3420,17 +2942,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -3508,7 +3020,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3516,20 +3028,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3538,20 +3040,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
             404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3560,21 +3052,11 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             422: components["responses"]["ValidationFailed"];
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3584,17 +3066,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -3723,7 +3195,8 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3731,20 +3204,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3753,20 +3216,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
             404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3775,44 +3228,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
             409: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
-            /** @description Error envelope */
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
             422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3821,20 +3255,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3844,17 +3268,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -4060,7 +3474,8 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4068,20 +3483,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4090,20 +3495,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
             404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4112,23 +3507,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
-            /** @description Error envelope */
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
             422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4137,20 +3522,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4160,17 +3535,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -4247,7 +3612,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4255,20 +3620,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4277,20 +3632,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4300,17 +3645,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -4475,7 +3810,8 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4483,20 +3819,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Payment required: `insufficient_credits` — the organisation lacks the credits for an organisation-paid check; nothing was started or charged. */
             402: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4505,20 +3831,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4527,20 +3843,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
             404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4549,44 +3855,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
             409: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
-            /** @description Error envelope */
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
             422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4595,20 +3882,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4618,17 +3895,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -4775,7 +4042,8 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4783,20 +4051,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Payment required: `insufficient_credits` — the organisation lacks the credits for an organisation-paid check; nothing was started or charged. */
             402: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4805,20 +4063,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4827,20 +4075,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
             404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4849,44 +4087,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
             409: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
-            /** @description Error envelope */
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
             422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4895,20 +4114,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4918,17 +4127,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -5039,7 +4238,8 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5047,20 +4247,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Payment required: `insufficient_credits` — the organisation lacks the credits for an organisation-paid check; nothing was started or charged. */
             402: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5069,20 +4259,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5091,20 +4271,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
             404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5113,44 +4283,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
             409: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
-            /** @description Error envelope */
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
             422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5159,20 +4310,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5182,17 +4323,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];
@@ -5240,7 +4371,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Error envelope */
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
             401: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5248,21 +4379,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
-            403: components["responses"]["Forbidden"];
-            /** @description Error envelope */
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5272,17 +4392,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error: {
-                            /** @description Stable machine-readable code, e.g. validation_failed. */
-                            code: string;
-                            /** @description Human-readable explanation. */
-                            message: string;
-                            details?: {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             500: components["responses"]["InternalError"];

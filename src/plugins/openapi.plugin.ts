@@ -1,5 +1,5 @@
 import fastifySwagger, { type SwaggerTransform, type SwaggerTransformObject } from '@fastify/swagger';
-import apiReference from '@scalar/fastify-api-reference';
+import apiReference, { type FastifyApiReferenceOptions } from '@scalar/fastify-api-reference';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { jsonSchemaTransform, jsonSchemaTransformObject } from 'fastify-type-provider-zod';
@@ -9,12 +9,18 @@ import { ROUTE_SCOPES, routeKey } from './route-scopes.js';
 import '../shared/error-envelope.schema.js';
 
 export const API_VERSION = '1.0.0';
+/** The API's name: the document's `info.title`, the /docs page title and the `name` of `GET /`. */
+export const API_TITLE = 'Verification API';
+export const API_SUMMARY = 'Customer and entity verification API (AML/CTF customer due diligence).';
+/** Where the reference page and the document are served (unauthenticated, outside /v1). */
+export const DOCS_PATH = '/docs';
+export const OPENAPI_PATH = '/openapi.json';
 const V1_PREFIX = '/v1';
 const IDEMPOTENT_METHODS = new Set(['POST', 'PATCH', 'PUT']);
 /** Internal marker set by the per-route transform and consumed (removed) by the document transform. */
 const ROUTE_MARKER = 'x-svc-route';
 
-type Operation = OpenAPIV3_1.OperationObject & { [ROUTE_MARKER]?: { method: string; hasInput: boolean } };
+type Operation = OpenAPIV3_1.OperationObject & { [ROUTE_MARKER]?: { method: string; hasInput: boolean; scoped: boolean } };
 type ResponseRef = OpenAPIV3_1.ReferenceObject | OpenAPIV3_1.ResponseObject;
 
 const ref = (kind: 'schemas' | 'responses' | 'headers' | 'parameters', name: string) => ({ $ref: `#/components/${kind}/${name}` });
@@ -27,50 +33,62 @@ const errorResponse = (description: string, headers: string[]): OpenAPIV3_1.Resp
 
 const RATE_HEADERS = ['X-Request-Id', 'RateLimit', 'RateLimit-Policy'];
 
-/** Error responses every v1 operation can produce; added unless the route documents that status itself. */
+/**
+ * Error responses v1 operations can produce, each naming every `error.code` its status carries (the
+ * codes are the `AppError` codes of src/). Added to an operation unless the route documents that
+ * status itself; a route that does gets this wording unless it gives its own.
+ */
 const COMPONENT_RESPONSES: Record<string, OpenAPIV3_1.ResponseObject> = {
+  BadRequest: errorResponse(
+    'Bad request: `invalid_json` — the body is not valid UTF-8 JSON or does not match its `Content-Length`; `bad_request` — the HTTP request itself is malformed (for example a missing or repeated `Host` header, or the connection closed before the whole body arrived).',
+    RATE_HEADERS,
+  ),
   Unauthorized: errorResponse(
-    'Unauthorized (`unauthorized`): the key is missing, malformed, unknown, expired or revoked, or the caller\'s address is not on the key\'s allowlist. Carries `WWW-Authenticate: Bearer`.',
+    'Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller\'s IP address is not on the key\'s allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`.',
     ['X-Request-Id', 'WWW-Authenticate'],
   ),
   InsufficientCredits: errorResponse(
-    'Payment required (`insufficient_credits`): the organisation lacks credits for an organisation-paid check; nothing was armed or charged.',
+    'Payment required: `insufficient_credits` — the organisation lacks the credits for an organisation-paid check; nothing was started or charged.',
     RATE_HEADERS,
   ),
   Forbidden: errorResponse(
-    'Forbidden: the key lacks the route\'s scope (`forbidden_scope`, `details.required_scope`) or a feature is off for the organisation (`feature_disabled`).',
+    'Forbidden: `forbidden_scope` — the API key lacks the operation\'s scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method).',
     RATE_HEADERS,
   ),
-  NotFound: errorResponse('Not found (`not_found`): no such record in the key\'s organisation.', RATE_HEADERS),
+  NotFound: errorResponse(
+    'Not found: `not_found` — no such record in the API key\'s organisation (an id of another organisation answers the same), or an id longer than any record can have.',
+    RATE_HEADERS,
+  ),
   Conflict: errorResponse(
-    'Conflict: the record is not in a state the request can act on (`conflict`), or the `Idempotency-Key` was used with a different request (`idempotency_conflict`).',
-    RATE_HEADERS,
+    'Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds.',
+    [...RATE_HEADERS, 'Retry-After'],
   ),
-  PayloadTooLarge: errorResponse('Payload too large (`payload_too_large`): the body exceeds 1 MiB.', RATE_HEADERS),
+  PayloadTooLarge: errorResponse('Payload too large: `payload_too_large` — the body exceeds 1 MiB.', RATE_HEADERS),
   UnsupportedMediaType: errorResponse(
-    'Unsupported media type (`unsupported_media_type`): bodies must be `application/json`.',
+    'Unsupported media type: `unsupported_media_type` — the body is not sent as `application/json`, or it is content-encoded (only `Content-Encoding: identity`).',
     RATE_HEADERS,
   ),
   ValidationFailed: errorResponse(
-    'Validation failed (`validation_failed`): `details.issues` maps each field path to its messages.',
+    'Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages.',
     RATE_HEADERS,
   ),
   RateLimited: errorResponse(
-    'Rate limited (`rate_limited`): the key\'s burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds.',
+    'Rate limited: `rate_limited` — the API key\'s burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds.',
     [...RATE_HEADERS, 'Retry-After'],
   ),
   InternalError: errorResponse(
-    'Internal error (`internal`): nothing was changed; quote `details.request_id` to support.',
+    'Internal error: `internal` — nothing was changed; quote `details.request_id` to support.',
     RATE_HEADERS,
   ),
   ServiceUnavailable: errorResponse(
-    'Service unavailable (`database_unavailable`): the database is briefly unreachable or overloaded; nothing was changed; retry after `Retry-After` seconds.',
+    'Service unavailable: `database_unavailable` — the database is briefly unreachable or overloaded; nothing was changed; retry after `Retry-After` seconds.',
     [...RATE_HEADERS, 'Retry-After'],
   ),
 };
 
 /** The component that describes each error status, for error responses a route declares itself. */
 const RESPONSE_BY_STATUS: Record<string, string> = {
+  '400': 'BadRequest',
   '401': 'Unauthorized',
   '402': 'InsufficientCredits',
   '403': 'Forbidden',
@@ -150,7 +168,12 @@ const transformRoute: SwaggerTransform = (input) => {
   const result = jsonSchemaTransform(input) as { schema: Record<string, unknown>; url: string };
   const { route } = input;
   const schema = result.schema;
-  if (!schema || schema.hide || !route.url.startsWith(`${V1_PREFIX}/`)) return result;
+  if (!schema || schema.hide) return result;
+  // Everything outside /v1 is unauthenticated: it overrides the document-wide bearer requirement.
+  if (!route.url.startsWith(`${V1_PREFIX}/`)) {
+    schema.security = [];
+    return result;
+  }
 
   const methods = (Array.isArray(route.method) ? route.method : [route.method]).filter((m) => m !== 'HEAD');
   const method = methods[0] ?? 'GET';
@@ -168,6 +191,8 @@ const transformRoute: SwaggerTransform = (input) => {
   schema[ROUTE_MARKER] = {
     method,
     hasInput: Boolean(schema.body || schema.querystring || schema.params || route.url.includes(':')),
+    // A route open to any valid key has no scope to lack; only routes with one can answer forbidden_scope.
+    scoped: Boolean(scope),
   };
   return result;
 };
@@ -178,6 +203,8 @@ function addCommonResponses(operation: Operation): void {
   delete operation[ROUTE_MARKER];
   const mutating = IDEMPOTENT_METHODS.has(marker.method);
   const hasBody = operation.requestBody !== undefined;
+  // A JSON body is parsed for any request that sends one, so invalid_json applies wherever a body is sent.
+  const sendsBody = hasBody || mutating;
 
   const declaresIdempotencyKey = (operation.parameters ?? []).some(
     (parameter) => 'in' in parameter && parameter.in === 'header' && parameter.name.toLowerCase() === 'idempotency-key',
@@ -206,8 +233,9 @@ function addCommonResponses(operation: Operation): void {
     };
   }
   const common: Array<[string, string, boolean]> = [
+    ['400', 'BadRequest', sendsBody],
     ['401', 'Unauthorized', true],
-    ['403', 'Forbidden', true],
+    ['403', 'Forbidden', marker.scoped],
     ['404', 'NotFound', hasPathParameter(operation)],
     ['409', 'Conflict', mutating],
     ['413', 'PayloadTooLarge', hasBody],
@@ -269,9 +297,69 @@ const transformDocument: SwaggerTransformObject = (input) => {
   return document as ReturnType<SwaggerTransformObject>;
 };
 
-const DESCRIPTION = `Customer and entity verification API (AML/CTF customer due diligence).
+/** One description per tag the routes use; the openapi test fails for a tag without one. */
+const TAGS: OpenAPIV3_1.TagObject[] = [
+  {
+    name: 'Customers',
+    description:
+      'Individual customers (`INDIVIDUAL`, `SOLE_TRADER`), verified by KYC: create or upsert by `externalId`, read by the service\'s id or your own external id, list and poll for changes with `updated_since`, update, and record the designated services you provide them. Ingesting never starts verification, sends an email or spends credits.',
+  },
+  {
+    name: 'Entities',
+    description:
+      'Entity customers (`COMPANY`, `TRUST`, `PARTNERSHIP`, `SMSF`, `OTHER`), verified by KYB: create or upsert by `externalId`, read, list and poll for changes, update. Ingesting never starts verification, sends an email or spends credits.',
+  },
+  {
+    name: 'AML',
+    description: 'The AML screening status and flags of an individual or an entity (scope `aml:read`).',
+  },
+  {
+    name: 'Beneficial owners',
+    description:
+      'The beneficial owners (UBOs) of an entity: list and add them, and send one the link to verify themselves (this emails them and charges like a KYC start).',
+  },
+  {
+    name: 'Verification',
+    description:
+      'Start KYC for an individual or KYB for an entity. Only these operations (and back-office staff) start verification: they email the customer or the contact a secure link and spend the organisation\'s credits or bill the customer (402 `insufficient_credits` when an organisation-paid check lacks credits), except the `manual` KYB lane, which does neither.',
+  },
+  {
+    name: 'Groups',
+    description:
+      'Group workspaces for multi-party deals or matters, created from a group template or from explicit party slots, and the templates available to the organisation. Needs the organisation\'s `groups` feature (403 `feature_disabled` otherwise).',
+  },
+  {
+    name: 'Catalog',
+    description:
+      'The read-only catalog of designated-service codes used in `designatedServices`, `preExistingServices` and `service_codes`. Any valid API key may read it.',
+  },
+];
 
-Authenticate every request with \`Authorization: Bearer svc_live_…\`; each operation names the scope its key needs. Errors always use the \`Error\` envelope. Every response carries \`X-Request-Id\`; authenticated responses carry \`RateLimit\` and \`RateLimit-Policy\`. POST, PATCH and PUT accept an \`Idempotency-Key\` header. Responses are forward-compatible: ignore fields you do not recognise.`;
+const DESCRIPTION = `${API_SUMMARY}
+
+Authenticate every request with \`Authorization: Bearer svc_live_…\`; each operation names the scope its key needs. Errors always use the \`Error\` envelope; each error status lists the \`error.code\` values it carries. Every response carries \`X-Request-Id\`; authenticated responses carry \`RateLimit\` and \`RateLimit-Policy\`. POST, PATCH and PUT accept an \`Idempotency-Key\` header. Responses are forward-compatible: ignore fields you do not recognise.`;
+
+/**
+ * The configuration of the reference page at /docs (options of @scalar/fastify-api-reference, served
+ * in the page as JSON). It shows this API and nothing of Scalar's hosted services: no "Open API
+ * Client" button, no "Ask AI" agent, no "Generate MCP", no developer toolbar (Deploy, Share …), no
+ * telemetry. The Scalar page turns the agent, MCP and the toolbar on by itself when opened on
+ * localhost, which is where a newcomer opens it.
+ */
+export const REFERENCE_CONFIGURATION = {
+  url: OPENAPI_PATH,
+  pageTitle: `${API_TITLE} reference`,
+  metaData: { title: `${API_TITLE} reference`, description: API_SUMMARY },
+  // No fonts or anything else from a CDN: the page and its script come from the package.
+  withDefaultFonts: false,
+  hideClientButton: true,
+  showDeveloperTools: 'never',
+  agent: { disabled: true },
+  mcp: { disabled: true },
+  telemetry: false,
+  // The key a reader enters under Authentication is sent as `Authorization: Bearer …`.
+  authentication: { preferredSecurityScheme: 'bearerAuth' },
+} satisfies FastifyApiReferenceOptions['configuration'];
 
 /**
  * The OpenAPI 3.1 document of every v1 route (from the routes' zod schemas), served at
@@ -284,13 +372,16 @@ export const openapiPlugin = fp(
       openapi: {
         openapi: '3.1.0',
         info: {
-          title: 'Verification API',
+          title: API_TITLE,
           version: API_VERSION,
           description: DESCRIPTION,
         },
         // Relative, so the served document points at the deployment serving it and the committed
         // one does not depend on PUBLIC_BASE_URL; paths are relative to it, as in the spec.
         servers: [{ url: V1_PREFIX, description: 'This deployment' }],
+        // Every operation needs a key; each names its scope in its own requirement.
+        security: [{ bearerAuth: [] }],
+        tags: TAGS,
         components: {
           securitySchemes: {
             bearerAuth: {
@@ -307,20 +398,15 @@ export const openapiPlugin = fp(
       transformObject: transformDocument,
     });
 
-    app.get('/openapi.json', { schema: { hide: true } }, async (_request, reply) => {
+    app.get(OPENAPI_PATH, { schema: { hide: true } }, async (_request, reply) => {
       reply.type('application/json; charset=utf-8');
       return app.swagger();
     });
 
     await app.register(apiReference, {
-      routePrefix: '/docs',
+      routePrefix: DOCS_PATH,
       logLevel: 'warn',
-      configuration: {
-        url: '/openapi.json',
-        // No fonts or anything else from a CDN: the page and its script come from the package.
-        withDefaultFonts: false,
-        hideClientButton: true,
-      },
+      configuration: REFERENCE_CONFIGURATION,
     });
   },
   { name: 'openapi' },

@@ -1,16 +1,11 @@
-import { z } from 'zod';
+import { errorEnvelopeSchema } from './error-envelope.schema.js';
 
-/** The error envelope, declared on every error status of every route (and so in the OpenAPI document). */
-export const errorEnvelopeSchema = z
-  .object({
-    error: z.object({
-      code: z.string().describe('Stable machine-readable code, e.g. validation_failed.'),
-      message: z.string().describe('Human-readable explanation.'),
-      details: z.record(z.string(), z.unknown()).optional(),
-    }),
-  })
-  .describe('Error envelope');
-
+/**
+ * The error statuses a route declares, each answered with the spec's envelope. It is the registered
+ * `Error` schema, so the document refers to `#/components/schemas/Error` and the OpenAPI plugin gives
+ * each status its standard description naming its `error.code` values (a schema of its own would
+ * lend the response its own description, e.g. a bare "Error envelope").
+ */
 export function errorResponses(...statuses: number[]): Record<number, typeof errorEnvelopeSchema> {
   return Object.fromEntries(statuses.map((status) => [status, errorEnvelopeSchema]));
 }

@@ -1,10 +1,11 @@
-import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { execFile, execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Validator } from '@seriousme/openapi-schema-validator';
-import type { FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { OpenAPIV3_1 } from 'openapi-types';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -13,12 +14,14 @@ import { loadConfig } from '../../src/config/config.js';
 import { createDatabase, type Database } from '../../src/db/client.js';
 import { apiModules } from '../../src/modules/index.js';
 import { generateOpenApiDocument, serializeOpenApiDocument } from '../../src/plugins/openapi-document.js';
+import { API_TITLE, openapiPlugin } from '../../src/plugins/openapi.plugin.js';
 import { ROUTE_SCOPES, type Scope } from '../../src/plugins/route-scopes.js';
 import { errorEnvelopeSchema } from '../../src/shared/error-envelope.schema.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const COMMITTED = join(ROOT, 'openapi', 'openapi.json');
 const COMMITTED_CLIENT = join(ROOT, 'clients', 'typescript', 'schema.d.ts');
+const CHROMIUM = findChromium();
 
 describe('committed OpenAPI document', () => {
   it('when the code changes the document, the committed openapi/openapi.json must be regenerated', async () => {
@@ -135,7 +138,88 @@ describe('committed OpenAPI document for integrators', () => {
     const document = JSON.parse(readFileSync(COMMITTED, 'utf8')) as OpenAPIV3_1.Document;
     expect(undocumented(document).withoutExample).toEqual([]);
   });
+
+  it('when a newcomer reads it, it is titled with the API name and bearer authentication applies to the whole document', () => {
+    const document = JSON.parse(readFileSync(COMMITTED, 'utf8')) as OpenAPIV3_1.Document;
+    expect(document.info.title).toBe(API_TITLE);
+    // Without a top-level requirement the reference page says "No authentication selected".
+    expect(document.security).toEqual([{ bearerAuth: [] }]);
+    for (const [where, operation] of operationsOf(document)) {
+      expect(operation.security, where).toEqual([{ bearerAuth: expect.any(Array) }]);
+    }
+  });
+
+  it('when a newcomer reads it, every tag an operation uses is declared with a description', () => {
+    const document = JSON.parse(readFileSync(COMMITTED, 'utf8')) as OpenAPIV3_1.Document;
+    const used = new Set(operationsOf(document).flatMap(([, operation]) => operation.tags ?? []));
+    expect(used.size).toBeGreaterThan(3);
+    const declared = new Map((document.tags ?? []).map((tag) => [tag.name, tag.description ?? '']));
+    for (const tag of used) expect(declared.get(tag), `tag ${tag}`).toMatch(/\w{3,}.{40,}/);
+  });
+
+  it('when an error status is documented, its description names every error code the code base answers it with', () => {
+    const document = JSON.parse(readFileSync(COMMITTED, 'utf8')) as OpenAPIV3_1.Document;
+    const codesByStatus = appErrorCodesByStatus();
+    // Sanity: the scan finds the codes of the spec's error table.
+    expect(codesByStatus.get('409')).toEqual(new Set(['conflict', 'idempotency_conflict', 'record_locked']));
+    expect(codesByStatus.get('403')).toEqual(new Set(['forbidden_scope', 'feature_disabled']));
+    const responses = (document.components?.responses ?? {}) as Record<string, OpenAPIV3_1.ResponseObject>;
+    const problems: string[] = [];
+    let checked = 0;
+    for (const [where, operation] of operationsOf(document)) {
+      for (const [status, value] of Object.entries(operation.responses ?? {})) {
+        if (!/^4\d\d$/.test(status)) continue;
+        const response = '$ref' in value ? responses[(value.$ref as string).split('/').pop()!]! : (value as OpenAPIV3_1.ResponseObject);
+        const expected = codesByStatus.get(status);
+        if (!expected) {
+          problems.push(`${where} ${status}: no AppError in src/ answers this status`);
+          continue;
+        }
+        for (const code of expected) {
+          checked += 1;
+          if (!response.description.includes(`\`${code}\``)) problems.push(`${where} ${status}: "${response.description}" does not name \`${code}\``);
+        }
+      }
+    }
+    expect(checked).toBeGreaterThan(100);
+    expect(problems).toEqual([]);
+  });
+
+  it('when a list is read, `limit` is an integer from 1 to 100 (default 50), not a string', () => {
+    const document = JSON.parse(readFileSync(COMMITTED, 'utf8')) as OpenAPIV3_1.Document;
+    const limits = operationsOf(document).flatMap(([where, operation]) =>
+      ((operation.parameters ?? []) as OpenAPIV3_1.ParameterObject[]).filter((p) => p.in === 'query' && p.name === 'limit').map((p) => [where, p.schema] as const),
+    );
+    expect(limits.map(([where]) => where).sort()).toEqual(['GET /customers', 'GET /entities']);
+    for (const [, schema] of limits) expect(schema).toEqual({ type: 'integer', minimum: 1, maximum: 100, default: 50 });
+  });
 });
+
+const HTTP_METHODS = ['get', 'put', 'post', 'delete', 'patch'] as const;
+
+function operationsOf(document: OpenAPIV3_1.Document): Array<[string, OpenAPIV3_1.OperationObject]> {
+  return Object.entries(document.paths ?? {}).flatMap(([path, item]) =>
+    HTTP_METHODS.filter((method) => item?.[method]).map((method) => [`${method.toUpperCase()} ${path}`, item![method]!] as [string, OpenAPIV3_1.OperationObject]),
+  );
+}
+
+/** Every `new AppError('code', status` (and error subclass `super('code', status`) in src/, by status. */
+function appErrorCodesByStatus(): Map<string, Set<string>> {
+  const byStatus = new Map<string, Set<string>>();
+  const walk = (dir: string): string[] =>
+    readdirSync(dir).flatMap((name) => {
+      const path = join(dir, name);
+      return statSync(path).isDirectory() ? walk(path) : path.endsWith('.ts') && !path.endsWith('.test.ts') ? [path] : [];
+    });
+  for (const file of walk(join(ROOT, 'src'))) {
+    for (const match of readFileSync(file, 'utf8').matchAll(/(?:new AppError|super)\(\s*'([a-z_]+)',\s*(\d{3})\b/g)) {
+      const [, code, status] = match as unknown as [string, string, string];
+      if (!byStatus.has(status)) byStatus.set(status, new Set());
+      byStatus.get(status)!.add(code);
+    }
+  }
+  return byStatus;
+}
 
 /** A v1 module of this test only, so the per-operation additions are checked whatever routes exist. */
 const testRoutes = async (app: FastifyInstance) => {
@@ -236,9 +320,9 @@ describe('operations of v1 routes', () => {
     const get = operation('/test-widgets/{id}', 'get');
     expect(Object.keys(get.responses ?? {})).toEqual(['200', '401', '403', '404', '422', '429', '500', '503']);
     const post = operation('/test-widgets', 'post');
-    expect(Object.keys(post.responses ?? {})).toEqual(['201', '401', '402', '403', '409', '413', '415', '422', '429', '500', '503']);
-    // No path parameter, no input: no 404 and no 422.
-    expect(Object.keys(operation('/test-catalog', 'get').responses ?? {})).toEqual(['200', '401', '403', '429', '500', '503']);
+    expect(Object.keys(post.responses ?? {})).toEqual(['201', '400', '401', '402', '403', '409', '413', '415', '422', '429', '500', '503']);
+    // No path parameter, no input, no body: no 404, 422 or 400; open to any valid key: no 403.
+    expect(Object.keys(operation('/test-catalog', 'get').responses ?? {})).toEqual(['200', '401', '429', '500', '503']);
     for (const response of Object.values(document.components?.responses ?? {}) as OpenAPIV3_1.ResponseObject[]) {
       expect(response.content?.['application/json']?.schema).toEqual({ $ref: '#/components/schemas/Error' });
     }
@@ -294,4 +378,113 @@ describe('operations of v1 routes', () => {
     expect(page.body).toContain('/openapi.json');
     expect(page.body).not.toMatch(/<link[^>]+href="https?:/);
   });
+
+  it('when /docs is opened, the page is titled with the API name and configured without Scalar\'s hosted-service buttons', async () => {
+    const page = await app.inject({ method: 'GET', url: '/docs/' });
+    expect(page.statusCode).toBe(200);
+    expect(page.body).toMatch(new RegExp(`<title>${API_TITLE}\\b[^<]*</title>`));
+    const configuration = servedReferenceConfiguration(page.body);
+    expect(configuration).toMatchObject({
+      url: '/openapi.json',
+      metaData: { title: expect.stringContaining(API_TITLE) },
+      // "Open API Client", "Ask AI", "Generate MCP" and the developer toolbar (Deploy, Share …) are
+      // Scalar's hosted services, on by default when the page is opened on localhost.
+      hideClientButton: true,
+      agent: { disabled: true },
+      mcp: { disabled: true },
+      showDeveloperTools: 'never',
+      telemetry: false,
+      withDefaultFonts: false,
+      authentication: { preferredSecurityScheme: 'bearerAuth' },
+    });
+  });
+
+  it('when GET / is opened, it answers a JSON index whose links (the reference page, the document) resolve', async () => {
+    const response = await app.inject({ method: 'GET', url: '/' });
+    expect(response.statusCode).toBe(200);
+    expect(response.headers['content-type']).toMatch(/^application\/json/);
+    const index = response.json();
+    expect(index).toMatchObject({ name: API_TITLE, version: document.info.version, api_base_path: document.servers?.[0]?.url });
+    expect(index.links).toEqual({ docs: expect.stringMatching(/^\/docs\/?$/), openapi: '/openapi.json' });
+    const docs = await app.inject({ method: 'GET', url: index.links.docs });
+    expect(docs.statusCode).toBe(200);
+    expect(docs.headers['content-type']).toMatch(/^text\/html/);
+    const openapi = await app.inject({ method: 'GET', url: index.links.openapi });
+    expect(openapi.statusCode).toBe(200);
+    expect(openapi.json()).toEqual(document);
+    // Not part of the API: not in the document, no key needed.
+    expect(Object.keys(document.paths ?? {})).not.toContain('/');
+  });
+
+  it.skipIf(!CHROMIUM)('when /docs is rendered by a headless Chromium on localhost, it shows the API and bearer authentication and no hosted-service button', async () => {
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const url = `http://127.0.0.1:${(app.server.address() as { port: number }).port}/docs/`;
+    const dom = await renderInChromium(url);
+    expect(dom).toMatch(new RegExp(`<title>${API_TITLE}\\b[^<]*</title>`));
+    const text = dom.replace(/<style[\s\S]*?<\/style>|<script[\s\S]*?<\/script>/g, ' ').replace(/<[^>]+>/g, ' ').replace(/\s+/g, ' ');
+    // Rendered: the document's operations and its bearer scheme, selected.
+    expect(text).toContain('AML block of an individual');
+    expect(text).toMatch(/Auth Type: bearerAuth|Bearer Token/);
+    expect(text).not.toContain('No authentication selected');
+    for (const button of [/\bAsk AI\b/, /\bGenerate MCP\b/, /\bDeploy\b/, /\bShare\b/, /Open API Client/]) expect(text).not.toMatch(button);
+  }, 90_000);
 });
+
+describe('operations outside /v1', () => {
+  it('when a route outside /v1 is documented, it needs no key: its operation overrides the document-wide security with []', async () => {
+    const app = Fastify({ logger: false });
+    app.setValidatorCompiler(validatorCompiler);
+    app.setSerializerCompiler(serializerCompiler);
+    await app.register(openapiPlugin);
+    app.get('/status-page', { schema: { response: { 200: z.object({ ok: z.boolean() }) } } }, async () => ({ ok: true }));
+    await app.ready();
+    const document = app.swagger() as OpenAPIV3_1.Document;
+    expect(document.security).toEqual([{ bearerAuth: [] }]);
+    expect(document.paths?.['/status-page']?.get?.security).toEqual([]);
+    await app.close();
+  });
+});
+
+/** The configuration object the page hands to `createApiReference('#app', …)`, as served. */
+function servedReferenceConfiguration(html: string): Record<string, unknown> {
+  const match = /createApiReference\(\s*['"]#app['"]\s*,\s*(\{[\s\S]*?\})\s*\)\s*<\/script>/.exec(html);
+  expect(match, 'the /docs page no longer calls createApiReference with a JSON configuration').not.toBeNull();
+  return JSON.parse(match![1]!) as Record<string, unknown>;
+}
+
+/** A Chromium (Debian's `chromium`, or CHROMIUM_PATH) to render pages with, if this machine has one. */
+function findChromium(): string | undefined {
+  for (const candidate of [process.env.CHROMIUM_PATH, 'chromium', 'chromium-browser', 'google-chrome']) {
+    if (!candidate) continue;
+    try {
+      execFileSync(candidate, ['--version'], { stdio: 'ignore', timeout: 10_000 });
+      return candidate;
+    } catch {
+      // not this one
+    }
+  }
+  return undefined;
+}
+
+/** The page's DOM once its scripts have run (and fetched what they fetch), from a headless Chromium. */
+async function renderInChromium(url: string): Promise<string> {
+  const profile = mkdtempSync(join(tmpdir(), 'chromium-'));
+  try {
+    const child = spawn(
+      CHROMIUM!,
+      ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', `--user-data-dir=${profile}`, '--virtual-time-budget=20000', '--dump-dom', url],
+      { stdio: ['ignore', 'pipe', 'ignore'] },
+    );
+    let dom = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (dom += chunk));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+    await new Promise<void>((resolve, reject) => {
+      child.once('error', reject);
+      child.once('close', () => resolve());
+    });
+    clearTimeout(timer);
+    return dom;
+  } finally {
+    rmSync(profile, { recursive: true, force: true });
+  }
+}

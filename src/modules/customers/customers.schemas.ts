@@ -105,12 +105,16 @@ export const idParams = z
   .object({ id: z.string().min(1).max(255).describe('The customer UUID or your external_id.') })
   .strict();
 
+/** A whole number in the query string, clamped to 1..100; anything else is left for the schema to refuse. */
+const clampLimit = (value: unknown) =>
+  typeof value === 'string' && /^-?\d+$/.test(value) ? Math.min(100, Math.max(1, Number(value))) : value;
+
+// The query string arrives as text; the document (which shows what a request sends) types it as the
+// integer it stands for: the input side of a preprocess is the schema after it.
 const limitParam = z
-  .string()
-  .regex(/^-?\d+$/, 'Must be a whole number.')
-  .transform((value) => Math.min(100, Math.max(1, Number(value))))
+  .preprocess(clampLimit, z.int({ error: 'Must be a whole number.' }).min(1).max(100).meta({ default: 50 }))
   .optional()
-  .describe('Page size 1 to 100 (clamped), default 50.');
+  .describe('Page size 1 to 100, default 50; a whole number outside the range is clamped to it.');
 
 export const listQueryBase = z
   .object({

@@ -1,11 +1,35 @@
 import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { migrationsAreCurrent } from '../../db/migrate.js';
+import { API_SUMMARY, API_TITLE, API_VERSION, DOCS_PATH, OPENAPI_PATH } from '../../plugins/openapi.plugin.js';
 import { AppError } from '../../shared/app-error.js';
 
 const READY_WITHIN_MS = 1_000;
 
+const rootIndex = z.object({
+  name: z.string(),
+  version: z.string(),
+  description: z.string(),
+  api_base_path: z.string(),
+  authentication: z.string(),
+  links: z.object({ docs: z.string(), openapi: z.string() }),
+});
+
+/** What `GET /` answers: where the API, its reference page and its OpenAPI document are. */
+const ROOT_INDEX: z.infer<typeof rootIndex> = {
+  name: API_TITLE,
+  version: API_VERSION,
+  description: API_SUMMARY,
+  api_base_path: '/v1',
+  authentication: 'Every /v1 request needs an API key: Authorization: Bearer svc_live_…',
+  // Relative, so they hold behind any proxy or host name; `/docs/` is the page itself (`/docs` redirects there).
+  links: { docs: `${DOCS_PATH}/`, openapi: OPENAPI_PATH },
+};
+
 export async function healthRoutes(app: FastifyInstance): Promise<void> {
+  // A newcomer opening the server's address finds the reference page and the document from here.
+  app.get('/', { schema: { hide: true, response: { 200: rootIndex } } }, async () => ROOT_INDEX);
+
   app.get(
     '/healthz',
     // Probed every few seconds by orchestrators: counted in /metrics, not logged unless they fail.
