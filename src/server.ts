@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import closeWithGrace from 'close-with-grace';
 import type { FastifyInstance } from 'fastify';
 import type { FastifyServerOptions } from 'fastify';
@@ -6,7 +7,7 @@ import { buildApp } from './app.js';
 import { createLogger, loggerOptions, prettyLogsWanted } from './shared/logging.js';
 import type { Config } from './config/config.js';
 import { connect, type Connection } from './db/connect.js';
-import { leaveSignalsToCaller } from './db/embedded-postgres.js';
+import { leaveSignalsToCaller, secondsSince } from './db/embedded-postgres.js';
 import { bootstrapSandbox, hasNoOrganisation } from './modules/organisations/sandbox.service.js';
 import { listenForMetrics, type MetricsListener } from './plugins/metrics.plugin.js';
 import { SCOPES } from './plugins/route-scopes.js';
@@ -26,6 +27,7 @@ export type RunningServer = {
  * HTTP server, the METRICS_PORT listener and (optionally) the workers.
  */
 export async function startServer(config: Config, options: { worker?: boolean } = {}): Promise<RunningServer> {
+  const starting = performance.now();
   const logger = createLogger(config, 2);
   const connection = await connect(config, { info: (message) => logger.info(message) });
   const { database } = connection;
@@ -54,6 +56,10 @@ export async function startServer(config: Config, options: { worker?: boolean } 
     if (config.metricsPort !== undefined) metrics = await listenForMetrics(app, { port: config.metricsPort, host: config.host });
     const address = app.server.address();
     const port = typeof address === 'object' && address ? address.port : config.port;
+    logger.info(`ready on ${app.listeningOrigin} in ${secondsSince(starting)}; API reference: ${app.listeningOrigin}/docs`);
+    // On a terminal, pretty log lines go out through a worker thread, after whatever is written
+    // meanwhile: without this the block below lands in the middle of the start-up steps.
+    if (sandbox || noOrganisation) await flushed(logger);
     if (sandbox) printSandboxKey(sandbox, port);
     if (noOrganisation) printOrganisationHint();
     return { app, connection, jobs, metrics, close };
@@ -74,6 +80,10 @@ export async function startWorker(config: Config): Promise<{ close(): Promise<vo
   logger.info('worker started');
   let closing: Promise<void> | undefined;
   return { close: () => (closing ??= inOrder([() => jobs.stop(), () => connection.close()])) };
+}
+
+function flushed(logger: { flush(done?: (error?: Error) => void): void }): Promise<void> {
+  return new Promise((resolve) => logger.flush(() => resolve()));
 }
 
 /** Runs every step, one after the other, even when an earlier one fails; rethrows the first failure. */
@@ -107,9 +117,16 @@ function printSandboxKey(sandbox: { orgId: string; key: string }, port: number):
     '',
     `  ${sandbox.key}`,
     '',
+    // The operator CLI takes the organisation by id (`key create --org`, `webhook add --org`, …).
+    'The sandbox organisation (`npm run -s svc -- org list` shows it again):',
+    '',
+    `  ${sandbox.orgId}`,
+    '',
     'Try it:',
     '',
     `  curl -H "Authorization: Bearer ${sandbox.key}" http://localhost:${port}/v1/customers`,
+    '',
+    `API reference: http://localhost:${port}/docs`,
     '',
   ];
   process.stdout.write(`${lines.join('\n')}\n`);
@@ -131,14 +148,34 @@ function printOrganisationHint(): void {
   process.stdout.write(`${lines.join('\n')}\n`);
 }
 
+const SHUTDOWN_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
+/**
+ * One Ctrl-C can arrive twice: the terminal signals its whole foreground process group, and under
+ * `npm start` npm forwards the one it got to the server as well, a few milliseconds later.
+ */
+const REPEATED_SIGNAL_MS = 1_000;
+
 /** Runs until SIGINT/SIGTERM, then shuts down gracefully (in-flight requests finish first). */
 export function closeOnSignals(target: { close(): Promise<void> }, logger: { info(message: string): void; error(error: unknown): void }): void {
+  let shutdownSignal: { signal: NodeJS.Signals; at: number } | undefined;
   // Under compose's 30 s stop_grace_period (and Kubernetes' default 30 s), so the orderly path
-  // finishes before the orchestrator's SIGKILL; a second signal exits at once.
-  closeWithGrace({ delay: 25_000 }, async ({ signal, err }) => {
+  // finishes before the orchestrator's SIGKILL. SIGINT and SIGTERM are handled below rather than by
+  // close-with-grace, whose second signal exits at once: the repeat of one Ctrl-C must not.
+  const grace = closeWithGrace({ delay: 25_000, skip: [...SHUTDOWN_SIGNALS] }, async ({ signal, err }) => {
     if (err) logger.error(err);
-    logger.info(`shutting down${signal ? ` on ${signal}` : ''}`);
+    const cause = signal ?? shutdownSignal?.signal;
+    logger.info(`shutting down${cause ? ` on ${cause}` : ''}`);
     await target.close();
   });
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (shutdownSignal === undefined) {
+      shutdownSignal = { signal, at: performance.now() };
+      void grace.close();
+    } else if (signal !== shutdownSignal.signal || performance.now() - shutdownSignal.at >= REPEATED_SIGNAL_MS) {
+      logger.error(`second ${signal}, exiting`);
+      process.exit(1);
+    }
+  };
+  for (const signal of SHUTDOWN_SIGNALS) process.on(signal, onSignal);
   leaveSignalsToCaller(); // from here on, this handler stops the embedded database, after the drain
 }

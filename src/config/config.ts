@@ -66,7 +66,9 @@ function isCidr(value: string): boolean {
 
 const environmentSchema = z.object({
   PORT: z.coerce.number({ error: 'must be a port number' }).int().min(0).max(65535, 'must be at most 65535').default(8080),
-  HOST: z.string().min(1).default('0.0.0.0'),
+  // Loopback unless asked: the embedded default holds an all-scopes sandbox key, and a deployment
+  // says where it listens (the container image sets HOST=0.0.0.0).
+  HOST: z.string().min(1).default('127.0.0.1'),
   DATABASE_URL: z
     .string()
     .optional()

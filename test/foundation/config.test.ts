@@ -1,6 +1,8 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it, vi } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config/config.js';
-import { runSvc } from '../helpers/svc-process.js';
+import { PROJECT_ROOT, runSvc } from '../helpers/svc-process.js';
 
 // Each spawned `svc` loads the TypeScript sources (about a second, several on a busy machine).
 vi.setConfig({ testTimeout: 120_000 });
@@ -61,7 +63,7 @@ describe('configuration from the environment', () => {
     // toMatchObject: variables added by other modules bring their own default tests.
     expect(loadConfig({})).toMatchObject({
       port: 8080,
-      host: '0.0.0.0',
+      host: '127.0.0.1',
       databaseUrl: undefined,
       dataDir: './data',
       logLevel: 'info',
@@ -105,7 +107,7 @@ describe('configuration from the environment', () => {
     expect(config.port).toBe(8080);
     expect(config.databaseUrl).toBeUndefined();
     expect(config.rateLimit.burst).toBe(25);
-    expect(config.host).toBe('0.0.0.0');
+    expect(config.host).toBe('127.0.0.1');
   });
 
   it('when valid values are given, it parses them into the typed config', () => {
@@ -143,6 +145,20 @@ describe('configuration from the environment', () => {
   it('when WEBHOOK_ALLOWED_PORTS lists ports, they are parsed once each, spaces and empty items ignored', () => {
     expect(loadConfig({ WEBHOOK_ALLOWED_PORTS: ' 8443, 9443,,8443 ' }).webhookAllowedPorts).toEqual([8443, 9443]);
     expect(loadConfig({ WEBHOOK_ALLOWED_PORTS: '1,65535' }).webhookAllowedPorts).toEqual([1, 65535]);
+  });
+
+  it('when HOST is unset, it listens on loopback only, embedded database or DATABASE_URL; HOST=0.0.0.0 listens on every interface', () => {
+    expect(loadConfig({}).host).toBe('127.0.0.1');
+    expect(loadConfig({ DATABASE_URL: 'postgres://x@h/db' }).host).toBe('127.0.0.1');
+    expect(loadConfig({ HOST: '0.0.0.0' }).host).toBe('0.0.0.0');
+  });
+
+  it('when the container image runs, it sets HOST=0.0.0.0 itself, in the stage that runs the service', () => {
+    const dockerfile = readFileSync(join(PROJECT_ROOT, 'Dockerfile'), 'utf8');
+    const runtimeStage = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '));
+    // An ENV instruction, its continuation lines included.
+    const environment = [...runtimeStage.matchAll(/^ENV\s((?:.*\\\n)*.*)$/gm)].map((match) => match[1]!).join(' ');
+    expect(environment).toMatch(/(?:^|\s)HOST=0\.0\.0\.0(?:\s|\\|$)/);
   });
 
   it('when METRICS_PORT is set, it is the metrics listener\'s port; 0 picks a free one even beside PORT=0', () => {

@@ -48,6 +48,11 @@ function postgresProcessesFor(dir: string): string[] {
   }
 }
 
+/** The session id of a process (ps), whose leader's pid it is. */
+function sessionOf(pid: number): number {
+  return Number(execFileSync('ps', ['-o', 'sid=', '-p', String(pid)], { encoding: 'utf8' }).trim());
+}
+
 function embeddedPort(directory = postgresDir): number {
   return Number(readFileSync(join(directory, 'postmaster.pid'), 'utf8').split('\n')[3]);
 }
@@ -109,6 +114,11 @@ describe('svc serve on the embedded database', () => {
     expect(server.stdout()).toContain(`curl -H "Authorization: Bearer ${sandboxKey}" http://localhost:${await server.port}/`);
     expect(server.stdout()).not.toContain('has no organisation yet');
     await expectReady(server, sandboxKey);
+    // The postmaster leads a session of its own: a signal to the server's process group (a
+    // terminal's Ctrl-C) does not reach it, and the server stops it after its requests.
+    const postmaster = Number(readFileSync(join(postgresDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+    expect(sessionOf(postmaster)).toBe(postmaster);
+    expect(sessionOf(server.child.pid!)).not.toBe(postmaster);
     expect((await fetch(`${await server.baseUrl()}/v1/customers`, { headers: { authorization: `Bearer ${sandboxKey}` } })).status).toBe(200);
 
     const client = new pg.Client({ connectionString: embeddedDatabaseUrl() });
@@ -204,19 +214,30 @@ describe('svc serve on the embedded database', () => {
     await expectStoppedCleanly(server, 'SIGTERM');
   });
   it('when SIGTERM arrives during a request, the request completes before PostgreSQL is stopped', async () => {
+    expect(sandboxKey).not.toBe('');
     const server = serve();
-    await expectReady(server);
-    // Hold a lock /readyz needs, so its request is provably in flight when the signal arrives.
+    const baseUrl = await server.baseUrl();
+    const headers = { authorization: `Bearer ${sandboxKey}`, 'content-type': 'application/json' };
+    const created = await fetch(`${baseUrl}/v1/customers`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ externalId: 'in-flight-1', fullName: 'Flight Probe', email: 'flight-probe@example.com' }),
+    });
+    expect(created.status).toBe(201);
+    const customerId = ((await created.json()) as { id: string }).id;
+    // Hold a change of the organisation open: a list's first page waits for it to commit (migration
+    // 0009), so its request is provably in flight when the signal arrives. (/readyz no longer waits:
+    // it answers within a second.)
     const blocker = new pg.Client({ connectionString: embeddedDatabaseUrl() });
     // Once it has committed, the server may stop PostgreSQL before this client has finished closing:
     // the server's shutdown then ends its connection (57P01), which is not this test's concern.
     blocker.on('error', () => {});
     await blocker.connect();
     await blocker.query('BEGIN');
-    await blocker.query('LOCK TABLE drizzle.__drizzle_migrations IN ACCESS EXCLUSIVE MODE');
-    const inFlight = fetch(`${await server.baseUrl()}/readyz`);
+    await blocker.query(`UPDATE customers SET name = name || '.' WHERE id = $1`, [customerId]);
+    const inFlight = fetch(`${baseUrl}/v1/customers`, { headers });
     await waitFor(async () => {
-      const waiting = await blocker.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE '%__drizzle_migrations%'`);
+      const waiting = await blocker.query(`SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`);
       return waiting.rowCount! > 0;
     });
 
@@ -228,7 +249,7 @@ describe('svc serve on the embedded database', () => {
 
     const response = await inFlight;
     expect(response.status).toBe(200);
-    expect(await response.json()).toEqual({ status: 'ready', database: 'ok' });
+    expect(await response.json()).toMatchObject({ data: [expect.objectContaining({ id: customerId })] });
     expect(await server.exited, server.stderr()).toEqual({ code: 0, signal: null });
     expect(existsSync(join(postgresDir, 'postmaster.pid'))).toBe(false);
     expect(postgresProcessesFor(postgresDir)).toEqual([]);
@@ -287,6 +308,22 @@ describe('an embedded data directory from before the password file', () => {
       expect(await server.stop('SIGTERM')).toEqual({ code: 0, signal: null });
     } finally {
       rmSync(legacyDataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('an operator command on the embedded database', () => {
+  it('when no server runs, it initialises and starts the embedded PostgreSQL itself, prints its JSON, and stops it before exiting', async () => {
+    const ownDataDir = temporaryDataDir();
+    try {
+      const result = await runSvc(['org', 'list'], { ...env, DATA_DIR: ownDataDir });
+      expect(result.code, result.stderr).toBe(0);
+      expect(JSON.parse(result.stdout)).toEqual([]);
+      expect(existsSync(join(ownDataDir, 'postgres', 'PG_VERSION'))).toBe(true);
+      expect(existsSync(join(ownDataDir, 'postgres', 'postmaster.pid'))).toBe(false);
+      expect(postgresProcessesFor(ownDataDir)).toEqual([]);
+    } finally {
+      rmSync(ownDataDir, { recursive: true, force: true });
     }
   });
 });

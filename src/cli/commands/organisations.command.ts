@@ -37,6 +37,11 @@ export function registerOrganisationCommands(program: Command): void {
     );
 
   org
+    .command('list')
+    .description('List the organisations, oldest first (the first start\'s sandbox among them)')
+    .action(() => runCommand(({ database }) => createOrganisationsService({ database }).list()));
+
+  org
     .command('show')
     .description('Show an organisation')
     .argument('<id>', 'organisation id')

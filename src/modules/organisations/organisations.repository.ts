@@ -1,4 +1,4 @@
-import { eq, sql } from 'drizzle-orm';
+import { asc, eq, sql } from 'drizzle-orm';
 import type { Executor } from '../../db/client.js';
 import { creditLedger, organisations, type OrganisationRow } from '../../db/schema.js';
 
@@ -12,6 +12,11 @@ export function createOrganisationsRepository(db: Executor) {
     async findById(id: string, tx: Executor = db): Promise<OrganisationRow | undefined> {
       const [row] = await tx.select().from(organisations).where(eq(organisations.id, id));
       return row;
+    },
+
+    /** Every organisation, oldest first (the sandbox of a first start comes first). */
+    async list(tx: Executor = db): Promise<OrganisationRow[]> {
+      return tx.select().from(organisations).orderBy(asc(organisations.createdAt), asc(organisations.id));
     },
 
     async findSandbox(tx: Executor = db): Promise<OrganisationRow | undefined> {

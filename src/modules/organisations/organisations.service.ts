@@ -71,6 +71,10 @@ export function createOrganisationsService(deps: { database: Database }) {
       });
     },
 
+    async list(): Promise<OrganisationDto[]> {
+      return (await repository.list(database.current())).map(toOrganisationDto);
+    },
+
     async show(id: string): Promise<OrganisationDto> {
       return toOrganisationDto(await require(id));
     },

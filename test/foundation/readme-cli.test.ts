@@ -1,0 +1,123 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
+import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
+import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { collectProcessOutput } from '../helpers/log-collector.js';
+import { PROJECT_ROOT } from '../helpers/svc-process.js';
+
+/*
+ * Every operator CLI example of the README, run exactly as written through a shell, placeholders
+ * aside: DESIGN.md §5 promises exactly one JSON document on stdout, and a reader pipes it to jq.
+ * An example is a code span (or a code block line) in the README's CLI form. Left out: `serve` and
+ * `worker`, which run until stopped and print no document, and the syntax `… <command>` itself.
+ */
+const CLI_FORM = 'npm run -s svc -- ';
+const readme = readFileSync(join(PROJECT_ROOT, 'README.md'), 'utf8');
+const codeSpans = [...readme.matchAll(/`([^`\n]+)`/g)].map((match) => match[1]!);
+const codeBlockLines = [...readme.matchAll(/^```[^\n]*\n([\s\S]*?)^```/gm)].flatMap((match) => match[1]!.split('\n'));
+const examples = [
+  ...new Set(
+    [...codeSpans, ...codeBlockLines]
+      .map((text) => text.trim())
+      .filter((text) => text.startsWith(CLI_FORM))
+      .filter((text) => !/^(serve|worker)\b/.test(text.slice(CLI_FORM.length)) && !/<[a-z ]+>/.test(text)),
+  ),
+];
+
+let ctx: TestContext;
+const folder = mkdtempSync(join(tmpdir(), 'svc-readme-'));
+/** README placeholder → the real value of the fresh database it stands for. */
+let substitutions: Array<[placeholder: string, value: string]> = [];
+
+beforeAll(async () => {
+  ctx = await createTestContext();
+  const org = await ctx.createOrg({ credits: 100 });
+  const spareKey = await ctx.createKey(org.id);
+  // The README's customer, with its KYC started: `kyc submit` needs a check waiting for the person.
+  const created = await ctx.request('POST', '/v1/customers', {
+    key: org.key,
+    body: { externalId: 'crm-42', fullName: 'Ada Lovelace', email: 'ada@example.com' },
+  });
+  expect(created.statusCode, created.body).toBe(201);
+  const started = await ctx.request('POST', '/v1/customers/crm-42/kyc', { key: org.key });
+  expect(started.statusCode, started.body).toBe(200);
+  // One endpoint for `webhook disable`, another that keeps receiving, with an event delivered to it.
+  const webhooks = createWebhooksService({ database: ctx.database, allowPrivateUrls: true });
+  const toDisable = await webhooks.addEndpoint({ orgId: org.id, url: 'http://127.0.0.1:9/disabled' });
+  await webhooks.addEndpoint({ orgId: org.id, url: 'http://127.0.0.1:9/live' });
+  const eventId = await ctx.database.transaction((tx) =>
+    createOutboxRepository(ctx.database.db).record({ orgId: org.id, type: 'webhook.test', customerId: null, customer: null }, tx),
+  );
+  const deliveries = await webhooks.listDeliveries({ orgId: org.id, eventId });
+  const live = deliveries.find((delivery) => delivery.endpoint_id !== toDisable.id);
+  expect(live).toBeDefined();
+  const templateFile = join(folder, 'template.json');
+  writeFileSync(
+    templateFile,
+    JSON.stringify({
+      code: 'estate-admin',
+      name: 'Deceased estate administration',
+      industry: 'LEGAL',
+      roles: [{ roleLabel: 'Executor', partyType: 'INDIVIDUAL', checkTrigger: 'ON_ADD' }],
+    }),
+  );
+  substitutions = [
+    ['3f0c…', org.id],
+    ['9b2e…', spareKey.id],
+    ['7a1e…', toDisable.id],
+    ['1d7a…', eventId],
+    ['5c44…', live!.id],
+    ['--file template.json', `--file ${templateFile}`],
+    // The reader's own receiver; this one is on loopback, which WEBHOOK_ALLOW_PRIVATE_URLS allows.
+    ['https://crm.example.com/hooks', 'http://127.0.0.1:9/hooks'],
+  ];
+}, 60_000);
+
+afterAll(async () => {
+  await ctx?.close();
+  rmSync(folder, { recursive: true, force: true });
+});
+
+function runInShell(command: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('sh', ['-c', command], {
+      cwd: PROJECT_ROOT,
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: ctx.databaseUrl, WEBHOOK_ALLOW_PRIVATE_URLS: 'true' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => {
+      collectProcessOutput(stderr);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+describe('the README CLI examples', () => {
+  it('when the README is read, it has an example of every operator command in the one form that prints only JSON', () => {
+    expect(examples.length).toBeGreaterThanOrEqual(20);
+    const commands = new Set(examples.map((example) => example.slice(CLI_FORM.length).split(' ').slice(0, 2).join(' ')));
+    for (const command of ['migrate', 'org create', 'org list', 'org show', 'org update', 'key create', 'key list', 'key revoke', 'webhook add']) {
+      expect([...commands].some((found) => found === command || found.startsWith(`${command} `)), command).toBe(true);
+    }
+    // Plain `npm run svc --` prints npm's banner on stdout first; `npx svc` may fetch another package.
+    expect(readme).not.toMatch(/`npm run svc -- /);
+    expect(readme).not.toMatch(/`npx svc [a-z]/);
+  });
+
+  it.each(examples)('when "%s" runs as written, it prints exactly one JSON document on stdout and exits 0', async (example) => {
+    const command = substitutions.reduce((text, [placeholder, value]) => text.replaceAll(placeholder, value), example);
+    expect(command, 'a placeholder this test does not know').not.toContain('…');
+    const result = await runInShell(command);
+    expect(result.code, result.stderr).toBe(0);
+    expect(() => JSON.parse(result.stdout), result.stdout).not.toThrow();
+  }, 60_000);
+});
