@@ -1,4 +1,4 @@
-import { execFile, execFileSync, spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -16,6 +16,7 @@ import { createVerificationClient } from '../../clients/typescript/client.js';
 import { apiModules } from '../../src/modules/index.js';
 import { ROUTE_SCOPES, type Scope } from '../../src/plugins/route-scopes.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { findChromium } from '../helpers/chromium.js';
 
 /** v1 routes of this test only: they answer with what the client sent. */
 const probeRoutes = async (app: FastifyInstance) => {
@@ -187,7 +188,7 @@ describe('typed client (clients/typescript)', () => {
 </script>`;
     const origin = await pageOrigin(page, code, baseUrl.replace(/\/v1$/, ''));
     const profile = mkdtempSync(join(tmpdir(), 'chromium-'));
-    const browser = spawn(CHROMIUM!, ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', `--user-data-dir=${profile}`, origin.url], { stdio: 'ignore' });
+    const browser = spawn(CHROMIUM!, ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', `--user-data-dir=${profile}`, origin.url], { stdio: 'ignore', detached: true });
     try {
       const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the page reported nothing within 60 s')), 60_000).unref());
       const result = JSON.parse(await Promise.race([origin.result, timeout]));
@@ -198,10 +199,15 @@ describe('typed client (clients/typescript)', () => {
       expect(result.got).toEqual({ id: 'chromium', org: org.id });
       expect(result.posted).toEqual({ name: 'chromium', idempotencyKey: expect.stringMatching(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/) });
     } finally {
-      browser.kill('SIGKILL');
+      // Its renderer and helper processes too (they share its process group), or they keep writing the profile.
+      try {
+        process.kill(-browser.pid!, 'SIGKILL');
+      } catch {
+        browser.kill('SIGKILL');
+      }
       await new Promise((resolve) => (browser.exitCode !== null || browser.signalCode !== null ? resolve(undefined) : browser.once('exit', resolve)));
       await origin.close();
-      rmSync(profile, { recursive: true, force: true });
+      rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
     }
   }, 90_000);
 
@@ -273,20 +279,6 @@ function runInBrowserLikeContext(code: string, webCrypto: WebCrypto) {
   vm.runInContext(code, context, { filename: 'client.browser.js' });
   const nodeGlobals = vm.runInContext("[typeof require, typeof process, typeof Buffer, typeof module, typeof global].join(',')", context);
   return { client: (context as unknown as { VerificationClient: BundledClient }).VerificationClient, nodeGlobals: nodeGlobals as string };
-}
-
-/** A Chromium (Debian's `chromium`, or CHROMIUM_PATH) to run pages in, if this machine has one. */
-function findChromium(): string | undefined {
-  for (const candidate of [process.env.CHROMIUM_PATH, 'chromium', 'chromium-browser', 'google-chrome']) {
-    if (!candidate) continue;
-    try {
-      execFileSync(candidate, ['--version'], { stdio: 'ignore', timeout: 10_000 });
-      return candidate;
-    } catch {
-      // not this one
-    }
-  }
-  return undefined;
 }
 
 /**

@@ -1,4 +1,4 @@
-import { execFile, execFileSync, spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,6 +17,7 @@ import { generateOpenApiDocument, serializeOpenApiDocument } from '../../src/plu
 import { API_TITLE, openapiPlugin } from '../../src/plugins/openapi.plugin.js';
 import { ROUTE_SCOPES, type Scope } from '../../src/plugins/route-scopes.js';
 import { errorEnvelopeSchema } from '../../src/shared/error-envelope.schema.js';
+import { findChromium } from '../helpers/chromium.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const COMMITTED = join(ROOT, 'openapi', 'openapi.json');
@@ -452,20 +453,6 @@ function servedReferenceConfiguration(html: string): Record<string, unknown> {
   return JSON.parse(match![1]!) as Record<string, unknown>;
 }
 
-/** A Chromium (Debian's `chromium`, or CHROMIUM_PATH) to render pages with, if this machine has one. */
-function findChromium(): string | undefined {
-  for (const candidate of [process.env.CHROMIUM_PATH, 'chromium', 'chromium-browser', 'google-chrome']) {
-    if (!candidate) continue;
-    try {
-      execFileSync(candidate, ['--version'], { stdio: 'ignore', timeout: 10_000 });
-      return candidate;
-    } catch {
-      // not this one
-    }
-  }
-  return undefined;
-}
-
 /** The page's DOM once its scripts have run (and fetched what they fetch), from a headless Chromium. */
 async function renderInChromium(url: string): Promise<string> {
   const profile = mkdtempSync(join(tmpdir(), 'chromium-'));
@@ -485,6 +472,6 @@ async function renderInChromium(url: string): Promise<string> {
     clearTimeout(timer);
     return dom;
   } finally {
-    rmSync(profile, { recursive: true, force: true });
+    rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
   }
 }
