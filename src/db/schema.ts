@@ -115,6 +115,9 @@ export const auditLog = pgTable(
 // Customers (individuals and entities share one table)
 // ---------------------------------------------------------------------------------------------
 
+/** A change more than a second after the record's creation (the partial list indexes' predicate). */
+export const LATE_CHANGE = sql`(updated_at - created_at) > interval '1 second'`;
+
 export const customers = pgTable(
   'customers',
   {
@@ -183,9 +186,47 @@ export const customers = pgTable(
     uniqueIndex('customers_entity_name_type_key')
       .on(table.orgId, sql`lower(${table.name})`, table.type)
       .where(sql`kind = 'entity'`),
-    index('customers_list_idx').on(table.orgId, table.kind, table.createdAt, table.id),
-    index('customers_updated_idx').on(table.orgId, table.kind, table.updatedAt),
+    // List pages (docs/decisions.md, "Lists at a million records"). Every list walks (created_at, id)
+    // within an organisation and kind; each filter the spec allows has an index that yields its rows in
+    // that order, so a page reads its own rows and no more. Every index ends with the filtered columns,
+    // so a page's rows are chosen by an index-only scan and only the page itself is read from the table.
+    index('customers_list_idx').on(table.orgId, table.kind, table.createdAt, table.id, table.updatedAt, table.kycStatus, table.amlStatus, table.type),
+    index('customers_status_list_idx').on(table.orgId, table.kind, table.kycStatus, table.createdAt, table.id, table.updatedAt, table.amlStatus, table.type),
+    index('customers_aml_list_idx').on(table.orgId, table.kind, table.amlStatus, table.createdAt, table.id, table.updatedAt, table.kycStatus, table.type),
+    index('customers_entity_type_list_idx')
+      .on(table.orgId, table.type, table.createdAt, table.id, table.updatedAt, table.kycStatus, table.amlStatus)
+      .where(sql`kind = 'entity'`),
+    // `updated_since`: the rows changed more than a second after they were created ("late"), in both
+    // orders. A row created before updated_since that changed after it is one of them, or was created
+    // within the second before it.
+    index('customers_late_list_idx')
+      .on(table.orgId, table.kind, table.createdAt, table.id, table.updatedAt, table.kycStatus, table.amlStatus, table.type)
+      .where(LATE_CHANGE),
+    index('customers_late_updated_idx')
+      .on(table.orgId, table.kind, table.updatedAt, table.createdAt, table.id, table.kycStatus, table.amlStatus, table.type)
+      .where(LATE_CHANGE),
   ],
+);
+
+/**
+ * Exact list counts without counting rows (migration 0011): the customers of each organisation, kind,
+ * type, KYC/KYB status and AML status, kept by triggers on customers in the same transaction as each
+ * change. Each is split over SLOTS rows, one per backend slot, so concurrent writers of one
+ * organisation seldom wait on one counter row; a count is the sum of its slots. Bounded: at most one
+ * row per status combination and slot per organisation, so no retention applies.
+ */
+export const customerCounts = pgTable(
+  'customer_counts',
+  {
+    orgId: orgId(),
+    kind: text('kind', { enum: ['individual', 'entity'] }).notNull(),
+    type: text('type').notNull(),
+    kycStatus: text('kyc_status').notNull(),
+    amlStatus: text('aml_status').notNull(),
+    slot: integer('slot').notNull(),
+    records: bigint('records', { mode: 'number' }).notNull(),
+  },
+  (table) => [primaryKey({ columns: [table.orgId, table.kind, table.type, table.kycStatus, table.amlStatus, table.slot] })],
 );
 
 // ---------------------------------------------------------------------------------------------

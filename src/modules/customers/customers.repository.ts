@@ -1,7 +1,9 @@
-import { and, asc, eq, getTableColumns, gt, inArray, is, Param, sql, SQL } from 'drizzle-orm';
+import { and, asc, eq, getTableColumns, gt, inArray, is, lte, Param, sql, SQL } from 'drizzle-orm';
+import { unionAll } from 'drizzle-orm/pg-core';
 import { boundAsGiven, builtOnce, rowMapper, type BuiltOnce } from '../../db/built-once.js';
 import type { Executor } from '../../db/client.js';
-import { customers, type CustomerRow, type NewCustomerRow } from '../../db/schema.js';
+import { customerCounts, customers, LATE_CHANGE, type CustomerRow, type NewCustomerRow } from '../../db/schema.js';
+import { EARLIEST_INSTANT } from '../../shared/dates.schema.js';
 import { isUuid } from '../../shared/ids.js';
 
 export type CustomerKind = 'individual' | 'entity';
@@ -23,15 +25,68 @@ const customerColumns = getTableColumns(customers);
 /** Distinct column sets an UPDATE is built once for; others are built per call (never seen in practice). */
 const MAX_UPDATE_SHAPES = 200;
 
-function filterConditions(orgId: string, filters: ListFilters): SQL[] {
+/** The filters other than updated_since: each is an equality on a column of every list index. */
+function equalityConditions(orgId: string, filters: ListFilters): SQL[] {
   const conditions: SQL[] = [eq(customers.orgId, orgId), eq(customers.kind, filters.kind)];
   if (filters.kycStatus) conditions.push(eq(customers.kycStatus, filters.kycStatus));
   if (filters.amlStatus) conditions.push(eq(customers.amlStatus, filters.amlStatus));
-  if (filters.updatedSince) conditions.push(gt(customers.updatedAt, filters.updatedSince));
   if (filters.externalId) conditions.push(eq(customers.externalId, filters.externalId));
   if (filters.type) conditions.push(eq(customers.type, filters.type));
   return conditions;
 }
+
+type Position = { createdAt: Date; id: string };
+/** The greatest id: a part starting after (t, MAX_ID) starts after every row created at t. */
+const MAX_ID = 'ffffffff-ffff-ffff-ffff-ffffffffffff';
+/** A row-order comparison an index range can start at. */
+const after = (position: Position): SQL =>
+  sql`(${customers.createdAt}, ${customers.id}) > (${position.createdAt.toISOString()}::timestamptz, ${position.id}::uuid)`;
+const later = (a: Position, b: Position): Position =>
+  a.createdAt.getTime() !== b.createdAt.getTime() ? (a.createdAt > b.createdAt ? a : b) : a.id > b.id ? a : b;
+
+/** How far back a row that is not "late" (LATE_CHANGE) can have been created and still be changed after `since`. */
+const LATE_AFTER_MS = 1000;
+
+/**
+ * The rows changed after `since`, as three disjoint parts that each have an index yielding them in
+ * (created_at, id) order (docs/decisions.md, "Lists at a million records"):
+ *  - created after `since` (so changed after it too): a range of the list or a filter's index;
+ *  - created in the second up to `since` and changed after it: a range of the same index;
+ *  - created earlier and changed after `since`: such a row changed more than a second after its
+ *    creation, so it is in the partial "late" indexes, by creation or by change time.
+ * A row created more than a second before `since` and not late changed at most a second after its
+ * creation, so by `since`: no row is missed, whatever the clocks did. Each part keeps
+ * `updated_at > since`, so none depends on updated_at >= created_at.
+ *
+ * Each part's lower bound is one row comparison, the later of the cursor and the part's own start: a
+ * B-tree cannot combine a row comparison with a scalar bound on created_at, and would start at the
+ * cursor and filter its way up to the part.
+ */
+function changedSinceParts(since: Date, cursor: Position | undefined): SQL[] {
+  const changed = gt(customers.updatedAt, since);
+  const justBefore = new Date(since.getTime() - LATE_AFTER_MS);
+  // The part's own start as a scalar bound when the cursor lies before it: the planner estimates a
+  // scalar range from its histogram, a row comparison only with a fixed guess.
+  const startingAfter = (start: Position | undefined) => {
+    if (start && (!cursor || later(start, cursor) === start)) return gt(customers.createdAt, start.createdAt);
+    return cursor ? after(cursor) : undefined;
+  };
+  return [
+    and(startingAfter({ createdAt: since, id: MAX_ID }), changed)!,
+    and(startingAfter({ createdAt: justBefore, id: MAX_ID }), lte(customers.createdAt, since), changed)!,
+    and(startingAfter(undefined), lte(customers.createdAt, justBefore), LATE_CHANGE, changed)!,
+  ];
+}
+
+/**
+ * Whether updated_since leaves room for the parts: within the first second of year 1 the second
+ * before it is not a time PostgreSQL takes, and every row was changed after it anyway, so the
+ * list index read in order with `updated_at` checked in it answers as fast.
+ */
+const hasPartsBefore = (since: Date) => since.getTime() - LATE_AFTER_MS >= EARLIEST_INSTANT.getTime();
+
+/** Counted up to this many rows before the other side of `created_at = since` is counted instead. */
+const COUNT_PROBE = 1_000;
 
 export function createCustomersRepository(db: Executor) {
   const placeholder = {
@@ -192,25 +247,93 @@ export function createCustomersRepository(db: Executor) {
       return new Date(Number(rows[0]![0]));
     },
 
+    /**
+     * One page in (created_at, id) order. Without updated_since, one index range (the list index, or
+     * the status, AML or entity type index) in that order; the planner picks it per call (unnamed
+     * statements, planned with their values: a generic plan could not tell a status held by 0.1% of
+     * the rows from one held by half). With updated_since, the page's ids come from the three parts
+     * of changedSinceParts, each its own index-only range, merged, and only the page's rows are read.
+     */
     async list(orgId: string, filters: ListFilters, limit: number, tx: Executor = db): Promise<CustomerRow[]> {
-      const conditions = filterConditions(orgId, filters);
-      if (filters.after) {
-        conditions.push(sql`(${customers.createdAt}, ${customers.id}) > (${filters.after.createdAt.toISOString()}::timestamptz, ${filters.after.id}::uuid)`);
+      const conditions = equalityConditions(orgId, filters);
+      const order = [asc(customers.createdAt), asc(customers.id)];
+      if (!filters.updatedSince || filters.externalId || !hasPartsBefore(filters.updatedSince)) {
+        if (filters.after) conditions.push(after(filters.after));
+        if (filters.updatedSince) conditions.push(gt(customers.updatedAt, filters.updatedSince));
+        return tx.select().from(customers).where(and(...conditions)).orderBy(...order).limit(limit);
       }
+      const [createdAfter, createdJustBefore, changedLate] = changedSinceParts(filters.updatedSince, filters.after).map((part) =>
+        tx
+          .select({ createdAt: customers.createdAt, id: customers.id })
+          .from(customers)
+          .where(and(...conditions, part))
+          .orderBy(...order)
+          .limit(limit),
+      );
+      const page = unionAll(createdAfter!, createdJustBefore!, changedLate!)
+        .orderBy(asc(sql`created_at`), asc(sql`id`))
+        .limit(limit)
+        .as('page');
       return tx
-        .select()
+        .select(customerColumns)
         .from(customers)
-        .where(and(...conditions))
-        .orderBy(asc(customers.createdAt), asc(customers.id))
-        .limit(limit);
+        .innerJoin(page, and(eq(customers.orgId, orgId), eq(customers.id, page.id)))
+        .orderBy(asc(page.createdAt), asc(page.id));
     },
 
+    /**
+     * `include=total_count`. Without updated_since (or with external_id, one row at most), the sum of
+     * the counters that migration 0011 keeps per status (customer_counts): a fixed number of rows
+     * whatever the organisation's size. With updated_since, rows are counted in the parts of
+     * changedSinceParts; those created after `since` by whichever side of `since` is the smaller
+     * (the counters give the whole), so the cost is bounded by the rows changed since `since` and by
+     * the rows created before it, never by the organisation's size alone (docs/decisions.md).
+     */
     async count(orgId: string, filters: ListFilters, tx: Executor = db): Promise<number> {
-      const [row] = await tx
-        .select({ count: sql<number>`count(*)::int` })
-        .from(customers)
-        .where(and(...filterConditions(orgId, { ...filters, after: undefined })));
-      return row?.count ?? 0;
+      const equality = equalityConditions(orgId, filters);
+      if (filters.externalId) {
+        const [row] = await tx
+          .select({ count: sql<number>`count(*)::int` })
+          .from(customers)
+          .where(and(...equality, filters.updatedSince ? gt(customers.updatedAt, filters.updatedSince) : undefined));
+        return row?.count ?? 0;
+      }
+      const total = async () => {
+        const counted = [eq(customerCounts.orgId, orgId), eq(customerCounts.kind, filters.kind)];
+        if (filters.kycStatus) counted.push(eq(customerCounts.kycStatus, filters.kycStatus));
+        if (filters.amlStatus) counted.push(eq(customerCounts.amlStatus, filters.amlStatus));
+        if (filters.type) counted.push(eq(customerCounts.type, filters.type));
+        const [row] = await tx
+          .select({ count: sql<number>`coalesce(sum(${customerCounts.records}), 0)::bigint` })
+          .from(customerCounts)
+          .where(and(...counted));
+        return Number(row?.count ?? 0);
+      };
+      if (!filters.updatedSince) return total();
+      const countOf = async (where: SQL, cap?: number) => {
+        const rows = tx.select({ one: sql`1` }).from(customers).where(and(...equality, where));
+        const [row] = await tx
+          .select({ count: sql<number>`count(*)::int` })
+          .from((cap === undefined ? rows : rows.limit(cap)).as('counted'));
+        return row?.count ?? 0;
+      };
+      const since = filters.updatedSince;
+      if (!hasPartsBefore(since)) {
+        // Every row created after `since` was changed after it: the whole less the few created by then and not changed since.
+        return (await total()) - (await countOf(and(lte(customers.createdAt, since), lte(customers.updatedAt, since))!));
+      }
+      const [createdAfter, ...earlier] = changedSinceParts(since, undefined);
+      let count = 0;
+      for (const part of earlier) count += await countOf(part);
+      // Rows created after `since` were changed after it too (updated_at >= created_at, migration
+      // 0009's stamp): counted directly, or as the whole (the counters) less those created up to `since`,
+      // whichever side the probes find small; when both are large, directly.
+      const createdUpTo = lte(customers.createdAt, since);
+      const probed = await countOf(createdAfter!, COUNT_PROBE);
+      if (probed < COUNT_PROBE) return count + probed;
+      const before = await countOf(createdUpTo, COUNT_PROBE);
+      if (before < COUNT_PROBE) return count + (await total()) - before;
+      return count + (await countOf(createdAfter!));
     },
 
     async findManyByIds(orgId: string, ids: string[], tx: Executor = db): Promise<CustomerRow[]> {
