@@ -287,7 +287,7 @@ export function buildBaseline(): string {
 }
 
 /** Runs an operator command of the built project (`node bin/svc.js …args`) and parses the JSON it prints. */
-function svc(databaseUrl: string, args: string[]): unknown {
+export function svc(databaseUrl: string, args: string[]): unknown {
   try {
     const output = execFileSync(process.execPath, ['bin/svc.js', ...args], {
       cwd: root,
