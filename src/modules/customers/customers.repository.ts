@@ -58,9 +58,9 @@ const LATE_AFTER_MS = 1000;
  * creation, so by `since`: no row is missed, whatever the clocks did. Each part keeps
  * `updated_at > since`, so none depends on updated_at >= created_at.
  *
- * Each part's lower bound is one row comparison, the later of the cursor and the part's own start: a
- * B-tree cannot combine a row comparison with a scalar bound on created_at, and would start at the
- * cursor and filter its way up to the part.
+ * Each part has one lower bound, the later of the cursor and the part's own start: a B-tree cannot
+ * combine a row comparison with a scalar bound on created_at, and would start at the cursor and filter
+ * its way up to the part.
  */
 function changedSinceParts(since: Date, cursor: Position | undefined): SQL[] {
   const changed = gt(customers.updatedAt, since);
