@@ -21,9 +21,9 @@ type Outcome = { kind: 'sent'; status: number; body: string; replayed: boolean }
 
 /**
  * `Idempotency-Key` on POST/PATCH/PUT under /v1. The handler runs inside a transaction that first
- * claims the key; the handler's own transaction joins it, so the change, its side records and the
- * stored response commit (or roll back) together. A concurrent duplicate blocks on the claim until
- * the first commits, then replays its response.
+ * locks the key; the handler's own transaction joins it, so the change, its side records and the
+ * stored response (written once, last) commit (or roll back) together. A concurrent duplicate blocks
+ * on the lock until the first commits, then replays its response.
  */
 export const idempotencyPlugin = fp(
   async (app: FastifyInstance) => {
@@ -49,20 +49,21 @@ export const idempotencyPlugin = fp(
         const fingerprint = requestFingerprint(request.method, path, request.body);
 
         const outcome = await database.transaction(async (tx): Promise<Outcome> => {
-          if (!(await records.claim({ apiKeyId, key, orgId, fingerprint }, tx))) {
-            const existing = await records.find(apiKeyId, key, tx);
-            if (!existing || existing.fingerprint !== fingerprint) {
+          const existing = await records.lockAndFind(apiKeyId, key, tx);
+          if (existing) {
+            if (existing.fingerprint !== fingerprint) {
               throw new AppError(
                 'idempotency_conflict',
                 409,
                 'This Idempotency-Key was already used with a different request; use a new key for a new request.',
               );
             }
-            return { kind: 'sent', status: existing.responseStatus!, body: existing.responseBody!, replayed: true };
+            return { kind: 'sent', status: existing.responseStatus, body: existing.responseBody, replayed: true };
           }
+          const store = (status: number, body: string) => records.store({ apiKeyId, key, orgId, fingerprint, status, body }, tx);
           try {
-            // A savepoint, so a handler-produced 4xx can undo its work while the claim and the stored
-            // error response still commit.
+            // A savepoint, so a handler-produced 4xx can undo its work while the stored error
+            // response still commits.
             const payload = await tx.transaction(async () => original.call(this, request, reply));
             if (reply.sent || payload === reply) {
               // The response must leave only after the commit, so idempotent handlers return their payload.
@@ -70,11 +71,11 @@ export const idempotencyPlugin = fp(
             }
             const status = reply.statusCode;
             const body = typeof payload === 'string' ? payload : String(reply.serialize(payload));
-            await records.storeResponse(apiKeyId, key, status, body, tx);
+            await store(status, body);
             return { kind: 'sent', status, body, replayed: false };
           } catch (error) {
             if (isAppError(error) && error.status < 500 && !UNSTORED_STATUSES.has(error.status)) {
-              await records.storeResponse(apiKeyId, key, error.status, JSON.stringify(errorEnvelope(error)), tx);
+              await store(error.status, JSON.stringify(errorEnvelope(error)));
               return { kind: 'error', error };
             }
             throw error;

@@ -1,46 +1,55 @@
-import { and, eq, sql } from 'drizzle-orm';
+import { sql } from 'drizzle-orm';
 import type { Executor } from '../db/client.js';
-import { idempotencyKeys } from '../db/schema.js';
 
 export const IDEMPOTENCY_WINDOW_HOURS = 24;
+/** The first key of the two-key advisory locks on idempotency keys ('idem'), so they meet no other lock of the app. */
+const IDEMPOTENCY_LOCK_CLASS = 0x6964656d;
 
 export function createIdempotencyRepository(db: Executor) {
   return {
     /**
-     * Claims the key for this request, or reclaims it when its 24 h window is over. When another
-     * transaction holds the same key uncommitted, Postgres makes this statement wait for it, which
-     * is what serializes concurrent duplicates across instances. Returns false when a live record
-     * already exists (the caller then replays or rejects it).
+     * Serialises the requests that carry this key until this transaction ends (a transaction-scoped
+     * advisory lock, so it holds across instances and goes with a rollback), then reads its live
+     * record. The two statements leave together (the pool pipelines a transaction's statements),
+     * and the read runs after the lock is granted, with a snapshot of its own (READ COMMITTED), so
+     * it sees the record a duplicate that held the lock just committed.
+     *
+     * Why not claim the key by inserting its row first, as before: the row was then updated with the
+     * response in the same transaction, and PostgreSQL checks the foreign keys of a row inserted in
+     * the same transaction again on every update (docs/decisions.md, "A write budget per route").
      */
-    async claim(
-      values: { apiKeyId: string; key: string; orgId: string; fingerprint: string },
-      tx: Executor = db,
-    ): Promise<boolean> {
+    async lockAndFind(apiKeyId: string, key: string, tx: Executor) {
+      const [, found] = await Promise.all([
+        tx.execute(sql`SELECT pg_advisory_xact_lock(${IDEMPOTENCY_LOCK_CLASS}, hashtext(${apiKeyId} || ':' || ${key}))`),
+        tx.execute<{ fingerprint: string; response_status: number; response_body: string }>(sql`
+          SELECT fingerprint, response_status, response_body
+            FROM idempotency_keys
+           WHERE api_key_id = ${apiKeyId} AND key = ${key}
+             AND created_at >= clock_timestamp() - make_interval(hours => ${IDEMPOTENCY_WINDOW_HOURS})`),
+      ]);
+      const row = found.rows[0];
+      return row && { fingerprint: row.fingerprint, responseStatus: row.response_status, responseBody: row.response_body };
+    },
+
+    /**
+     * Writes the record once, with its response, at the end of the request's transaction (under the
+     * lock of lockAndFind). An expired record of the same key is replaced in place: its keys are
+     * unchanged, so no foreign key is checked again.
+     */
+    async store(
+      values: { apiKeyId: string; key: string; orgId: string; fingerprint: string; status: number; body: string },
+      tx: Executor,
+    ): Promise<void> {
       const result = await tx.execute(sql`
-        INSERT INTO idempotency_keys (api_key_id, key, org_id, fingerprint)
-        VALUES (${values.apiKeyId}, ${values.key}, ${values.orgId}, ${values.fingerprint})
+        INSERT INTO idempotency_keys (api_key_id, key, org_id, fingerprint, response_status, response_body)
+        VALUES (${values.apiKeyId}, ${values.key}, ${values.orgId}, ${values.fingerprint}, ${values.status}, ${values.body})
         ON CONFLICT (api_key_id, key) DO UPDATE
-           SET fingerprint = EXCLUDED.fingerprint, response_status = NULL, response_body = NULL,
-               created_at = clock_timestamp()
+           SET fingerprint = EXCLUDED.fingerprint, response_status = EXCLUDED.response_status,
+               response_body = EXCLUDED.response_body, created_at = clock_timestamp()
          WHERE idempotency_keys.created_at < clock_timestamp() - make_interval(hours => ${IDEMPOTENCY_WINDOW_HOURS})
-        RETURNING 1
       `);
-      return (result.rowCount ?? 0) > 0;
-    },
-
-    async find(apiKeyId: string, key: string, tx: Executor = db) {
-      const [row] = await tx
-        .select()
-        .from(idempotencyKeys)
-        .where(and(eq(idempotencyKeys.apiKeyId, apiKeyId), eq(idempotencyKeys.key, key)));
-      return row;
-    },
-
-    async storeResponse(apiKeyId: string, key: string, status: number, body: string, tx: Executor = db): Promise<void> {
-      await tx
-        .update(idempotencyKeys)
-        .set({ responseStatus: status, responseBody: body })
-        .where(and(eq(idempotencyKeys.apiKeyId, apiKeyId), eq(idempotencyKeys.key, key)));
+      // Only a writer that skipped the lock could have stored a live record meanwhile.
+      if ((result.rowCount ?? 0) !== 1) throw new Error('idempotency record stored concurrently without the key lock');
     },
 
     /** Deletes a batch of expired records; run off the request path. Returns how many went. */
