@@ -42,18 +42,6 @@ export function createIdempotencyRepository(db: Executor) {
         .set({ responseStatus: status, responseBody: body })
         .where(and(eq(idempotencyKeys.apiKeyId, apiKeyId), eq(idempotencyKeys.key, key)));
     },
-
-    /** Deletes a batch of expired records; run off the request path. Returns how many went. */
-    async deleteExpired(batchSize = 1000, tx: Executor = db): Promise<number> {
-      const result = await tx.execute(sql`
-        DELETE FROM idempotency_keys
-         WHERE ctid IN (
-           SELECT ctid FROM idempotency_keys
-            WHERE created_at < clock_timestamp() - make_interval(hours => ${IDEMPOTENCY_WINDOW_HOURS})
-            LIMIT ${batchSize})
-      `);
-      return result.rowCount ?? 0;
-    },
   };
 }
 export type IdempotencyRepository = ReturnType<typeof createIdempotencyRepository>;
