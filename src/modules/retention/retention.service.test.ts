@@ -211,6 +211,19 @@ describe('the batched purge, table by table', () => {
   });
 });
 
+describe('stopping', () => {
+  it('when the process stops mid-run, the purge ends after the batch in flight and leaves the rest for the next run', async () => {
+    const org = await ctx.createOrg();
+    const ids: number[] = [];
+    for (let i = 0; i < 10; i += 1) ids.push(await seed.audit(org.id, '8 years'));
+    const stopping = new AbortController();
+    const purged = await service({ batchSize: 3, onPurged: () => stopping.abort() }).runOnce({ signal: stopping.signal });
+    expect(purged.audit_log).toBe(3);
+    expect(await existing('audit_log', 'id', ids)).toHaveLength(7);
+    expect((await service().purgeOrganisation(org.id)).audit_log).toBe(7);
+  });
+});
+
 describe('organisations', () => {
   it('when one organisation is purged, another organisation\'s expired rows stay untouched, and a full run then purges every organisation', async () => {
     const [first, second] = [await ctx.createOrg(), await ctx.createOrg()];
