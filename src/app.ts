@@ -45,7 +45,7 @@ export type ResolvedDeps = Required<Omit<AppDeps, 'logger' | 'validateResponses'
 declare module 'fastify' {
   interface FastifyInstance {
     deps: ResolvedDeps;
-    metrics?: { rateLimited(window: string): void };
+    metrics?: { rateLimited(window: string): void; retentionPurged(table: string, rows: number): void };
   }
 }
 

@@ -2,25 +2,35 @@ import type { Logger } from 'pino';
 import type { Config } from './config/config.js';
 import type { Database } from './db/client.js';
 import { createEmailSender } from './modules/emails/email-sender.js';
-import { createIdempotencyRepository } from './plugins/idempotency.repository.js';
 import { createDeliveryWorker } from './modules/webhooks/delivery.worker.js';
+import { createRetentionService, type RetentionTable } from './modules/retention/retention.service.js';
 
 export type BackgroundJobs = { stop(): Promise<void> };
 
 type Job = { stop(): Promise<void> };
 
+/** How often the retention purge runs (and once at start); each run is a pass over every organisation. */
+export const RETENTION_INTERVAL_MS = 10 * 60_000;
+
 /** A periodic task that never overlaps itself and is stopped with the process. */
-export function every(intervalMs: number, task: () => Promise<void>, onError: (error: unknown) => void): Job {
+export function every(
+  intervalMs: number,
+  task: () => Promise<void>,
+  onError: (error: unknown) => void,
+  options: { atStart?: boolean } = {},
+): Job {
   let running: Promise<void> | undefined;
-  const timer = setInterval(() => {
+  const tick = () => {
     if (running) return;
     running = task()
       .catch(onError)
       .finally(() => {
         running = undefined;
       });
-  }, intervalMs);
+  };
+  const timer = setInterval(tick, intervalMs);
   timer.unref();
+  if (options.atStart) tick();
   return {
     async stop() {
       clearInterval(timer);
@@ -34,20 +44,31 @@ export function startBackgroundJobs(deps: {
   database: Database;
   logger: Logger;
   webhookWorker: boolean;
+  /** The app's metrics, when this process serves them (`svc worker` has none). */
+  metrics?: { retentionPurged(table: RetentionTable, rows: number): void } | undefined;
 }): BackgroundJobs {
   const { database, logger } = deps;
-  const idempotency = createIdempotencyRepository(database.db);
+  const retention = createRetentionService({
+    database,
+    settings: deps.config.retention,
+    onPurged: (table, rows) => deps.metrics?.retentionPurged(table, rows),
+    onOrganisationFailed: (orgId, error) => logger.warn({ err: error, orgId }, 'retention purge of an organisation failed'),
+  });
+  // A run over many organisations may be long: stopping ends it after the batch in flight.
+  const stopping = new AbortController();
   const emailSender = createEmailSender({ database, smtpUrl: deps.config.smtpUrl, from: deps.config.smtpFrom, logger });
   const jobs: Job[] = [
-    // Expired idempotency records are ignored on lookup anyway; this only keeps the table small.
+    // Every growing table is bounded (docs/decisions.md, "Retention and batched purges"). Every
+    // instance runs it: SKIP LOCKED makes concurrent runs share the rows instead of waiting.
     every(
-      60_000,
+      RETENTION_INTERVAL_MS,
       async () => {
-        while ((await idempotency.deleteExpired(1000)) === 1000) {
-          /* keep deleting in small batches */
-        }
+        const purged = await retention.runOnce({ signal: stopping.signal });
+        const rows = Object.values(purged).reduce((sum, count) => sum + count, 0);
+        if (rows > 0) logger.info({ purged }, `retention: purged ${rows} rows`);
       },
-      (error) => logger.warn({ err: error }, 'idempotency cleanup failed'),
+      (error) => logger.warn({ err: error }, 'retention purge failed'),
+      { atStart: true },
     ),
   ];
   if (deps.webhookWorker) {
@@ -77,6 +98,7 @@ export function startBackgroundJobs(deps: {
   }
   return {
     async stop() {
+      stopping.abort();
       await Promise.all(jobs.map((job) => job.stop()));
       emailSender.close();
     },

@@ -51,7 +51,7 @@ export async function startServer(config: Config, options: { worker?: boolean } 
     sandbox = connection.embedded ? await bootstrapSandbox({ database }) : undefined;
     const noOrganisation = !connection.embedded && (await hasNoOrganisation({ database }));
     app = await buildApp({ config, database, logger: httpLoggerOptions(config) });
-    jobs = startBackgroundJobs({ config, database, logger, webhookWorker: options.worker ?? config.webhookWorker });
+    jobs = startBackgroundJobs({ config, database, logger, webhookWorker: options.worker ?? config.webhookWorker, metrics: app.metrics });
     await app.listen({ port: config.port, host: config.host });
     if (config.metricsPort !== undefined) metrics = await listenForMetrics(app, { port: config.metricsPort, host: config.host });
     const address = app.server.address();

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import ipaddr from 'ipaddr.js';
 import { DATABASE_DEFAULTS, type DatabaseOptions } from '../db/database-options.js';
+import { IDEMPOTENCY_WINDOW_HOURS } from '../plugins/idempotency.repository.js';
 
 const booleanFlag = (fallback: boolean) =>
   z
@@ -15,6 +16,15 @@ const positiveInt = (fallback: number) =>
     .number({ error: 'must be a whole number' })
     .int('must be a whole number')
     .positive('must be greater than zero')
+    .default(fallback);
+
+/** A retention period: a whole number of `unit`s, bounded so `now - period` stays a valid timestamp. */
+const retentionPeriod = (fallback: number, unit: string, max: number, min = 1) =>
+  z.coerce
+    .number({ error: `must be a whole number of ${unit}` })
+    .int(`must be a whole number of ${unit}`)
+    .min(min, min === 1 ? 'must be greater than zero' : `must be at least ${min} (the spec's replay window)`)
+    .max(max, `must be at most ${max} ${unit}`)
     .default(fallback);
 
 const trustedProxyList = z
@@ -109,6 +119,13 @@ const environmentSchema = z.object({
   DATABASE_QUERY_TIMEOUT_MS: z.coerce.number({ error: 'must be a whole number' }).int('must be a whole number').positive('must be greater than zero').optional(),
   DATABASE_CONNECT_TIMEOUT_MS: positiveInt(DATABASE_DEFAULTS.connectTimeoutMs),
   DATABASE_PREPARED_STATEMENTS: booleanFlag(true),
+  // Retention (docs/decisions.md, "Retention and batched purges"): rows older than this are purged.
+  EVENT_RETENTION_DAYS: retentionPeriod(30, 'days', 36_500),
+  WEBHOOK_DELIVERY_RETENTION_DAYS: retentionPeriod(30, 'days', 36_500),
+  EMAIL_RETENTION_DAYS: retentionPeriod(90, 'days', 36_500),
+  AUDIT_RETENTION_YEARS: retentionPeriod(7, 'years', 100),
+  // Shorter than the replay window would forget keys the spec still honours.
+  IDEMPOTENCY_RETENTION_HOURS: retentionPeriod(IDEMPOTENCY_WINDOW_HOURS, 'hours', 876_000, IDEMPOTENCY_WINDOW_HOURS),
 });
 
 export type Config = {
@@ -137,6 +154,19 @@ export type Config = {
   databasePoolSize: number;
   /** Pool size, timeouts and the prepared-statement switch of every connection (see DATABASE_DEFAULTS). */
   database: Required<Omit<DatabaseOptions, 'applicationName'>>;
+  /** How long each growing table keeps its rows (the retention job purges older ones). */
+  retention: RetentionSettings;
+};
+
+export type RetentionSettings = {
+  /** outbox_events (EVENT_RETENTION_DAYS; the events feed shares it). */
+  eventDays: number;
+  /** webhook_deliveries and their webhook_attempts. */
+  webhookDeliveryDays: number;
+  emailDays: number;
+  auditYears: number;
+  /** At least the spec's 24 h replay window. */
+  idempotencyHours: number;
 };
 
 export class ConfigError extends Error {
@@ -200,6 +230,13 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       queryTimeoutMs,
       connectTimeoutMs: env.DATABASE_CONNECT_TIMEOUT_MS,
       preparedStatements: env.DATABASE_PREPARED_STATEMENTS,
+    },
+    retention: {
+      eventDays: env.EVENT_RETENTION_DAYS,
+      webhookDeliveryDays: env.WEBHOOK_DELIVERY_RETENTION_DAYS,
+      emailDays: env.EMAIL_RETENTION_DAYS,
+      auditYears: env.AUDIT_RETENTION_YEARS,
+      idempotencyHours: env.IDEMPOTENCY_RETENTION_HOURS,
     },
   };
 }

@@ -51,18 +51,6 @@ export function createIdempotencyRepository(db: Executor) {
       // Only a writer that skipped the lock could have stored a live record meanwhile.
       if ((result.rowCount ?? 0) !== 1) throw new Error('idempotency record stored concurrently without the key lock');
     },
-
-    /** Deletes a batch of expired records; run off the request path. Returns how many went. */
-    async deleteExpired(batchSize = 1000, tx: Executor = db): Promise<number> {
-      const result = await tx.execute(sql`
-        DELETE FROM idempotency_keys
-         WHERE ctid IN (
-           SELECT ctid FROM idempotency_keys
-            WHERE created_at < clock_timestamp() - make_interval(hours => ${IDEMPOTENCY_WINDOW_HOURS})
-            LIMIT ${batchSize})
-      `);
-      return result.rowCount ?? 0;
-    },
   };
 }
 export type IdempotencyRepository = ReturnType<typeof createIdempotencyRepository>;

@@ -2,6 +2,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Database } from '../db/client.js';
+import { RETENTION_TABLES } from '../modules/retention/retention.repository.js';
 import { AppError } from '../shared/app-error.js';
 import { clientErrorHandler, errorEnvelope } from './errors.plugin.js';
 
@@ -33,7 +34,8 @@ async function readOutboxBacklog(database: Database): Promise<OutboxBacklog> {
  * Prometheus metrics on `GET /metrics`, in a registry of this app instance's own (several instances
  * in one process, as in tests, must not share counters): request count and latency by method, route
  * pattern and status; pool usage; webhook outbox backlog and lag (read on scrape); rate-limit
- * rejections (the auth plugin reports them through `app.metrics.rateLimited`).
+ * rejections (the auth plugin reports them through `app.metrics.rateLimited`); rows purged by the
+ * retention job (`app.metrics.retentionPurged`, handed to the background jobs by the server).
  *
  * With METRICS_PORT set, the public port has no /metrics (404): `listenForMetrics` serves it on
  * that port alone, which the deployment keeps off the load balancer.
@@ -63,6 +65,15 @@ export const metricsPlugin = fp(
       labelNames: ['window'] as const,
       registers: [registry],
     });
+
+    const retentionPurged = new Counter({
+      name: 'retention_purged_rows_total',
+      help: 'Rows deleted by the retention purge, by table (counted by the process that ran the batch).',
+      labelNames: ['table'] as const,
+      registers: [registry],
+    });
+    // Every table shows from the first scrape, at 0 until a purge removes something.
+    for (const table of RETENTION_TABLES) retentionPurged.inc({ table }, 0);
 
     const pool = database.pool;
     new Gauge({
@@ -121,6 +132,9 @@ export const metricsPlugin = fp(
     app.decorate('metrics', {
       rateLimited(window: string) {
         rateLimited.inc({ window });
+      },
+      retentionPurged(table: string, rows: number) {
+        retentionPurged.inc({ table }, rows);
       },
     });
     app.decorate('metricsRegistry', registry);

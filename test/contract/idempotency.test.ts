@@ -6,7 +6,7 @@ import { buildApp } from '../../src/app.js';
 import { createDatabase } from '../../src/db/client.js';
 import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
 import { AppError } from '../../src/shared/app-error.js';
-import { createIdempotencyRepository } from '../../src/plugins/idempotency.repository.js';
+import { createRetentionService } from '../../src/modules/retention/retention.service.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 
 let ctx: TestContext;
@@ -327,14 +327,14 @@ describe('what is stored', () => {
     expect(later.headers['idempotent-replayed']).toBe('true');
   });
 
-  it('when the cleanup runs, it deletes expired records only', async () => {
+  it('when the retention purge runs, it deletes records past the 24 h window only', async () => {
     const expiredKey = randomUUID();
     const liveKey = randomUUID();
     await post(newCustomer(), expiredKey);
     await post(newCustomer(), liveKey);
     await ctx.database.db.execute(sql`UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE key = ${expiredKey}`);
-    const deleted = await createIdempotencyRepository(ctx.database.db).deleteExpired();
-    expect(deleted).toBeGreaterThanOrEqual(1);
+    const purged = await createRetentionService({ database: ctx.database, settings: ctx.config.retention }).purgeOrganisation(org.id);
+    expect(purged.idempotency_keys).toBeGreaterThanOrEqual(1);
     const remaining = await ctx.database.db.execute<{ key: string }>(
       sql`SELECT key FROM idempotency_keys WHERE key IN (${expiredKey}, ${liveKey})`,
     );

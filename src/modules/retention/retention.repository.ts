@@ -1,0 +1,119 @@
+import { sql } from 'drizzle-orm';
+import type { Executor } from '../../db/client.js';
+
+/** The tables the retention job bounds; also the `table` label of the purged-rows metric. */
+export const RETENTION_TABLES = ['idempotency_keys', 'audit_log', 'webhook_deliveries', 'webhook_attempts', 'outbox_events', 'emails'] as const;
+export type RetentionTable = (typeof RETENTION_TABLES)[number];
+
+/**
+ * One batch per call, for one organisation. Every statement carries `org_id` and names rows by their
+ * key within it (no global time scan, no ctid: both fail on a table distributed or partitioned by
+ * org_id). Rows are chosen `FOR UPDATE SKIP LOCKED`: a row a writer holds is left for the next run,
+ * never waited on. The age test is evaluated on the database's clock.
+ */
+export function createRetentionRepository(db: Executor) {
+  const count = (result: { rows: Array<Record<string, unknown>> }, column: string) => Number(result.rows[0]?.[column] ?? 0);
+
+  return {
+    /** Organisations in id order, a page after `after` (a keyset walk: no offset). */
+    async organisationIds(after: string | undefined, limit: number, tx: Executor = db): Promise<string[]> {
+      const result = await tx.execute<{ id: string }>(sql`
+        SELECT id FROM organisations
+         WHERE ${after === undefined ? sql`true` : sql`id > ${after}`}
+         ORDER BY id
+         LIMIT ${limit}`);
+      return result.rows.map((row) => row.id);
+    },
+
+    /** Past the replay window the record is no longer honoured (claim reclaims it); purging it changes nothing a client sees. */
+    async purgeIdempotencyKeys(orgId: string, hours: number, limit: number, tx: Executor = db): Promise<number> {
+      const result = await tx.execute(sql`
+        WITH chosen AS (
+          SELECT api_key_id, key FROM idempotency_keys
+           WHERE org_id = ${orgId} AND created_at < clock_timestamp() - make_interval(hours => ${hours}::int)
+           LIMIT ${limit}
+           FOR UPDATE SKIP LOCKED)
+        DELETE FROM idempotency_keys k USING chosen
+         WHERE k.org_id = ${orgId} AND k.api_key_id = chosen.api_key_id AND k.key = chosen.key`);
+      return result.rowCount ?? 0;
+    },
+
+    async purgeAuditLog(orgId: string, years: number, limit: number, tx: Executor = db): Promise<number> {
+      const result = await tx.execute(sql`
+        WITH chosen AS (
+          SELECT id FROM audit_log
+           WHERE org_id = ${orgId} AND created_at < clock_timestamp() - make_interval(years => ${years}::int)
+           LIMIT ${limit}
+           FOR UPDATE SKIP LOCKED)
+        DELETE FROM audit_log a USING chosen
+         WHERE a.org_id = ${orgId} AND a.id = chosen.id`);
+      return result.rowCount ?? 0;
+    },
+
+    /**
+     * Settled deliveries (succeeded or failed) past retention, with their attempts. A pending one is
+     * kept whatever its age: it is work not yet done (the retry schedule settles every delivery within
+     * days, so only a deployment with no worker keeps them), and a worker may hold it mid-send. The
+     * attempts are deleted by this statement rather than by the foreign key's cascade so they are
+     * counted; the cascade then finds nothing.
+     */
+    async purgeWebhookDeliveries(orgId: string, days: number, limit: number, tx: Executor = db): Promise<{ deliveries: number; attempts: number }> {
+      const result = await tx.execute<{ deliveries: number; attempts: number }>(sql`
+        WITH chosen AS (
+          SELECT id FROM webhook_deliveries
+           WHERE org_id = ${orgId} AND created_at < clock_timestamp() - make_interval(days => ${days}::int)
+             AND status <> 'pending'
+           LIMIT ${limit}
+           FOR UPDATE SKIP LOCKED),
+        gone_attempts AS (
+          DELETE FROM webhook_attempts a USING chosen
+           WHERE a.org_id = ${orgId} AND a.delivery_id = chosen.id
+          RETURNING 1),
+        gone_deliveries AS (
+          DELETE FROM webhook_deliveries d USING chosen
+           WHERE d.org_id = ${orgId} AND d.id = chosen.id
+          RETURNING 1)
+        SELECT (SELECT count(*) FROM gone_deliveries)::int AS deliveries, (SELECT count(*) FROM gone_attempts)::int AS attempts`);
+      return { deliveries: count(result, 'deliveries'), attempts: count(result, 'attempts') };
+    },
+
+    /**
+     * Events past retention that no delivery references any more: an event stays while a delivery of
+     * it does (the delivery is sent and shown from its payload), so the foreign key's cascade never
+     * removes a delivery here. Two statements in the caller's transaction: the first locks the
+     * candidates; the second, on a snapshot taken after those locks, deletes only the ones still
+     * unreferenced (a delivery inserted for one, as a resend does, holds a key-share lock the first
+     * statement skips, or committed before it and is seen by the second).
+     */
+    async purgeOutboxEvents(orgId: string, days: number, limit: number, tx: Executor): Promise<{ locked: number; deleted: number }> {
+      const locked = await tx.execute<{ id: string }>(sql`
+        SELECT e.id FROM outbox_events e
+         WHERE e.org_id = ${orgId} AND e.created_at < clock_timestamp() - make_interval(days => ${days}::int)
+           AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.org_id = ${orgId} AND d.event_id = e.id)
+         LIMIT ${limit}
+         FOR UPDATE OF e SKIP LOCKED`);
+      if (locked.rows.length === 0) return { locked: 0, deleted: 0 };
+      const ids = locked.rows.map((row) => row.id);
+      const result = await tx.execute(sql`
+        DELETE FROM outbox_events e
+         WHERE e.org_id = ${orgId} AND e.id IN (${sql.join(ids.map((id) => sql`${id}`), sql`, `)})
+           AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.org_id = ${orgId} AND d.event_id = e.id)`);
+      return { locked: ids.length, deleted: result.rowCount ?? 0 };
+    },
+
+    /** Queued emails are kept whatever their age (not yet sent); sent, recorded and failed ones go. */
+    async purgeEmails(orgId: string, days: number, limit: number, tx: Executor = db): Promise<number> {
+      const result = await tx.execute(sql`
+        WITH chosen AS (
+          SELECT id FROM emails
+           WHERE org_id = ${orgId} AND created_at < clock_timestamp() - make_interval(days => ${days}::int)
+             AND status <> 'queued'
+           LIMIT ${limit}
+           FOR UPDATE SKIP LOCKED)
+        DELETE FROM emails m USING chosen
+         WHERE m.org_id = ${orgId} AND m.id = chosen.id`);
+      return result.rowCount ?? 0;
+    },
+  };
+}
+export type RetentionRepository = ReturnType<typeof createRetentionRepository>;

@@ -1,0 +1,350 @@
+import { randomUUID } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../../config/config.js';
+import { startServer } from '../../server.js';
+import { createTestContext, testConfig, type TestContext, type TestOrg } from '../../../test/helpers/harness.js';
+import { createRetentionService, RETENTION_TABLES, type RetentionTable } from './retention.service.js';
+
+let ctx: TestContext;
+beforeAll(async () => {
+  ctx = await createTestContext();
+});
+afterAll(async () => {
+  await ctx?.close();
+});
+
+const query = async <R extends pg.QueryResultRow = Record<string, unknown>>(text: string, values: unknown[] = []) =>
+  (await ctx.database.pool.query<R>(text, values)).rows;
+
+/** Ages a row by setting its created_at directly: `age` is a PostgreSQL interval such as '31 days'. */
+async function age(table: RetentionTable | 'outbox_events', column: string, key: unknown, interval: string): Promise<void> {
+  await query(`UPDATE ${table} SET created_at = now() - $2::interval WHERE ${column} = $1`, [key, interval]);
+}
+
+const seed = {
+  async audit(orgId: string, interval?: string): Promise<number> {
+    const [row] = await query<{ id: number }>(
+      `INSERT INTO audit_log (org_id, actor_type, action, subject_type) VALUES ($1, 'system', 'retention.test', 'test') RETURNING id`,
+      [orgId],
+    );
+    if (interval) await age('audit_log', 'id', row!.id, interval);
+    return row!.id;
+  },
+  async idempotencyKey(org: TestOrg, interval?: string): Promise<string> {
+    const key = randomUUID();
+    await query(`INSERT INTO idempotency_keys (api_key_id, key, org_id, fingerprint) VALUES ($1, $2, $3, 'f')`, [org.keyId, key, org.id]);
+    if (interval) await age('idempotency_keys', 'key', key, interval);
+    return key;
+  },
+  async event(orgId: string, interval?: string): Promise<string> {
+    const [row] = await query<{ id: string }>(
+      `INSERT INTO outbox_events (org_id, type, payload) VALUES ($1, 'webhook.test', '{}') RETURNING id`,
+      [orgId],
+    );
+    if (interval) await age('outbox_events', 'id', row!.id, interval);
+    return row!.id;
+  },
+  async endpoint(orgId: string): Promise<string> {
+    const [row] = await query<{ id: string }>(
+      `INSERT INTO webhook_endpoints (org_id, url, secret) VALUES ($1, 'https://hooks.example.test/in', 'whsec_test') RETURNING id`,
+      [orgId],
+    );
+    return row!.id;
+  },
+  /** A delivery of `eventId` with `attempts` attempt rows, all aged by `interval`. */
+  async delivery(orgId: string, eventId: string, endpointId: string, status: 'pending' | 'succeeded' | 'failed', interval: string, attempts = 2): Promise<string> {
+    const [row] = await query<{ id: string }>(
+      `INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id, status, attempts) VALUES ($1, $2, $3, $4, $5) RETURNING id`,
+      [orgId, eventId, endpointId, status, attempts],
+    );
+    for (let attempt = 1; attempt <= attempts; attempt += 1) {
+      await query(
+        `INSERT INTO webhook_attempts (org_id, delivery_id, attempt_number, status_code, started_at, created_at)
+         VALUES ($1, $2, $3, 500, now() - $4::interval, now() - $4::interval)`,
+        [orgId, row!.id, attempt, interval],
+      );
+    }
+    await age('webhook_deliveries', 'id', row!.id, interval);
+    return row!.id;
+  },
+  async email(orgId: string, status: 'queued' | 'sent' | 'recorded' | 'failed', interval?: string): Promise<string> {
+    const [row] = await query<{ id: string }>(
+      `INSERT INTO emails (org_id, recipient, subject, body, status) VALUES ($1, 'person@example.test', 'Subject', 'Body', $2) RETURNING id`,
+      [orgId, status],
+    );
+    if (interval) await age('emails', 'id', row!.id, interval);
+    return row!.id;
+  },
+};
+
+async function existing(table: string, column: string, keys: unknown[]): Promise<unknown[]> {
+  const rows = await query<{ key: unknown }>(`SELECT ${column} AS key FROM ${table} WHERE ${column} = ANY($1)`, [keys]);
+  return rows.map((row) => row.key);
+}
+
+const service = (options: { batchSize?: number; onPurged?: (table: RetentionTable, rows: number) => void } = {}) =>
+  createRetentionService({ database: ctx.database, settings: ctx.config.retention, ...options });
+
+describe('retention settings', () => {
+  it('when nothing is set, it keeps events and deliveries 30 days, emails 90, audit 7 years and idempotency keys 24 hours', () => {
+    expect(loadConfig({}).retention).toEqual({ eventDays: 30, webhookDeliveryDays: 30, emailDays: 90, auditYears: 7, idempotencyHours: 24 });
+  });
+
+  it('when set, it uses each variable for its own table', () => {
+    const retention = loadConfig({
+      EVENT_RETENTION_DAYS: '7',
+      WEBHOOK_DELIVERY_RETENTION_DAYS: '14',
+      EMAIL_RETENTION_DAYS: '60',
+      AUDIT_RETENTION_YEARS: '10',
+      IDEMPOTENCY_RETENTION_HOURS: '48',
+    }).retention;
+    expect(retention).toEqual({ eventDays: 7, webhookDeliveryDays: 14, emailDays: 60, auditYears: 10, idempotencyHours: 48 });
+  });
+
+  it.each([
+    ['EVENT_RETENTION_DAYS', '0', /greater than zero/],
+    ['EVENT_RETENTION_DAYS', '-3', /greater than zero/],
+    ['WEBHOOK_DELIVERY_RETENTION_DAYS', '2.5', /whole number of days/],
+    ['EMAIL_RETENTION_DAYS', 'ninety', /whole number of days/],
+    ['EMAIL_RETENTION_DAYS', '100000', /at most 36500 days/],
+    ['AUDIT_RETENTION_YEARS', '0', /greater than zero/],
+    ['AUDIT_RETENTION_YEARS', '1000', /at most 100 years/],
+    ['IDEMPOTENCY_RETENTION_HOURS', '23', /at least 24 \(the spec's replay window\)/],
+    ['IDEMPOTENCY_RETENTION_HOURS', '1.5', /whole number of hours/],
+  ])('when %s=%s, it refuses to start and names the variable', (variable, value, problem) => {
+    let error: unknown;
+    try {
+      loadConfig({ [variable]: value });
+    } catch (caught) {
+      error = caught;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as ConfigError).problems).toHaveLength(1);
+    expect((error as ConfigError).problems[0]).toMatch(new RegExp(`^${variable}: `));
+    expect((error as ConfigError).problems[0]).toMatch(problem);
+  });
+});
+
+describe('the batched purge, table by table', () => {
+  it('when idempotency records are past the 24 h window, it deletes them and keeps younger ones', async () => {
+    const org = await ctx.createOrg();
+    const expired = await seed.idempotencyKey(org, '25 hours');
+    const live = await seed.idempotencyKey(org, '23 hours');
+    const purged = await service().purgeOrganisation(org.id);
+    expect(purged.idempotency_keys).toBe(1);
+    expect(await existing('idempotency_keys', 'key', [expired, live])).toEqual([live]);
+  });
+
+  it('when audit rows are older than 7 years, it deletes them and keeps younger ones', async () => {
+    const org = await ctx.createOrg();
+    const expired = await seed.audit(org.id, '7 years 1 day');
+    const kept = await seed.audit(org.id, '6 years 360 days');
+    const purged = await service().purgeOrganisation(org.id);
+    expect(purged.audit_log).toBe(1);
+    expect(await existing('audit_log', 'id', [expired, kept])).toEqual([kept]);
+  });
+
+  it('when settled deliveries are older than 30 days, it deletes them with their attempts, keeps younger ones, and keeps pending ones whatever their age', async () => {
+    const org = await ctx.createOrg();
+    const endpoint = await seed.endpoint(org.id);
+    const event = await seed.event(org.id, '10 days');
+    const succeeded = await seed.delivery(org.id, event, endpoint, 'succeeded', '31 days', 1);
+    const failed = await seed.delivery(org.id, event, endpoint, 'failed', '31 days', 3);
+    const young = await seed.delivery(org.id, event, endpoint, 'failed', '29 days', 2);
+    const pending = await seed.delivery(org.id, event, endpoint, 'pending', '45 days', 2);
+    const purged = await service().purgeOrganisation(org.id);
+    expect(purged.webhook_deliveries).toBe(2);
+    expect(purged.webhook_attempts).toBe(4);
+    expect((await existing('webhook_deliveries', 'id', [succeeded, failed, young, pending])).sort()).toEqual([young, pending].sort());
+    const attempts = await query<{ delivery_id: string; n: number }>(
+      `SELECT delivery_id, count(*)::int AS n FROM webhook_attempts WHERE org_id = $1 GROUP BY delivery_id`,
+      [org.id],
+    );
+    expect(Object.fromEntries(attempts.map((row) => [row.delivery_id, row.n]))).toEqual({ [young]: 2, [pending]: 2 });
+  });
+
+  it('when events are older than 30 days, it deletes those no delivery references, after their settled deliveries in the same run, and keeps the rest', async () => {
+    const org = await ctx.createOrg();
+    const endpoint = await seed.endpoint(org.id);
+    const bare = await seed.event(org.id, '31 days');
+    const young = await seed.event(org.id, '29 days');
+    const settled = await seed.event(org.id, '31 days');
+    await seed.delivery(org.id, settled, endpoint, 'succeeded', '31 days', 1);
+    const stillPending = await seed.event(org.id, '31 days');
+    const pendingDelivery = await seed.delivery(org.id, stillPending, endpoint, 'pending', '31 days', 1);
+    const recentlyResent = await seed.event(org.id, '40 days');
+    const resent = await seed.delivery(org.id, recentlyResent, endpoint, 'succeeded', '2 days', 1);
+
+    const purged = await service().purgeOrganisation(org.id);
+    expect(purged.outbox_events).toBe(2);
+    expect(purged.webhook_deliveries).toBe(1);
+    expect((await existing('outbox_events', 'id', [bare, young, settled, stillPending, recentlyResent])).sort()).toEqual(
+      [young, stillPending, recentlyResent].sort(),
+    );
+    // No delivery went by the event's cascade.
+    expect((await existing('webhook_deliveries', 'id', [pendingDelivery, resent])).sort()).toEqual([pendingDelivery, resent].sort());
+  });
+
+  it('when emails are older than 90 days, it deletes sent, recorded and failed ones, keeps younger ones, and keeps queued ones whatever their age', async () => {
+    const org = await ctx.createOrg();
+    const sent = await seed.email(org.id, 'sent', '91 days');
+    const recorded = await seed.email(org.id, 'recorded', '91 days');
+    const failed = await seed.email(org.id, 'failed', '91 days');
+    const queued = await seed.email(org.id, 'queued', '200 days');
+    const young = await seed.email(org.id, 'sent', '89 days');
+    const purged = await service().purgeOrganisation(org.id);
+    expect(purged.emails).toBe(3);
+    expect((await existing('emails', 'id', [sent, recorded, failed, queued, young])).sort()).toEqual([queued, young].sort());
+  });
+
+  it('when the expired rows outnumber a batch, it deletes them all in successive batches, each committed on its own', async () => {
+    const org = await ctx.createOrg();
+    const ids: number[] = [];
+    for (let i = 0; i < 10; i += 1) ids.push(await seed.audit(org.id, '8 years'));
+    const batches: number[] = [];
+    const purged = await service({ batchSize: 3, onPurged: (table, rows) => table === 'audit_log' && batches.push(rows) }).purgeOrganisation(org.id);
+    expect(purged.audit_log).toBe(10);
+    expect(batches).toEqual([3, 3, 3, 1]);
+    expect(await existing('audit_log', 'id', ids)).toEqual([]);
+  });
+});
+
+describe('stopping', () => {
+  it('when the process stops mid-run, the purge ends after the batch in flight and leaves the rest for the next run', async () => {
+    const org = await ctx.createOrg();
+    const ids: number[] = [];
+    for (let i = 0; i < 10; i += 1) ids.push(await seed.audit(org.id, '8 years'));
+    const stopping = new AbortController();
+    const purged = await service({ batchSize: 3, onPurged: () => stopping.abort() }).runOnce({ signal: stopping.signal });
+    expect(purged.audit_log).toBe(3);
+    expect(await existing('audit_log', 'id', ids)).toHaveLength(7);
+    expect((await service().purgeOrganisation(org.id)).audit_log).toBe(7);
+  });
+});
+
+describe('organisations', () => {
+  it('when one organisation is purged, another organisation\'s expired rows stay untouched, and a full run then purges every organisation', async () => {
+    const [first, second] = [await ctx.createOrg(), await ctx.createOrg()];
+    const rows = async (org: TestOrg) => {
+      const endpoint = await seed.endpoint(org.id);
+      const event = await seed.event(org.id, '31 days');
+      return {
+        audit: await seed.audit(org.id, '8 years'),
+        key: await seed.idempotencyKey(org, '2 days'),
+        event,
+        delivery: await seed.delivery(org.id, event, endpoint, 'failed', '31 days', 1),
+        email: await seed.email(org.id, 'sent', '100 days'),
+      };
+    };
+    const a = await rows(first);
+    const b = await rows(second);
+    const remaining = async (r: typeof a) => ({
+      audit: (await existing('audit_log', 'id', [r.audit])).length,
+      key: (await existing('idempotency_keys', 'key', [r.key])).length,
+      event: (await existing('outbox_events', 'id', [r.event])).length,
+      delivery: (await existing('webhook_deliveries', 'id', [r.delivery])).length,
+      attempts: (await existing('webhook_attempts', 'delivery_id', [r.delivery])).length,
+      email: (await existing('emails', 'id', [r.email])).length,
+    });
+    const none = { audit: 0, key: 0, event: 0, delivery: 0, attempts: 0, email: 0 };
+    const all = { audit: 1, key: 1, event: 1, delivery: 1, attempts: 1, email: 1 };
+
+    await service().purgeOrganisation(first.id);
+    expect(await remaining(a)).toEqual(none);
+    expect(await remaining(b)).toEqual(all);
+
+    const totals = await service().runOnce();
+    expect(totals).toMatchObject({ audit_log: 1, idempotency_keys: 1, outbox_events: 1, webhook_deliveries: 1, webhook_attempts: 1, emails: 1 });
+    expect(await remaining(b)).toEqual(none);
+  });
+});
+
+describe('writers are never waited on', () => {
+  type Case = { table: RetentionTable; seedTwo(org: TestOrg): Promise<{ locked: unknown; other: unknown; column: string }> };
+  const cases: Case[] = [
+    { table: 'audit_log', seedTwo: async (org) => ({ locked: await seed.audit(org.id, '8 years'), other: await seed.audit(org.id, '8 years'), column: 'id' }) },
+    { table: 'idempotency_keys', seedTwo: async (org) => ({ locked: await seed.idempotencyKey(org, '2 days'), other: await seed.idempotencyKey(org, '2 days'), column: 'key' }) },
+    { table: 'emails', seedTwo: async (org) => ({ locked: await seed.email(org.id, 'sent', '100 days'), other: await seed.email(org.id, 'failed', '100 days'), column: 'id' }) },
+    {
+      table: 'webhook_deliveries',
+      seedTwo: async (org) => {
+        const endpoint = await seed.endpoint(org.id);
+        const event = await seed.event(org.id, '1 day');
+        return {
+          locked: await seed.delivery(org.id, event, endpoint, 'failed', '31 days', 1),
+          other: await seed.delivery(org.id, event, endpoint, 'succeeded', '31 days', 1),
+          column: 'id',
+        };
+      },
+    },
+    { table: 'outbox_events', seedTwo: async (org) => ({ locked: await seed.event(org.id, '31 days'), other: await seed.event(org.id, '31 days'), column: 'id' }) },
+  ];
+
+  it.each(cases)('when a writer holds a row lock on an expired $table row, the purge skips it and does not wait', async ({ table, seedTwo }) => {
+    const org = await ctx.createOrg();
+    const { locked, other, column } = await seedTwo(org);
+    const writer = new pg.Client({ connectionString: ctx.databaseUrl });
+    await writer.connect();
+    try {
+      await writer.query('BEGIN');
+      await writer.query(`SELECT 1 FROM ${table} WHERE org_id = $1 AND ${column} = $2 FOR UPDATE`, [org.id, locked]);
+      const started = performance.now();
+      // The pool's lock_timeout (3 s) would fail a purge that waited; the timer says it did not even start to.
+      const purged = await service().purgeOrganisation(org.id);
+      expect(performance.now() - started).toBeLessThan(1_000);
+      expect(purged[table]).toBe(1);
+      expect(await existing(table, column, [locked, other])).toEqual([locked]);
+      await writer.query('ROLLBACK');
+      // Once the writer is done, the next run takes it.
+      expect((await service().purgeOrganisation(org.id))[table]).toBe(1);
+      expect(await existing(table, column, [locked])).toEqual([]);
+    } finally {
+      await writer.end();
+    }
+  });
+});
+
+describe('the retention job and /metrics', () => {
+  /** The value of one sample line, e.g. `metric{a="b"} 3`; undefined when absent. */
+  function sample(body: string, metric: string, labels = ''): number | undefined {
+    const line = body.split('\n').find((candidate) => candidate.startsWith(`${metric}${labels} `));
+    return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+
+  it('when the purge removes rows, retention_purged_rows_total{table} grows by the count removed from each table', async () => {
+    const app = await ctx.buildInstance();
+    const before = (await ctx.request('GET', '/metrics', {}, app)).body;
+    for (const table of RETENTION_TABLES) expect(sample(before, 'retention_purged_rows_total', `{table="${table}"}`)).toBe(0);
+
+    const org = await ctx.createOrg();
+    for (let i = 0; i < 3; i += 1) await seed.audit(org.id, '8 years');
+    await seed.email(org.id, 'sent', '100 days');
+    await seed.audit(org.id, '1 year');
+    await createRetentionService({ database: ctx.database, settings: ctx.config.retention, onPurged: app.metrics!.retentionPurged }).purgeOrganisation(org.id);
+
+    const after = (await ctx.request('GET', '/metrics', {}, app)).body;
+    expect(sample(after, 'retention_purged_rows_total', '{table="audit_log"}')).toBe(3);
+    expect(sample(after, 'retention_purged_rows_total', '{table="emails"}')).toBe(1);
+    expect(sample(after, 'retention_purged_rows_total', '{table="outbox_events"}')).toBe(0);
+  });
+
+  it('when the server starts, its retention job runs at once and /metrics counts what it purged', async () => {
+    const org = await ctx.createOrg();
+    const expired = [await seed.audit(org.id, '8 years'), await seed.audit(org.id, '9 years')];
+    const server = await startServer(testConfig({ databaseUrl: ctx.databaseUrl, host: '127.0.0.1', port: 0, webhookWorker: false }));
+    try {
+      const url = `http://127.0.0.1:${(server.app.server.address() as AddressInfo).port}/metrics`;
+      let purged: number | undefined;
+      for (const deadline = Date.now() + 10_000; Date.now() < deadline; await new Promise((resolve) => setTimeout(resolve, 100))) {
+        purged = sample(await (await fetch(url)).text(), 'retention_purged_rows_total', '{table="audit_log"}');
+        if (purged !== undefined && purged >= 2) break;
+      }
+      expect(purged).toBeGreaterThanOrEqual(2);
+      expect(await existing('audit_log', 'id', expired)).toEqual([]);
+    } finally {
+      await server.close();
+    }
+  });
+});

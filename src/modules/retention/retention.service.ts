@@ -1,0 +1,112 @@
+import type { RetentionSettings } from '../../config/config.js';
+import type { Database } from '../../db/client.js';
+import { createRetentionRepository, RETENTION_TABLES, type RetentionTable } from './retention.repository.js';
+
+export { RETENTION_TABLES, type RetentionTable };
+
+export type PurgeCounts = Record<RetentionTable, number>;
+
+/** Small enough that one batch is a short transaction, holding its row locks for milliseconds. */
+export const DEFAULT_PURGE_BATCH_SIZE = 1_000;
+const ORGANISATION_PAGE = 500;
+/** Failures in a row after which a run gives up: the database, not one organisation's rows, is at fault. */
+const CONSECUTIVE_FAILURES_TO_STOP = 3;
+
+const noCounts = (): PurgeCounts => Object.fromEntries(RETENTION_TABLES.map((table) => [table, 0])) as PurgeCounts;
+
+export type RetentionService = ReturnType<typeof createRetentionService>;
+
+/**
+ * Purges what is older than each table's retention, organisation by organisation and batch by
+ * batch; each batch commits on its own. A run that is stopped (the signal) ends after the batch in
+ * flight; the next run takes up where the rows are.
+ */
+export function createRetentionService(deps: {
+  database: Database;
+  settings: RetentionSettings;
+  batchSize?: number;
+  /** Called after each committed batch that removed rows (the metrics counter). */
+  onPurged?: (table: RetentionTable, rows: number) => void;
+  /** An organisation whose purge failed; the run goes on with the next one. */
+  onOrganisationFailed?: (orgId: string, error: unknown) => void;
+}) {
+  const { database, settings } = deps;
+  const batchSize = deps.batchSize ?? DEFAULT_PURGE_BATCH_SIZE;
+  const repository = createRetentionRepository(database.db);
+
+  function record(counts: PurgeCounts, table: RetentionTable, rows: number): void {
+    if (rows <= 0) return;
+    counts[table] += rows;
+    deps.onPurged?.(table, rows);
+  }
+
+  /** Runs `batch` until one comes back short (nothing more to take now, or the rest is locked). */
+  async function drain(signal: AbortSignal | undefined, batch: () => Promise<number>): Promise<void> {
+    while (!signal?.aborted && (await batch()) >= batchSize) {
+      /* next batch, in a transaction of its own */
+    }
+  }
+
+  async function purgeOrganisation(orgId: string, options: { signal?: AbortSignal } = {}): Promise<PurgeCounts> {
+    const counts = noCounts();
+    const { signal } = options;
+    await drain(signal, async () => {
+      const rows = await repository.purgeIdempotencyKeys(orgId, settings.idempotencyHours, batchSize);
+      record(counts, 'idempotency_keys', rows);
+      return rows;
+    });
+    await drain(signal, async () => {
+      const rows = await repository.purgeAuditLog(orgId, settings.auditYears, batchSize);
+      record(counts, 'audit_log', rows);
+      return rows;
+    });
+    // Deliveries before events: an event goes only once no delivery references it.
+    await drain(signal, async () => {
+      const { deliveries, attempts } = await repository.purgeWebhookDeliveries(orgId, settings.webhookDeliveryDays, batchSize);
+      record(counts, 'webhook_deliveries', deliveries);
+      record(counts, 'webhook_attempts', attempts);
+      return deliveries;
+    });
+    await drain(signal, async () => {
+      const { locked, deleted } = await database.transaction((tx) => repository.purgeOutboxEvents(orgId, settings.eventDays, batchSize, tx));
+      record(counts, 'outbox_events', deleted);
+      return locked;
+    });
+    await drain(signal, async () => {
+      const rows = await repository.purgeEmails(orgId, settings.emailDays, batchSize);
+      record(counts, 'emails', rows);
+      return rows;
+    });
+    return counts;
+  }
+
+  return {
+    purgeOrganisation,
+
+    /** One pass over every organisation; returns the rows purged per table. */
+    async runOnce(options: { signal?: AbortSignal } = {}): Promise<PurgeCounts> {
+      const totals = noCounts();
+      let after: string | undefined;
+      let failuresInARow = 0;
+      while (!options.signal?.aborted) {
+        const ids = await repository.organisationIds(after, ORGANISATION_PAGE);
+        for (const orgId of ids) {
+          if (options.signal?.aborted) break;
+          try {
+            const counts = await purgeOrganisation(orgId, options);
+            for (const table of RETENTION_TABLES) totals[table] += counts[table];
+            failuresInARow = 0;
+          } catch (error) {
+            // One organisation's failure must not hold back every organisation after it in id order.
+            failuresInARow += 1;
+            if (failuresInARow >= CONSECUTIVE_FAILURES_TO_STOP) throw error;
+            deps.onOrganisationFailed?.(orgId, error);
+          }
+        }
+        if (ids.length < ORGANISATION_PAGE) break;
+        after = ids.at(-1);
+      }
+      return totals;
+    },
+  };
+}
