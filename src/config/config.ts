@@ -109,6 +109,14 @@ const environmentSchema = z.object({
   DATABASE_QUERY_TIMEOUT_MS: z.coerce.number({ error: 'must be a whole number' }).int('must be a whole number').positive('must be greater than zero').optional(),
   DATABASE_CONNECT_TIMEOUT_MS: positiveInt(DATABASE_DEFAULTS.connectTimeoutMs),
   DATABASE_PREPARED_STATEMENTS: booleanFlag(true),
+  // Read replicas (issue 34 item 5): a streaming standby that list pages read from once it has replayed far enough.
+  DATABASE_REPLICA_URL: z
+    .string()
+    .optional()
+    .refine((value) => value === undefined || value === '' || /^postgres(ql)?:\/\//.test(value), {
+      message: 'must be a postgres:// or postgresql:// connection URL',
+    })
+    .transform((value) => (value === '' ? undefined : value)),
 });
 
 export type Config = {
@@ -137,6 +145,8 @@ export type Config = {
   databasePoolSize: number;
   /** Pool size, timeouts and the prepared-statement switch of every connection (see DATABASE_DEFAULTS). */
   database: Required<Omit<DatabaseOptions, 'applicationName'>>;
+  /** A physical streaming standby of DATABASE_URL for list pages (src/db/page-reads.ts); unset: everything reads the primary. */
+  databaseReplicaUrl: string | undefined;
 };
 
 export class ConfigError extends Error {
@@ -201,5 +211,6 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       connectTimeoutMs: env.DATABASE_CONNECT_TIMEOUT_MS,
       preparedStatements: env.DATABASE_PREPARED_STATEMENTS,
     },
+    databaseReplicaUrl: env.DATABASE_REPLICA_URL,
   };
 }

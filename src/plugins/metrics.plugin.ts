@@ -2,6 +2,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Database } from '../db/client.js';
+import type { PageReason, PageTarget } from '../db/page-reads.js';
 import { AppError } from '../shared/app-error.js';
 import { clientErrorHandler, errorEnvelope } from './errors.plugin.js';
 
@@ -33,7 +34,8 @@ async function readOutboxBacklog(database: Database): Promise<OutboxBacklog> {
  * Prometheus metrics on `GET /metrics`, in a registry of this app instance's own (several instances
  * in one process, as in tests, must not share counters): request count and latency by method, route
  * pattern and status; pool usage; webhook outbox backlog and lag (read on scrape); rate-limit
- * rejections (the auth plugin reports them through `app.metrics.rateLimited`).
+ * rejections (the auth plugin reports them through `app.metrics.rateLimited`); list pages by where
+ * they were read (`app.metrics.pageRead`, from src/db/page-reads.ts).
  *
  * With METRICS_PORT set, the public port has no /metrics (404): `listenForMetrics` serves it on
  * that port alone, which the deployment keeps off the load balancer.
@@ -118,9 +120,19 @@ export const metricsPlugin = fp(
       },
     });
 
+    const pageReads = new Counter({
+      name: 'list_page_reads_total',
+      help: 'List pages by where they were read (replica or primary) and why (replayed, no_replica, lagging, replica_error, replica_down).',
+      labelNames: ['target', 'reason'] as const,
+      registers: [registry],
+    });
+
     app.decorate('metrics', {
       rateLimited(window: string) {
         rateLimited.inc({ window });
+      },
+      pageRead(target: PageTarget, reason: PageReason) {
+        pageReads.inc({ target, reason });
       },
     });
     app.decorate('metricsRegistry', registry);
