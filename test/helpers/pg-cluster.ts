@@ -17,6 +17,11 @@ import { promisify } from 'node:util';
 const run = promisify(execFile);
 const PG_BIN = process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin';
 
+/** Whether this machine has the PostgreSQL server binaries the helpers run (initdb, pg_ctl, pg_basebackup). */
+export function clusterBinariesPresent(): boolean {
+  return ['initdb', 'pg_ctl', 'pg_basebackup'].every((binary) => existsSync(join(PG_BIN, binary)));
+}
+
 export type ClusterSettings = Record<string, string | number | boolean>;
 
 export type PgCluster = {

@@ -7,7 +7,7 @@ import { runMigrations } from '../../src/db/migrate.js';
 import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
 import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
 import { ALL_SCOPES, testConfig } from '../helpers/harness.js';
-import { startCluster, startStandby, type PgCluster } from '../helpers/pg-cluster.js';
+import { clusterBinariesPresent, startCluster, startStandby, type PgCluster } from '../helpers/pg-cluster.js';
 
 /**
  * Issue 34 item 5: list pages read from a streaming replica only once it has replayed everything the
@@ -20,6 +20,11 @@ import { startCluster, startStandby, type PgCluster } from '../helpers/pg-cluste
  * exact poller saw; the control must have missed some. The run ends with replay paused while the
  * writers finish, so the control's last poll reads a stale replica whatever the timing before.
  */
+
+// The machine's PostgreSQL server binaries run the private clusters; without them (a machine that
+// reaches PostgreSQL only through DATABASE_URL or Docker) the test cannot build a standby, and says so.
+const BINARIES = clusterBinariesPresent();
+if (!BINARIES) process.stderr.write('replica reads: no PostgreSQL server binaries (PG_BIN, default /usr/lib/postgresql/15/bin): skipped\n');
 
 const SECONDS = Number(process.env.REPLICA_TEST_SECONDS ?? 15);
 const RECORDS = 40;
@@ -39,6 +44,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const pick = (n: number) => Math.floor(Math.random() * n);
 
 beforeAll(async () => {
+  if (!BINARIES) return;
   primary = await startCluster({ wal_level: 'replica', max_wal_senders: 4 });
   await runMigrations(primary.url());
   standby = await startStandby(primary);
@@ -160,7 +166,7 @@ async function finalVersions(): Promise<string[]> {
   return rows.map((row) => `${row.id}@${(row.updated_at as Date).toISOString()}`);
 }
 
-describe('list pages on a streaming replica', () => {
+describe.skipIf(!BINARIES)('list pages on a streaming replica', () => {
   it(`when replay pauses at random for ${SECONDS} s while writers change customers, a poller following the spec misses no final version, and without the replay check it misses some`, async () => {
     const deadline = Date.now() + SECONDS * 1000;
     const writes = { ok: 0, failed: 0 };
