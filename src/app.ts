@@ -8,6 +8,7 @@ import secureJson from 'secure-json-parse';
 import type { Config } from './config/config.js';
 import { AppError } from './shared/app-error.js';
 import type { Database } from './db/client.js';
+import { createPageReads, type PageReads, type PageReason, type PageTarget } from './db/page-reads.js';
 import { systemClock, type Clock } from './shared/clock.js';
 import type { BusinessRegister } from './modules/customers/business-register.js';
 import { carriesLogContext, loggerOptions, requestChildLogger } from './shared/logging.js';
@@ -25,6 +26,13 @@ import { apiModules } from './modules/index.js';
 export type AppDeps = {
   config: Config;
   database: Database;
+  /**
+   * A physical streaming standby of `database` (DATABASE_REPLICA_URL): list pages read there when it
+   * has replayed far enough to keep them exact (src/db/page-reads.ts). Everything else stays on `database`.
+   */
+  replica?: Database;
+  /** Tests only: false skips the replay check (the replica test's negative control). */
+  exactReplicaReads?: boolean;
   clock?: Clock;
   /**
    * The business-register (ABN) lookup for sole traders. None by default: the ABN is recorded as
@@ -40,12 +48,16 @@ export type AppDeps = {
   validateResponses?: boolean;
 };
 
-export type ResolvedDeps = Required<Omit<AppDeps, 'logger' | 'validateResponses' | 'businessRegister'>> & Pick<AppDeps, 'businessRegister'>;
+export type ResolvedDeps = Required<Omit<AppDeps, 'logger' | 'validateResponses' | 'businessRegister' | 'replica' | 'exactReplicaReads'>> &
+  Pick<AppDeps, 'businessRegister'> & {
+    /** Where list pages read: the replica when it has replayed far enough, else `database`. */
+    pageReads: PageReads;
+  };
 
 declare module 'fastify' {
   interface FastifyInstance {
     deps: ResolvedDeps;
-    metrics?: { rateLimited(window: string): void; retentionPurged(table: string, rows: number): void };
+    metrics?: { rateLimited(window: string): void; retentionPurged(table: string, rows: number): void; pageRead(target: PageTarget, reason: PageReason): void };
   }
 }
 
@@ -181,7 +193,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.server.on('connect', refuseConnect);
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(deps.validateResponses ? serializerCompiler : () => (data) => JSON.stringify(data));
-  app.decorate('deps', { config: deps.config, database: deps.database, clock: deps.clock ?? systemClock, businessRegister: deps.businessRegister });
+  const pageReads = createPageReads({
+    primary: deps.database,
+    replica: deps.replica,
+    exact: deps.exactReplicaReads ?? true,
+    observe: (target, reason) => app.metrics?.pageRead(target, reason),
+  });
+  app.decorate('deps', { config: deps.config, database: deps.database, pageReads, clock: deps.clock ?? systemClock, businessRegister: deps.businessRegister });
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('X-Request-Id', request.id);
     // Responses carry personal data (and a 404 is cacheable by default): no cache may keep any of

@@ -29,8 +29,8 @@ export type RunningServer = {
 export async function startServer(config: Config, options: { worker?: boolean } = {}): Promise<RunningServer> {
   const starting = performance.now();
   const logger = createLogger(config, 2);
-  const connection = await connect(config, { info: (message) => logger.info(message) });
-  const { database } = connection;
+  const connection = await connect(config, { info: (message) => logger.info(message) }, { replica: true });
+  const { database, replica } = connection;
 
   let app: FastifyInstance | undefined;
   let jobs: BackgroundJobs | undefined;
@@ -50,7 +50,7 @@ export async function startServer(config: Config, options: { worker?: boolean } 
     // key would land in the deployment's logs, so an empty database gets instructions instead.
     sandbox = connection.embedded ? await bootstrapSandbox({ database }) : undefined;
     const noOrganisation = !connection.embedded && (await hasNoOrganisation({ database }));
-    app = await buildApp({ config, database, logger: httpLoggerOptions(config) });
+    app = await buildApp({ config, database, replica, logger: httpLoggerOptions(config) });
     jobs = startBackgroundJobs({ config, database, logger, webhookWorker: options.worker ?? config.webhookWorker, metrics: app.metrics });
     await app.listen({ port: config.port, host: config.host });
     if (config.metricsPort !== undefined) metrics = await listenForMetrics(app, { port: config.metricsPort, host: config.host });

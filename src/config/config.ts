@@ -126,6 +126,14 @@ const environmentSchema = z.object({
   AUDIT_RETENTION_YEARS: retentionPeriod(7, 'years', 100),
   // Shorter than the replay window would forget keys the spec still honours.
   IDEMPOTENCY_RETENTION_HOURS: retentionPeriod(IDEMPOTENCY_WINDOW_HOURS, 'hours', 876_000, IDEMPOTENCY_WINDOW_HOURS),
+  // Read replicas (issue 34 item 5): a streaming standby that list pages read from once it has replayed far enough.
+  DATABASE_REPLICA_URL: z
+    .string()
+    .optional()
+    .refine((value) => value === undefined || value === '' || /^postgres(ql)?:\/\//.test(value), {
+      message: 'must be a postgres:// or postgresql:// connection URL',
+    })
+    .transform((value) => (value === '' ? undefined : value)),
 });
 
 export type Config = {
@@ -154,6 +162,8 @@ export type Config = {
   databasePoolSize: number;
   /** Pool size, timeouts and the prepared-statement switch of every connection (see DATABASE_DEFAULTS). */
   database: Required<Omit<DatabaseOptions, 'applicationName'>>;
+  /** A physical streaming standby of DATABASE_URL for list pages (src/db/page-reads.ts); unset: everything reads the primary. */
+  databaseReplicaUrl: string | undefined;
   /** How long each growing table keeps its rows (the retention job purges older ones). */
   retention: RetentionSettings;
 };
@@ -238,5 +248,6 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       auditYears: env.AUDIT_RETENTION_YEARS,
       idempotencyHours: env.IDEMPOTENCY_RETENTION_HOURS,
     },
+    databaseReplicaUrl: env.DATABASE_REPLICA_URL,
   };
 }

@@ -1,11 +1,13 @@
 import { performance } from 'node:perf_hooks';
 import type { Config } from '../config/config.js';
-import { createDatabase, type Database } from './client.js';
+import { createDatabase, type Database, type DatabaseOptions } from './client.js';
 import { resolveEmbeddedDatabase, secondsSince } from './embedded-postgres.js';
 import { runMigrations } from './migrate.js';
 
 export type Connection = {
   database: Database;
+  /** DATABASE_REPLICA_URL's pool, when set: list pages read there once it has replayed far enough (page-reads.ts). */
+  replica: Database | undefined;
   url: string;
   /** The embedded default (DATABASE_URL unset), whichever process started it; false for DATABASE_URL. */
   embedded: boolean;
@@ -15,8 +17,19 @@ export type Connection = {
 
 type Logger = { info(message: string): void };
 
+/** A replica that cannot be reached only sends its pages to the primary, so it is given up on quickly. */
+const REPLICA_CONNECT_TIMEOUT_MS = 1_000;
+
+export function replicaOptions(config: Config): DatabaseOptions {
+  return {
+    ...config.database,
+    connectTimeoutMs: Math.min(config.database.connectTimeoutMs, REPLICA_CONNECT_TIMEOUT_MS),
+    applicationName: 'verification-api-replica-reads',
+  };
+}
+
 /** DESIGN.md §2: DATABASE_URL when set, else the embedded default; migrations applied under a lock. */
-export async function connect(config: Config, logger: Logger, options: { migrate?: boolean } = {}): Promise<Connection> {
+export async function connect(config: Config, logger: Logger, options: { migrate?: boolean; replica?: boolean } = {}): Promise<Connection> {
   const resolved = config.databaseUrl
     ? { url: config.databaseUrl, owned: false, stop: async () => {} }
     : await resolveEmbeddedDatabase(config.dataDir, logger);
@@ -35,15 +48,18 @@ export async function connect(config: Config, logger: Logger, options: { migrate
     throw error;
   }
   const database = createDatabase(resolved.url, config.database);
+  // Only the HTTP server reads lists; the CLI and the worker never open it.
+  const replica = options.replica && config.databaseReplicaUrl ? createDatabase(config.databaseReplicaUrl, replicaOptions(config)) : undefined;
   let closed = false;
   return {
     database,
+    replica,
     url: resolved.url,
     embedded: config.databaseUrl === undefined,
     async close() {
       if (closed) return;
       closed = true;
-      await database.close();
+      await Promise.all([database.close(), replica?.close()]);
       await resolved.stop();
     },
   };

@@ -3,6 +3,7 @@ import fp from 'fastify-plugin';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Database } from '../db/client.js';
 import { RETENTION_TABLES } from '../modules/retention/retention.repository.js';
+import type { PageReason, PageTarget } from '../db/page-reads.js';
 import { AppError } from '../shared/app-error.js';
 import { clientErrorHandler, errorEnvelope } from './errors.plugin.js';
 
@@ -35,7 +36,8 @@ async function readOutboxBacklog(database: Database): Promise<OutboxBacklog> {
  * in one process, as in tests, must not share counters): request count and latency by method, route
  * pattern and status; pool usage; webhook outbox backlog and lag (read on scrape); rate-limit
  * rejections (the auth plugin reports them through `app.metrics.rateLimited`); rows purged by the
- * retention job (`app.metrics.retentionPurged`, handed to the background jobs by the server).
+ * retention job (`app.metrics.retentionPurged`, handed to the background jobs by the server); list
+ * pages by where they were read (`app.metrics.pageRead`, from src/db/page-reads.ts).
  *
  * With METRICS_PORT set, the public port has no /metrics (404): `listenForMetrics` serves it on
  * that port alone, which the deployment keeps off the load balancer.
@@ -129,12 +131,22 @@ export const metricsPlugin = fp(
       },
     });
 
+    const pageReads = new Counter({
+      name: 'list_page_reads_total',
+      help: 'List pages by where they were read (replica or primary) and why (replayed, no_replica, lagging, replica_error, replica_down).',
+      labelNames: ['target', 'reason'] as const,
+      registers: [registry],
+    });
+
     app.decorate('metrics', {
       rateLimited(window: string) {
         rateLimited.inc({ window });
       },
       retentionPurged(table: string, rows: number) {
         retentionPurged.inc({ table }, rows);
+      },
+      pageRead(target: PageTarget, reason: PageReason) {
+        pageReads.inc({ target, reason });
       },
     });
     app.decorate('metricsRegistry', registry);

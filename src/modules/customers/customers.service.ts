@@ -1,4 +1,5 @@
 import { isLockTimeout, type Database, type Executor } from '../../db/client.js';
+import { createPageReads, type PageReads } from '../../db/page-reads.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { systemClock, type Clock } from '../../shared/clock.js';
@@ -59,14 +60,18 @@ export type ListRead<T> = { body: ListResult<T>; drainedAt?: Date };
  * so the spec's polling pattern misses nothing (migration 0009). The later pages need no wait:
  * every change stamped before the first page's drainedAt had committed before that page was read,
  * later pages read later snapshots, so a change they cannot see is stamped after it too.
+ * The page's statements (rows, DTO lookups, count) run through `pageReads`, after the drain: on a
+ * replica only once it has replayed everything committed on the primary by then, which keeps both
+ * promises (docs/decisions.md, "Read replicas, exact").
  */
 export async function listCustomerRecords<T>(
   repository: ReturnType<typeof createCustomersRepository>,
+  pageReads: PageReads,
   cursorKey: CursorKey,
   orgId: string,
   kind: CustomerKind,
   query: ListQuery,
-  toDto: (rows: CustomerRow[]) => Promise<T[]> | T[],
+  toDto: (rows: CustomerRow[], executor: Executor) => Promise<T[]> | T[],
 ): Promise<ListRead<T>> {
   const limit = query.limit ?? 50;
   const filters: ListFilters = {
@@ -87,20 +92,24 @@ export async function listCustomerRecords<T>(
   });
   if (query.cursor) filters.after = decodeCursor(query.cursor, fingerprint, await cursorKey());
   const drainedAt = filters.after ? undefined : await drainChanges(repository, orgId);
-  const rows = await repository.list(orgId, filters, limit + 1);
-  const page = rows.slice(0, limit);
-  const hasMore = rows.length > limit;
-  const last = page[page.length - 1];
-  const result: ListResult<T> = {
-    object: 'list',
-    data: await toDto(page),
-    has_more: hasMore,
-    next_cursor: hasMore && last ? encodeCursor(last, fingerprint, await cursorKey()) : null,
-    limit,
-  };
-  if (query.include?.split(',').some((part) => part.trim() === 'total_count')) {
-    result.total_count = await repository.count(orgId, filters);
-  }
+  const key = await cursorKey();
+  const result = await pageReads.read(async (executor): Promise<ListResult<T>> => {
+    const rows = await repository.list(orgId, filters, limit + 1, executor);
+    const page = rows.slice(0, limit);
+    const hasMore = rows.length > limit;
+    const last = page[page.length - 1];
+    const body: ListResult<T> = {
+      object: 'list',
+      data: await toDto(page, executor),
+      has_more: hasMore,
+      next_cursor: hasMore && last ? encodeCursor(last, fingerprint, key) : null,
+      limit,
+    };
+    if (query.include?.split(',').some((part) => part.trim() === 'total_count')) {
+      body.total_count = await repository.count(orgId, filters, executor);
+    }
+    return body;
+  });
   return { body: result, drainedAt };
 }
 
@@ -236,8 +245,9 @@ function isUniqueViolation(error: unknown): boolean {
   return (error as { code?: string; cause?: { code?: string } }).code === '23505' || (error as { cause?: { code?: string } }).cause?.code === '23505';
 }
 
-export function createCustomersService(deps: { database: Database; clock?: Clock; businessRegister?: BusinessRegister; cursorKey?: CursorKey }) {
+export function createCustomersService(deps: { database: Database; pageReads?: PageReads; clock?: Clock; businessRegister?: BusinessRegister; cursorKey?: CursorKey }) {
   const { database } = deps;
+  const pageReads = deps.pageReads ?? createPageReads({ primary: database });
   const clock = deps.clock ?? systemClock;
   const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
   const repository = createCustomersRepository(database.db);
@@ -437,7 +447,7 @@ export function createCustomersService(deps: { database: Database; clock?: Clock
     },
 
     async list(ctx: RequestContext, query: ListQuery): Promise<ListRead<IndividualDto>> {
-      return listCustomerRecords(repository, cursorKey, ctx.orgId, 'individual', query, (rows) => rows.map(toIndividualDto));
+      return listCustomerRecords(repository, pageReads, cursorKey, ctx.orgId, 'individual', query, (rows) => rows.map(toIndividualDto));
     },
   };
 }

@@ -8,7 +8,7 @@ import { addOwnersBody, entitySchema, listEntitiesQuery, patchEntityBody, ubosRe
 
 export async function entitiesRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
-  const entities = createEntitiesService({ database: app.deps.database, clock: app.deps.clock });
+  const entities = createEntitiesService({ database: app.deps.database, pageReads: app.deps.pageReads, clock: app.deps.clock });
   const tags = ['Entities'];
 
   app.post(

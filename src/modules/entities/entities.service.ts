@@ -1,4 +1,5 @@
 import type { Database, Executor } from '../../db/client.js';
+import { createPageReads, type PageReads } from '../../db/page-reads.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { systemClock, type Clock } from '../../shared/clock.js';
@@ -30,8 +31,9 @@ function isUniqueViolation(error: unknown): boolean {
   return code === '23505' || cause?.code === '23505';
 }
 
-export function createEntitiesService(deps: { database: Database; clock?: Clock; cursorKey?: CursorKey }) {
+export function createEntitiesService(deps: { database: Database; pageReads?: PageReads; clock?: Clock; cursorKey?: CursorKey }) {
   const { database } = deps;
+  const pageReads = deps.pageReads ?? createPageReads({ primary: database });
   const clock = deps.clock ?? systemClock;
   const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
   const customers = createCustomersRepository(database.db);
@@ -273,8 +275,7 @@ export function createEntitiesService(deps: { database: Database; clock?: Clock;
     },
 
     async list(ctx: RequestContext, query: ListQuery): Promise<ListRead<EntityDto>> {
-      const tx = database.current();
-      return listCustomerRecords(customers, cursorKey, ctx.orgId, 'entity', query, async (rows) => {
+      return listCustomerRecords(customers, pageReads, cursorKey, ctx.orgId, 'entity', query, async (rows, tx) => {
         const contactIds = [...new Set(rows.map((row) => row.contactCustomerId).filter((id): id is string => id !== null))];
         const contacts = new Map((await customers.findManyByIds(ctx.orgId, contactIds, tx)).map((row) => [row.id, row]));
         return rows.map((row) => toEntityDto(row, row.contactCustomerId ? contacts.get(row.contactCustomerId) : undefined));
