@@ -50,7 +50,7 @@ export const idempotencyPlugin = fp(
 
         const outcome = await database.transaction(async (tx): Promise<Outcome> => {
           if (!(await records.claim({ apiKeyId, key, orgId, fingerprint }, tx))) {
-            const existing = await records.find(apiKeyId, key, tx);
+            const existing = await records.find(orgId, apiKeyId, key, tx);
             if (!existing || existing.fingerprint !== fingerprint) {
               throw new AppError(
                 'idempotency_conflict',
@@ -70,11 +70,11 @@ export const idempotencyPlugin = fp(
             }
             const status = reply.statusCode;
             const body = typeof payload === 'string' ? payload : String(reply.serialize(payload));
-            await records.storeResponse(apiKeyId, key, status, body, tx);
+            await records.storeResponse(orgId, apiKeyId, key, status, body, tx);
             return { kind: 'sent', status, body, replayed: false };
           } catch (error) {
             if (isAppError(error) && error.status < 500 && !UNSTORED_STATUSES.has(error.status)) {
-              await records.storeResponse(apiKeyId, key, error.status, JSON.stringify(errorEnvelope(error)), tx);
+              await records.storeResponse(orgId, apiKeyId, key, error.status, JSON.stringify(errorEnvelope(error)), tx);
               return { kind: 'error', error };
             }
             throw error;

@@ -19,7 +19,7 @@ export function createIdempotencyRepository(db: Executor) {
       const result = await tx.execute(sql`
         INSERT INTO idempotency_keys (api_key_id, key, org_id, fingerprint)
         VALUES (${values.apiKeyId}, ${values.key}, ${values.orgId}, ${values.fingerprint})
-        ON CONFLICT (api_key_id, key) DO UPDATE
+        ON CONFLICT (org_id, api_key_id, key) DO UPDATE
            SET fingerprint = EXCLUDED.fingerprint, response_status = NULL, response_body = NULL,
                created_at = clock_timestamp()
          WHERE idempotency_keys.created_at < clock_timestamp() - make_interval(hours => ${IDEMPOTENCY_WINDOW_HOURS})
@@ -28,19 +28,19 @@ export function createIdempotencyRepository(db: Executor) {
       return (result.rowCount ?? 0) > 0;
     },
 
-    async find(apiKeyId: string, key: string, tx: Executor = db) {
+    async find(orgId: string, apiKeyId: string, key: string, tx: Executor = db) {
       const [row] = await tx
         .select()
         .from(idempotencyKeys)
-        .where(and(eq(idempotencyKeys.apiKeyId, apiKeyId), eq(idempotencyKeys.key, key)));
+        .where(and(eq(idempotencyKeys.orgId, orgId), eq(idempotencyKeys.apiKeyId, apiKeyId), eq(idempotencyKeys.key, key)));
       return row;
     },
 
-    async storeResponse(apiKeyId: string, key: string, status: number, body: string, tx: Executor = db): Promise<void> {
+    async storeResponse(orgId: string, apiKeyId: string, key: string, status: number, body: string, tx: Executor = db): Promise<void> {
       await tx
         .update(idempotencyKeys)
         .set({ responseStatus: status, responseBody: body })
-        .where(and(eq(idempotencyKeys.apiKeyId, apiKeyId), eq(idempotencyKeys.key, key)));
+        .where(and(eq(idempotencyKeys.orgId, orgId), eq(idempotencyKeys.apiKeyId, apiKeyId), eq(idempotencyKeys.key, key)));
     },
 
     /** Deletes a batch of expired records; run off the request path. Returns how many went. */
