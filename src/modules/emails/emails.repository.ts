@@ -1,4 +1,4 @@
-import { and, asc, desc, eq, inArray, lte, sql } from 'drizzle-orm';
+import { and, asc, desc, eq, getTableColumns, lte, sql } from 'drizzle-orm';
 import type { Executor } from '../../db/client.js';
 import { emails } from '../../db/schema.js';
 import { claimFairly, createOrgRotation, dueOrganisations } from '../../shared/fair-claims.js';
@@ -29,20 +29,29 @@ export function createEmailsRepository(db: Executor) {
     return result.rows.map((row) => row.org_id);
   }
 
-  /** Claims up to `limit` due emails of one organisation in one statement (SKIP LOCKED: senders on several instances share the work). */
+  /**
+   * Claims up to `limit` due emails of one organisation in one statement (SKIP LOCKED: senders on
+   * several instances share the work). The due rows are a WITH query, run once: its clock_timestamp()
+   * keeps PostgreSQL from folding it into the UPDATE, where a nested loop could run the locking
+   * subquery again for every row and claim more than `limit`.
+   */
   async function claimIn(orgId: string, limit: number, leaseSeconds: number, tx: Executor): Promise<EmailRow[]> {
-    const due = tx
-      .select({ id: emails.id })
-      .from(emails)
-      .where(and(eq(emails.orgId, orgId), eq(emails.status, 'queued'), lte(emails.nextAttemptAt, sql`clock_timestamp()`)))
-      .orderBy(asc(emails.nextAttemptAt))
-      .limit(limit)
-      .for('update', { skipLocked: true });
+    const due = tx.$with('due').as(
+      tx
+        .select({ id: emails.id })
+        .from(emails)
+        .where(and(eq(emails.orgId, orgId), eq(emails.status, 'queued'), lte(emails.nextAttemptAt, sql`clock_timestamp()`)))
+        .orderBy(asc(emails.nextAttemptAt))
+        .limit(limit)
+        .for('update', { skipLocked: true }),
+    );
     return tx
+      .with(due)
       .update(emails)
       .set({ attempts: sql`${emails.attempts} + 1`, nextAttemptAt: sql`clock_timestamp() + make_interval(secs => ${leaseSeconds})` })
-      .where(and(eq(emails.orgId, orgId), inArray(emails.id, due)))
-      .returning();
+      .from(due)
+      .where(and(eq(emails.orgId, orgId), eq(emails.id, due.id)))
+      .returning(getTableColumns(emails));
   }
 
   return {
