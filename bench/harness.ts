@@ -207,7 +207,7 @@ export async function seed(pool: pg.Pool, orgId: string, total: number) {
          FROM generate_series($2::int, $3::int) AS g`,
       [orgId, have + 1, have + Math.max(0, total - have)],
     );
-    await client.query(`UPDATE customers SET updated_at = now() WHERE id IN (SELECT id FROM customers WHERE org_id = $1 AND added_via = 'BULK_IMPORT' ORDER BY random() LIMIT 50)`, [orgId]);
+    await client.query(`UPDATE customers SET updated_at = now() WHERE org_id = $1 AND id IN (SELECT id FROM customers WHERE org_id = $1 AND added_via = 'BULK_IMPORT' ORDER BY random() LIMIT 50)`, [orgId]);
     await client.query('COMMIT');
   } finally {
     client.release();

@@ -58,7 +58,7 @@ async function seedShape(pool: pg.Pool, orgId: string, total: number, shape: Sha
            FROM generate_series(1, $2::int) AS g`,
         [orgId, total],
       );
-      await client.query(`UPDATE customers SET updated_at = now() WHERE id IN (SELECT id FROM customers WHERE org_id = $1 ORDER BY random() LIMIT 50)`, [orgId]);
+      await client.query(`UPDATE customers SET updated_at = now() WHERE org_id = $1 AND id IN (SELECT id FROM customers WHERE org_id = $1 ORDER BY random() LIMIT 50)`, [orgId]);
     }
     // The counters the triggers would have kept (migration 0011's backfill, for this organisation).
     await client.query(

@@ -4,6 +4,7 @@ import {
   bigserial,
   boolean,
   date,
+  foreignKey,
   index,
   integer,
   jsonb,
@@ -24,6 +25,11 @@ const orgId = () =>
   uuid('org_id')
     .notNull()
     .references(() => organisations.id, { onDelete: 'cascade' });
+/**
+ * A tenant table's id: unique only with its org_id (the primary key is (org_id, id), DESIGN §9), so
+ * every row is addressed within one organisation and the table can be distributed by org_id.
+ */
+const tenantId = () => uuid('id').notNull().defaultRandom();
 
 // ---------------------------------------------------------------------------------------------
 // Organisations, API keys, audit
@@ -43,12 +49,15 @@ export const organisations = pgTable('organisations', {
 export const apiKeys = pgTable(
   'api_keys',
   {
-    id: uuid('id').primaryKey().defaultRandom(),
+    id: tenantId(),
     orgId: orgId(),
     label: text('label'),
     /** First characters of the key, safe to display ("svc_live_AbCd…"). */
     displayPrefix: text('display_prefix').notNull(),
-    /** Hex SHA-256 of the plaintext key; the plaintext is never stored. */
+    /**
+     * Hex SHA-256 of the plaintext key; the plaintext is never stored. Unique and looked up through
+     * api_key_hashes, the directory that finds a key before its organisation is known.
+     */
     keyHash: text('key_hash').notNull(),
     scopes: text('scopes').array().notNull(),
     /** Normalized IPv4/IPv6 CIDR ranges; empty means any address. */
@@ -60,27 +69,47 @@ export const apiKeys = pgTable(
     lastUsedAt: timestamptz('last_used_at'),
     createdAt: createdAt(),
   },
-  (table) => [uniqueIndex('api_keys_key_hash_key').on(table.keyHash), index('api_keys_org_idx').on(table.orgId)],
+  (table) => [primaryKey({ name: 'api_keys_pkey', columns: [table.orgId, table.id] })],
+);
+
+/**
+ * The directory of key hashes: the access check finds a key by its hash before it knows the
+ * organisation. Written in the transaction that creates the key. Keyed by the hash alone, so under
+ * Citus it is distributed by key_hash (or a reference table), not by org_id (docs/decisions.md).
+ */
+export const apiKeyHashes = pgTable(
+  'api_key_hashes',
+  {
+    keyHash: text('key_hash').primaryKey(),
+    orgId: uuid('org_id').notNull(),
+    apiKeyId: uuid('api_key_id').notNull(),
+  },
+  (table) => [
+    foreignKey({ name: 'api_key_hashes_api_key_fk', columns: [table.orgId, table.apiKeyId], foreignColumns: [apiKeys.orgId, apiKeys.id] }).onDelete('cascade'),
+  ],
 );
 
 /** One row per key: the current burst (1 s) and daily (UTC day) windows, shared by every instance. */
-export const apiKeyUsage = pgTable('api_key_usage', {
-  apiKeyId: uuid('api_key_id')
-    .primaryKey()
-    .references(() => apiKeys.id, { onDelete: 'cascade' }),
-  orgId: orgId(),
-  burstWindow: bigint('burst_window', { mode: 'number' }).notNull(),
-  burstCount: integer('burst_count').notNull(),
-  dayWindow: integer('day_window').notNull(),
-  dayCount: integer('day_count').notNull(),
-});
+export const apiKeyUsage = pgTable(
+  'api_key_usage',
+  {
+    apiKeyId: uuid('api_key_id').notNull(),
+    orgId: orgId(),
+    burstWindow: bigint('burst_window', { mode: 'number' }).notNull(),
+    burstCount: integer('burst_count').notNull(),
+    dayWindow: integer('day_window').notNull(),
+    dayCount: integer('day_count').notNull(),
+  },
+  (table) => [
+    primaryKey({ name: 'api_key_usage_pkey', columns: [table.orgId, table.apiKeyId] }),
+    foreignKey({ name: 'api_key_usage_api_key_fk', columns: [table.orgId, table.apiKeyId], foreignColumns: [apiKeys.orgId, apiKeys.id] }).onDelete('cascade'),
+  ],
+);
 
 export const idempotencyKeys = pgTable(
   'idempotency_keys',
   {
-    apiKeyId: uuid('api_key_id')
-      .notNull()
-      .references(() => apiKeys.id, { onDelete: 'cascade' }),
+    apiKeyId: uuid('api_key_id').notNull(),
     key: text('key').notNull(),
     orgId: orgId(),
     fingerprint: text('fingerprint').notNull(),
@@ -88,13 +117,19 @@ export const idempotencyKeys = pgTable(
     responseBody: text('response_body'),
     createdAt: createdAt(),
   },
-  (table) => [primaryKey({ columns: [table.apiKeyId, table.key] }), index('idempotency_keys_created_idx').on(table.createdAt)],
+  (table) => [
+    primaryKey({ name: 'idempotency_keys_pkey', columns: [table.orgId, table.apiKeyId, table.key] }),
+    foreignKey({ name: 'idempotency_keys_api_key_fk', columns: [table.orgId, table.apiKeyId], foreignColumns: [apiKeys.orgId, apiKeys.id] }).onDelete('cascade'),
+    // The retention purge's batches, per organisation.
+    index('idempotency_keys_org_created_idx').on(table.orgId, table.createdAt),
+  ],
 );
 
 export const auditLog = pgTable(
   'audit_log',
   {
-    id: bigserial('id', { mode: 'number' }).primaryKey(),
+    // A tiebreak only, never an order of its own: it comes from a global sequence (DESIGN §9).
+    id: bigserial('id', { mode: 'number' }).notNull(),
     // No foreign key: the audit trail outlives whatever it records, and every row is written in the
     // transaction of a change to a record of this organisation (migration 0008).
     orgId: uuid('org_id').notNull(),
@@ -108,7 +143,11 @@ export const auditLog = pgTable(
     requestId: text('request_id'),
     createdAt: createdAt(),
   },
-  (table) => [index('audit_log_subject_idx').on(table.orgId, table.subjectId)],
+  (table) => [
+    primaryKey({ name: 'audit_log_pkey', columns: [table.orgId, table.id] }),
+    index('audit_log_subject_idx').on(table.orgId, table.subjectId),
+    index('audit_log_org_created_idx').on(table.orgId, table.createdAt),
+  ],
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -121,7 +160,7 @@ export const LATE_CHANGE = sql`(updated_at - created_at) > interval '1 second'`;
 export const customers = pgTable(
   'customers',
   {
-    id: uuid('id').primaryKey().defaultRandom(),
+    id: tenantId(),
     orgId: orgId(),
     kind: text('kind', { enum: ['individual', 'entity'] }).notNull(),
     externalId: text('external_id'),
@@ -177,6 +216,7 @@ export const customers = pgTable(
     updatedAt: updatedAt(),
   },
   (table) => [
+    primaryKey({ name: 'customers_pkey', columns: [table.orgId, table.id] }),
     uniqueIndex('customers_org_external_id_key').on(table.orgId, table.externalId).where(sql`external_id IS NOT NULL`),
     uniqueIndex('customers_individual_name_email_key')
       .on(table.orgId, sql`lower(${table.email})`, sql`lower(${table.name})`)
@@ -236,14 +276,10 @@ export const customerCounts = pgTable(
 export const beneficialOwners = pgTable(
   'beneficial_owners',
   {
-    id: uuid('id').primaryKey().defaultRandom(),
+    id: tenantId(),
     orgId: orgId(),
-    entityId: uuid('entity_id')
-      .notNull()
-      .references(() => customers.id, { onDelete: 'cascade' }),
-    customerId: uuid('customer_id')
-      .notNull()
-      .references(() => customers.id),
+    entityId: uuid('entity_id').notNull(),
+    customerId: uuid('customer_id').notNull(),
     holderType: text('holder_type').notNull(),
     roleTypes: text('role_types').array().notNull(),
     percentageHeld: numeric('percentage_held', { precision: 7, scale: 4, mode: 'number' }).notNull().default(0),
@@ -252,23 +288,27 @@ export const beneficialOwners = pgTable(
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
-  (table) => [uniqueIndex('beneficial_owners_entity_customer_key').on(table.orgId, table.entityId, table.customerId)],
+  (table) => [
+    primaryKey({ name: 'beneficial_owners_pkey', columns: [table.orgId, table.id] }),
+    foreignKey({ name: 'beneficial_owners_entity_fk', columns: [table.orgId, table.entityId], foreignColumns: [customers.orgId, customers.id] }).onDelete('cascade'),
+    foreignKey({ name: 'beneficial_owners_customer_fk', columns: [table.orgId, table.customerId], foreignColumns: [customers.orgId, customers.id] }),
+    uniqueIndex('beneficial_owners_entity_customer_key').on(table.orgId, table.entityId, table.customerId),
+  ],
 );
 
 export const verifications = pgTable(
   'verifications',
   {
-    id: uuid('id').primaryKey().defaultRandom(),
+    id: tenantId(),
     orgId: orgId(),
-    customerId: uuid('customer_id')
-      .notNull()
-      .references(() => customers.id, { onDelete: 'cascade' }),
-    beneficialOwnerId: uuid('beneficial_owner_id').references(() => beneficialOwners.id),
+    customerId: uuid('customer_id').notNull(),
+    beneficialOwnerId: uuid('beneficial_owner_id'),
     kind: text('kind', { enum: ['KYC', 'KYB'] }).notNull(),
     lane: text('lane').notNull(),
     payer: text('payer', { enum: ['organization', 'customer'] }).notNull(),
     status: text('status').notNull(),
     cost: integer('cost').notNull().default(0),
+    /** Unique and looked up through verification_link_tokens, the directory keyed by the token. */
     linkToken: text('link_token'),
     recipientEmail: text('recipient_email'),
     customMessage: text('custom_message'),
@@ -279,29 +319,61 @@ export const verifications = pgTable(
     updatedAt: updatedAt(),
   },
   (table) => [
-    uniqueIndex('verifications_link_token_key').on(table.linkToken).where(sql`link_token IS NOT NULL`),
+    primaryKey({ name: 'verifications_pkey', columns: [table.orgId, table.id] }),
+    foreignKey({ name: 'verifications_customer_fk', columns: [table.orgId, table.customerId], foreignColumns: [customers.orgId, customers.id] }).onDelete('cascade'),
+    foreignKey({
+      name: 'verifications_beneficial_owner_fk',
+      columns: [table.orgId, table.beneficialOwnerId],
+      foreignColumns: [beneficialOwners.orgId, beneficialOwners.id],
+    }),
     index('verifications_customer_idx').on(table.orgId, table.customerId),
+  ],
+);
+
+/**
+ * The directory of verification link tokens: a link is opened before its organisation is known.
+ * Written in the transaction that starts the verification; keyed by the token alone, so under Citus
+ * it is distributed by token (or a reference table), not by org_id (docs/decisions.md).
+ */
+export const verificationLinkTokens = pgTable(
+  'verification_link_tokens',
+  {
+    token: text('token').primaryKey(),
+    orgId: uuid('org_id').notNull(),
+    verificationId: uuid('verification_id').notNull(),
+  },
+  (table) => [
+    foreignKey({
+      name: 'verification_link_tokens_verification_fk',
+      columns: [table.orgId, table.verificationId],
+      foreignColumns: [verifications.orgId, verifications.id],
+    }).onDelete('cascade'),
   ],
 );
 
 export const creditLedger = pgTable(
   'credit_ledger',
   {
-    id: bigserial('id', { mode: 'number' }).primaryKey(),
+    // A tiebreak only, never an order of its own: it comes from a global sequence (DESIGN §9).
+    id: bigserial('id', { mode: 'number' }).notNull(),
     orgId: orgId(),
     delta: integer('delta').notNull(),
     balanceAfter: integer('balance_after').notNull(),
     reason: text('reason').notNull(),
-    verificationId: uuid('verification_id').references(() => verifications.id),
+    verificationId: uuid('verification_id'),
     createdAt: createdAt(),
   },
-  (table) => [index('credit_ledger_org_idx').on(table.orgId, table.createdAt)],
+  (table) => [
+    primaryKey({ name: 'credit_ledger_pkey', columns: [table.orgId, table.id] }),
+    foreignKey({ name: 'credit_ledger_verification_fk', columns: [table.orgId, table.verificationId], foreignColumns: [verifications.orgId, verifications.id] }),
+    index('credit_ledger_org_idx').on(table.orgId, table.createdAt),
+  ],
 );
 
 export const emails = pgTable(
   'emails',
   {
-    id: uuid('id').primaryKey().defaultRandom(),
+    id: tenantId(),
     orgId: orgId(),
     recipient: text('recipient').notNull(),
     subject: text('subject').notNull(),
@@ -312,10 +384,17 @@ export const emails = pgTable(
     lastError: text('last_error'),
     nextAttemptAt: timestamptz('next_attempt_at').notNull().default(sql`clock_timestamp()`),
     sentAt: timestamptz('sent_at'),
-    verificationId: uuid('verification_id').references(() => verifications.id),
+    verificationId: uuid('verification_id'),
     createdAt: createdAt(),
   },
-  (table) => [index('emails_due_idx').on(table.status, table.nextAttemptAt), index('emails_org_idx').on(table.orgId, table.createdAt)],
+  (table) => [
+    primaryKey({ name: 'emails_pkey', columns: [table.orgId, table.id] }),
+    foreignKey({ name: 'emails_verification_fk', columns: [table.orgId, table.verificationId], foreignColumns: [verifications.orgId, verifications.id] }),
+    // The sender's claim: the organisations with queued emails (skipping from one to the next), then
+    // each one's due emails in order (emails.repository.ts).
+    index('emails_due_idx').on(table.orgId, table.nextAttemptAt).where(sql`status = 'queued'`),
+    index('emails_org_idx').on(table.orgId, table.createdAt),
+  ],
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -325,7 +404,7 @@ export const emails = pgTable(
 export const outboxEvents = pgTable(
   'outbox_events',
   {
-    id: uuid('id').primaryKey().defaultRandom(),
+    id: tenantId(),
     // No foreign key, as audit_log: written only in the transaction of a change in this organisation (migration 0008).
     orgId: uuid('org_id').notNull(),
     type: text('type').notNull(),
@@ -334,13 +413,13 @@ export const outboxEvents = pgTable(
     payload: text('payload').notNull(),
     createdAt: createdAt(),
   },
-  (table) => [index('outbox_events_org_idx').on(table.orgId, table.createdAt)],
+  (table) => [primaryKey({ name: 'outbox_events_pkey', columns: [table.orgId, table.id] }), index('outbox_events_org_idx').on(table.orgId, table.createdAt)],
 );
 
 export const webhookEndpoints = pgTable(
   'webhook_endpoints',
   {
-    id: uuid('id').primaryKey().defaultRandom(),
+    id: tenantId(),
     orgId: orgId(),
     url: text('url').notNull(),
     secret: text('secret').notNull(),
@@ -350,20 +429,16 @@ export const webhookEndpoints = pgTable(
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
-  (table) => [index('webhook_endpoints_org_idx').on(table.orgId)],
+  (table) => [primaryKey({ name: 'webhook_endpoints_pkey', columns: [table.orgId, table.id] })],
 );
 
 export const webhookDeliveries = pgTable(
   'webhook_deliveries',
   {
-    id: uuid('id').primaryKey().defaultRandom(),
+    id: tenantId(),
     orgId: orgId(),
-    eventId: uuid('event_id')
-      .notNull()
-      .references(() => outboxEvents.id, { onDelete: 'cascade' }),
-    endpointId: uuid('endpoint_id')
-      .notNull()
-      .references(() => webhookEndpoints.id, { onDelete: 'cascade' }),
+    eventId: uuid('event_id').notNull(),
+    endpointId: uuid('endpoint_id').notNull(),
     status: text('status', { enum: ['pending', 'succeeded', 'failed'] }).notNull().default('pending'),
     attempts: integer('attempts').notNull().default(0),
     nextAttemptAt: timestamptz('next_attempt_at').notNull().default(sql`clock_timestamp()`),
@@ -376,19 +451,26 @@ export const webhookDeliveries = pgTable(
     updatedAt: updatedAt(),
   },
   (table) => [
-    index('webhook_deliveries_due_idx').on(table.nextAttemptAt).where(sql`status = 'pending'`),
+    primaryKey({ name: 'webhook_deliveries_pkey', columns: [table.orgId, table.id] }),
+    foreignKey({ name: 'webhook_deliveries_event_fk', columns: [table.orgId, table.eventId], foreignColumns: [outboxEvents.orgId, outboxEvents.id] }).onDelete('cascade'),
+    foreignKey({ name: 'webhook_deliveries_endpoint_fk', columns: [table.orgId, table.endpointId], foreignColumns: [webhookEndpoints.orgId, webhookEndpoints.id] }).onDelete(
+      'cascade',
+    ),
+    // The worker's claim: the organisations with pending deliveries (skipping from one to the next),
+    // then each one's due deliveries in order (delivery.repository.ts).
+    index('webhook_deliveries_due_idx').on(table.orgId, table.nextAttemptAt).where(sql`status = 'pending'`),
     index('webhook_deliveries_org_idx').on(table.orgId, table.eventId),
+    index('webhook_deliveries_org_created_idx').on(table.orgId, table.createdAt),
   ],
 );
 
 export const webhookAttempts = pgTable(
   'webhook_attempts',
   {
-    id: bigserial('id', { mode: 'number' }).primaryKey(),
+    // A tiebreak only, never an order of its own: it comes from a global sequence (DESIGN §9).
+    id: bigserial('id', { mode: 'number' }).notNull(),
     orgId: orgId(),
-    deliveryId: uuid('delivery_id')
-      .notNull()
-      .references(() => webhookDeliveries.id, { onDelete: 'cascade' }),
+    deliveryId: uuid('delivery_id').notNull(),
     attemptNumber: integer('attempt_number').notNull(),
     workerId: text('worker_id'),
     statusCode: integer('status_code'),
@@ -397,7 +479,14 @@ export const webhookAttempts = pgTable(
     startedAt: timestamptz('started_at').notNull(),
     createdAt: createdAt(),
   },
-  (table) => [index('webhook_attempts_delivery_idx').on(table.deliveryId)],
+  (table) => [
+    primaryKey({ name: 'webhook_attempts_pkey', columns: [table.orgId, table.id] }),
+    foreignKey({ name: 'webhook_attempts_delivery_fk', columns: [table.orgId, table.deliveryId], foreignColumns: [webhookDeliveries.orgId, webhookDeliveries.id] }).onDelete(
+      'cascade',
+    ),
+    index('webhook_attempts_delivery_idx').on(table.orgId, table.deliveryId),
+    index('webhook_attempts_org_created_idx').on(table.orgId, table.createdAt),
+  ],
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -409,7 +498,7 @@ export type TemplateRole = { role_label: string; party_type: string; required: b
 export const groupTemplates = pgTable(
   'group_templates',
   {
-    id: uuid('id').primaryKey().defaultRandom(),
+    id: tenantId(),
     orgId: orgId(),
     code: text('code').notNull(),
     name: text('name').notNull(),
@@ -421,23 +510,25 @@ export const groupTemplates = pgTable(
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
-  (table) => [uniqueIndex('group_templates_org_code_key').on(table.orgId, table.code)],
+  (table) => [primaryKey({ name: 'group_templates_pkey', columns: [table.orgId, table.id] }), uniqueIndex('group_templates_org_code_key').on(table.orgId, table.code)],
 );
 
 export const groups = pgTable(
   'groups',
   {
-    id: uuid('id').primaryKey().defaultRandom(),
+    id: tenantId(),
     orgId: orgId(),
     name: text('name').notNull(),
     reference: text('reference'),
     status: text('status', { enum: ['ACTIVE', 'ON_HOLD', 'COMPLETE', 'ARCHIVED'] }).notNull().default('ACTIVE'),
-    templateId: uuid('template_id').references(() => groupTemplates.id),
+    templateId: uuid('template_id'),
     industry: text('industry'),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
   (table) => [
+    primaryKey({ name: 'groups_pkey', columns: [table.orgId, table.id] }),
+    foreignKey({ name: 'groups_template_fk', columns: [table.orgId, table.templateId], foreignColumns: [groupTemplates.orgId, groupTemplates.id] }),
     uniqueIndex('groups_active_reference_key')
       .on(table.orgId, table.reference)
       .where(sql`status = 'ACTIVE' AND reference IS NOT NULL`),
@@ -447,20 +538,23 @@ export const groups = pgTable(
 export const groupParties = pgTable(
   'group_parties',
   {
-    id: uuid('id').primaryKey().defaultRandom(),
+    id: tenantId(),
     orgId: orgId(),
-    groupId: uuid('group_id')
-      .notNull()
-      .references(() => groups.id, { onDelete: 'cascade' }),
+    groupId: uuid('group_id').notNull(),
     position: integer('position').notNull(),
     roleLabel: text('role_label').notNull(),
     partyType: text('party_type').notNull(),
     required: boolean('required').notNull(),
     checkTrigger: text('check_trigger'),
-    customerId: uuid('customer_id').references(() => customers.id),
+    customerId: uuid('customer_id'),
     createdAt: createdAt(),
   },
-  (table) => [index('group_parties_group_idx').on(table.groupId, table.position)],
+  (table) => [
+    primaryKey({ name: 'group_parties_pkey', columns: [table.orgId, table.id] }),
+    foreignKey({ name: 'group_parties_group_fk', columns: [table.orgId, table.groupId], foreignColumns: [groups.orgId, groups.id] }).onDelete('cascade'),
+    foreignKey({ name: 'group_parties_customer_fk', columns: [table.orgId, table.customerId], foreignColumns: [customers.orgId, customers.id] }),
+    index('group_parties_group_idx').on(table.orgId, table.groupId, table.position),
+  ],
 );
 
 // ---------------------------------------------------------------------------------------------

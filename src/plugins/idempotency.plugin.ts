@@ -49,7 +49,7 @@ export const idempotencyPlugin = fp(
         const fingerprint = requestFingerprint(request.method, path, request.body);
 
         const outcome = await database.transaction(async (tx): Promise<Outcome> => {
-          const existing = await records.lockAndFind(apiKeyId, key, tx);
+          const existing = await records.lockAndFind(orgId, apiKeyId, key, tx);
           if (existing) {
             if (existing.fingerprint !== fingerprint) {
               throw new AppError(

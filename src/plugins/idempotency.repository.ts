@@ -18,13 +18,13 @@ export function createIdempotencyRepository(db: Executor) {
      * response in the same transaction, and PostgreSQL checks the foreign keys of a row inserted in
      * the same transaction again on every update (docs/decisions.md, "A write budget per route").
      */
-    async lockAndFind(apiKeyId: string, key: string, tx: Executor) {
+    async lockAndFind(orgId: string, apiKeyId: string, key: string, tx: Executor) {
       const [, found] = await Promise.all([
         tx.execute(sql`SELECT pg_advisory_xact_lock(${IDEMPOTENCY_LOCK_CLASS}, hashtext(${apiKeyId} || ':' || ${key}))`),
         tx.execute<{ fingerprint: string; response_status: number; response_body: string }>(sql`
           SELECT fingerprint, response_status, response_body
             FROM idempotency_keys
-           WHERE api_key_id = ${apiKeyId} AND key = ${key}
+           WHERE org_id = ${orgId} AND api_key_id = ${apiKeyId} AND key = ${key}
              AND created_at >= clock_timestamp() - make_interval(hours => ${IDEMPOTENCY_WINDOW_HOURS})`),
       ]);
       const row = found.rows[0];
@@ -43,7 +43,7 @@ export function createIdempotencyRepository(db: Executor) {
       const result = await tx.execute(sql`
         INSERT INTO idempotency_keys (api_key_id, key, org_id, fingerprint, response_status, response_body)
         VALUES (${values.apiKeyId}, ${values.key}, ${values.orgId}, ${values.fingerprint}, ${values.status}, ${values.body})
-        ON CONFLICT (api_key_id, key) DO UPDATE
+        ON CONFLICT (org_id, api_key_id, key) DO UPDATE
            SET fingerprint = EXCLUDED.fingerprint, response_status = EXCLUDED.response_status,
                response_body = EXCLUDED.response_body, created_at = clock_timestamp()
          WHERE idempotency_keys.created_at < clock_timestamp() - make_interval(hours => ${IDEMPOTENCY_WINDOW_HOURS})

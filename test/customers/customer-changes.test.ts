@@ -16,7 +16,7 @@ beforeAll(async () => {
 afterAll(async () => ctx?.close());
 
 async function auditRows(subjectId: string) {
-  const { rows } = await ctx.database.pool.query('SELECT * FROM audit_log WHERE subject_id = $1 ORDER BY id', [subjectId]);
+  const { rows } = await ctx.database.pool.query('SELECT * FROM audit_log WHERE subject_id = $1 ORDER BY created_at, id', [subjectId]);
   return rows as Record<string, any>[];
 }
 

@@ -137,7 +137,7 @@ describe('POST /entities/{id}/ubos', () => {
     const owner = { fullName: 'Before Owner', email: 'before.owner@example.com', roleTypes: ['MEMBER'] };
     const [saved] = (await addOwners(entity.id, [{ ...owner, percentageHeld: 5 }])).json().ubos;
     await addOwners(entity.id, [{ ...owner, percentageHeld: 15 }]);
-    const rows = await sql<{ before: any; after: any }>(ctx, 'SELECT before, after FROM audit_log WHERE org_id = $1 AND subject_id = $2 ORDER BY id', [org.id, saved.id]);
+    const rows = await sql<{ before: any; after: any }>(ctx, 'SELECT before, after FROM audit_log WHERE org_id = $1 AND subject_id = $2 ORDER BY created_at, id', [org.id, saved.id]);
     expect(rows).toHaveLength(2);
     expect(rows[0]!.before).toBeNull();
     expect(rows[1]!.before).toMatchObject({ percentageHeld: 5 });

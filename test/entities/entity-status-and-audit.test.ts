@@ -137,7 +137,7 @@ describe('risk rating of entities (docs/risk-model.md)', () => {
     expect(await ratingOf()).toEqual({ risk_rating: 'MEDIUM', client_classification: 'STANDARD_CDD' });
     await ctx.request('PATCH', `/v1/entities/${entity.id}`, { key: org.key, body: { risk: { complexStructure: true } } });
     expect(await ratingOf()).toEqual({ risk_rating: 'HIGH', client_classification: 'ENHANCED_CDD' });
-    const audit = await sql(ctx, 'SELECT action, before, after FROM audit_log WHERE subject_id = $1 ORDER BY id', [entity.id]);
+    const audit = await sql(ctx, 'SELECT action, before, after FROM audit_log WHERE subject_id = $1 ORDER BY created_at, id', [entity.id]);
     expect(audit.map((row) => row.action)).toEqual(['entity.created', 'entity.upserted', 'entity.upserted', 'entity.patched']);
     expect(audit[1]).toMatchObject({ before: { riskRating: 'MEDIUM' }, after: { riskRating: 'HIGH' } });
   });
@@ -182,7 +182,7 @@ describe('due-diligence input rules shared with individuals', () => {
 
 describe('audit rows and customer.updated events', () => {
   async function auditRows(subjectId: string) {
-    return sql(ctx, 'SELECT action, actor_type, actor_id, subject_type, before, after FROM audit_log WHERE org_id = $1 AND subject_id = $2 ORDER BY id', [org.id, subjectId]);
+    return sql(ctx, 'SELECT action, actor_type, actor_id, subject_type, before, after FROM audit_log WHERE org_id = $1 AND subject_id = $2 ORDER BY created_at, id', [org.id, subjectId]);
   }
   async function updatedEvents(customerId: string) {
     const rows = await sql<{ payload: string }>(ctx, `SELECT payload FROM outbox_events WHERE org_id = $1 AND customer_id = $2 AND type = 'customer.updated' ORDER BY created_at`, [org.id, customerId]);

@@ -89,7 +89,7 @@ describe('svc org', () => {
     const created = await svcJson<{ id: string }>('org', 'create', '--name', 'Topped Up', '--credits', '5');
     const updated = await svcJson('org', 'update', created.id, '--add-credits', '10', '--features', 'groups,kyb_extra_methods');
     expect(updated).toMatchObject({ id: created.id, credits: 15, features: ['groups', 'kyb_extra_methods'] });
-    const ledger = await ctx.database.pool.query('SELECT delta, balance_after, reason FROM credit_ledger WHERE org_id = $1 ORDER BY id', [created.id]);
+    const ledger = await ctx.database.pool.query('SELECT delta, balance_after, reason FROM credit_ledger WHERE org_id = $1 ORDER BY created_at, id', [created.id]);
     expect(ledger.rows).toEqual([
       { delta: 5, balance_after: 5, reason: 'initial_credits' },
       { delta: 10, balance_after: 15, reason: 'operator_adjustment' },
@@ -199,7 +199,7 @@ describe('operator changes are audited', () => {
     await svcJson('key', 'revoke', key.id); // already revoked: no second row
 
     const { rows } = await ctx.database.pool.query(
-      'SELECT actor_type, actor_id, action, subject_id, before, after FROM audit_log WHERE org_id = $1 ORDER BY id',
+      'SELECT actor_type, actor_id, action, subject_id, before, after FROM audit_log WHERE org_id = $1 ORDER BY created_at, id',
       [org.id],
     );
     expect(rows.map((row) => [row.action, row.subject_id])).toEqual([

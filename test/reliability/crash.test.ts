@@ -87,7 +87,7 @@ it('when an instance is killed with SIGKILL during a write load, every committed
   // No record whose last audit image disagrees with the row itself.
   const { rows: drift } = await database.pool.query(
     `SELECT c.id FROM customers c
-      JOIN LATERAL (SELECT after FROM audit_log a WHERE a.subject_id = c.id ORDER BY a.id DESC LIMIT 1) last ON true
+      JOIN LATERAL (SELECT after FROM audit_log a WHERE a.org_id = c.org_id AND a.subject_id = c.id ORDER BY a.created_at DESC, a.id DESC LIMIT 1) last ON true
      WHERE c.org_id = $1 AND (last.after->>'phone' IS DISTINCT FROM c.phone OR last.after->>'name' IS DISTINCT FROM c.name)`,
     [org.id],
   );

@@ -54,7 +54,7 @@ describe('three instances on one database', () => {
 
     // Every record's audit rows form a chain: a create, then each change starting where the last ended.
     const { rows: audit } = await database.pool.query(
-      `SELECT subject_id, action, before, after FROM audit_log WHERE org_id = $1 AND subject_type = 'customer' ORDER BY id`,
+      `SELECT subject_id, action, before, after FROM audit_log WHERE org_id = $1 AND subject_type = 'customer' ORDER BY created_at, id`,
       [orgId],
     );
     const bySubject = new Map<string, Array<{ action: string; before: unknown; after: unknown }>>();

@@ -72,7 +72,7 @@ export async function ledgerOf(ctx: TestContext, orgId: string) {
     .select()
     .from(creditLedger)
     .where(and(eq(creditLedger.orgId, orgId), ne(creditLedger.reason, 'initial_credits')))
-    .orderBy(asc(creditLedger.id));
+    .orderBy(asc(creditLedger.createdAt), asc(creditLedger.id));
 }
 
 export async function emailsOf(ctx: TestContext, orgId: string) {

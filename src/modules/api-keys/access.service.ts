@@ -79,6 +79,7 @@ function canonicalIp(ip: string | undefined): string | null {
  */
 type Lease = {
   apiKeyId: string | undefined;
+  orgId: string | undefined;
   burstWindow: number;
   burst: number;
   dayWindow: number;
@@ -139,7 +140,7 @@ export function createAccessService(deps: { database: Database; defaults: { burs
   function leaseOf(keyHash: string): Lease {
     let lease = leases.get(keyHash);
     if (!lease) {
-      lease = { apiKeyId: undefined, burstWindow: -1, burst: 0, dayWindow: -1, day: 0, burstSliceAsked: false, daySliceAsked: false, clockOffset: 0 };
+      lease = { apiKeyId: undefined, orgId: undefined, burstWindow: -1, burst: 0, dayWindow: -1, day: 0, burstSliceAsked: false, daySliceAsked: false, clockOffset: 0 };
       leases.set(keyHash, lease);
     }
     return lease;
@@ -203,6 +204,7 @@ export function createAccessService(deps: { database: Database; defaults: { burs
     if (!row || !row.active || !row.ip_allowed) throw unauthorized();
     const identity = identify(keyHash, row);
     lease.apiKeyId = row.id;
+    lease.orgId = row.org_id;
     lease.clockOffset = row.now_epoch - nowSeconds();
 
     // wanted = 0: the token reserved from the lease is good for the current window. Otherwise the
@@ -315,8 +317,8 @@ export function createAccessService(deps: { database: Database; defaults: { burs
     /** Gives leased, unused tokens back (at shutdown), so a restart does not shrink anyone's day. */
     async returnLeases(): Promise<void> {
       for (const lease of leases.values()) {
-        if (!lease.apiKeyId || (lease.burst === 0 && lease.day === 0)) continue;
-        await keys.returnLeasedTokens({ ...lease, apiKeyId: lease.apiKeyId });
+        if (!lease.apiKeyId || !lease.orgId || (lease.burst === 0 && lease.day === 0)) continue;
+        await keys.returnLeasedTokens({ ...lease, apiKeyId: lease.apiKeyId, orgId: lease.orgId });
       }
       leases.clear();
     },

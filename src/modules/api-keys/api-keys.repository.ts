@@ -1,7 +1,7 @@
 import { and, asc, eq, isNull, sql } from 'drizzle-orm';
 import type pg from 'pg';
 import type { Executor } from '../../db/client.js';
-import { apiKeys, apiKeyUsage, type ApiKeyRow } from '../../db/schema.js';
+import { apiKeyHashes, apiKeys, apiKeyUsage, type ApiKeyRow } from '../../db/schema.js';
 
 /** Every column but the hash: repositories never hand out secret material by default. */
 const publicColumns = {
@@ -78,10 +78,11 @@ const KEY_LOOKUP = `
            clock.epoch,
            floor(clock.epoch)::bigint AS burst_window,
            floor(clock.epoch / 86400)::int AS day_window
-      FROM api_keys k
+      FROM api_key_hashes h
+      JOIN api_keys k ON k.org_id = h.org_id AND k.id = h.api_key_id
       JOIN organisations o ON o.id = k.org_id
       CROSS JOIN clock
-     WHERE k.key_hash = $1::text
+     WHERE h.key_hash = $1::text
   )`;
 
 /**
@@ -114,7 +115,7 @@ const ACCESS_CHECK_SQL = `${KEY_LOOKUP},
   touch AS (
     UPDATE api_keys SET last_used_at = clock_timestamp()
       FROM key
-     WHERE api_keys.id = key.id AND key.active AND key.ip_allowed
+     WHERE api_keys.org_id = key.org_id AND api_keys.id = key.id AND key.active AND key.ip_allowed
        AND (key.last_used_at IS NULL OR key.last_used_at < clock_timestamp() - interval '1 minute')
     RETURNING 1
   )
@@ -131,7 +132,7 @@ const ACCESS_CHECK_SQL = `${KEY_LOOKUP},
     FROM key
     LEFT JOIN wanted ON true
     LEFT JOIN lease ON true
-    LEFT JOIN api_key_usage usage ON usage.api_key_id = key.id`;
+    LEFT JOIN api_key_usage usage ON usage.org_id = key.org_id AND usage.api_key_id = key.id`;
 
 /**
  * The access check of a request whose instance holds tokens of both current windows: ACCESS_CHECK_SQL
@@ -151,7 +152,7 @@ const ACCESS_READ_SQL = `${KEY_LOOKUP}
          0 AS burst_granted,
          0 AS day_granted
     FROM key
-    LEFT JOIN api_key_usage usage ON usage.api_key_id = key.id`;
+    LEFT JOIN api_key_usage usage ON usage.org_id = key.org_id AND usage.api_key_id = key.id`;
 
 /** The access check's row (undefined: no key has the hash), from its array-mode result, keyed by the result's own column names. */
 export function accessCheckRowOf(result: pg.QueryResult): AccessCheckRow | undefined {
@@ -177,11 +178,17 @@ function columnNamesOf(fields: pg.FieldDef[]): string[] {
 
 export function createApiKeysRepository(db: Executor) {
   return {
+    /** The key and its hash's directory row (api_key_hashes): call it in a transaction, so both or neither are written. */
     async insert(values: typeof apiKeys.$inferInsert, tx: Executor = db): Promise<ApiKeyRecord> {
       const [row] = await tx.insert(apiKeys).values(values).returning(publicColumns);
+      await tx.insert(apiKeyHashes).values({ keyHash: values.keyHash, orgId: row!.orgId, apiKeyId: row!.id });
       return row!;
     },
 
+    /**
+     * By id alone, for the operator's `svc api-key revoke ID`, which names no organisation: the one
+     * lookup not routed to an organisation (under Citus, a read of every shard); what follows is.
+     */
     async findById(id: string, tx: Executor = db): Promise<ApiKeyRecord | undefined> {
       const [row] = await tx.select(publicColumns).from(apiKeys).where(eq(apiKeys.id, id));
       return row;
@@ -191,11 +198,11 @@ export function createApiKeysRepository(db: Executor) {
       return tx.select(publicColumns).from(apiKeys).where(eq(apiKeys.orgId, orgId)).orderBy(asc(apiKeys.createdAt));
     },
 
-    async revoke(id: string, tx: Executor = db): Promise<ApiKeyRecord | undefined> {
+    async revoke(orgId: string, id: string, tx: Executor = db): Promise<ApiKeyRecord | undefined> {
       const [row] = await tx
         .update(apiKeys)
         .set({ revokedAt: sql`coalesce(${apiKeys.revokedAt}, clock_timestamp())` })
-        .where(eq(apiKeys.id, id))
+        .where(and(eq(apiKeys.orgId, orgId), eq(apiKeys.id, id)))
         .returning(publicColumns);
       return row;
     },
@@ -222,7 +229,7 @@ export function createApiKeysRepository(db: Executor) {
 
     /** Hands back leased tokens an instance did not use, while their window is still current. */
     async returnLeasedTokens(
-      returned: { apiKeyId: string; burstWindow: number; burst: number; dayWindow: number; day: number },
+      returned: { orgId: string; apiKeyId: string; burstWindow: number; burst: number; dayWindow: number; day: number },
       tx: Executor = db,
     ): Promise<void> {
       await tx
@@ -231,7 +238,7 @@ export function createApiKeysRepository(db: Executor) {
           burstCount: sql`CASE WHEN ${apiKeyUsage.burstWindow} = ${returned.burstWindow} THEN greatest(0, ${apiKeyUsage.burstCount} - ${returned.burst}) ELSE ${apiKeyUsage.burstCount} END`,
           dayCount: sql`CASE WHEN ${apiKeyUsage.dayWindow} = ${returned.dayWindow} THEN greatest(0, ${apiKeyUsage.dayCount} - ${returned.day}) ELSE ${apiKeyUsage.dayCount} END`,
         })
-        .where(eq(apiKeyUsage.apiKeyId, returned.apiKeyId));
+        .where(and(eq(apiKeyUsage.orgId, returned.orgId), eq(apiKeyUsage.apiKeyId, returned.apiKeyId)));
     },
   };
 }

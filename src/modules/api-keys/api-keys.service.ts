@@ -127,7 +127,7 @@ export function createApiKeysService(deps: { database: Database }) {
         const existing = await keys.findById(id, tx);
         if (!existing) throw AppError.notFound('API key');
         if (existing.revokedAt) return toApiKeyDto(existing);
-        const row = await keys.revoke(id, tx);
+        const row = await keys.revoke(existing.orgId, id, tx);
         const after = toApiKeyDto(row!);
         await audit.record(
           { orgId: after.org_id, actor, action: 'api_key.revoked', subjectType: 'api_key', subjectId: id, before: toApiKeyDto(existing), after },

@@ -70,12 +70,13 @@ export function createAuditRepository(db: Executor) {
       await insertChange.run(tx, Object.assign(whoAndWhat(entry), { before: JSON.stringify(entry.before), changes: JSON.stringify(entry.changes) }));
     },
 
+    /** In the order written: by time, the id breaking ties only (a global sequence is no order across machines, DESIGN §9). */
     async listForSubject(orgId: string, subjectId: string, tx: Executor = db) {
       return tx
         .select()
         .from(auditLog)
         .where(and(eq(auditLog.orgId, orgId), eq(auditLog.subjectId, subjectId)))
-        .orderBy(asc(auditLog.id));
+        .orderBy(asc(auditLog.createdAt), asc(auditLog.id));
     },
   };
 }

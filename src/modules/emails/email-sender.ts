@@ -40,17 +40,17 @@ export function createEmailSender(deps: { database: Database; smtpUrl: string | 
     if (!transport) {
       // The link carries the verification token and the row the recipient: only which email it was is logged.
       deps.logger.info(emailLogFields(email), 'email recorded (SMTP_URL not set); `svc emails` lists it with its link');
-      await repository.markDelivered(email.id, 'recorded');
+      await repository.markDelivered(email.orgId, email.id, 'recorded');
       return;
     }
     try {
       await transport.sendMail({ from: deps.from, to: email.recipient, subject: email.subject, text: email.body });
-      await repository.markDelivered(email.id, 'sent');
+      await repository.markDelivered(email.orgId, email.id, 'sent');
     } catch (error) {
       const giveUp = email.attempts >= MAX_ATTEMPTS;
       const delay = Math.min(3600, 30 * 2 ** (email.attempts - 1));
       deps.logger.warn({ ...emailLogFields(email), attempt: email.attempts, err: error }, giveUp ? 'email failed for good' : 'email send failed; will retry');
-      await repository.scheduleRetry(email.id, error instanceof Error ? error.message : String(error), delay, giveUp);
+      await repository.scheduleRetry(email.orgId, email.id, error instanceof Error ? error.message : String(error), delay, giveUp);
     }
   }
 
@@ -59,7 +59,8 @@ export function createEmailSender(deps: { database: Database; smtpUrl: string | 
     async runOnce(): Promise<number> {
       let handled = 0;
       for (;;) {
-        const batch = await deps.database.transaction((tx) => repository.claimDue(BATCH, LEASE_SECONDS, tx));
+        // Each organisation's claim commits on its own: no transaction spans organisations.
+        const batch = await repository.claimDue(BATCH, LEASE_SECONDS);
         if (batch.length === 0) return handled;
         await Promise.all(batch.map(deliver));
         handled += batch.length;

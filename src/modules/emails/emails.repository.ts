@@ -1,10 +1,59 @@
-import { and, asc, desc, eq, sql } from 'drizzle-orm';
+import { and, asc, desc, eq, getTableColumns, lte, sql } from 'drizzle-orm';
 import type { Executor } from '../../db/client.js';
 import { emails } from '../../db/schema.js';
+import { claimFairly, createOrgRotation, dueOrganisations } from '../../shared/fair-claims.js';
 
 export type EmailRow = typeof emails.$inferSelect;
 
 export function createEmailsRepository(db: Executor) {
+  // Where this repository's next claim starts looking for organisations (fair-claims.ts).
+  const rotation = createOrgRotation();
+
+  /**
+   * Organisations after `after` (org_id order) with an email due now, at most `limit`: a skip scan of
+   * emails_due_idx, one probe per organisation with queued emails and one to check it has a due one.
+   */
+  async function organisationsWithDueEmails(after: string, limit: number, tx: Executor): Promise<string[]> {
+    const result = await tx.execute<{ org_id: string }>(sql`
+      WITH RECURSIVE queued AS (
+        (SELECT org_id FROM emails WHERE status = 'queued' AND org_id > ${after}::uuid ORDER BY org_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT e.org_id FROM emails e WHERE e.status = 'queued' AND e.org_id > queued.org_id ORDER BY e.org_id LIMIT 1)
+          FROM queued
+         WHERE queued.org_id IS NOT NULL
+      )
+      SELECT org_id FROM queued
+       WHERE org_id IS NOT NULL
+         AND EXISTS (SELECT 1 FROM emails e WHERE e.org_id = queued.org_id AND e.status = 'queued' AND e.next_attempt_at <= clock_timestamp())
+       LIMIT ${limit}`);
+    return result.rows.map((row) => row.org_id);
+  }
+
+  /**
+   * Claims up to `limit` due emails of one organisation in one statement (SKIP LOCKED: senders on
+   * several instances share the work). The due rows are a WITH query, run once: its clock_timestamp()
+   * keeps PostgreSQL from folding it into the UPDATE, where a nested loop could run the locking
+   * subquery again for every row and claim more than `limit`.
+   */
+  async function claimIn(orgId: string, limit: number, leaseSeconds: number, tx: Executor): Promise<EmailRow[]> {
+    const due = tx.$with('due').as(
+      tx
+        .select({ id: emails.id })
+        .from(emails)
+        .where(and(eq(emails.orgId, orgId), eq(emails.status, 'queued'), lte(emails.nextAttemptAt, sql`clock_timestamp()`)))
+        .orderBy(asc(emails.nextAttemptAt))
+        .limit(limit)
+        .for('update', { skipLocked: true }),
+    );
+    return tx
+      .with(due)
+      .update(emails)
+      .set({ attempts: sql`${emails.attempts} + 1`, nextAttemptAt: sql`clock_timestamp() + make_interval(secs => ${leaseSeconds})` })
+      .from(due)
+      .where(and(eq(emails.orgId, orgId), eq(emails.id, due.id)))
+      .returning(getTableColumns(emails));
+  }
+
   return {
     /** Queues an email in the caller's transaction; the sender delivers it after commit. */
     async queue(values: { orgId: string; recipient: string; subject: string; body: string; link?: string; verificationId?: string }, tx: Executor = db) {
@@ -22,31 +71,24 @@ export function createEmailsRepository(db: Executor) {
     },
 
     /**
-     * Claims due emails for one sender (short transaction, SKIP LOCKED so senders on several
-     * instances share the work): the claim pushes next_attempt_at ahead, so a sender that dies
-     * mid-send only delays the email.
+     * Claims up to `limit` due emails for one sender: finds the organisations with due emails, then
+     * claims within each, an equal share first (fair-claims.ts), each organisation's claim a statement
+     * of its own. The claim pushes next_attempt_at ahead, so a sender that dies mid-send only delays
+     * the email.
      */
     async claimDue(limit: number, leaseSeconds: number, tx: Executor = db): Promise<EmailRow[]> {
-      const result = await tx.execute<{ id: string }>(sql`
-        UPDATE emails SET attempts = attempts + 1,
-               next_attempt_at = clock_timestamp() + make_interval(secs => ${leaseSeconds})
-         WHERE id IN (
-           SELECT id FROM emails
-            WHERE status = 'queued' AND next_attempt_at <= clock_timestamp()
-            ORDER BY next_attempt_at
-            LIMIT ${limit}
-            FOR UPDATE SKIP LOCKED)
-        RETURNING id`);
-      const ids = result.rows.map((row) => row.id);
-      if (ids.length === 0) return [];
-      return tx.select().from(emails).where(sql`${emails.id} IN (${sql.join(ids.map((id) => sql`${id}`), sql`, `)})`);
+      const orgIds = await dueOrganisations(rotation, limit, (after, count) => organisationsWithDueEmails(after, count, tx));
+      return claimFairly(orgIds, limit, (orgId, count) => claimIn(orgId, count, leaseSeconds, tx));
     },
 
-    async markDelivered(id: string, status: 'sent' | 'recorded', tx: Executor = db): Promise<void> {
-      await tx.update(emails).set({ status, sentAt: sql`clock_timestamp()`, lastError: null }).where(eq(emails.id, id));
+    async markDelivered(orgId: string, id: string, status: 'sent' | 'recorded', tx: Executor = db): Promise<void> {
+      await tx
+        .update(emails)
+        .set({ status, sentAt: sql`clock_timestamp()`, lastError: null })
+        .where(and(eq(emails.orgId, orgId), eq(emails.id, id)));
     },
 
-    async scheduleRetry(id: string, error: string, delaySeconds: number, giveUp: boolean, tx: Executor = db): Promise<void> {
+    async scheduleRetry(orgId: string, id: string, error: string, delaySeconds: number, giveUp: boolean, tx: Executor = db): Promise<void> {
       await tx
         .update(emails)
         .set({
@@ -54,7 +96,7 @@ export function createEmailsRepository(db: Executor) {
           lastError: error.slice(0, 1000),
           nextAttemptAt: sql`clock_timestamp() + make_interval(secs => ${delaySeconds})`,
         })
-        .where(eq(emails.id, id));
+        .where(and(eq(emails.orgId, orgId), eq(emails.id, id)));
     },
   };
 }

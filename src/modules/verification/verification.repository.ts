@@ -1,13 +1,15 @@
 import { and, desc, eq } from 'drizzle-orm';
 import type { Executor } from '../../db/client.js';
-import { verifications } from '../../db/schema.js';
+import { verificationLinkTokens, verifications } from '../../db/schema.js';
 
 export type VerificationRow = typeof verifications.$inferSelect;
 
 export function createVerificationRepository(db: Executor) {
   return {
+    /** The verification and its link token's directory row (verification_link_tokens), if it has one: call it in a transaction. */
     async insert(values: typeof verifications.$inferInsert, tx: Executor = db): Promise<VerificationRow> {
       const [row] = await tx.insert(verifications).values(values).returning();
+      if (row!.linkToken) await tx.insert(verificationLinkTokens).values({ token: row!.linkToken, orgId: row!.orgId, verificationId: row!.id });
       return row!;
     },
 

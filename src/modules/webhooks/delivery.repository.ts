@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Executor } from '../../db/client.js';
+import { claimFairly, createOrgRotation, dueOrganisations } from '../../shared/fair-claims.js';
 import { createAuditRepository } from '../audit/audit.repository.js';
 
 /** A delivery held by one worker: the stored payload and what is needed to sign and send it. */
@@ -46,49 +47,89 @@ type ClaimRow = {
 const MAX_ERROR_LENGTH = 1000;
 const truncate = (text: string | null) => (text && text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH - 1)}…` : text);
 
-/** The delivery worker's queries; it works across organisations but every join keeps to one. */
+/**
+ * The delivery worker's queries. It works across organisations, but every statement keeps to one:
+ * a claim finds the organisations with due deliveries, then claims within each (fair-claims.ts).
+ */
 export function createDeliveryRepository(db: Executor) {
+  // Where this worker's next claim starts looking for organisations.
+  const rotation = createOrgRotation();
+
+  /**
+   * Organisations after `after` (org_id order) with a delivery due now and not held, at most
+   * `limit`: a skip scan of webhook_deliveries_due_idx, one probe per organisation with pending
+   * deliveries and one to check it has a due one.
+   */
+  async function organisationsWithDueDeliveries(after: string, limit: number, tx: Executor): Promise<string[]> {
+    const result = await tx.execute<{ org_id: string }>(sql`
+      WITH RECURSIVE pending AS (
+        (SELECT org_id FROM webhook_deliveries WHERE status = 'pending' AND org_id > ${after}::uuid ORDER BY org_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT d.org_id FROM webhook_deliveries d WHERE d.status = 'pending' AND d.org_id > pending.org_id ORDER BY d.org_id LIMIT 1)
+          FROM pending
+         WHERE pending.org_id IS NOT NULL
+      )
+      SELECT org_id FROM pending
+       WHERE org_id IS NOT NULL
+         AND EXISTS (SELECT 1 FROM webhook_deliveries d
+                      WHERE d.org_id = pending.org_id AND d.status = 'pending' AND d.next_attempt_at <= clock_timestamp()
+                        AND (d.locked_until IS NULL OR d.locked_until < clock_timestamp()))
+       LIMIT ${limit}`);
+    return result.rows.map((row) => row.org_id);
+  }
+
+  /**
+   * Claims up to `limit` due deliveries of one organisation in one short statement: `FOR UPDATE SKIP
+   * LOCKED` lets several workers claim side by side without waiting on or double-taking a row, and
+   * the lease (`locked_until`) lets another worker retake a delivery whose worker died.
+   */
+  async function claimIn(orgId: string, workerId: string, limit: number, leaseMs: number, tx: Executor): Promise<ClaimedDelivery[]> {
+    const result = await tx.execute<ClaimRow>(sql`
+      WITH due AS (
+        SELECT id
+          FROM webhook_deliveries
+         WHERE org_id = ${orgId}
+           AND status = 'pending'
+           AND next_attempt_at <= clock_timestamp()
+           AND (locked_until IS NULL OR locked_until < clock_timestamp())
+         ORDER BY next_attempt_at
+         LIMIT ${limit}
+         FOR UPDATE SKIP LOCKED
+      )
+      UPDATE webhook_deliveries delivery
+         SET locked_until = clock_timestamp() + ${leaseMs} * interval '1 millisecond',
+             locked_by = ${workerId},
+             attempts = delivery.attempts + 1,
+             updated_at = clock_timestamp()
+        FROM due, outbox_events event, webhook_endpoints endpoint
+       WHERE delivery.org_id = ${orgId} AND delivery.id = due.id
+         AND event.id = delivery.event_id AND event.org_id = delivery.org_id
+         AND endpoint.id = delivery.endpoint_id AND endpoint.org_id = delivery.org_id
+      RETURNING delivery.id, delivery.org_id, delivery.event_id, delivery.endpoint_id, delivery.attempts,
+                event.payload, endpoint.url, endpoint.secret, endpoint.enabled
+    `);
+    return result.rows.map((row) => ({
+      id: row.id,
+      orgId: row.org_id,
+      eventId: row.event_id,
+      endpointId: row.endpoint_id,
+      attempt: row.attempts,
+      payload: row.payload,
+      url: row.url,
+      secret: row.secret,
+      endpointEnabled: row.enabled,
+    }));
+  }
+
   const repository = {
     /**
-     * Claims up to `limit` due deliveries in one short statement: `FOR UPDATE SKIP LOCKED` lets
-     * several workers claim side by side without waiting on or double-taking a row, and the lease
-     * (`locked_until`) lets another worker retake a delivery whose worker died.
+     * Claims up to `limit` due deliveries across organisations: an equal share of each organisation
+     * with due deliveries first, so one busy organisation does not hold up the others. Each
+     * organisation's claim is a statement of its own, committed on its own.
      */
     async claim(workerId: string, limit: number, leaseMs: number, tx: Executor = db): Promise<ClaimedDelivery[]> {
-      const result = await tx.execute<ClaimRow>(sql`
-        WITH due AS (
-          SELECT id
-            FROM webhook_deliveries
-           WHERE status = 'pending'
-             AND next_attempt_at <= clock_timestamp()
-             AND (locked_until IS NULL OR locked_until < clock_timestamp())
-           ORDER BY next_attempt_at
-           LIMIT ${limit}
-           FOR UPDATE SKIP LOCKED
-        )
-        UPDATE webhook_deliveries delivery
-           SET locked_until = clock_timestamp() + ${leaseMs} * interval '1 millisecond',
-               locked_by = ${workerId},
-               attempts = delivery.attempts + 1,
-               updated_at = clock_timestamp()
-          FROM due, outbox_events event, webhook_endpoints endpoint
-         WHERE delivery.id = due.id
-           AND event.id = delivery.event_id AND event.org_id = delivery.org_id
-           AND endpoint.id = delivery.endpoint_id AND endpoint.org_id = delivery.org_id
-        RETURNING delivery.id, delivery.org_id, delivery.event_id, delivery.endpoint_id, delivery.attempts,
-                  event.payload, endpoint.url, endpoint.secret, endpoint.enabled
-      `);
-      return result.rows.map((row) => ({
-        id: row.id,
-        orgId: row.org_id,
-        eventId: row.event_id,
-        endpointId: row.endpoint_id,
-        attempt: row.attempts,
-        payload: row.payload,
-        url: row.url,
-        secret: row.secret,
-        endpointEnabled: row.enabled,
-      }));
+      const orgIds = await dueOrganisations(rotation, limit, (after, count) => organisationsWithDueDeliveries(after, count, tx));
+      return claimFairly(orgIds, limit, (orgId, count) => claimIn(orgId, workerId, count, leaseMs, tx));
     },
 
     /**

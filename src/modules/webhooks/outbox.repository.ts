@@ -59,7 +59,7 @@ export function createOutboxRepository(db: Executor) {
     withRecordUpdatedAt: builtOnce('outbox_record_stamped', () =>
       recordEventSql(
         sql`replace(${sql.placeholder('payload')}, ${sql.placeholder('marker')},
-          (SELECT '"updated_at":"' || to_char(updated_at AT TIME ZONE 'UTC', ${sql.raw(ISO_FORMAT)}) || '"' FROM customers WHERE id = ${sql.placeholder('recordId')}))`,
+          (SELECT '"updated_at":"' || to_char(updated_at AT TIME ZONE 'UTC', ${sql.raw(ISO_FORMAT)}) || '"' FROM customers WHERE org_id = ${sql.placeholder('orgId')} AND id = ${sql.placeholder('recordId')}))`,
       ),
     ),
   };

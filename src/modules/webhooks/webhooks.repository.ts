@@ -74,9 +74,20 @@ export function createWebhooksRepository(db: Executor) {
         .orderBy(asc(webhookEndpoints.createdAt), asc(webhookEndpoints.id));
     },
 
-    /** By id alone, for operator commands that name an endpoint without its organisation. */
+    /**
+     * By id alone, for operator commands that name an endpoint without its organisation: a lookup not
+     * routed to an organisation (under Citus, a read of every shard); what follows it is.
+     */
     async findEndpointById(id: string, tx: Executor = db): Promise<WebhookEndpointRecord | undefined> {
       const [row] = await tx.select(endpointColumns).from(webhookEndpoints).where(eq(webhookEndpoints.id, id));
+      return row;
+    },
+
+    async findEndpoint(orgId: string, id: string, tx: Executor = db): Promise<WebhookEndpointRecord | undefined> {
+      const [row] = await tx
+        .select(endpointColumns)
+        .from(webhookEndpoints)
+        .where(and(eq(webhookEndpoints.orgId, orgId), eq(webhookEndpoints.id, id)));
       return row;
     },
 
@@ -134,7 +145,7 @@ export function createWebhooksRepository(db: Executor) {
       return row;
     },
 
-    /** The organisation of a delivery, for operator commands that name it by id alone. */
+    /** The organisation of a delivery, for operator commands that name it by id alone (not routed, as findEndpointById). */
     async findDeliveryOrg(id: string, tx: Executor = db): Promise<string | undefined> {
       const [row] = await tx.select({ orgId: webhookDeliveries.orgId }).from(webhookDeliveries).where(eq(webhookDeliveries.id, id));
       return row?.orgId;
@@ -146,7 +157,8 @@ export function createWebhooksRepository(db: Executor) {
         .select()
         .from(webhookAttempts)
         .where(and(eq(webhookAttempts.orgId, orgId), inArray(webhookAttempts.deliveryId, deliveryIds)))
-        .orderBy(asc(webhookAttempts.deliveryId), asc(webhookAttempts.attemptNumber), asc(webhookAttempts.id));
+        // Ties (an attempt recorded by a worker whose lease had expired) by time; the id, from a global sequence, only breaks exact ties.
+        .orderBy(asc(webhookAttempts.deliveryId), asc(webhookAttempts.attemptNumber), asc(webhookAttempts.createdAt), asc(webhookAttempts.id));
     },
 
     /** Makes a queued delivery due now; a worker holding it keeps its claim and settles it as usual. */

@@ -203,7 +203,7 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
       const deliveryId = await database.transaction(async (tx) => {
         const delivery = await webhooks.findDelivery(orgId, id, tx);
         if (!delivery) throw AppError.notFound('Delivery');
-        const endpoint = await webhooks.findEndpointById(delivery.endpointId, tx);
+        const endpoint = await webhooks.findEndpoint(orgId, delivery.endpointId, tx);
         if (!endpoint?.enabled) {
           throw AppError.conflict('The endpoint of this delivery is disabled; add a new endpoint to receive events again.');
         }
