@@ -99,9 +99,9 @@ const KEY_LOOKUP = `
  * (`api_key_usage_lease`, migration 0006). How many is the instance's call (access.service.ts: its
  * own recent demand for the key), raised to 1% of the limit; whenever it leases, the day's tokens are
  * topped up in the same write to cover the burst tokens the instance will hold (it never holds more
- * than 1% of the day), so the day costs no write of its own. The top-up is capped by the day's free tokens as read here (without the row's
- * lock): a top-up must never turn a grantable burst lease into a refusal, which the function's
- * all-or-nothing grant would do when a window it is asked for is spent. `last_used_at` is written at
+ * than 1% of the day), so the day costs no write of its own. The top-up is capped by the day's free
+ * tokens as read here (without the row's lock): a top-up must never turn a grantable burst lease into
+ * a refusal, which the function's all-or-nothing grant would do when a window it is asked for is spent. `last_used_at` is written at
  * most once a minute. Nothing is cached, so a revocation is seen by the very next request on every
  * instance. An instance that holds tokens of both current windows sends ACCESS_READ_SQL instead.
  * Parameters: $1 key hash, $2 client address (inet or null), $3/$4 default burst/daily limits,
