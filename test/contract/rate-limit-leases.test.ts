@@ -4,8 +4,9 @@ import { createTestContext, type TestContext, type TestOrg } from '../helpers/ha
 
 /**
  * Rate limits through leases (access.service.ts, migration 0006): an instance takes a slice of a
- * window (1% of the limit, at least one token) from api_key_usage and admits requests from it
- * without writing; api_key_usage counts the tokens handed out to all instances.
+ * window (its recent demand for the key, at least 1% of the limit) from api_key_usage and admits
+ * requests from it without writing; the day is topped up in the same write (at most 1% of the day);
+ * api_key_usage counts the tokens handed out to all instances.
  */
 
 let ctx: TestContext;
@@ -58,7 +59,7 @@ async function burstWithinOneSecond(key: string, count: number, apps: FastifyIns
 }
 
 describe('leased windows', () => {
-  it('when a key with large limits makes several requests within one second on one instance, api_key_usage is written once for that window (one slice), while the remaining daily count still goes down by one per request', async () => {
+  it('when a key with large limits makes several requests within one second on one instance, api_key_usage is written once for that window (one slice, the day topped up to cover it), while the remaining daily count still goes down by one per request', async () => {
     const key = await ctx.createKey(org.id, { burstLimit: 10_000, dailyLimit: 1_000_000 });
     await startOfSecond();
     const first = await get(key.key);
@@ -68,8 +69,9 @@ describe('leased windows', () => {
     const afterRest = await usageOf(key.id);
 
     expect([first, ...rest].map((response) => response.statusCode)).toEqual([200, 200, 200, 200, 200]);
-    // One slice of each window: 1% of the limit, not one token per request.
-    expect(afterRest).toMatchObject({ burst_count: 100, day_count: 10_000 });
+    // A new key: no demand known yet, so 1% of the burst limit; the day topped up to cover those
+    // burst tokens, not one token per request.
+    expect(afterRest).toMatchObject({ burst_count: 100, day_count: 100 });
     // The row was not written again after the first request took the slices.
     expect(afterRest!.xmin).toBe(afterFirst!.xmin);
     expect([first, ...rest].map((response) => remaining(response, 'daily'))).toEqual([999_999, 999_998, 999_997, 999_996, 999_995]);
@@ -166,18 +168,19 @@ describe('a request refused by one window takes nothing from the other', () => {
   });
 
   it('when requests are refused by the burst window while the instance holds daily tokens, the tokens they reserved go back: the next admitted request sees the daily count of admitted requests only', async () => {
-    const key = await ctx.createKey(org.id, { burstLimit: 1, dailyLimit: 1_000 }); // daily slices of 10
+    const key = await ctx.createKey(org.id, { burstLimit: 2, dailyLimit: 1_000 }); // day top-ups of up to 10
     await startOfSecond();
     const statuses: number[] = [];
     for (let index = 0; index < 4; index += 1) statuses.push((await get(key.key)).statusCode);
-    expect(statuses).toEqual([200, 429, 429, 429]);
-    expect((await usageOf(key.id))!.day_count).toBe(10);
+    expect(statuses).toEqual([200, 200, 429, 429]);
+    // The second request asked for more burst than was left and topped up the day to match, so the
+    // instance holds a day token the refused requests reserved and gave back.
+    expect((await usageOf(key.id))!.day_count).toBe(3);
 
     await startOfSecond();
     const next = await get(key.key);
     expect(next.statusCode).toBe(200);
-    expect(remaining(next, 'daily')).toBe(998);
-    expect((await usageOf(key.id))!.day_count).toBe(10);
+    expect(remaining(next, 'daily')).toBe(1_000 - 3);
   });
 
   it('when a request is refused by the daily window, the burst count in api_key_usage does not grow', async () => {

@@ -147,3 +147,45 @@ describe('read-only checks while the instance holds tokens of the current window
     expect(usage.burst_count).toBeGreaterThan(0);
   });
 });
+
+describe('lease slices sized by demand', () => {
+  function stoppedClock(): Clock & { move(seconds: number): void } {
+    let at = Date.now();
+    return { now: () => new Date(at), move: (seconds) => (at += seconds * 1000) };
+  }
+  /** The burst tokens a check asks to lease ($7 of ACCESS_CHECK_SQL; 0: one token). */
+  const burstAsk = (check: { statement: pg.QueryConfig }) => check.statement.values![6];
+
+  it('when an instance admitted 20 requests of a key in one second, its first check of the next second leases 20 plus an eighth, and two idle seconds later it asks for the smallest slice again', () => {
+    const clock = stoppedClock();
+    const access = createAccessService({ database: ctx.database, defaults: { burst: 25, daily: 100_000 }, clock });
+    const second = 1_800_000_400;
+    // 20 requests spread over the second, each leasing one token (the lease then holds none).
+    for (let index = 0; index < 20; index += 1) {
+      const check = access.pendingCheck('demand-hash', '127.0.0.1');
+      check.judge(
+        answer({
+          burst_window: second,
+          now_epoch: second + 0.02 + index * 0.045,
+          burst_limit: 25,
+          daily_limit: 100_000,
+          burst_wanted: 1,
+          burst_granted: 1,
+          burst_count: index + 1,
+          day_wanted: 1,
+          day_granted: 1,
+          day_count: index + 1,
+        }),
+      );
+    }
+    // The last answer said 0.875 into the second; 0.2 s later it is the next second.
+    clock.move(0.2);
+    expect(burstAsk(access.pendingCheck('demand-hash', '127.0.0.1'))).toBe(23);
+
+    const idle = createAccessService({ database: ctx.database, defaults: { burst: 25, daily: 100_000 }, clock });
+    const first = idle.pendingCheck('idle-hash', '127.0.0.1');
+    first.judge(answer({ burst_window: second, burst_limit: 25, burst_wanted: 1, burst_granted: 1, burst_count: 1, day_wanted: 1, day_granted: 1, day_count: 1 }));
+    clock.move(3);
+    expect(burstAsk(idle.pendingCheck('idle-hash', '127.0.0.1'))).toBe(1);
+  });
+});

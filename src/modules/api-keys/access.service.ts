@@ -27,7 +27,7 @@ export type PendingAccessCheck = {
   readOnly: boolean;
   /**
    * The grant, or throws the denial. Undefined only for a read-only check that found the windows had
-   * moved on: send `fullCheck()` instead.
+   * moved on, or a lease refused only for its day top-up: send `fullCheck()` instead.
    */
   judge(result: pg.QueryResult): AccessGrant | undefined;
   /** The same check as the full one, which leases tokens of the current windows. */
@@ -73,9 +73,9 @@ function canonicalIp(ip: string | undefined): string | null {
 }
 
 /**
- * Tokens of a key's windows this instance leased and has not used yet, and whether a request asking
- * for a whole slice of a window is on its way (one at a time: the others ask for one token each, so
- * requests arriving together cannot lease a window many times over).
+ * Tokens of a key's windows this instance leased and has not used yet, whether a request asking for
+ * a slice of a window is on its way (one at a time: the others ask for one token each, so requests
+ * arriving together cannot lease a window many times over), and the instance's demand for the key.
  */
 type Lease = {
   apiKeyId: string | undefined;
@@ -88,27 +88,90 @@ type Lease = {
   daySliceAsked: boolean;
   /** The database's clock less this process's (seconds), as of the last check: predicts when the windows move on. */
   clockOffset: number;
+  /** Requests this instance admitted in burst window `admittedWindow`, and in the two windows before it. */
+  admittedWindow: number;
+  admitted: number;
+  admittedBefore: number;
+  admittedTwoBefore: number;
+  /** When (database clock, seconds) the first of `admitted`, and of `admittedBefore`, was admitted. */
+  firstAdmittedAt: number;
+  firstAdmittedBefore: number;
 };
 /** The tokens one request took from its instance's lease before asking the database, and what it asks for. */
 type Reservation = {
   burstWindow: number;
   dayWindow: number;
-  burstSlice: boolean;
-  daySlice: boolean;
+  /** Burst tokens this request leases for the instance (its demand, at least 1), or 0: one token, for itself. */
+  burstAsk: number;
+  /** This request tops up the instance's day tokens (one top-up at a time per key). */
+  dayTopUp: boolean;
+  /** Tokens the instance held beyond the reserved ones when the request was sent. */
+  burstHeld: number;
+  dayHeld: number;
   /** Tokens of both windows were held, and by the database's clock (as last seen) they are still the current ones: the check need not write. */
   readOnly: boolean;
 };
 
 /**
+ * Burst tokens to lease now: the instance's expected demand for the rest of the current second.
+ * At the start of a second, the more it admitted in either of the two seconds before (the last one
+ * carried to the whole second when its traffic started late in it), plus an eighth (at least one):
+ * steady traffic jitters from second to second, and a second that a stall thinned out should not
+ * make the next one lease twice. One write per key and second. When that is spent
+ * before the second ends (demand grew, or nothing is known yet), the rate of this second so far,
+ * carried to the second's end, but at most twice what was admitted in it so far: a ramp costs a few
+ * writes (about log2 of the rate in a key's first second on an instance), not one per request, and
+ * an estimate from two close requests cannot take the window from the other instances. Demand is
+ * measured by what was admitted, so an instance cannot claim more than it served (plus the margin).
+ */
+function burstDemand(lease: Lease, databaseNow: number): number {
+  const window = Math.floor(databaseNow);
+  const current = lease.admittedWindow === window ? lease.admitted : 0;
+  const [before, firstBefore, twoBefore] =
+    lease.admittedWindow === window
+      ? [lease.admittedBefore, lease.firstAdmittedBefore, lease.admittedTwoBefore]
+      : lease.admittedWindow === window - 1
+        ? [lease.admitted, lease.firstAdmittedAt, lease.admittedBefore]
+        : lease.admittedWindow === window - 2
+          ? [0, 0, lease.admitted]
+          : [0, 0, 0];
+  // The part of that second its traffic spanned, when it started in the second's last quarters
+  // (traffic that began mid-second): a steady stream's first request of a second comes early in it.
+  const spanned = Math.floor(firstBefore) + 1 - firstBefore;
+  const rateBefore = Math.max(spanned < 0.75 ? Math.ceil(before / Math.max(0.1, spanned)) : before, twoBefore);
+  const expected = rateBefore + Math.ceil(rateBefore / 8);
+  if (current === 0) return Math.max(1, expected);
+  const rate = current / Math.max(databaseNow - lease.firstAdmittedAt, 0.001);
+  return Math.max(1, expected - current, Math.min(Math.ceil(rate * (window + 1 - databaseNow)) + 1, 2 * current));
+}
+
+/** Counts a request admitted in burst window `window` at `at` (database clock). */
+function noteAdmitted(lease: Lease, window: number, at: number): void {
+  if (window === lease.admittedWindow) {
+    lease.admitted += 1;
+    return;
+  }
+  if (window < lease.admittedWindow) return;
+  const adjacent = window === lease.admittedWindow + 1;
+  lease.admittedTwoBefore = adjacent ? lease.admittedBefore : window === lease.admittedWindow + 2 ? lease.admitted : 0;
+  lease.admittedBefore = adjacent ? lease.admitted : 0;
+  lease.firstAdmittedBefore = adjacent ? lease.firstAdmittedAt : 0;
+  lease.admittedWindow = window;
+  lease.admitted = 1;
+  lease.firstAdmittedAt = at;
+}
+
+/**
  * Authenticates bearer keys and charges requests to their rate-limit windows. Each request costs
  * one statement (ACCESS_CHECK_SQL): key, revocation, expiry, IP allowlist and features are read
  * every time, so revocation is immediate on every instance. Rate limits are counted in PostgreSQL,
- * shared by all instances, through leases: the instance takes a slice of a window (1% of the
- * limit, at least one token) and admits requests from it locally; the statement writes only when
- * the slice is spent or the window has moved on, and a window never hands out more than its limit.
- * While the instance holds tokens of both windows that are current by the database's clock (as last
- * seen, see Lease.clockOffset), the check is a read-only variant; when the window moved on meanwhile,
- * its verdict asks the full check.
+ * shared by all instances, through leases: the instance takes a slice of a window sized by its own
+ * recent demand for the key (burstDemand; at least 1% of the limit) and admits requests from it
+ * locally; the statement writes only when the slice is spent or the window has moved on, and a
+ * window never hands out more than its limit. The day's tokens are topped up in the same write. While
+ * the instance holds tokens of both windows that are current by the database's clock (as last seen,
+ * see Lease.clockOffset), the check is a read-only variant; when the window moved on meanwhile, its
+ * verdict asks the full check.
  */
 export function createAccessService(deps: { database: Database; defaults: { burst: number; daily: number }; clock?: Clock }) {
   const clock = deps.clock ?? systemClock;
@@ -140,7 +203,23 @@ export function createAccessService(deps: { database: Database; defaults: { burs
   function leaseOf(keyHash: string): Lease {
     let lease = leases.get(keyHash);
     if (!lease) {
-      lease = { apiKeyId: undefined, orgId: undefined, burstWindow: -1, burst: 0, dayWindow: -1, day: 0, burstSliceAsked: false, daySliceAsked: false, clockOffset: 0 };
+      lease = {
+        apiKeyId: undefined,
+        orgId: undefined,
+        burstWindow: -1,
+        burst: 0,
+        dayWindow: -1,
+        day: 0,
+        burstSliceAsked: false,
+        daySliceAsked: false,
+        clockOffset: 0,
+        admittedWindow: -1,
+        admitted: 0,
+        admittedBefore: 0,
+        admittedTwoBefore: 0,
+        firstAdmittedAt: 0,
+        firstAdmittedBefore: 0,
+      };
       leases.set(keyHash, lease);
     }
     return lease;
@@ -148,21 +227,29 @@ export function createAccessService(deps: { database: Database; defaults: { burs
 
   function reserve(keyHash: string): Reservation {
     const lease = leaseOf(keyHash);
-    const reservation: Reservation = { burstWindow: -1, dayWindow: -1, burstSlice: false, daySlice: false, readOnly: false };
+    const databaseNow = nowSeconds() + lease.clockOffset;
+    // Tokens of a window that has passed are worthless: dropped here, so the first request of a new
+    // second leases a whole slice instead of one token that only finds out they are stale.
+    if (Math.floor(databaseNow) > lease.burstWindow) lease.burst = 0;
+    if (Math.floor(databaseNow / 86_400) > lease.dayWindow) lease.day = 0;
+    const reservation: Reservation = { burstWindow: -1, dayWindow: -1, burstAsk: 0, dayTopUp: false, burstHeld: 0, dayHeld: 0, readOnly: false };
     if (lease.burst > 0) {
       lease.burst -= 1;
       reservation.burstWindow = lease.burstWindow;
     } else if (!lease.burstSliceAsked) {
-      lease.burstSliceAsked = reservation.burstSlice = true;
+      lease.burstSliceAsked = true;
+      reservation.burstAsk = burstDemand(lease, databaseNow);
     }
     if (lease.day > 0) {
       lease.day -= 1;
       reservation.dayWindow = lease.dayWindow;
-    } else if (!lease.daySliceAsked) {
-      lease.daySliceAsked = reservation.daySlice = true;
     }
+    // The day is topped up only by a request that writes anyway: one asking a burst slice, or one
+    // that needs a day token of its own.
+    if (!lease.daySliceAsked && (reservation.burstAsk > 0 || reservation.dayWindow < 0)) lease.daySliceAsked = reservation.dayTopUp = true;
+    reservation.burstHeld = lease.burst;
+    reservation.dayHeld = lease.day;
     if (reservation.burstWindow >= 0 && reservation.dayWindow >= 0) {
-      const databaseNow = nowSeconds() + lease.clockOffset;
       reservation.readOnly = Math.floor(databaseNow) === reservation.burstWindow && Math.floor(databaseNow / 86_400) === reservation.dayWindow;
     }
     return reservation;
@@ -186,16 +273,19 @@ export function createAccessService(deps: { database: Database; defaults: { burs
       defaultDailyLimit: deps.defaults.daily,
       heldBurstWindow: reservation.burstWindow,
       heldDayWindow: reservation.dayWindow,
-      burstSlice: reservation.burstSlice,
-      daySlice: reservation.daySlice,
+      burstAsk: reservation.burstAsk,
+      dayTopUp: reservation.dayTopUp,
+      burstHeld: reservation.burstHeld,
+      dayHeld: reservation.dayHeld,
       readOnly: reservation.readOnly,
     });
   }
 
-  function judge(keyHash: string, reservation: Reservation, row: AccessCheckRow | undefined): AccessGrant {
+  /** The grant, or throws the denial; undefined: send the same check again without the day's top-up. */
+  function judge(keyHash: string, reservation: Reservation, row: AccessCheckRow | undefined, sentAt: number): AccessGrant | undefined {
     const lease = leaseOf(keyHash);
-    if (reservation.burstSlice) lease.burstSliceAsked = false;
-    if (reservation.daySlice) lease.daySliceAsked = false;
+    if (reservation.burstAsk > 0) lease.burstSliceAsked = false;
+    if (reservation.dayTopUp) lease.daySliceAsked = false;
     if (!row || !row.active) {
       // Nothing is kept for a hash that names no usable key: made-up keys cannot grow these maps.
       known.delete(keyHash);
@@ -205,22 +295,29 @@ export function createAccessService(deps: { database: Database; defaults: { burs
     const identity = identify(keyHash, row);
     lease.apiKeyId = row.id;
     lease.orgId = row.org_id;
-    lease.clockOffset = row.now_epoch - nowSeconds();
+    // The database read its clock between sending and answering: the midpoint halves the error.
+    lease.clockOffset = row.now_epoch - (sentAt + nowSeconds()) / 2;
 
     // wanted = 0: the token reserved from the lease is good for the current window. Otherwise the
     // database was asked: a lease is all or nothing across the two windows, so a grant admits the
     // request on its own tokens (whatever the lease meanwhile holds) and the rest joins the lease.
+    // A day token asked only to top up the lease is not this request's: it holds its own.
     // When the database had nothing left, tokens that requests in flight together brought back may
     // still serve it.
     const needsBurst = row.burst_wanted > 0;
-    const needsDay = row.day_wanted > 0;
-    const granted = (!needsBurst || row.burst_granted > 0) && (!needsDay || row.day_granted > 0);
+    const needsDay = row.day_wanted > 0 && reservation.dayWindow !== row.day_window;
+    const granted = needsBurst ? row.burst_granted > 0 : row.day_wanted === 0 || row.day_granted > 0;
     let burstOk = true;
     let dayOk = true;
     if (granted) {
       if (needsBurst) keep(lease, 'burst', row.burst_window, row.burst_granted - 1);
-      if (needsDay) keep(lease, 'day', row.day_window, row.day_granted - 1);
+      if (row.day_wanted > 0) keep(lease, 'day', row.day_window, row.day_granted - (needsDay ? 1 : 0));
     } else {
+      // Refused only because the top-up found the day spent between reading its count and locking
+      // its row (the burst had room, and this request holds its own day token): ask again without it.
+      if (reservation.dayTopUp && needsBurst && !needsDay && row.burst_count < row.burst_limit) {
+        return undefined;
+      }
       burstOk = !needsBurst || (lease.burst > 0 && lease.burstWindow >= row.burst_window);
       dayOk = !needsDay || (lease.day > 0 && lease.dayWindow >= row.day_window);
       if (burstOk && dayOk) {
@@ -233,6 +330,7 @@ export function createAccessService(deps: { database: Database; defaults: { burs
       }
     }
     const admitted = burstOk && dayOk;
+    if (admitted) noteAdmitted(lease, row.burst_window, row.now_epoch);
     // A lease grants nothing when either window it asks for is spent: the spent one is the refusal.
     const dayRefused = !dayOk && row.day_count >= row.daily_limit;
 
@@ -269,16 +367,34 @@ export function createAccessService(deps: { database: Database; defaults: { burs
    * answer (the caller sends it; answers of checks in flight together may come back in any order).
    */
   function pendingCheck(keyHash: string, clientIp: string | undefined, reservation: Reservation = reserve(keyHash)): PendingAccessCheck {
+    const sentAt = nowSeconds();
+    let next: Reservation = { ...reservation, readOnly: false, dayTopUp: false };
     return {
       statement: statementFor(keyHash, clientIp, reservation),
       readOnly: reservation.readOnly,
       judge(result) {
         const row = accessCheckRowOf(result);
-        // The windows moved on between reserving and checking: the full check leases the new ones.
-        if (reservation.readOnly && row && (row.burst_wanted > 0 || row.day_wanted > 0)) return undefined;
-        return judge(keyHash, reservation, row);
+        // The windows moved on between reserving and checking: the full check leases the new ones,
+        // a whole slice by the instance's demand as of the database's clock (one token would only
+        // make the next request lease again).
+        if (reservation.readOnly && row && (row.burst_wanted > 0 || row.day_wanted > 0)) {
+          const lease = leaseOf(keyHash);
+          lease.clockOffset = row.now_epoch - (sentAt + nowSeconds()) / 2;
+          if (row.burst_wanted > 0 && !lease.burstSliceAsked) {
+            lease.burstSliceAsked = true;
+            next = { ...next, burstAsk: burstDemand(lease, row.now_epoch) };
+          }
+          if (!lease.daySliceAsked) {
+            lease.daySliceAsked = true;
+            next = { ...next, dayTopUp: true };
+          }
+          return undefined;
+        }
+        return judge(keyHash, reservation, row, sentAt);
       },
-      fullCheck: () => pendingCheck(keyHash, clientIp, { ...reservation, readOnly: false }),
+      // Read-only check that found the window moved on, or a top-up that found the day spent (which
+      // does not top up again).
+      fullCheck: () => pendingCheck(keyHash, clientIp, next),
     };
   }
 
@@ -300,11 +416,14 @@ export function createAccessService(deps: { database: Database; defaults: { burs
 
     /** Runs the access check now. Throws 401 for any authentication failure and 429 when a window is spent. */
     async authenticate(keyHash: string, clientIp: string | undefined): Promise<AccessGrant> {
-      const pending = pendingCheck(keyHash, clientIp);
-      const grant = pending.judge(await deps.database.query(pending.statement));
-      if (grant) return grant;
-      const full = pending.fullCheck();
-      return full.judge(await deps.database.query(full.statement))!;
+      let pending = pendingCheck(keyHash, clientIp);
+      // At most three statements: a read-only check whose second moved on, its full check, and that
+      // check again without a day top-up that found the day spent (neither asks again).
+      for (;;) {
+        const grant = pending.judge(await deps.database.query(pending.statement));
+        if (grant) return grant;
+        pending = pending.fullCheck();
+      }
     },
 
     pendingCheck,

@@ -53,9 +53,17 @@ export type AccessCheckInput = {
   /** The window this instance still holds leased tokens of (one is reserved for this request), or -1. */
   heldBurstWindow: number;
   heldDayWindow: number;
-  /** Whether this request may lease a whole slice; false: one token (a slice is already on its way). */
-  burstSlice: boolean;
-  daySlice: boolean;
+  /**
+   * Burst tokens to lease when the instance holds none of the current second: the instance's demand
+   * (at least 1; the statement raises it to 1% of the limit and caps it at the limit). 0: one token
+   * only (a slice is already on its way).
+   */
+  burstAsk: number;
+  /** Whether this check may top up the instance's day tokens to cover the burst tokens it will hold. */
+  dayTopUp: boolean;
+  /** Tokens the instance holds beyond the one reserved for this request, of the held windows. */
+  burstHeld: number;
+  dayHeld: number;
   /** The instance holds tokens of both current windows: the check reads only (ACCESS_READ_SQL). */
   readOnly?: boolean;
 };
@@ -88,21 +96,44 @@ const KEY_LOOKUP = `
 /**
  * The access check in one statement: finds the key by hash with its organisation's features, decides
  * whether it is active and whether the client address is allowed, and, for an active and allowed key
- * whose instance holds no usable tokens of a window, leases a slice of that window
- * (`api_key_usage_lease`, migration 0006). `last_used_at` is written at most once a minute. Nothing
- * is cached, so a revocation is seen by the very next request on every instance. An instance that
- * holds tokens of both current windows sends ACCESS_READ_SQL instead.
+ * whose instance holds no usable tokens of a window, leases tokens of that window
+ * (`api_key_usage_lease`, migration 0006). How many is the instance's call (access.service.ts: its
+ * own recent demand for the key), raised to 1% of the limit; whenever it leases, the day's tokens are
+ * topped up in the same write to cover the burst tokens the instance will hold (it never holds more
+ * than 1% of the day), so the day costs no write of its own. The top-up is capped by the day's free
+ * tokens as read here (without the row's lock): a top-up must never turn a grantable burst lease into
+ * a refusal, which the function's all-or-nothing grant would do when a window it is asked for is spent. `last_used_at` is written at
+ * most once a minute. Nothing is cached, so a revocation is seen by the very next request on every
+ * instance. An instance that holds tokens of both current windows sends ACCESS_READ_SQL instead.
  * Parameters: $1 key hash, $2 client address (inet or null), $3/$4 default burst/daily limits,
- * $5/$6 the burst/day windows the instance holds tokens of (-1: none), $7/$8 whether a whole slice
- * may be leased (else one token: the instance already has a slice on its way).
+ * $5/$6 the burst/day windows the instance holds tokens of (-1: none), $7 the burst tokens to lease
+ * (0: one), $8 whether to top up the day, $9/$10 the burst/day tokens the instance holds beyond this
+ * request's.
  */
 const ACCESS_CHECK_SQL = `${KEY_LOOKUP},
+  burst AS (
+    SELECT key.id,
+           CASE WHEN key.burst_window = $5::bigint THEN 0
+                WHEN $7::int > 0 THEN least(key.burst_limit, greatest($7::int, key.burst_limit / 100))
+                ELSE 1 END AS wanted,
+           -- The day token of this request itself, unless it holds one of the current day.
+           CASE WHEN key.day_window = $6::int THEN 0 ELSE 1 END AS own_day,
+           key.daily_limit - coalesce(CASE WHEN usage.day_window = key.day_window THEN usage.day_count END, 0) AS day_free
+      FROM key
+      LEFT JOIN api_key_usage usage ON usage.org_id = key.org_id AND usage.api_key_id = key.id
+     WHERE key.active AND key.ip_allowed
+  ),
   wanted AS (
     SELECT key.id,
-           CASE WHEN key.burst_window = $5::bigint THEN 0 WHEN $7::boolean THEN greatest(1, key.burst_limit / 100) ELSE 1 END AS burst_wanted,
-           CASE WHEN key.day_window = $6::int THEN 0 WHEN $8::boolean THEN greatest(1, key.daily_limit / 100) ELSE 1 END AS day_wanted
+           burst.wanted AS burst_wanted,
+           burst.own_day + CASE WHEN $8::boolean THEN greatest(0, least(
+             -- The burst tokens the instance will hold after this request, less the day tokens it holds.
+             CASE WHEN key.burst_window = $5::bigint THEN $9::int WHEN $7::int > 0 THEN burst.wanted - 1 ELSE 0 END - $10::int,
+             burst.day_free - burst.own_day,
+             -- The instance holds at most 1% of the day (none under 100 a day: counted exactly), as before.
+             key.daily_limit / 100 - burst.own_day - $10::int)) ELSE 0 END AS day_wanted
       FROM key
-     WHERE key.active AND key.ip_allowed
+      JOIN burst ON burst.id = key.id
   ),
   lease AS (
     SELECT lease.*
@@ -224,7 +255,12 @@ export function createApiKeysRepository(db: Executor) {
       const values = [input.keyHash, input.clientIp, input.defaultBurstLimit, input.defaultDailyLimit, input.heldBurstWindow, input.heldDayWindow];
       // Read as an array: pg then makes no per-result object of the column names (see src/db/pg-array-rows.ts).
       if (input.readOnly) return { name: 'api_keys_access_read', text: ACCESS_READ_SQL, rowMode: 'array', values };
-      return { name: 'api_keys_access_check', text: ACCESS_CHECK_SQL, rowMode: 'array', values: [...values, input.burstSlice, input.daySlice] };
+      return {
+        name: 'api_keys_access_check',
+        text: ACCESS_CHECK_SQL,
+        rowMode: 'array',
+        values: [...values, input.burstAsk, input.dayTopUp, input.burstHeld, input.dayHeld],
+      };
     },
 
     /** Hands back leased tokens an instance did not use, while their window is still current. */
