@@ -112,6 +112,10 @@ const READY_SCHEMA = `
   CREATE TRIGGER parents_disabled AFTER DELETE ON parents FOR EACH ROW EXECUTE FUNCTION log_trigger();
   ALTER TABLE parents DISABLE TRIGGER parents_disabled;
 
+  -- Partitioned by a migration already (by time): left as it is, and named.
+  CREATE TABLE archived (org_id uuid NOT NULL, id uuid NOT NULL, created_at timestamptz NOT NULL, PRIMARY KEY (id, created_at))
+    PARTITION BY RANGE (created_at);
+
   INSERT INTO organisations (id, name) SELECT gen_random_uuid(), 'org ' || g FROM generate_series(1, 8) g;
   INSERT INTO parents (org_id, code, n) SELECT o.id, 'code ' || g, g FROM organisations o, generate_series(1, 20) g;
   INSERT INTO children (org_id, parent_id, note) SELECT org_id, id, 'child' FROM parents;
@@ -137,6 +141,7 @@ describe('the hash-partitioned schema variant, converting a schema', () => {
     }
     const result = await convertToHashPartitioned(fixture.client, { plainTables: ['organisations', 'parent_tokens'] });
     expect(result.tables.sort()).toEqual([...TENANT_TABLES].sort());
+    expect(result.alreadyPartitioned).toEqual([{ table: 'archived', key: 'RANGE (created_at)' }]);
   });
 
   it('when every key starts with org_id, each tenant table becomes PARTITION BY HASH (org_id) with 4 partitions; organisations and directories stay plain', async () => {

@@ -216,7 +216,10 @@ const STATISTICS_KINDS: Record<string, string> = { d: 'ndistinct', f: 'dependenc
  * Converts every tenant table of the database `client` is connected to, in one transaction. Throws
  * PartitioningRefused (and changes nothing) when PostgreSQL refuses any key, index or foreign key.
  */
-export async function convertToHashPartitioned(client: pg.ClientBase, options: PartitionOptions = {}): Promise<{ tables: string[] }> {
+export async function convertToHashPartitioned(
+  client: pg.ClientBase,
+  options: PartitionOptions = {},
+): Promise<{ tables: string[]; alreadyPartitioned: Array<{ table: string; key: string }> }> {
   const partitions = options.partitions ?? 4;
   const plainTables = options.plainTables ?? PLAIN_TABLES;
   const refusals: Refusal[] = [];
@@ -224,6 +227,18 @@ export async function convertToHashPartitioned(client: pg.ClientBase, options: P
   await client.query('BEGIN');
   try {
     const found = await tenantTables(client, plainTables);
+    // A tenant table a migration already partitions (by time, say) is left as it is and named: its keys
+    // answer to its own partition key, so the variant says nothing about org_id there.
+    const alreadyPartitioned = await rows<{ table: string; key: string }>(
+      client,
+      `SELECT c.oid::regclass::text AS table, pg_get_partkeydef(c.oid) AS key
+         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.relkind = 'p' AND NOT c.relispartition AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'drizzle')
+          AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'org_id' AND NOT a.attisdropped)
+          AND c.relname <> ALL ($1::text[])
+        ORDER BY 1`,
+      [plainTables],
+    );
     const problems: string[] = [];
     for (const table of found) problems.push(...(await unsupported(client, table.oid, table.name)));
     if (problems.length > 0) throw new Error(`the hash-partitioned variant does not carry over: ${problems.join('; ')}`);
@@ -339,7 +354,7 @@ export async function convertToHashPartitioned(client: pg.ClientBase, options: P
     if (refusals.length > 0) throw new PartitioningRefused(refusals);
     await client.query('COMMIT');
     for (const table of tables) await client.query(`ANALYZE ${ident(table.schema)}.${ident(table.name)}`);
-    return { tables: tables.map((table) => table.name) };
+    return { tables: tables.map((table) => table.name), alreadyPartitioned };
   } catch (error) {
     await client.query('ROLLBACK');
     throw error;
@@ -347,7 +362,7 @@ export async function convertToHashPartitioned(client: pg.ClientBase, options: P
 }
 
 /** Converts the database at `url` (see convertToHashPartitioned). */
-export async function convertDatabaseToHashPartitioned(url: string, options: PartitionOptions = {}): Promise<{ tables: string[] }> {
+export async function convertDatabaseToHashPartitioned(url: string, options: PartitionOptions = {}): ReturnType<typeof convertToHashPartitioned> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
