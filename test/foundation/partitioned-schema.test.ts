@@ -37,7 +37,7 @@ async function fingerprint(client: pg.Client, table: string) {
   // set): bookkeeping, not another key.
   return {
     columns: await one(`SELECT attname, format_type(atttypid, atttypmod) AS type, attnotnull, attgenerated, attidentity, attcompression,
-                               attstorage, pg_get_expr(d.adbin, d.adrelid) AS default, col_description(a.attrelid, a.attnum) AS comment
+                               attstorage, attstattarget, pg_get_expr(d.adbin, d.adrelid) AS default, col_description(a.attrelid, a.attnum) AS comment
                           FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
                          WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`),
     constraints: await one(`SELECT conname, contype, pg_get_constraintdef(oid) AS definition, obj_description(oid, 'pg_constraint') AS comment
@@ -69,7 +69,7 @@ const READY_SCHEMA = `
     CONSTRAINT parents_pkey PRIMARY KEY (org_id, id),
     CONSTRAINT parents_org_code_key UNIQUE (org_id, code)
   );
-  ALTER TABLE parents ALTER COLUMN payload SET STORAGE EXTERNAL;
+  ALTER TABLE parents ALTER COLUMN payload SET STORAGE EXTERNAL, ALTER COLUMN payload SET COMPRESSION pglz, ALTER COLUMN code SET STATISTICS 500;
   COMMENT ON TABLE parents IS 'the parent records';
   COMMENT ON COLUMN parents.code IS 'unique within an organisation';
   COMMENT ON CONSTRAINT parents_n_not_negative ON parents IS 'never below zero';
