@@ -5,6 +5,7 @@ import type { TestProject } from 'vitest/node';
 import pg from 'pg';
 import { runMigrations } from '../src/db/migrate.js';
 import { createLogScanDirectory, finishLogScan } from './helpers/log-scan.js';
+import { convertDatabaseToHashPartitioned } from './helpers/partitioned-schema.js';
 import { buildForTests } from './helpers/svc-build.js';
 
 declare module 'vitest' {
@@ -13,6 +14,8 @@ declare module 'vitest' {
     adminDatabaseUrl: string;
     /** A migrated database that each test file's database is cloned from. */
     templateDatabase: string;
+    /** 'partitioned' when the template's tenant tables are hash-partitioned on org_id (TEST_SCHEMA_VARIANT). */
+    schemaVariant: 'plain' | 'partitioned';
     /** Where the workers collect log lines and sent personal values for the run's log scan (helpers/log-scan.ts). */
     logScanDir: string;
   }
@@ -62,6 +65,11 @@ export function withDatabase(url: string, database: string): string {
 }
 
 export default async function setup(project: TestProject) {
+  // issue 34, item 6: the same suite on tables PostgreSQL treats as distributed by org_id.
+  const schemaVariant = process.env.TEST_SCHEMA_VARIANT === 'partitioned' ? 'partitioned' : 'plain';
+  if (process.env.TEST_SCHEMA_VARIANT && process.env.TEST_SCHEMA_VARIANT !== schemaVariant) {
+    throw new Error(`TEST_SCHEMA_VARIANT must be unset or 'partitioned', not '${process.env.TEST_SCHEMA_VARIANT}'`);
+  }
   const logScanDir = createLogScanDirectory();
   project.provide('logScanDir', logScanDir);
   // Spawned `svc` processes run a build compiled once (helpers/svc-build.ts), not the sources through
@@ -81,9 +89,25 @@ export default async function setup(project: TestProject) {
   await admin.query(`CREATE DATABASE ${template}`);
   await admin.end();
   await runMigrations(withDatabase(server.url, template));
+  if (schemaVariant === 'partitioned') {
+    try {
+      const { alreadyPartitioned } = await convertDatabaseToHashPartitioned(withDatabase(server.url, template));
+      for (const { table, key } of alreadyPartitioned) {
+        process.stderr.write(`partitioned variant: ${table} is already partitioned by ${key}; left as it is, its keys need not include org_id\n`);
+      }
+    } catch (error) {
+      const cleanup = new pg.Client({ connectionString: server.url });
+      await cleanup.connect();
+      await cleanup.query(`DROP DATABASE IF EXISTS ${template} WITH (FORCE)`);
+      await cleanup.end();
+      await server.stop();
+      throw error;
+    }
+  }
   project.provide('adminDatabaseUrl', server.url);
   project.provide('templateDatabase', template);
-  process.stderr.write(`test database: ${server.source}\n`);
+  project.provide('schemaVariant', schemaVariant);
+  process.stderr.write(`test database: ${server.source}${schemaVariant === 'partitioned' ? ', tenant tables hash-partitioned on org_id' : ''}\n`);
 
   return async () => {
     const client = new pg.Client({ connectionString: server.url });
