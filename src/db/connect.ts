@@ -7,6 +7,8 @@ import { runMigrations } from './migrate.js';
 export type Connection = {
   database: Database;
   url: string;
+  /** Where migrations and LISTEN go: DATABASE_DIRECT_URL when set (DATABASE_URL may be a transaction-mode pooler), else `url`. */
+  directUrl: string;
   /** The embedded default (DATABASE_URL unset), whichever process started it; false for DATABASE_URL. */
   embedded: boolean;
   /** Closes the pool and stops the embedded server when this process started it. */
@@ -15,15 +17,16 @@ export type Connection = {
 
 type Logger = { info(message: string): void };
 
-/** DESIGN.md §2: DATABASE_URL when set, else the embedded default; migrations applied under a lock. */
+/** DESIGN.md §2: DATABASE_URL when set, else the embedded default; migrations applied under a lock, on DATABASE_DIRECT_URL when set. */
 export async function connect(config: Config, logger: Logger, options: { migrate?: boolean } = {}): Promise<Connection> {
   const resolved = config.databaseUrl
     ? { url: config.databaseUrl, owned: false, stop: async () => {} }
     : await resolveEmbeddedDatabase(config.dataDir, logger);
+  const directUrl = config.databaseDirectUrl ?? resolved.url;
   try {
     if (options.migrate !== false) {
       const migrating = performance.now();
-      const { applied } = await runMigrations(resolved.url);
+      const { applied } = await runMigrations(directUrl);
       logger.info(
         applied > 0
           ? `applied ${applied} migration${applied === 1 ? '' : 's'} in ${secondsSince(migrating)}`
@@ -34,11 +37,12 @@ export async function connect(config: Config, logger: Logger, options: { migrate
     await resolved.stop();
     throw error;
   }
-  const database = createDatabase(resolved.url, config.database);
+  const database = createDatabase(resolved.url, { ...config.database, directUrl });
   let closed = false;
   return {
     database,
     url: resolved.url,
+    directUrl,
     embedded: config.databaseUrl === undefined,
     async close() {
       if (closed) return;
