@@ -217,17 +217,16 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
   async function runTransaction<T>(work: (tx: Tx) => Promise<T>, transactionConfig: TransactionConfig | undefined): Promise<T> {
     const client = await pool.connect();
     let connectionLost: Error | undefined;
+    const woken = new Set<string>();
+    let result: T;
     try {
       let clientDb = connectionDbs.get(client);
       if (!clientDb) connectionDbs.set(client, (clientDb = drizzle({ client })));
-      const woken = new Set<string>();
       const target: StatementTarget = { on: client, names, inTransaction: true, wake: (channel) => void woken.add(channel) };
-      const result = await clientDb.transaction(async (tx) => {
+      result = await clientDb.transaction(async (tx) => {
         targets.set(tx, target);
         return transactionTargets.run(target, () => ambient.run(tx, () => work(tx)));
       }, transactionConfig);
-      for (const channel of woken) workerWake.wake(channel);
-      return result;
     } catch (error) {
       if (isDatabaseUnavailable(error)) connectionLost = error as Error;
       throw error;
@@ -236,6 +235,9 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
       const status = client.getTransactionStatus();
       client.release(connectionLost ?? (status === 'T' || status === 'E' ? new Error('released inside a transaction') : undefined));
     }
+    // Committed, and the connection is back in the pool, where the wake's NOTIFY can take it instead of opening another.
+    for (const channel of woken) workerWake.wake(channel);
+    return result;
   }
 
   async function listen(channel: string, onNotification: (payload: string | undefined) => void, onListening?: () => void): Promise<Listener> {
