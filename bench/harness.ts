@@ -45,7 +45,7 @@ export type Measure = {
 const TICK_US = 1_000_000 / 100; // USER_HZ is 100 on Linux
 
 /** utime + stime of a process, in clock ticks (0 once it has gone). */
-function cpuTicks(pid: number): number {
+export function cpuTicks(pid: number): number {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
@@ -286,12 +286,12 @@ export function buildBaseline(): string {
   return file;
 }
 
-/** Runs an operator command of the built project (`node bin/svc.js …args`) and parses the JSON it prints. */
-export function svc(databaseUrl: string, args: string[]): unknown {
+/** Runs an operator command of the built project (`node bin/svc.js …args`) and parses the JSON it prints; `env` adds settings for that command only. */
+export function svc(databaseUrl: string, args: string[], env: NodeJS.ProcessEnv = {}): unknown {
   try {
     const output = execFileSync(process.execPath, ['bin/svc.js', ...args], {
       cwd: root,
-      env: { ...cleanEnv(), DATABASE_URL: databaseUrl, NODE_ENV: 'production' },
+      env: { ...cleanEnv(), DATABASE_URL: databaseUrl, NODE_ENV: 'production', ...env },
       encoding: 'utf8',
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -61,7 +61,7 @@ program
     const logger = cliLogger(config);
     try {
       const connection = await connect(config, { info: (message) => logger.info(message) }, { migrate: false });
-      const result = await runMigrations(connection.url);
+      const result = await runMigrations(connection.directUrl);
       await connection.close();
       printJson({ applied: result.applied });
     } catch (error) {

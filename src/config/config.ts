@@ -86,6 +86,14 @@ const environmentSchema = z.object({
       message: 'must be a postgres:// or postgresql:// connection URL',
     })
     .transform((value) => (value === '' ? undefined : value)),
+  // A direct PostgreSQL connection for migrations and the worker's LISTEN, which a transaction-mode
+  // pooler at DATABASE_URL cannot carry (both need a session).
+  DATABASE_DIRECT_URL: z
+    .string()
+    .optional()
+    .refine((value) => value === undefined || /^postgres(ql)?:\/\//.test(value), {
+      message: 'must be a postgres:// or postgresql:// connection URL',
+    }),
   DATA_DIR: z.string().min(1).default('./data'),
   LOG_LEVEL: z
     .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
@@ -140,6 +148,8 @@ export type Config = {
   port: number;
   host: string;
   databaseUrl: string | undefined;
+  /** DATABASE_DIRECT_URL: where migrations and LISTEN go when DATABASE_URL is a pooler; unset: DATABASE_URL. */
+  databaseDirectUrl: string | undefined;
   dataDir: string;
   logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL'];
   /**
@@ -208,6 +218,10 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     timeoutProblems.push(`DATABASE_QUERY_TIMEOUT_MS: must be greater than DATABASE_STATEMENT_TIMEOUT_MS (${env.DATABASE_STATEMENT_TIMEOUT_MS})`);
   }
   if (timeoutProblems.length > 0) throw new ConfigError(timeoutProblems);
+  if (env.DATABASE_DIRECT_URL !== undefined && env.DATABASE_URL === undefined) {
+    // The embedded database has no pooler in front of it: a direct URL beside it would be a second database.
+    throw new ConfigError(['DATABASE_DIRECT_URL: set only together with DATABASE_URL (the embedded database needs none)']);
+  }
   if (env.METRICS_PORT !== undefined && env.METRICS_PORT !== 0 && env.METRICS_PORT === env.PORT) {
     // One port cannot be both the public listener and the one that keeps /metrics off it.
     throw new ConfigError([`METRICS_PORT: must differ from PORT (${env.PORT})`]);
@@ -216,6 +230,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     port: env.PORT,
     host: env.HOST,
     databaseUrl: env.DATABASE_URL,
+    databaseDirectUrl: env.DATABASE_DIRECT_URL,
     dataDir: env.DATA_DIR,
     logLevel: env.LOG_LEVEL,
     logPretty:

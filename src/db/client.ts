@@ -2,6 +2,7 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import pg from 'pg';
 import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
 import { DATABASE_DEFAULTS, type DatabaseOptions } from './database-options.js';
+import { createWorkerWake } from './worker-wake.js';
 
 export type { DatabaseOptions };
 export { DATABASE_DEFAULTS };
@@ -38,19 +39,42 @@ export type Database = {
   /** The transaction of this async context, if any, else the pool-backed database. */
   current(): Executor;
   /**
-   * LISTENs on `channel` on a connection of its own (a pooled one may be handed to anyone). When that
+   * LISTENs on `channel` on a connection of its own (a pooled one may be handed to anyone), to the
+   * direct URL when there is one (a transaction-mode pooler cannot keep a LISTEN). When that
    * connection drops it is opened again, and `onListening` runs each time the LISTEN is in place, so
    * the caller can pick up what it missed meanwhile.
    */
   listen(channel: string, onNotification: (payload: string | undefined) => void, onListening?: () => void): Promise<Listener>;
+  /** Runs `onWake` each time this process commits work for `channel`'s workers (wakeAfterCommit); returns the unsubscribe. */
+  onWake(channel: string, onWake: () => void): () => void;
   close(): Promise<void>;
 };
+
+/** Where a Database connects besides its pool, and how it wakes workers; not part of DATABASE_DEFAULTS. */
+export type DatabaseConnections = {
+  /**
+   * A direct connection to PostgreSQL (DATABASE_DIRECT_URL) for what a transaction-mode pooler cannot
+   * carry: LISTEN holds a session. Unset: the pool's own URL.
+   */
+  directUrl?: string;
+  /** At most one wake NOTIFY per channel per this interval from this Database (worker-wake.ts). */
+  wakeIntervalMs?: number;
+};
+
+/** Short enough that a worker of another instance hears of new work at once; long enough that writes never queue on it. */
+export const DEFAULT_WAKE_INTERVAL_MS = 100;
 
 /** How the statements of one database are named (see StatementNames). */
 type StatementNames = { prepared: boolean; generation: number };
 
 /** Where a built-once statement of an executor runs: its pool or its transaction's connection, and how it is named. */
-export type StatementTarget = { on: pg.Pool | pg.PoolClient; names: StatementNames; inTransaction: boolean };
+export type StatementTarget = {
+  on: pg.Pool | pg.PoolClient;
+  names: StatementNames;
+  inTransaction: boolean;
+  /** Wakes a channel's workers: at once on the pool; in a transaction, after it commits. */
+  wake(channel: string): void;
+};
 
 const targets = new WeakMap<object, StatementTarget>();
 /** The connection of the transaction this async context runs in, for executors Drizzle made inside it (savepoints). */
@@ -62,6 +86,15 @@ export function statementTargetOf(executor: Executor): StatementTarget {
   // A transaction Drizzle opened by itself (db.transaction) runs on a connection nobody told us of.
   if (!target) throw new Error('Built-once statements run on a Database\'s pool or inside Database.transaction, not in a transaction opened with db.transaction');
   return target;
+}
+
+/**
+ * Wakes the background workers of `channel` once what `executor` wrote is committed: at its
+ * transaction's commit (nobody when it rolls back), at once on the pool. Never a NOTIFY inside the
+ * transaction: see worker-wake.ts.
+ */
+export function wakeAfterCommit(executor: Executor, channel: string): void {
+  statementTargetOf(executor).wake(channel);
 }
 
 /** The name `name` goes by: none when prepared statements are off; a new one after a schema change made the old stale. */
@@ -145,9 +178,11 @@ function clientConfig(connectionString: string, options: Required<DatabaseOption
   };
 }
 
-export function createDatabase(connectionString: string, given: DatabaseOptions = {}): Database {
-  const options: Required<DatabaseOptions> = { ...DATABASE_DEFAULTS, ...given };
+export function createDatabase(connectionString: string, given: DatabaseOptions & DatabaseConnections = {}): Database {
+  const { directUrl, wakeIntervalMs = DEFAULT_WAKE_INTERVAL_MS, ...databaseOptions } = given;
+  const options: Required<DatabaseOptions> = { ...DATABASE_DEFAULTS, ...databaseOptions };
   const config = clientConfig(connectionString, options);
+  const directConfig = directUrl ? clientConfig(directUrl, options) : config;
   // pg's pipeline mode: statements a transaction sends without waiting for each other's answers
   // (independent writes) leave together instead of one round trip each; one at a time, it behaves
   // exactly like a plain connection.
@@ -159,8 +194,10 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
     client.on('error', () => {});
   });
   const names: StatementNames = { prepared: options.preparedStatements, generation: 0 };
+  // On the pool, outside any transaction: a transaction-mode pooler carries it, and its commit is the only one that waits for the notify lock.
+  const workerWake = createWorkerWake((channel) => pool.query('SELECT pg_notify($1, NULL)', [channel]), wakeIntervalMs);
   const db = drizzle({ client: pool });
-  targets.set(db, { on: pool, names, inTransaction: false });
+  targets.set(db, { on: pool, names, inTransaction: false, wake: (channel) => workerWake.wake(channel) });
   /** One Drizzle instance per physical connection, made the first time a transaction runs on it. */
   const connectionDbs = new WeakMap<pg.PoolClient, Db>();
   const ambient = new AsyncLocalStorage<Tx>();
@@ -180,11 +217,13 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
   async function runTransaction<T>(work: (tx: Tx) => Promise<T>, transactionConfig: TransactionConfig | undefined): Promise<T> {
     const client = await pool.connect();
     let connectionLost: Error | undefined;
+    const woken = new Set<string>();
+    let result: T;
     try {
       let clientDb = connectionDbs.get(client);
       if (!clientDb) connectionDbs.set(client, (clientDb = drizzle({ client })));
-      const target: StatementTarget = { on: client, names, inTransaction: true };
-      return await clientDb.transaction(async (tx) => {
+      const target: StatementTarget = { on: client, names, inTransaction: true, wake: (channel) => void woken.add(channel) };
+      result = await clientDb.transaction(async (tx) => {
         targets.set(tx, target);
         return transactionTargets.run(target, () => ambient.run(tx, () => work(tx)));
       }, transactionConfig);
@@ -196,6 +235,9 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
       const status = client.getTransactionStatus();
       client.release(connectionLost ?? (status === 'T' || status === 'E' ? new Error('released inside a transaction') : undefined));
     }
+    // Committed, and the connection is back in the pool, where the wake's NOTIFY can take it instead of opening another.
+    for (const channel of woken) workerWake.wake(channel);
+    return result;
   }
 
   async function listen(channel: string, onNotification: (payload: string | undefined) => void, onListening?: () => void): Promise<Listener> {
@@ -204,7 +246,7 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
     let retry: NodeJS.Timeout | undefined;
     const open = async (): Promise<void> => {
       if (closed) return;
-      const connection = new pg.Client({ ...config, query_timeout: undefined, statement_timeout: undefined, idle_in_transaction_session_timeout: undefined });
+      const connection = new pg.Client({ ...directConfig, query_timeout: undefined, statement_timeout: undefined, idle_in_transaction_session_timeout: undefined });
       client = connection;
       let dropped = false;
       const reopen = () => {
@@ -261,8 +303,10 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
       return ambient.getStore() ?? db;
     },
     listen,
+    onWake: (channel, onWake) => workerWake.subscribe(channel, onWake),
     async close() {
       await Promise.all([...listeners].map((listener) => listener.close()));
+      await workerWake.close();
       await pool.end();
     },
   };

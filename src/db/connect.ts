@@ -9,6 +9,8 @@ export type Connection = {
   /** DATABASE_REPLICA_URL's pool, when set: list pages read there once it has replayed far enough (page-reads.ts). */
   replica: Database | undefined;
   url: string;
+  /** Where migrations and LISTEN go: DATABASE_DIRECT_URL when set (DATABASE_URL may be a transaction-mode pooler), else `url`. */
+  directUrl: string;
   /** The embedded default (DATABASE_URL unset), whichever process started it; false for DATABASE_URL. */
   embedded: boolean;
   /** Closes the pool and stops the embedded server when this process started it. */
@@ -28,15 +30,16 @@ export function replicaOptions(config: Config): DatabaseOptions {
   };
 }
 
-/** DESIGN.md §2: DATABASE_URL when set, else the embedded default; migrations applied under a lock. */
+/** DESIGN.md §2: DATABASE_URL when set, else the embedded default; migrations applied under a lock, on DATABASE_DIRECT_URL when set. */
 export async function connect(config: Config, logger: Logger, options: { migrate?: boolean; replica?: boolean } = {}): Promise<Connection> {
   const resolved = config.databaseUrl
     ? { url: config.databaseUrl, owned: false, stop: async () => {} }
     : await resolveEmbeddedDatabase(config.dataDir, logger);
+  const directUrl = config.databaseDirectUrl ?? resolved.url;
   try {
     if (options.migrate !== false) {
       const migrating = performance.now();
-      const { applied } = await runMigrations(resolved.url);
+      const { applied } = await runMigrations(directUrl);
       logger.info(
         applied > 0
           ? `applied ${applied} migration${applied === 1 ? '' : 's'} in ${secondsSince(migrating)}`
@@ -47,7 +50,7 @@ export async function connect(config: Config, logger: Logger, options: { migrate
     await resolved.stop();
     throw error;
   }
-  const database = createDatabase(resolved.url, config.database);
+  const database = createDatabase(resolved.url, { ...config.database, directUrl });
   // Only the HTTP server reads lists; the CLI and the worker never open it.
   const replica = options.replica && config.databaseReplicaUrl ? createDatabase(config.databaseReplicaUrl, replicaOptions(config)) : undefined;
   let closed = false;
@@ -55,6 +58,7 @@ export async function connect(config: Config, logger: Logger, options: { migrate
     database,
     replica,
     url: resolved.url,
+    directUrl,
     embedded: config.databaseUrl === undefined,
     async close() {
       if (closed) return;

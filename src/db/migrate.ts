@@ -2,8 +2,7 @@ import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
 import { existsSync, readFileSync } from 'node:fs';
 import pg from 'pg';
-import { drizzle } from 'drizzle-orm/node-postgres';
-import { migrate } from 'drizzle-orm/node-postgres/migrator';
+import { readMigrationFiles } from 'drizzle-orm/migrator';
 
 // Any fixed number works; it only has to be the same for every instance of this service.
 const MIGRATION_LOCK_ID = 7_264_119_001;
@@ -19,30 +18,49 @@ export function migrationsFolder(): string {
   throw new Error('migrations folder not found');
 }
 
-/** Applies pending migrations under a session advisory lock, so concurrent starts migrate once. */
+/**
+ * Applies pending migrations in one transaction that first takes a transaction-scoped advisory lock,
+ * so concurrent starts migrate once, also through a transaction-mode pooler (where a session lock
+ * and its unlock may land on different server connections). Drizzle's own migrate() reads the last
+ * applied migration before it opens its transaction, so it cannot run under such a lock; this is its
+ * loop on its documented readMigrationFiles, with the same bookkeeping: the table
+ * drizzle.__drizzle_migrations (id serial, hash text, created_at bigint), a migration counting as
+ * applied when its journal `when` is not after the newest created_at, one row per migration applied.
+ * A database migrated by drizzle's migrate() is therefore current for this one, and the other way round.
+ */
 export async function runMigrations(connectionString: string): Promise<{ applied: number }> {
+  const migrations = readMigrationFiles({ migrationsFolder: migrationsFolder() });
   const client = new pg.Client({ connectionString });
   await client.connect();
   try {
-    await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_ID]);
+    await client.query('BEGIN');
     try {
-      const before = await countApplied(client);
-      await migrate(drizzle(client), { migrationsFolder: migrationsFolder() });
-      const after = await countApplied(client);
-      return { applied: after - before };
-    } finally {
-      await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_ID]);
+      await client.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK_ID]);
+      await client.query('CREATE SCHEMA IF NOT EXISTS drizzle');
+      await client.query('CREATE TABLE IF NOT EXISTS drizzle.__drizzle_migrations (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)');
+      const newest = await client.query<{ created_at: string | number | null }>(
+        'SELECT created_at FROM drizzle.__drizzle_migrations ORDER BY created_at DESC LIMIT 1',
+      );
+      const appliedUpTo = newest.rows[0] ? Number(newest.rows[0].created_at) : undefined;
+      let applied = 0;
+      for (const migration of migrations) {
+        if (appliedUpTo !== undefined && appliedUpTo >= migration.folderMillis) continue;
+        for (const statement of migration.sql) {
+          // Breakpoint chunks can be blank (a trailing `--> statement-breakpoint`).
+          if (statement.trim() !== '') await client.query(statement);
+        }
+        await client.query('INSERT INTO drizzle.__drizzle_migrations (hash, created_at) VALUES ($1, $2)', [migration.hash, migration.folderMillis]);
+        applied += 1;
+      }
+      await client.query('COMMIT');
+      return { applied };
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => {});
+      throw error;
     }
   } finally {
     await client.end();
   }
-}
-
-async function countApplied(client: pg.Client): Promise<number> {
-  const exists = await client.query(`SELECT to_regclass('drizzle.__drizzle_migrations') AS table`);
-  if (!exists.rows[0]?.table) return 0;
-  const result = await client.query('SELECT count(*)::int AS count FROM drizzle.__drizzle_migrations');
-  return result.rows[0].count as number;
 }
 
 /** True when every migration shipped with this build has been applied. */

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createIdempotencyRepository } from '../../src/plugins/idempotency.repository.js';
+import { createRetentionRepository } from '../../src/modules/retention/retention.repository.js';
 import { createEmptyDatabase, type TestDatabase } from '../helpers/database.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 import { PLAIN_TABLES, PartitioningRefused, convertToHashPartitioned } from '../helpers/partitioned-schema.js';
@@ -285,7 +285,9 @@ describe('the run on the variant', () => {
         INSERT INTO idempotency_keys (api_key_id, key, org_id, fingerprint, created_at)
         VALUES (${org.keyId}, ${`purge-${index}`}, ${org.id}, 'f', clock_timestamp() - ${index === 0 ? sql`interval '25 hours'` : sql`interval '0 hours'`})`);
     }
-    const deleted = await createIdempotencyRepository(ctx.database.db).deleteExpired();
+    const retention = createRetentionRepository(ctx.database.db);
+    let deleted = 0;
+    for (const org of orgs) deleted += await retention.purgeIdempotencyKeys(org.id, 24, 1000);
     const left = await ctx.database.db.execute<{ key: string }>(sql`SELECT key FROM idempotency_keys WHERE key LIKE 'purge-%' ORDER BY key`);
     expect(deleted).toBe(1);
     expect(left.rows.map((row) => row.key).sort()).toEqual(orgs.slice(1).map((_, index) => `purge-${index + 1}`).sort());

@@ -316,7 +316,12 @@ describe('webhook wake-up connection', () => {
 
   it('when the LISTEN connection is killed, the worker reconnects, picks up what was queued meanwhile, and is woken by NOTIFY again', async () => {
     const { orgId } = await orgWithEndpoint();
-    // Polling every 10 minutes: anything delivered within the test came through LISTEN/NOTIFY.
+    // Polling every 10 minutes: anything delivered within the test came through LISTEN/NOTIFY. The
+    // events come from another Database, as from another process: this one's commits would wake its
+    // worker in-process, without the NOTIFY.
+    const writer = createDatabase(ctx.databaseUrl, { poolSize: 2 });
+    const emit = (org: string) =>
+      writer.transaction((tx) => createOutboxRepository(writer.db).record({ orgId: org, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } }, tx));
     await startWorker({ pollIntervalMs: 600_000 });
     const [first] = await waitFor(async () => ((await listeners()).length === 1 ? listeners() : undefined), 10_000, 'the LISTEN connection');
     await ctx.database.pool.query('SELECT pg_terminate_backend($1)', [first]);
@@ -333,6 +338,7 @@ describe('webhook wake-up connection', () => {
       return delivery.status === 'succeeded' ? delivery : undefined;
     }, 5_000, 'a NOTIFY-woken delivery');
     expect(delivered.attempts).toHaveLength(1);
+    await writer.close();
   }, 40_000);
 });
 

@@ -55,10 +55,12 @@ export function createEmailsRepository(db: Executor) {
   }
 
   return {
-    /** Queues an email in the caller's transaction; the sender delivers it after commit. */
+    /**
+     * Queues an email in the caller's transaction; the sender delivers it after commit. No NOTIFY: the
+     * sender polls every second, and a NOTIFY would queue this commit behind every other notifying one.
+     */
     async queue(values: { orgId: string; recipient: string; subject: string; body: string; link?: string; verificationId?: string }, tx: Executor = db) {
       const [row] = await tx.insert(emails).values(values).returning();
-      await tx.execute(sql`SELECT pg_notify('emails', ${values.orgId})`);
       return row!;
     },
 

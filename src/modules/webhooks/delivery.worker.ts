@@ -45,7 +45,7 @@ export type DeliveryWorkerOptions = {
   workerId?: string;
   /** Deliveries in flight at once in this worker. */
   concurrency?: number;
-  /** Fallback polling when no NOTIFY arrives (missed, or the LISTEN connection is down). */
+  /** Polling, which alone guarantees delivery: wakes (in-process or NOTIFY) are hints that may be lost. */
   pollIntervalMs?: number;
   /** Only a 2xx answer completed within this time is a success. */
   requestTimeoutMs?: number;
@@ -57,7 +57,11 @@ export type DeliveryWorkerOptions = {
   maxRetryAfterMs?: number;
   /** How long stop() lets in-flight posts finish before aborting and releasing them. */
   stopTimeoutMs?: number;
-  /** Listen for NOTIFY on a dedicated connection (default true); polling runs regardless. */
+  /**
+   * Listen for the NOTIFYs other processes send after their commits (default true), on a connection of
+   * its own (to DATABASE_DIRECT_URL when set); commits of this process wake it in-process either way,
+   * and polling runs regardless.
+   */
   listen?: boolean;
 };
 
@@ -151,6 +155,7 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
   let loop: Promise<void> | undefined;
   let stopped: Promise<void> | undefined;
   let listener: Listener | undefined;
+  let unsubscribe: (() => void) | undefined;
 
   function retryDelay(attempt: number, result: SendResult): number {
     if (result.retryAfterMs !== null) return Math.min(result.retryAfterMs, maxRetryAfterMs);
@@ -335,6 +340,8 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
 
     async start() {
       if (loop) return;
+      // Commits on this process's Database wake the loop directly, without a round trip through PostgreSQL.
+      unsubscribe = database.onWake(DELIVERY_CHANNEL, () => wake.notify());
       if (options.listen !== false) await listen();
       loop = run().catch((error: unknown) => logger.error({ err: error }, 'webhook delivery loop crashed'));
     },
@@ -342,6 +349,7 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
     stop() {
       stopped ??= (async () => {
         stopping = true;
+        unsubscribe?.();
         wake.notify();
         const listening = listener;
         listener = undefined;

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { sql, type SQL } from 'drizzle-orm';
 import { boundAsGiven as value, builtOnce } from '../../db/built-once.js';
-import type { Executor } from '../../db/client.js';
+import { wakeAfterCommit, type Executor } from '../../db/client.js';
 
 export const EVENT_TYPES = ['customer.kyc_completed', 'aml.review_completed', 'customer.updated'] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
@@ -27,7 +27,7 @@ const ISO_FORMAT = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
 /**
  * The event, one pending delivery per enabled endpoint of the organisation that subscribes to its
  * type (a `webhook.test` reaches every enabled endpoint, since it exists to check the endpoint
- * itself), and a NOTIFY only when something was queued: one statement. `payload` is the event's
+ * itself): one statement, which returns a row when something was queued. `payload` is the event's
  * JSON, as given or with the record's updated_at put in.
  */
 function recordEventSql(payload: SQL): SQL {
@@ -48,7 +48,7 @@ function recordEventSql(payload: SQL): SQL {
               OR event.type = 'webhook.test')
       RETURNING 1
     )
-    SELECT pg_notify('webhook_deliveries', ${value('notifyOrgId')}) FROM (SELECT 1 FROM queued LIMIT 1) AS anything_queued
+    SELECT 1 FROM queued LIMIT 1
   `;
 }
 
@@ -67,19 +67,18 @@ export function createOutboxRepository(db: Executor) {
   return {
     /**
      * Writes the event in the caller's transaction together with its deliveries (recordEventSql), and
-     * wakes the delivery workers at commit (NOTIFY is transactional, so a rolled-back change wakes
-     * nobody). Returns the event id.
+     * when it queued any, wakes the delivery workers after the commit (a rolled-back change wakes
+     * nobody), never with a NOTIFY inside the transaction (db/worker-wake.ts). Returns the event id.
      */
     async record(event: OutboxEvent, tx: Executor = db): Promise<string> {
       const id = randomUUID();
       const created = new Date().toISOString();
       const payload = JSON.stringify({ id, type: event.type, created, data: { customer: event.customer } });
-      const values = { id, orgId: event.orgId, type: event.type, customerId: event.customerId, payload, created, notifyOrgId: event.orgId };
-      if (event.updatedAtFromRecord) {
-        await statements.withRecordUpdatedAt.run(tx, Object.assign(values, { marker: `"updated_at":"${RECORD_UPDATED_AT}"`, recordId: event.customerId }));
-      } else {
-        await statements.asGiven.run(tx, values);
-      }
+      const values = { id, orgId: event.orgId, type: event.type, customerId: event.customerId, payload, created };
+      const { rows } = event.updatedAtFromRecord
+        ? await statements.withRecordUpdatedAt.run(tx, Object.assign(values, { marker: `"updated_at":"${RECORD_UPDATED_AT}"`, recordId: event.customerId }))
+        : await statements.asGiven.run(tx, values);
+      if (rows.length > 0) wakeAfterCommit(tx, 'webhook_deliveries');
       return id;
     },
   };

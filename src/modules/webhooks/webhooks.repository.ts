@@ -1,5 +1,5 @@
 import { and, asc, desc, eq, inArray, isNull, lt, or, sql, type SQL } from 'drizzle-orm';
-import type { Executor } from '../../db/client.js';
+import { wakeAfterCommit, type Executor } from '../../db/client.js';
 import { outboxEvents, webhookAttempts, webhookDeliveries, webhookEndpoints } from '../../db/schema.js';
 import type { DeliveryStatus } from './webhooks.schemas.js';
 
@@ -187,9 +187,9 @@ export function createWebhooksRepository(db: Executor) {
       return row;
     },
 
-    /** Wakes the delivery workers when the transaction commits. */
-    async notifyWorkers(orgId: string, tx: Executor = db): Promise<void> {
-      await tx.execute(sql`SELECT pg_notify('webhook_deliveries', ${orgId})`);
+    /** Wakes the delivery workers once the transaction commits (no NOTIFY inside it: see db/worker-wake.ts). */
+    notifyWorkers(tx: Executor = db): void {
+      wakeAfterCommit(tx, 'webhook_deliveries');
     },
   };
 }

@@ -225,7 +225,7 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
           },
           tx,
         );
-        await webhooks.notifyWorkers(orgId, tx);
+        webhooks.notifyWorkers(tx);
         return target;
       });
       return { ...(await deliveryDto(orgId, deliveryId)), resent_from: deliveryId === id ? null : id };

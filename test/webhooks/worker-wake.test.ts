@@ -1,0 +1,224 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { FastifyInstance } from 'fastify';
+import pg from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp } from '../../src/app.js';
+import { createDatabase, type Database } from '../../src/db/client.js';
+import { createDeliveryWorker, DELIVERY_CHANNEL, type DeliveryWorker, type DeliveryWorkerOptions } from '../../src/modules/webhooks/delivery.worker.js';
+import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
+import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
+import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { collectingLoggerOptions } from '../helpers/log-collector.js';
+import { startReceiver, waitFor, type Receiver } from '../helpers/webhook-receiver.js';
+
+// Issue 34, item 2: no NOTIFY in the commit path of API writes. Workers are woken after the commit:
+// in-process directly, other processes by one NOTIFY per interval sent on its own; their poll alone
+// guarantees delivery.
+
+const SOURCE_ROOT = join(fileURLToPath(new URL('.', import.meta.url)), '..', '..', 'src');
+
+let ctx: TestContext;
+let receiver: Receiver;
+const workers: DeliveryWorker[] = [];
+const closers: Array<() => Promise<void>> = [];
+
+beforeAll(async () => {
+  ctx = await createTestContext();
+  receiver = await startReceiver();
+});
+afterEach(async () => {
+  await Promise.all(workers.splice(0).map((worker) => worker.stop()));
+  for (const close of closers.splice(0).reverse()) await close();
+});
+afterAll(async () => {
+  await receiver?.close();
+  await ctx?.close();
+});
+
+let pathCounter = 0;
+async function orgWithEndpoint() {
+  const org = await ctx.createOrg();
+  const path = `/wake-${(pathCounter += 1)}`;
+  const endpoint = await createWebhooksService({ database: ctx.database, allowPrivateUrls: true }).addEndpoint({ orgId: org.id, url: receiver.url(path) });
+  receiver.trust(path, endpoint.secret);
+  return { org, path };
+}
+
+/** A Database of its own, as another process would have (closed after the test). */
+function ownDatabase(options: Parameters<typeof createDatabase>[1] = {}): Database {
+  const database = createDatabase(ctx.databaseUrl, { poolSize: 4, ...options });
+  closers.push(() => database.close());
+  return database;
+}
+
+async function ownApp(database: Database): Promise<FastifyInstance> {
+  const app = await buildApp({ config: ctx.config, database, logger: collectingLoggerOptions(), validateResponses: true });
+  await app.ready();
+  closers.push(() => app.close());
+  return app;
+}
+
+type Heard = { at: number; payload: string | undefined; deliveriesVisible: number };
+
+/** A LISTEN of the test's own on the delivery channel; on each notification it counts the deliveries another connection can see. */
+async function listenForWakes(orgId: string): Promise<Heard[]> {
+  const heard: Heard[] = [];
+  const listener = new pg.Client({ connectionString: ctx.databaseUrl });
+  const reader = new pg.Client({ connectionString: ctx.databaseUrl });
+  await Promise.all([listener.connect(), reader.connect()]);
+  listener.on('notification', (message) => {
+    const at = Date.now();
+    const entry: Heard = { at, payload: message.payload, deliveriesVisible: -1 };
+    heard.push(entry);
+    void reader
+      .query<{ count: number }>('SELECT count(*)::int AS count FROM webhook_deliveries WHERE org_id = $1', [orgId])
+      .then((result) => (entry.deliveriesVisible = result.rows[0]!.count))
+      .catch(() => {}); // the test may have ended and closed the reader
+  });
+  await listener.query(`LISTEN ${DELIVERY_CHANNEL}`);
+  closers.push(async () => {
+    await listener.end();
+    await reader.end();
+  });
+  return heard;
+}
+
+async function startWorker(database: Database, overrides: Partial<DeliveryWorkerOptions>) {
+  const worker = createDeliveryWorker({ database, allowPrivateUrls: true, requestTimeoutMs: 2_000, stopTimeoutMs: 2_000, ...overrides });
+  workers.push(worker);
+  await worker.start();
+  return worker;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Source text without comments, so that prose about NOTIFY is not taken for SQL. */
+function codeOf(file: string): string {
+  return readFileSync(file, 'utf8')
+    .replace(/\/\*[\s\S]*?\*\//g, '')
+    .replace(/^\s*\/\/.*$/gm, '');
+}
+
+function sourceFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) return sourceFiles(path);
+    return entry.name.endsWith('.ts') && !entry.name.endsWith('.test.ts') ? [path] : [];
+  });
+}
+
+describe('workers woken after commit', () => {
+  it('when any module runs SQL, none sends a NOTIFY: only the after-commit sender in src/db/client.ts does', () => {
+    const notifying = sourceFiles(SOURCE_ROOT)
+      .filter((file) => /pg_notify|(?<![.\w])notify\s+["\w]/i.test(codeOf(file)))
+      .map((file) => relative(SOURCE_ROOT, file));
+    expect(notifying).toEqual(['db/client.ts']);
+  });
+
+  it('when twenty upserts that queue deliveries commit within one wake interval, a LISTEN hears one notification, sent once the first had committed', async () => {
+    const { org } = await orgWithEndpoint();
+    const heard = await listenForWakes(org.id);
+    const app = await ownApp(ownDatabase({ wakeIntervalMs: 60_000 }));
+    const upsert = (phone: string) =>
+      app.inject({
+        method: 'POST',
+        url: '/v1/customers',
+        headers: { authorization: `Bearer ${org.key}` },
+        payload: { externalId: 'wake-1', fullName: 'Wake Person', email: 'wake@example.test', phone },
+      });
+    expect((await upsert('+441000000000')).statusCode).toBe(201); // a creation fires no customer.updated
+    for (let n = 1; n <= 20; n += 1) expect((await upsert(`+44100000${String(n).padStart(4, '0')}`)).statusCode).toBe(200);
+    await sleep(500);
+
+    // Today's in-transaction pg_notify would be heard 20 times, once per commit.
+    expect(heard).toHaveLength(1);
+    const { rows } = await ctx.database.pool.query<{ count: number }>('SELECT count(*)::int AS count FROM webhook_deliveries WHERE org_id = $1', [org.id]);
+    expect(rows[0]!.count).toBe(20);
+    await waitFor(() => heard[0]!.deliveriesVisible >= 0, 5_000, 'the read made on hearing it');
+    expect(heard[0]!.deliveriesVisible).toBeGreaterThanOrEqual(1);
+  });
+
+  it('when a write that queued a delivery rolls back, nobody is woken; when the same write commits, this process and a LISTEN are woken once', async () => {
+    const { org } = await orgWithEndpoint();
+    const heard = await listenForWakes(org.id);
+    const database = ownDatabase();
+    let wokenHere = 0;
+    const unsubscribe = database.onWake(DELIVERY_CHANNEL, () => (wokenHere += 1));
+    closers.push(async () => unsubscribe());
+    const outbox = createOutboxRepository(database.db);
+    const write = () => database.transaction((tx) => outbox.record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n: 1 } }, tx));
+
+    await expect(
+      database.transaction(async () => {
+        await write();
+        expect(wokenHere).toBe(0); // not before the commit either
+        throw new Error('the change failed');
+      }),
+    ).rejects.toThrow('the change failed');
+    await sleep(300);
+    expect({ wokenHere, heard: heard.length }).toEqual({ wokenHere: 0, heard: 0 });
+
+    await write();
+    await waitFor(() => heard.length === 1, 5_000, 'the NOTIFY after the commit');
+    expect(wokenHere).toBe(1);
+  });
+
+  it('when work is committed with no wake at all, the worker\'s poll still delivers it', async () => {
+    const { org, path } = await orgWithEndpoint();
+    const database = ownDatabase();
+    await startWorker(database, { listen: false, pollIntervalMs: 200 });
+    // Written by hand, as by a process that died between its commit and its wake.
+    const writer = new pg.Client({ connectionString: ctx.databaseUrl });
+    await writer.connect();
+    closers.push(() => writer.end());
+    const eventId = crypto.randomUUID();
+    await writer.query('BEGIN');
+    await writer.query(
+      `INSERT INTO outbox_events (id, org_id, type, customer_id, payload, created_at) VALUES ($1, $2, 'customer.updated', NULL, $3, now())`,
+      [eventId, org.id, JSON.stringify({ id: eventId, type: 'customer.updated', created: new Date().toISOString(), data: { customer: null } })],
+    );
+    await writer.query(`INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id) SELECT $1, $2, id FROM webhook_endpoints WHERE org_id = $1`, [org.id, eventId]);
+    await writer.query('COMMIT');
+
+    await waitFor(() => receiver.receipts.some((receipt) => receipt.path === path && receipt.webhookId === eventId), 10_000, 'the polled delivery');
+  });
+
+  it('when this process commits a delivery, its own worker is woken in-process at once, with no LISTEN and a poll every ten minutes', async () => {
+    const { org, path } = await orgWithEndpoint();
+    const database = ownDatabase();
+    await startWorker(database, { listen: false, pollIntervalMs: 600_000 });
+    await sleep(200); // past the worker's first (empty) claim
+    const eventId = await database.transaction((tx) =>
+      createOutboxRepository(database.db).record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n: 2 } }, tx),
+    );
+    await waitFor(() => receiver.receipts.some((receipt) => receipt.path === path && receipt.webhookId === eventId), 5_000, 'the in-process wake');
+  });
+
+  it('when another process commits a delivery, its NOTIFY after the commit wakes a listening worker that polls every ten minutes', async () => {
+    const { org, path } = await orgWithEndpoint();
+    await startWorker(ownDatabase(), { pollIntervalMs: 600_000 });
+    await sleep(300); // listening, and past the first claim
+    const writer = ownDatabase();
+    const eventId = await writer.transaction((tx) =>
+      createOutboxRepository(writer.db).record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n: 3 } }, tx),
+    );
+    await waitFor(() => receiver.receipts.some((receipt) => receipt.path === path && receipt.webhookId === eventId), 5_000, 'the NOTIFY wake');
+  });
+
+  it('when a Database closes with a wake still waiting for its interval, it sends it before closing (a CLI command\'s write is not left to the poll)', async () => {
+    const { org } = await orgWithEndpoint();
+    const heard = await listenForWakes(org.id);
+    const database = createDatabase(ctx.databaseUrl, { poolSize: 2, wakeIntervalMs: 60_000 });
+    const outbox = createOutboxRepository(database.db);
+    for (let n = 0; n < 3; n += 1) {
+      await database.transaction((tx) => outbox.record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n } }, tx));
+    }
+    await waitFor(() => heard.length === 1, 5_000, 'the first NOTIFY');
+    await database.close();
+    await waitFor(() => heard.length === 2, 5_000, 'the NOTIFY sent on close');
+    await sleep(200);
+    expect(heard).toHaveLength(2);
+  });
+});
