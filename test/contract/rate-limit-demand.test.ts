@@ -108,14 +108,17 @@ type TupleWrites = { total: number; byTable: Record<string, number> };
 async function tupleWrites(): Promise<TupleWrites> {
   await observer.query('SELECT pg_stat_clear_snapshot()');
   const { rows } = await observer.query<{ relname: string; writes: string }>(
-    'SELECT relname, n_tup_ins + n_tup_upd + n_tup_del AS writes FROM pg_stat_user_tables',
+    // A partition's writes count as its table's (TEST_SCHEMA_VARIANT=partitioned).
+    `SELECT coalesce(root.relname, s.relname) AS relname, s.n_tup_ins + s.n_tup_upd + s.n_tup_del AS writes
+       FROM pg_stat_user_tables s
+       LEFT JOIN pg_class root ON root.oid = pg_partition_root(s.relid) AND root.oid <> s.relid`,
   );
   const byTable: Record<string, number> = {};
   let total = 0;
   for (const row of rows) {
     const writes = Number(row.writes);
     total += writes;
-    if (writes > 0) byTable[row.relname] = writes;
+    if (writes > 0) byTable[row.relname] = (byTable[row.relname] ?? 0) + writes;
   }
   return { total, byTable };
 }
