@@ -30,7 +30,6 @@ import {
   cpuTicks,
   createScratchDatabase,
   freeLoopbackPort,
-  load,
   LOG_DIR,
   logVolume,
   median,
@@ -38,6 +37,8 @@ import {
   root,
   startProcess,
   svc,
+  upsertLoad,
+  upsertsSent,
   type Measure,
 } from './harness.js';
 
@@ -52,32 +53,6 @@ const DURATION = Number(process.env.BENCH_DURATION ?? 4);
 const TICK_US = 1_000_000 / 100; // USER_HZ is 100 on Linux
 const SIDES = ['events on', 'event row only', 'events off'] as const;
 type Side = (typeof SIDES)[number];
-
-/**
- * Upserts over the 1,000 records, each request giving a phone never sent before: harness.upsertLoad
- * restarts its counter on each run, so a later run would resend earlier values, and an upsert that
- * changes nothing writes nothing (no event either), which would blur the sides.
- */
-let sent = 0;
-function upserts(server: ChildProcess, url: string, key: string, duration?: number): Promise<Measure> {
-  const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
-  return load(server, {
-    duration: duration ?? DURATION,
-    url,
-    method: 'POST',
-    headers,
-    requests: [
-      {
-        method: 'POST',
-        setupRequest: (request) => {
-          sent += 1;
-          const id = sent % 1000;
-          return { ...request, headers: { ...request.headers, ...headers }, body: JSON.stringify({ externalId: `bench-${id}`, fullName: `Bench Person ${id}`, email: `p${id}@bench.test`, phone: String(sent) }) };
-        },
-      },
-    ],
-  });
-}
 
 /** 1,000 records the upserts update (bench-0 … bench-999, its names and emails), owned as `addedVia` says. */
 async function seedUpsertTargets(pool: pg.Pool, orgId: string, addedVia: 'INTEGRATION' | 'BULK_IMPORT'): Promise<void> {
@@ -144,7 +119,7 @@ async function main() {
 
     const port = await freeLoopbackPort();
     server = await startProcess(['bin/svc.js', 'serve'], projectServerEnv(url, port), `http://127.0.0.1:${port}/readyz`, 'project');
-    const run = (side: Side, duration?: number) => upserts(server!, `http://127.0.0.1:${port}/v1/customers`, orgs[side].key, duration);
+    const run = (side: Side, duration?: number) => upsertLoad(server!, `http://127.0.0.1:${port}/v1/customers`, { authorization: `Bearer ${orgs[side].key}`, 'content-type': 'application/json' }, duration ?? DURATION);
 
     for (const side of SIDES) await run(side, 2); // warm-up: JIT, prepared statements, caches
     const before = Object.fromEntries(await Promise.all(SIDES.map(async (side) => [side, await writtenRows(pool, orgs[side].id)] as const))) as Record<Side, { events: number; deliveries: number }>;
@@ -154,10 +129,10 @@ async function main() {
     for (let round = 0; round < ROUNDS; round += 1) {
       const order = round % 2 === 0 ? SIDES : [...SIDES].reverse();
       for (const side of order) {
-        const sentBefore = sent;
+        const sentBefore = upsertsSent();
         const ticksBefore = await backendTicks(pool);
         measures[side].push(await run(side));
-        const count = Math.max(1, sent - sentBefore);
+        const count = Math.max(1, upsertsSent() - sentBefore);
         databaseCpu[side].push(Math.round(((await backendTicksSince(pool, ticksBefore)) * TICK_US) / count));
         requests[side] += count;
       }

@@ -348,9 +348,16 @@ export async function createScratchDatabase(prefix: string) {
   }
 }
 
-/** Upserts by externalId over 1,000 ids with a changing phone (once the records exist, every request is a real update). */
+/** Phones sent by upsertLoad: one sequence for the whole process, so a later run never repeats an earlier run's value. */
+let upsertCounter = 0;
+
+/** How many upserts upsertLoad has sent in this process (a run's count is the difference). */
+export function upsertsSent(): number {
+  return upsertCounter;
+}
+
+/** Upserts by externalId over 1,000 ids with a changing phone (once the records exist, every request is a real update, in every run). */
 export function upsertLoad(server: ChildProcess, url: string, headers: Record<string, string>, duration = DURATION): Promise<Measure> {
-  let counter = 0;
   return load(server, {
     duration,
     url,
@@ -360,12 +367,12 @@ export function upsertLoad(server: ChildProcess, url: string, headers: Record<st
       {
         method: 'POST',
         setupRequest: (request) => {
-          counter += 1;
-          const id = counter % 1000;
+          upsertCounter += 1;
+          const id = upsertCounter % 1000;
           return {
             ...request,
             headers: { ...request.headers, ...headers },
-            body: JSON.stringify({ externalId: `bench-${id}`, fullName: `Bench Person ${id}`, email: `p${id}@bench.test`, phone: String(counter) }),
+            body: JSON.stringify({ externalId: `bench-${id}`, fullName: `Bench Person ${id}`, email: `p${id}@bench.test`, phone: String(upsertCounter) }),
           };
         },
       },
