@@ -11,7 +11,7 @@ import { createOrganisationsService } from '../../src/modules/organisations/orga
 import { FEATURES } from '../../src/modules/organisations/organisations.schemas.js';
 import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
 import { ALL_SCOPES, testConfig } from '../helpers/harness.js';
-import { startPrivateCluster, type PrivateCluster } from '../helpers/private-cluster.js';
+import { startCluster, type PgCluster } from '../helpers/pg-cluster.js';
 import {
   compareWithBudget,
   fkCheckExcess,
@@ -42,7 +42,7 @@ type Request = { method: 'GET' | 'POST' | 'PATCH' | 'PUT'; url: string; body?: u
 /** One measured request: `prepare` makes its fixtures (outside the measurement) and returns the request. */
 type Scenario = { name: string; route: string; reads?: boolean; prepare(): Promise<Request> };
 
-let cluster: PrivateCluster;
+let cluster: PgCluster;
 let database: Database;
 let app: FastifyInstance;
 let monitor: pg.Client;
@@ -277,19 +277,17 @@ async function measure(scenario: Scenario): Promise<{ measurement: Measurement; 
 }
 
 beforeAll(async () => {
-  cluster = await startPrivateCluster({
-    settings: {
-      shared_preload_libraries: 'pg_stat_statements',
-      // Statements run inside functions and triggers, foreign-key checks among them, are counted too.
-      'pg_stat_statements.track': 'all',
-      // Full-page images would make WAL bytes depend on when the last checkpoint was.
-      full_page_writes: 'off',
-      // Nothing but the measured request may write WAL while it runs.
-      autovacuum: 'off',
-      checkpoint_timeout: '1d',
-      max_wal_size: '10GB',
-      fsync: 'off',
-    },
+  cluster = await startCluster({
+    shared_preload_libraries: 'pg_stat_statements',
+    // Statements run inside functions and triggers, foreign-key checks among them, are counted too.
+    'pg_stat_statements.track': 'all',
+    // Full-page images would make WAL bytes depend on when the last checkpoint was.
+    full_page_writes: 'off',
+    // Nothing but the measured request may write WAL while it runs.
+    autovacuum: 'off',
+    checkpoint_timeout: '1d',
+    max_wal_size: '10GB',
+    fsync: 'off',
   });
   const admin = new pg.Client({ connectionString: cluster.url() });
   await admin.connect();
