@@ -111,6 +111,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
     logger,
     bodyLimit: 1024 * 1024,
+    // A request arriving while the server closes gets the error envelope (graceful-close.plugin.ts), not Fastify's own body.
+    return503OnClosing: false,
     trustProxy: deps.config.trustProxy.length > 0 ? deps.config.trustProxy : false,
     genReqId: (request) => {
       const incoming = request.headers['x-request-id'];

@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import { AppError } from '../shared/app-error.js';
 
 /** How long closing waits for handlers whose clients have gone away to finish. */
 const DRAIN_LIMIT_MS = 10_000;
@@ -11,6 +12,11 @@ const DRAIN_LIMIT_MS = 10_000;
  * closes idle keep-alive sockets once, when closing starts; a socket whose request was in flight
  * then would stay open after its response until the keep-alive timeout (72 s), holding up the
  * shutdown (and the pool and embedded database behind it) past any grace period.
+ *
+ * A request that arrives once closing has begun (on a connection kept alive by one still in flight)
+ * is refused before anything else runs, as Fastify's own closing answer would (its
+ * `return503OnClosing` is off in app.ts), but in the error envelope: 503 `service_unavailable` with
+ * `Retry-After`, so a client retries it on another instance like any other 503 of this API.
  *
  * Closing also waits for every request whose handling has started to reach its reply. The server
  * stops waiting for a request as soon as its client disconnects, but the handler goes on and still
@@ -26,8 +32,13 @@ export const gracefulClosePlugin = fp(
       if (inFlight.delete(request) && inFlight.size === 0) drained?.();
     };
 
-    app.addHook('onRequest', (request, _reply, done) => {
+    app.addHook('onRequest', (request, reply, done) => {
       inFlight.add(request);
+      if (closing) {
+        reply.header('Retry-After', '1');
+        done(new AppError('service_unavailable', 503, 'This server is shutting down; retry the request.'));
+        return;
+      }
       done();
     });
     app.addHook('preClose', async () => {

@@ -305,8 +305,8 @@ describe('svc serve on the embedded database, stopped by a signal under load', (
     return result.rows[0].count as number;
   }
 
-  /** Fastify's answer to a request that arrives once closing has begun: the server is going, not failing. */
-  const closingResponse = { error: 'Service Unavailable', message: 'Service Unavailable', statusCode: 503 };
+  /** The answer to a request that arrives once closing has begun (graceful-close.plugin.ts): the server is going, not failing. */
+  const closingResponse = { error: { code: 'service_unavailable' } };
 
   it.each([
     ['SIGINT', 'its whole process group (Ctrl-C under npm start)', 'npm start', 'group'],
@@ -365,7 +365,7 @@ describe('svc serve on the embedded database, stopped by a signal under load', (
       const before = outcomes.filter((outcome) => outcome.sentAt < signalledAt);
       expect(before).toHaveLength(STREAMS);
       for (const outcome of before) expect(outcome).toMatchObject({ status: 200, body: { data: [expect.objectContaining({ id: customerId })] } });
-      // One sent after it is answered too, or meets the server closing: Fastify's closing 503 on a
+      // One sent after it is answered too, or meets the server closing: the closing 503 on a
       // kept-alive connection, or a connection no longer accepted. Never a failure of the server or its database.
       for (const outcome of outcomes.filter((candidate) => candidate.sentAt >= signalledAt)) {
         if (outcome.status !== undefined && outcome.status < 300) continue;
