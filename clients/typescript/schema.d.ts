@@ -499,7 +499,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Service unavailable: `database_unavailable` — the database is briefly unreachable or overloaded; nothing was changed; retry after `Retry-After` seconds. */
+        /** @description Service unavailable: `database_unavailable` — the database is briefly unreachable or overloaded; `service_unavailable` — this server is shutting down. Nothing was changed; retry after `Retry-After` seconds. */
         ServiceUnavailable: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];

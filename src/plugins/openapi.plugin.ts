@@ -81,7 +81,7 @@ const COMPONENT_RESPONSES: Record<string, OpenAPIV3_1.ResponseObject> = {
     RATE_HEADERS,
   ),
   ServiceUnavailable: errorResponse(
-    'Service unavailable: `database_unavailable` — the database is briefly unreachable or overloaded; nothing was changed; retry after `Retry-After` seconds.',
+    'Service unavailable: `database_unavailable` — the database is briefly unreachable or overloaded; `service_unavailable` — this server is shutting down. Nothing was changed; retry after `Retry-After` seconds.',
     [...RATE_HEADERS, 'Retry-After'],
   ),
 };
