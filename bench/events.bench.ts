@@ -25,9 +25,9 @@ import { cpus } from 'node:os';
 import { dirname, join } from 'node:path';
 import pg from 'pg';
 import {
-  BENCH_KEY_LIMITS,
   build,
   cpuTicks,
+  createBenchOrganisation,
   createScratchDatabase,
   freeLoopbackPort,
   LOG_DIR,
@@ -64,19 +64,6 @@ async function seedUpsertTargets(pool: pg.Pool, orgId: string, addedVia: 'INTEGR
   );
 }
 
-function organisation(url: string, name: string): { id: string; key: string } {
-  const org = svc(url, ['org', 'create', '--name', name]) as { id: string };
-  const { key } = svc(url, [
-    'key', 'create',
-    '--org', org.id,
-    '--scopes', 'customers:read,customers:write',
-    '--label', 'bench',
-    '--burst-limit', String(BENCH_KEY_LIMITS.burst),
-    '--daily-limit', String(BENCH_KEY_LIMITS.daily),
-  ]) as { key: string };
-  return { id: org.id, key };
-}
-
 /** CPU ticks of the PostgreSQL backends connected to the scratch database (not the whole machine's PostgreSQL, which other work shares). */
 async function backendTicks(pool: pg.Pool): Promise<Map<number, number>> {
   const { rows } = await pool.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database()');
@@ -106,8 +93,8 @@ async function main() {
   try {
     const orgs: Record<Side, { id: string; key: string }> = {
       'events on': { id: scratch.org.id, key: scratch.key },
-      'event row only': organisation(url, 'Bench, no endpoint'),
-      'events off': organisation(url, 'Bench, records not the integration\'s'),
+      'event row only': createBenchOrganisation(url, 'Bench, no endpoint'),
+      'events off': createBenchOrganisation(url, 'Bench, records not the integration\'s'),
     };
     // The endpoint is never called (no worker runs): its deliveries stay pending. A private URL needs
     // the CLI's WEBHOOK_ALLOW_PRIVATE_URLS; the server itself runs at its defaults.

@@ -315,6 +315,20 @@ export const BENCH_KEY_LIMITS = { burst: 1_000_000, daily: 1_000_000_000 };
  * write customers, all made with the project's own CLI (so call `build()` first). `pool` is the
  * harness's own connection to it, for seeding, ANALYZE and EXPLAIN.
  */
+/** An organisation made through the CLI, with a customers key at the bench limits. */
+export function createBenchOrganisation(url: string, name: string): { id: string; key: string } {
+  const org = svc(url, ['org', 'create', '--name', name]) as { id: string };
+  const { key } = svc(url, [
+    'key', 'create',
+    '--org', org.id,
+    '--scopes', 'customers:read,customers:write',
+    '--label', 'bench',
+    '--burst-limit', String(BENCH_KEY_LIMITS.burst),
+    '--daily-limit', String(BENCH_KEY_LIMITS.daily),
+  ]) as { key: string };
+  return { id: org.id, key };
+}
+
 export async function createScratchDatabase(prefix: string) {
   const adminUrl = process.env.DATABASE_URL;
   if (!adminUrl) throw new Error('Set DATABASE_URL (e.g. postgres://postgres@127.0.0.1:5432/postgres)');
@@ -332,16 +346,8 @@ export async function createScratchDatabase(prefix: string) {
   };
   try {
     svc(url, ['migrate']);
-    const org = svc(url, ['org', 'create', '--name', 'Bench']) as { id: string };
-    const { key } = svc(url, [
-      'key', 'create',
-      '--org', org.id,
-      '--scopes', 'customers:read,customers:write',
-      '--label', 'bench',
-      '--burst-limit', String(BENCH_KEY_LIMITS.burst),
-      '--daily-limit', String(BENCH_KEY_LIMITS.daily),
-    ]) as { key: string };
-    return { url, pool, org, key, drop };
+    const { id, key } = createBenchOrganisation(url, 'Bench');
+    return { url, pool, org: { id }, key, drop };
   } catch (error) {
     await drop();
     throw error;
