@@ -412,9 +412,31 @@ export const outboxEvents = pgTable(
     /** The exact JSON document delivered; signed byte for byte. */
     payload: text('payload').notNull(),
     createdAt: createdAt(),
+    /**
+     * The event's place in its organisation's feed (GET /v1/events), in the order the transactions
+     * committed: null when written, assigned after the commit by the feed sealer (events-feed.sealer.ts),
+     * never reused, never changed.
+     */
+    position: bigint('position', { mode: 'number' }),
   },
-  (table) => [primaryKey({ name: 'outbox_events_pkey', columns: [table.orgId, table.id] }), index('outbox_events_org_idx').on(table.orgId, table.createdAt)],
+  (table) => [
+    primaryKey({ name: 'outbox_events_pkey', columns: [table.orgId, table.id] }),
+    index('outbox_events_org_idx').on(table.orgId, table.createdAt),
+    uniqueIndex('outbox_events_feed_idx').on(table.orgId, table.position),
+    index('outbox_events_customer_feed_idx').on(table.orgId, table.customerId, table.position).where(sql`customer_id IS NOT NULL`),
+    // The sealer's work: small, since a row leaves it within a second of its commit.
+    index('outbox_events_unsealed_idx').on(table.orgId, table.createdAt, table.id).where(sql`position IS NULL`),
+  ],
 );
+
+/** Per organisation, the last feed position the sealer assigned; its row lock serialises the sealers of one organisation. */
+export const eventFeedHeads = pgTable('event_feed_heads', {
+  orgId: uuid('org_id')
+    .primaryKey()
+    .references(() => organisations.id, { onDelete: 'cascade' }),
+  lastPosition: bigint('last_position', { mode: 'number' }).notNull().default(0),
+  updatedAt: updatedAt(),
+});
 
 export const webhookEndpoints = pgTable(
   'webhook_endpoints',
@@ -424,8 +446,14 @@ export const webhookEndpoints = pgTable(
     url: text('url').notNull(),
     secret: text('secret').notNull(),
     eventTypes: text('event_types').array().notNull().default(sql`'{}'::text[]`),
+    description: text('description'),
     enabled: boolean('enabled').notNull().default(true),
     disabledReason: text('disabled_reason'),
+    /** After a rotation, deliveries are signed with this secret too until previous_secret_expires_at. */
+    previousSecret: text('previous_secret'),
+    previousSecretExpiresAt: timestamptz('previous_secret_expires_at'),
+    /** Since when every attempt to this endpoint has failed (null after a success); 3 days of it disable the endpoint. */
+    failingSince: timestamptz('failing_since'),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
@@ -461,6 +489,7 @@ export const webhookDeliveries = pgTable(
     index('webhook_deliveries_due_idx').on(table.orgId, table.nextAttemptAt).where(sql`status = 'pending'`),
     index('webhook_deliveries_org_idx').on(table.orgId, table.eventId),
     index('webhook_deliveries_org_created_idx').on(table.orgId, table.createdAt),
+    index('webhook_deliveries_endpoint_idx').on(table.orgId, table.endpointId, table.createdAt, table.id),
   ],
 );
 

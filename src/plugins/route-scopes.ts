@@ -9,6 +9,8 @@ export const SCOPES = [
   'verification:write',
   'groups:read',
   'groups:write',
+  'events:read',
+  'webhooks:write',
 ] as const;
 export type Scope = (typeof SCOPES)[number];
 

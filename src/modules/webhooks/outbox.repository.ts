@@ -3,15 +3,21 @@ import { sql, type SQL } from 'drizzle-orm';
 import { boundAsGiven as value, builtOnce } from '../../db/built-once.js';
 import { wakeAfterCommit, type Executor } from '../../db/client.js';
 
-export const EVENT_TYPES = ['customer.kyc_completed', 'aml.review_completed', 'customer.updated'] as const;
+/** The types an endpoint can subscribe to. */
+export const EVENT_TYPES = ['customer.kyc_completed', 'aml.review_completed', 'customer.updated', 'endpoint.disabled'] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
+/** Every type the feed can hold: a `webhook.test` reaches every endpoint it is sent to, subscribed or not. */
+export const FEED_EVENT_TYPES = [...EVENT_TYPES, 'webhook.test'] as const;
+export type FeedEventType = (typeof FEED_EVENT_TYPES)[number];
 
 export type OutboxEvent = {
   orgId: string;
-  type: EventType | 'webhook.test';
+  type: FeedEventType;
   customerId: string | null;
   /** The public DTO of the record at the moment of the change. */
   customer: unknown;
+  /** The event's `data` when it is about something other than a record (`endpoint.disabled`: `{endpoint}`); replaces `{customer}`. */
+  data?: Record<string, unknown>;
   /**
    * The DTO's `updated_at` is RECORD_UPDATED_AT: the statement writing the event replaces it with
    * the record's own, as the change queued ahead of it in the transaction stamped it.
@@ -73,7 +79,7 @@ export function createOutboxRepository(db: Executor) {
     async record(event: OutboxEvent, tx: Executor = db): Promise<string> {
       const id = randomUUID();
       const created = new Date().toISOString();
-      const payload = JSON.stringify({ id, type: event.type, created, data: { customer: event.customer } });
+      const payload = JSON.stringify({ id, type: event.type, created, data: event.data ?? { customer: event.customer } });
       const values = { id, orgId: event.orgId, type: event.type, customerId: event.customerId, payload, created };
       const { rows } = event.updatedAtFromRecord
         ? await statements.withRecordUpdatedAt.run(tx, Object.assign(values, { marker: `"updated_at":"${RECORD_UPDATED_AT}"`, recordId: event.customerId }))
