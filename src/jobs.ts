@@ -87,6 +87,7 @@ export function startBackgroundJobs(deps: {
       logger: logger.child({ component: 'webhook-worker' }),
       allowPrivateUrls: deps.config.webhookAllowPrivateUrls,
       allowedPorts: deps.config.webhookAllowedPorts,
+      disableEndpointAfterMs: deps.config.webhookDisableAfterHours * 3_600_000,
     });
     const started = worker.start().catch((error: unknown) => logger.error({ err: error }, 'webhook worker failed to start'));
     jobs.push({

@@ -118,6 +118,13 @@ const environmentSchema = z.object({
   WEBHOOK_WORKER: booleanFlag(true),
   WEBHOOK_ALLOW_PRIVATE_URLS: booleanFlag(false),
   WEBHOOK_ALLOWED_PORTS: portList,
+  // At most a year: the period is compared with timestamps in SQL, and an endpoint failing for longer is long gone.
+  WEBHOOK_DISABLE_AFTER_HOURS: z.coerce
+    .number({ error: 'must be a whole number of hours' })
+    .int('must be a whole number of hours')
+    .min(1, 'must be at least 1 hour')
+    .max(8_760, 'must be at most 8760 hours (a year)')
+    .default(72),
   METRICS_PORT: z.coerce.number({ error: 'must be a port number' }).int('must be a port number').min(0).max(65535, 'must be at most 65535').optional(),
   DATABASE_POOL_SIZE: positiveInt(10),
   DATABASE_STATEMENT_TIMEOUT_MS: positiveInt(DATABASE_DEFAULTS.statementTimeoutMs),
@@ -167,6 +174,8 @@ export type Config = {
   webhookAllowPrivateUrls: boolean;
   /** Webhook endpoint ports allowed besides 443 (WEBHOOK_ALLOWED_PORTS). */
   webhookAllowedPorts: number[];
+  /** An endpoint whose every attempt has failed for this long is disabled at its next failed attempt (WEBHOOK_DISABLE_AFTER_HOURS). */
+  webhookDisableAfterHours: number;
   /** A separate listener that alone serves /metrics; unset: /metrics is on the public port. */
   metricsPort: number | undefined;
   databasePoolSize: number;
@@ -245,6 +254,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     // Only the variable says so: the embedded database is no proof of a developer's machine.
     webhookAllowPrivateUrls: env.WEBHOOK_ALLOW_PRIVATE_URLS,
     webhookAllowedPorts: env.WEBHOOK_ALLOWED_PORTS,
+    webhookDisableAfterHours: env.WEBHOOK_DISABLE_AFTER_HOURS,
     metricsPort: env.METRICS_PORT,
     databasePoolSize: env.DATABASE_POOL_SIZE,
     database: {

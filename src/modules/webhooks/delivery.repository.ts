@@ -1,7 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Executor } from '../../db/client.js';
 import { claimFairly, createOrgRotation, dueOrganisations } from '../../shared/fair-claims.js';
-import { createAuditRepository } from '../audit/audit.repository.js';
 
 /** A delivery held by one worker: the stored payload and what is needed to sign and send it. */
 export type ClaimedDelivery = {
@@ -15,6 +14,8 @@ export type ClaimedDelivery = {
   url: string;
   secret: string;
   endpointEnabled: boolean;
+  /** Since when every attempt to the endpoint has failed, as the claim saw it; null when its last attempt succeeded. */
+  endpointFailingSince: Date | null;
 };
 
 export type AttemptRecord = {
@@ -24,11 +25,17 @@ export type AttemptRecord = {
   startedAt: Date;
 };
 
+/**
+ * The endpoint is to be disabled with the settlement (the worker does it in the settlement's
+ * transaction), only while it has failed for longer than `failingForMs` when that is given.
+ */
+export type EndpointDisableRequest = { reason: string; failingForMs?: number };
+
 /** How a claimed delivery ends this round. */
 export type Settlement =
   | { status: 'succeeded'; attempt: AttemptRecord }
-  | { status: 'failed'; attempt: AttemptRecord | null; error?: string; disableEndpointReason?: string }
-  | { status: 'retry'; attempt: AttemptRecord; delayMs: number }
+  | { status: 'failed'; attempt: AttemptRecord | null; error?: string; disableEndpoint?: EndpointDisableRequest }
+  | { status: 'retry'; attempt: AttemptRecord; delayMs: number; disableEndpoint?: EndpointDisableRequest }
   /** Handed back unfinished (the worker is stopping): due again at once for any worker. */
   | { status: 'released'; attempt: AttemptRecord | null };
 
@@ -42,6 +49,7 @@ type ClaimRow = {
   url: string;
   secret: string;
   enabled: boolean;
+  failing_since_ms: number | null;
 };
 
 const MAX_ERROR_LENGTH = 1000;
@@ -106,7 +114,8 @@ export function createDeliveryRepository(db: Executor) {
          AND event.id = delivery.event_id AND event.org_id = delivery.org_id
          AND endpoint.id = delivery.endpoint_id AND endpoint.org_id = delivery.org_id
       RETURNING delivery.id, delivery.org_id, delivery.event_id, delivery.endpoint_id, delivery.attempts,
-                event.payload, endpoint.url, endpoint.secret, endpoint.enabled
+                event.payload, endpoint.url, endpoint.secret, endpoint.enabled,
+                (extract(epoch FROM endpoint.failing_since) * 1000)::float8 AS failing_since_ms
     `);
     return result.rows.map((row) => ({
       id: row.id,
@@ -118,6 +127,7 @@ export function createDeliveryRepository(db: Executor) {
       url: row.url,
       secret: row.secret,
       endpointEnabled: row.enabled,
+      endpointFailingSince: row.failing_since_ms === null ? null : new Date(row.failing_since_ms),
     }));
   }
 
@@ -138,6 +148,12 @@ export function createDeliveryRepository(db: Executor) {
      * fenced on this worker's claim, so a worker whose lease expired cannot overwrite the outcome of
      * the worker that retook the delivery; its attempt is still kept in the history. Returns the ids
      * whose settlement applied.
+     *
+     * The same statement keeps each endpoint's failing_since: the start of the first failed attempt
+     * after its last success (null after a success). It writes an endpoint only when that changes, so
+     * a steadily failing or steadily healthy endpoint costs no write, and only while it is enabled (an
+     * attempt settling after a disable leaves a re-enabled endpoint a fresh start). Endpoints are
+     * locked in key order, so two batches touching the same endpoints cannot deadlock.
      */
     async settleMany(items: Array<{ claim: ClaimedDelivery; settlement: Settlement }>, workerId: string, tx: Executor = db): Promise<Set<string>> {
       if (items.length === 0) return new Set();
@@ -148,13 +164,15 @@ export function createDeliveryRepository(db: Executor) {
         const lastError = truncate(settlement.status === 'failed' && settlement.error ? settlement.error : (attempt?.error ?? null));
         // An attempt that never reached the network does not count towards the schedule.
         const uncounted = attempt ? 0 : 1;
-        return sql`(${claim.id}::uuid, ${claim.orgId}::uuid, ${claim.attempt}::int, ${status}::text, ${delayMs}::bigint,
+        // What the receiver's health is judged on: an interrupted attempt (released) says nothing about it.
+        const outcome = attempt === null || settlement.status === 'released' ? null : settlement.status === 'succeeded' ? 'success' : 'failure';
+        return sql`(${claim.id}::uuid, ${claim.orgId}::uuid, ${claim.endpointId}::uuid, ${claim.attempt}::int, ${status}::text, ${delayMs}::bigint,
                     ${uncounted}::int, ${attempt !== null}::boolean, ${attempt?.statusCode ?? null}::int,
                     ${attempt?.latencyMs ?? null}::int, ${truncate(attempt?.error ?? null)}::text,
-                    ${attempt?.startedAt.toISOString() ?? null}::timestamptz, ${lastError}::text)`;
+                    ${attempt?.startedAt.toISOString() ?? null}::timestamptz, ${lastError}::text, ${outcome}::text)`;
       });
       const result = await tx.execute<{ id: string }>(sql`
-        WITH input (id, org_id, attempt_number, status, delay_ms, uncounted, has_attempt, status_code, latency_ms, error, started_at, last_error) AS (
+        WITH input (id, org_id, endpoint_id, attempt_number, status, delay_ms, uncounted, has_attempt, status_code, latency_ms, error, started_at, last_error, outcome) AS (
           VALUES ${sql.join(rows, sql`, `)}
         ),
         recorded AS (
@@ -162,6 +180,38 @@ export function createDeliveryRepository(db: Executor) {
           SELECT org_id, id, attempt_number, ${workerId}, status_code, latency_ms, error, started_at
             FROM input
            WHERE has_attempt
+        ),
+        last_success AS (
+          SELECT org_id, endpoint_id, max(started_at) FILTER (WHERE outcome = 'success') AS at
+            FROM input
+           WHERE outcome IS NOT NULL
+           GROUP BY org_id, endpoint_id
+        ),
+        health AS (
+          SELECT ls.org_id, ls.endpoint_id, ls.at AS last_success,
+                 (SELECT min(i.started_at) FROM input i
+                   WHERE i.org_id = ls.org_id AND i.endpoint_id = ls.endpoint_id AND i.outcome = 'failure'
+                     AND (ls.at IS NULL OR i.started_at > ls.at)) AS failing_from
+            FROM last_success ls
+        ),
+        changed AS (
+          SELECT endpoint.org_id, endpoint.id,
+                 CASE WHEN health.last_success IS NULL THEN coalesce(endpoint.failing_since, health.failing_from)
+                      ELSE health.failing_from END AS failing_since
+            FROM webhook_endpoints endpoint
+            JOIN health ON endpoint.org_id = health.org_id AND endpoint.id = health.endpoint_id
+           WHERE endpoint.enabled
+             AND endpoint.failing_since IS DISTINCT FROM
+                 CASE WHEN health.last_success IS NULL THEN coalesce(endpoint.failing_since, health.failing_from)
+                      ELSE health.failing_from END
+           ORDER BY endpoint.org_id, endpoint.id
+             FOR UPDATE OF endpoint
+        ),
+        tracked AS (
+          UPDATE webhook_endpoints endpoint
+             SET failing_since = changed.failing_since
+            FROM changed
+           WHERE endpoint.org_id = changed.org_id AND endpoint.id = changed.id
         )
         UPDATE webhook_deliveries delivery
            SET status = input.status,
@@ -182,43 +232,9 @@ export function createDeliveryRepository(db: Executor) {
       return new Set(result.rows.map((row) => row.id));
     },
 
-    /**
-     * Settles one delivery; for a 410 it also disables the endpoint and fails the endpoint's other
-     * queued deliveries, all in one transaction.
-     */
+    /** Settles one delivery (in the caller's transaction when it gives one); false when another worker had retaken it. */
     async settle(claim: ClaimedDelivery, workerId: string, settlement: Settlement, tx: Executor = db): Promise<boolean> {
-      const disableReason = settlement.status === 'failed' ? settlement.disableEndpointReason : undefined;
-      if (!disableReason) return (await repository.settleMany([{ claim, settlement }], workerId, tx)).has(claim.id);
-      return tx.transaction(async (inner) => {
-        const applied = (await repository.settleMany([{ claim, settlement }], workerId, inner)).has(claim.id);
-        const disabled = await inner.execute(sql`
-          UPDATE webhook_endpoints
-             SET enabled = false, disabled_reason = ${disableReason}, updated_at = clock_timestamp()
-           WHERE id = ${claim.endpointId} AND org_id = ${claim.orgId} AND enabled
-          RETURNING id
-        `);
-        if (disabled.rows.length > 0) {
-          await createAuditRepository(inner).record(
-            {
-              orgId: claim.orgId,
-              actor: { type: 'system', id: workerId },
-              action: 'webhook_endpoint.disabled',
-              subjectType: 'webhook_endpoint',
-              subjectId: claim.endpointId,
-              before: { enabled: true },
-              after: { enabled: false, disabled_reason: disableReason, delivery_id: claim.id, event_id: claim.eventId },
-            },
-            inner,
-          );
-        }
-        await inner.execute(sql`
-          UPDATE webhook_deliveries
-             SET status = 'failed', last_error = ${`endpoint disabled: ${disableReason}`}, updated_at = clock_timestamp()
-           WHERE endpoint_id = ${claim.endpointId} AND org_id = ${claim.orgId} AND status = 'pending'
-             AND (locked_until IS NULL OR locked_until < clock_timestamp())
-        `);
-        return applied;
-      });
+      return (await repository.settleMany([{ claim, settlement }], workerId, tx)).has(claim.id);
     },
   };
   return repository;

@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import pino from 'pino';
 import type { Database, Listener } from '../../db/client.js';
-import { createDeliveryRepository, type ClaimedDelivery, type Settlement } from './delivery.repository.js';
+import { createDeliveryRepository, type ClaimedDelivery, type EndpointDisableRequest, type Settlement } from './delivery.repository.js';
+import { createEndpointDisabler } from './webhooks.service.js';
 import { createWebhookSender, DEFAULT_REQUEST_TIMEOUT_MS, type SendResult } from './webhook-sender.js';
 
 export const DELIVERY_CHANNEL = 'webhook_deliveries';
@@ -33,6 +34,13 @@ export const DEFAULT_RETRY_SCHEDULE_MS: readonly number[] = [
 ];
 /** A receiver may ask for a pause with Retry-After, but not park a delivery beyond a day. */
 export const MAX_RETRY_AFTER_MS = 24 * HOUR;
+/** WEBHOOK_DISABLE_AFTER_HOURS's default: a receiver down for a long weekend keeps its endpoint. */
+export const DEFAULT_DISABLE_ENDPOINT_AFTER_MS = 72 * HOUR;
+
+/** "72 hours", or for the short periods tests use, seconds. */
+function describePeriod(ms: number): string {
+  return ms % HOUR === 0 ? `${ms / HOUR} hour${ms === HOUR ? '' : 's'}` : `${ms / SECOND} seconds`;
+}
 
 type WorkerLogger = Pick<pino.Logger, 'debug' | 'info' | 'warn' | 'error'>;
 
@@ -55,6 +63,11 @@ export type DeliveryWorkerOptions = {
   /** Spread of each retry delay: 0.2 means ±20 %, so failing endpoints are not retried in lockstep. */
   jitter?: number;
   maxRetryAfterMs?: number;
+  /**
+   * An endpoint whose every attempt has failed for longer than this (failing_since) is disabled when
+   * its next attempt fails (WEBHOOK_DISABLE_AFTER_HOURS; default 72 h).
+   */
+  disableEndpointAfterMs?: number;
   /** How long stop() lets in-flight posts finish before aborting and releasing them. */
   stopTimeoutMs?: number;
   /**
@@ -130,10 +143,12 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
   const maxAttempts = schedule.length + 1;
   const jitter = options.jitter ?? 0.2;
   const maxRetryAfterMs = options.maxRetryAfterMs ?? MAX_RETRY_AFTER_MS;
+  const disableAfterMs = options.disableEndpointAfterMs ?? DEFAULT_DISABLE_ENDPOINT_AFTER_MS;
   const stopTimeoutMs = options.stopTimeoutMs ?? 10_000;
   const refillAt = Math.max(1, Math.floor(concurrency / 4));
 
   const deliveries = createDeliveryRepository(database.db);
+  const disabler = createEndpointDisabler(database.db);
   const sender = createWebhookSender({ allowPrivateUrls: options.allowPrivateUrls, allowedPorts: options.allowedPorts, timeoutMs: requestTimeoutMs });
   const wake = createWakeSignal();
   /** Posts on the wire (they hold a concurrency slot and can be aborted on stop). */
@@ -169,12 +184,30 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
     const code = result.statusCode;
     if (result.error === null && code !== null && code >= 200 && code < 300) return { status: 'succeeded', attempt };
     if (code === 410) {
-      return { status: 'failed', attempt, disableEndpointReason: `the endpoint answered 410 Gone on ${startedAt.toISOString()}` };
+      return { status: 'failed', attempt, disableEndpoint: { reason: `the endpoint answered 410 Gone on ${startedAt.toISOString()}` } };
     }
+    const failing = failingTooLong(claim, result, startedAt);
     if (claim.attempt >= maxAttempts) {
-      return { status: 'failed', attempt, error: `${result.error ?? `HTTP ${code}`} (gave up after ${claim.attempt} attempts)` };
+      return { status: 'failed', attempt, error: `${result.error ?? `HTTP ${code}`} (gave up after ${claim.attempt} attempts)`, ...failing };
     }
-    return { status: 'retry', attempt, delayMs: retryDelay(claim.attempt, result) };
+    return { status: 'retry', attempt, delayMs: retryDelay(claim.attempt, result), ...failing };
+  }
+
+  /**
+   * A failed attempt on an endpoint failing for longer than the period (as the claim saw it) asks for
+   * the disable; the database checks the period again under the endpoint's lock, so a success that
+   * cleared failing_since meanwhile keeps the endpoint.
+   */
+  function failingTooLong(claim: ClaimedDelivery, result: SendResult, startedAt: Date): { disableEndpoint?: EndpointDisableRequest } {
+    const since = claim.endpointFailingSince;
+    if (since === null || startedAt.getTime() - since.getTime() <= disableAfterMs) return {};
+    const lastError = result.error ?? `HTTP ${result.statusCode}`;
+    return {
+      disableEndpoint: {
+        reason: `every attempt has failed since ${since.toISOString()} (more than ${describePeriod(disableAfterMs)}); the last: ${lastError}`,
+        failingForMs: disableAfterMs,
+      },
+    };
   }
 
   /**
@@ -213,19 +246,46 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
     }
   }
 
+  /**
+   * Settles the delivery and disables its endpoint in one transaction. The delivery is settled first
+   * (the order of the batched settlements: delivery, then endpoint); a retry it was given is then
+   * failed with the endpoint's other queued deliveries.
+   */
+  async function settleAndDisable(claim: ClaimedDelivery, settlement: Settlement, request: EndpointDisableRequest): Promise<{ applied: boolean; disabled: boolean }> {
+    return database.transaction(async (tx) => {
+      const applied = await deliveries.settle(claim, workerId, settlement, tx);
+      const outcome = await disabler.disable(
+        {
+          orgId: claim.orgId,
+          endpointId: claim.endpointId,
+          reason: request.reason,
+          failingForMs: request.failingForMs,
+          actor: { type: 'system', id: workerId },
+          cause: { delivery_id: claim.id, event_id: claim.eventId },
+        },
+        tx,
+      );
+      return { applied, disabled: outcome?.disabled === true };
+    });
+  }
+
   async function settle(claim: ClaimedDelivery, settlement: Settlement): Promise<void> {
-    const applied =
-      settlement.status === 'failed' && settlement.disableEndpointReason
-        ? await database.transaction((tx) => deliveries.settle(claim, workerId, settlement, tx))
-        : await new Promise<boolean>((resolve, reject) => {
+    const request = settlement.status === 'failed' || settlement.status === 'retry' ? settlement.disableEndpoint : undefined;
+    const { applied, disabled } = request
+      ? await settleAndDisable(claim, settlement, request)
+      : {
+          disabled: false,
+          applied: await new Promise<boolean>((resolve, reject) => {
             settleQueue.push({ claim, settlement, done: (error, ok) => (error ? reject(error) : resolve(ok === true)) });
             if (!flushing) void flushSettlements();
-          });
+          }),
+        };
+    if (disabled) logger.warn({ endpointId: claim.endpointId, orgId: claim.orgId, reason: request?.reason }, 'webhook endpoint disabled');
     if (!applied) {
       logger.warn({ deliveryId: claim.id, workerId }, 'webhook delivery was retaken by another worker before this attempt settled');
       return;
     }
-    const counter = settlement.status === 'retry' ? 'retried' : settlement.status;
+    const counter = settlement.status === 'retry' ? (disabled ? 'failed' : 'retried') : settlement.status;
     stats[counter] += 1;
   }
 

@@ -91,11 +91,35 @@ export function createWebhooksRepository(db: Executor) {
       return row;
     },
 
-    async disableEndpoint(orgId: string, id: string, reason: string, tx: Executor = db): Promise<WebhookEndpointRecord | undefined> {
+    /** Holds the endpoint's row until the transaction ends, so what is read is what a change in it starts from. */
+    async lockEndpoint(orgId: string, id: string, tx: Executor = db): Promise<WebhookEndpointRecord | undefined> {
+      const [row] = await tx
+        .select(endpointColumns)
+        .from(webhookEndpoints)
+        .where(and(eq(webhookEndpoints.orgId, orgId), eq(webhookEndpoints.id, id)))
+        .for('update');
+      return row;
+    },
+
+    /**
+     * Disables an enabled endpoint; undefined when it is not found, already disabled, or (with
+     * `failingForMs`) has not been failing that long by the database's clock.
+     */
+    async disableEndpoint(
+      orgId: string,
+      id: string,
+      reason: string,
+      tx: Executor = db,
+      options: { failingForMs?: number } = {},
+    ): Promise<WebhookEndpointRecord | undefined> {
+      const conditions: SQL[] = [eq(webhookEndpoints.orgId, orgId), eq(webhookEndpoints.id, id), eq(webhookEndpoints.enabled, true)];
+      if (options.failingForMs !== undefined) {
+        conditions.push(lt(webhookEndpoints.failingSince, sql`clock_timestamp() - ${options.failingForMs} * interval '1 millisecond'`));
+      }
       const [row] = await tx
         .update(webhookEndpoints)
         .set({ enabled: false, disabledReason: reason, updatedAt: sql`clock_timestamp()` })
-        .where(and(eq(webhookEndpoints.orgId, orgId), eq(webhookEndpoints.id, id)))
+        .where(and(...conditions))
         .returning(endpointColumns);
       return row;
     },

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import type { Database, Tx } from '../../db/client.js';
+import type { Database, Executor, Tx } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
@@ -42,6 +42,63 @@ export function toEndpointDto(row: WebhookEndpointRecord): WebhookEndpointDto {
     updated_at: row.updatedAt.toISOString(),
   };
 }
+
+export type EndpointDisable = {
+  orgId: string;
+  endpointId: string;
+  /** Stored as disabled_reason; the queued deliveries fail with `endpoint disabled: <reason>`. */
+  reason: string;
+  actor: Actor;
+  /** Only when every attempt has failed for longer than this (failing_since, by the database's clock). */
+  failingForMs?: number;
+  /** What caused it, kept in the audit row (e.g. the delivery and event of the attempt). */
+  cause?: Record<string, unknown>;
+};
+
+/**
+ * The one way an endpoint is disabled (a 410, failing for too long, an operator or the API), inside the
+ * caller's transaction: the endpoint stops receiving, its queued deliveries fail, and an audit row and an
+ * `endpoint.disabled` event commit with it. The event goes to the feed and to the organisation's other
+ * enabled endpoints that subscribe, never to this one, which is already disabled when it is written.
+ */
+export function createEndpointDisabler(db: Executor) {
+  const webhooks = createWebhooksRepository(db);
+  const audit = createAuditRepository(db);
+  const outbox = createOutboxRepository(db);
+
+  return {
+    /**
+     * `disabled` is false when the endpoint was already disabled (or not failing long enough): nothing
+     * is written then, so a disable seen twice records one event. Undefined when the endpoint is not found.
+     */
+    async disable(input: EndpointDisable, tx: Executor): Promise<{ endpoint: WebhookEndpointDto; disabled: boolean } | undefined> {
+      const before = await webhooks.lockEndpoint(input.orgId, input.endpointId, tx);
+      if (!before) return undefined;
+      const row = await webhooks.disableEndpoint(input.orgId, input.endpointId, input.reason, tx, { failingForMs: input.failingForMs });
+      if (!row) return { endpoint: toEndpointDto(before), disabled: false };
+      await webhooks.failQueuedDeliveries(input.orgId, input.endpointId, `endpoint disabled: ${input.reason}`, tx);
+      const endpoint = toEndpointDto(row);
+      await audit.record(
+        {
+          orgId: input.orgId,
+          actor: input.actor,
+          action: 'webhook_endpoint.disabled',
+          subjectType: 'webhook_endpoint',
+          subjectId: input.endpointId,
+          before: toEndpointDto(before),
+          after: input.cause ? { ...endpoint, cause: input.cause } : endpoint,
+        },
+        tx,
+      );
+      await outbox.record(
+        { orgId: input.orgId, type: 'endpoint.disabled', customerId: null, customer: null, data: { endpoint, reason: input.reason } },
+        tx,
+      );
+      return { endpoint, disabled: true };
+    },
+  };
+}
+export type EndpointDisabler = ReturnType<typeof createEndpointDisabler>;
 
 function toAttemptDto(row: WebhookAttemptRecord): WebhookAttemptDto {
   return {
@@ -89,6 +146,7 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
   const organisations = createOrganisationsRepository(database.db);
   const audit = createAuditRepository(database.db);
   const outbox = createOutboxRepository(database.db);
+  const disabler = createEndpointDisabler(database.db);
 
   async function requireOrg(orgId: string): Promise<void> {
     if (!isUuid(orgId) || !(await organisations.findById(orgId))) throw AppError.notFound('Organisation');
@@ -146,7 +204,10 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
       return (await webhooks.listEndpoints(orgId)).map(toEndpointDto);
     },
 
-    /** Stops deliveries to the endpoint; its queued deliveries fail with the reason. */
+    /**
+     * Stops deliveries to the endpoint; its queued deliveries fail with the reason and an
+     * `endpoint.disabled` event is recorded. An endpoint already disabled is returned as it is.
+     */
     async disableEndpoint(
       id: string,
       options: { orgId?: string; reason?: string; actor?: Actor } = {},
@@ -155,23 +216,9 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
       if (!existing || (options.orgId !== undefined && existing.orgId !== options.orgId)) throw AppError.notFound('Webhook endpoint');
       const reason = options.reason ?? 'disabled by an operator';
       return database.transaction(async (tx) => {
-        const row = await webhooks.disableEndpoint(existing.orgId, id, reason, tx);
-        if (!row) throw AppError.notFound('Webhook endpoint');
-        await webhooks.failQueuedDeliveries(existing.orgId, id, `endpoint disabled: ${reason}`, tx);
-        const dto = toEndpointDto(row);
-        await audit.record(
-          {
-            orgId: row.orgId,
-            actor: options.actor ?? SYSTEM_ACTOR,
-            action: 'webhook_endpoint.disabled',
-            subjectType: 'webhook_endpoint',
-            subjectId: row.id,
-            before: toEndpointDto(existing),
-            after: dto,
-          },
-          tx,
-        );
-        return dto;
+        const outcome = await disabler.disable({ orgId: existing.orgId, endpointId: id, reason, actor: options.actor ?? SYSTEM_ACTOR }, tx);
+        if (!outcome) throw AppError.notFound('Webhook endpoint');
+        return outcome.endpoint;
       });
     },
 
