@@ -103,7 +103,7 @@ export function createWebhooksRepository(db: Executor) {
 
     /**
      * Disables an enabled endpoint; undefined when it is not found, already disabled, or (with
-     * `failingForMs`) has not been failing that long by the database's clock.
+     * `failingForMs`) has not been failing for longer than that by the database's clock.
      */
     async disableEndpoint(
       orgId: string,
@@ -118,7 +118,8 @@ export function createWebhooksRepository(db: Executor) {
       }
       const [row] = await tx
         .update(webhookEndpoints)
-        .set({ enabled: false, disabledReason: reason, updatedAt: sql`clock_timestamp()` })
+        // Cleared, so an endpoint enabled again starts afresh; the reason keeps since when it had failed.
+        .set({ enabled: false, disabledReason: reason, failingSince: null, updatedAt: sql`clock_timestamp()` })
         .where(and(...conditions))
         .returning(endpointColumns);
       return row;
