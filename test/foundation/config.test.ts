@@ -30,6 +30,10 @@ const BAD_VALUES: Array<[variable: string, value: string, problem: RegExp]> = [
   ['WEBHOOK_ALLOWED_PORTS', '0', /"0" is not a port number \(1-65535\)/],
   ['WEBHOOK_ALLOWED_PORTS', '70000', /"70000" is not a port number/],
   ['WEBHOOK_ALLOWED_PORTS', '8443;9443', /comma-separated/],
+  ['WEBHOOK_DISABLE_AFTER_HOURS', 'soon', /whole number of hours/],
+  ['WEBHOOK_DISABLE_AFTER_HOURS', '1.5', /whole number of hours/],
+  ['WEBHOOK_DISABLE_AFTER_HOURS', '0', /at least 1 hour/],
+  ['WEBHOOK_DISABLE_AFTER_HOURS', '8761', /at most 8760 hours/],
   ['METRICS_PORT', 'abc', /port number/],
   ['METRICS_PORT', '70000', /at most 65535/],
   ['METRICS_PORT', '8080', /must differ from PORT \(8080\)/],
@@ -75,6 +79,7 @@ describe('configuration from the environment', () => {
       webhookWorker: true,
       webhookAllowPrivateUrls: false,
       webhookAllowedPorts: [],
+      webhookDisableAfterHours: 72,
       metricsPort: undefined,
       databasePoolSize: 10,
     });
@@ -121,6 +126,7 @@ describe('configuration from the environment', () => {
       WEBHOOK_WORKER: 'off',
       PUBLIC_BASE_URL: 'https://verify.example.com/',
       SMTP_URL: 'smtps://user:pass@mail.example.com',
+      WEBHOOK_DISABLE_AFTER_HOURS: '168',
     });
     expect(config).toMatchObject({
       port: 0,
@@ -131,6 +137,7 @@ describe('configuration from the environment', () => {
       webhookWorker: false,
       publicBaseUrl: 'https://verify.example.com',
       smtpUrl: 'smtps://user:pass@mail.example.com',
+      webhookDisableAfterHours: 168,
     });
   });
 
