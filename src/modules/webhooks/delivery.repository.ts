@@ -14,6 +14,8 @@ export type ClaimedDelivery = {
   payload: string;
   url: string;
   secret: string;
+  /** The secret a rotation replaced, while its grace lasts (null otherwise): deliveries carry its signature too. */
+  previousSecret: string | null;
   endpointEnabled: boolean;
 };
 
@@ -41,6 +43,7 @@ type ClaimRow = {
   payload: string;
   url: string;
   secret: string;
+  previous_secret: string | null;
   enabled: boolean;
 };
 
@@ -106,7 +109,8 @@ export function createDeliveryRepository(db: Executor) {
          AND event.id = delivery.event_id AND event.org_id = delivery.org_id
          AND endpoint.id = delivery.endpoint_id AND endpoint.org_id = delivery.org_id
       RETURNING delivery.id, delivery.org_id, delivery.event_id, delivery.endpoint_id, delivery.attempts,
-                event.payload, endpoint.url, endpoint.secret, endpoint.enabled
+                event.payload, endpoint.url, endpoint.secret, endpoint.enabled,
+                CASE WHEN endpoint.previous_secret_expires_at > clock_timestamp() THEN endpoint.previous_secret END AS previous_secret
     `);
     return result.rows.map((row) => ({
       id: row.id,
@@ -117,6 +121,7 @@ export function createDeliveryRepository(db: Executor) {
       payload: row.payload,
       url: row.url,
       secret: row.secret,
+      previousSecret: row.previous_secret,
       endpointEnabled: row.enabled,
     }));
   }
@@ -159,9 +164,14 @@ export function createDeliveryRepository(db: Executor) {
         ),
         recorded AS (
           INSERT INTO webhook_attempts (org_id, delivery_id, attempt_number, worker_id, status_code, latency_ms, error, started_at)
-          SELECT org_id, id, attempt_number, ${workerId}, status_code, latency_ms, error, started_at
+          SELECT input.org_id, input.id, input.attempt_number, ${workerId}, input.status_code, input.latency_ms, input.error, input.started_at
             FROM input
-           WHERE has_attempt
+            -- A delivery deleted with its endpoint while this attempt was posting drops the attempt
+            -- rather than failing the batch on the foreign key. (Not locked: a row lock here would
+            -- skip the rows this statement itself updates. A delete committing during the statement
+            -- still fails it, and the worker then settles the batch one by one.)
+            JOIN webhook_deliveries kept ON kept.org_id = input.org_id AND kept.id = input.id
+           WHERE input.has_attempt
         )
         UPDATE webhook_deliveries delivery
            SET status = input.status,
