@@ -12,7 +12,7 @@ export type VerificationClientOptions = {
   fetch?: (request: Request) => Promise<Response>;
 };
 
-const IDEMPOTENT_METHODS = new Set(['POST', 'PATCH', 'PUT']);
+const IDEMPOTENT_METHODS = new Set(['POST', 'PATCH', 'PUT', 'DELETE']);
 
 /**
  * A random (version 4) UUID from the Web Crypto API, which browsers, Node 20+, Deno and Bun all
@@ -31,7 +31,7 @@ export function randomUUID(): string {
 }
 
 /**
- * Gives every POST, PATCH and PUT an `Idempotency-Key` unless the caller set one, so a request
+ * Gives every POST, PATCH, PUT and DELETE an `Idempotency-Key` unless the caller set one, so a request
  * retried after a timeout replays the first answer instead of repeating the change. To retry by
  * hand, pass the same key yourself in `headers`.
  */

@@ -332,6 +332,156 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/webhook-endpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List webhook endpoints
+         * @description Ascending by (created_at, id) with an opaque cursor. Never shows a secret.
+         *
+         *     Required scope: `webhooks:write`.
+         */
+        get: operations["listWebhookEndpoints"];
+        put?: never;
+        /**
+         * Register a webhook endpoint
+         * @description Registers a URL that receives your organisation's events, signed per Standard Webhooks with the returned `secret` (`whsec_…`), which is shown only here and on rotate. The URL must be https on port 443 of a public address (the same rules as the operator CLI); an unsafe one is 422 on `url`. `events` empty or absent subscribes to every type. A replay of this request with the same Idempotency-Key (within 24 hours, same API key) returns this same response, secret included.
+         *
+         *     Required scope: `webhooks:write`.
+         */
+        post: operations["createWebhookEndpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhook-endpoints/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a webhook endpoint
+         * @description Never shows a secret; `previous_secret_expires_at` says until when a rotated-out secret still signs.
+         *
+         *     Required scope: `webhooks:write`.
+         */
+        get: operations["getWebhookEndpoint"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a webhook endpoint
+         * @description Deletes the endpoint together with its delivery log (deliveries and their attempts); queued deliveries are never sent. The events stay in `GET /events`. To keep the log, disable the endpoint instead.
+         *
+         *     Required scope: `webhooks:write`.
+         */
+        delete: operations["deleteWebhookEndpoint"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a webhook endpoint
+         * @description Changes the fields given. `enabled: false` disables the endpoint and fails its queued deliveries; `enabled: true` enables it again (clearing `disabled_reason`; deliveries failed meanwhile are not re-sent, retry them one by one). `description: null` clears the note. A request that changes nothing writes nothing. The secret changes only through rotate-secret.
+         *
+         *     Required scope: `webhooks:write`.
+         */
+        patch: operations["updateWebhookEndpoint"];
+        trace?: never;
+    };
+    "/webhook-endpoints/{id}/rotate-secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate the signing secret
+         * @description Returns a new `secret` (shown only here). Until `previous_secret_expires_at` (`grace_period_seconds` from now, default 86400) every delivery carries two signatures in `webhook-signature`, `v1,<new> v1,<old>`, so a receiver verifies with either secret while you deploy the new one; after it, only the new one signs. Rotating again during a grace replaces the older secret at once: only the two latest ever sign. A replay of this request with the same Idempotency-Key (within 24 hours, same API key) returns this same response, secret included.
+         *
+         *     Required scope: `webhooks:write`.
+         */
+        post: operations["rotateWebhookEndpointSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhook-endpoints/{id}/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a test event to the endpoint
+         * @description Records a `webhook.test` event (it appears in `GET /events` too) and queues its delivery to this endpoint only, whatever its `events`. Returns the event and the delivery; follow it with `GET /webhook-endpoints/{id}/deliveries`. A disabled endpoint is 409.
+         *
+         *     Required scope: `webhooks:write`.
+         */
+        post: operations["sendWebhookEndpointTest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhook-endpoints/{id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List an endpoint's deliveries
+         * @description Newest first, by (created_at, id), with an opaque cursor: the delivery log of this endpoint, each delivery with every attempt (status code, duration, error, time). Filter with `status`.
+         *
+         *     Required scope: `webhooks:write`.
+         */
+        get: operations["listWebhookEndpointDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhook-deliveries/{id}/retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Retry a delivery
+         * @description Queues another attempt now. A delivery still pending becomes due at once; a settled one (succeeded or failed) gets a new delivery of the same event (`resent_from` names the original), so the log stays intact. The receiver sees the same event id. A disabled endpoint is 409.
+         *
+         *     Required scope: `webhooks:write`.
+         */
+        post: operations["retryWebhookDelivery"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -4382,6 +4532,1493 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listWebhookEndpoints: {
+        parameters: {
+            query?: {
+                /** @description Page size 1 to 100, default 50; a whole number outside the range is clamped to it. */
+                limit?: number;
+                /** @description Opaque next_cursor of the previous page. */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always list.
+                         * @enum {string}
+                         */
+                        object: "list";
+                        /** @description This page, oldest first (created_at, then id). */
+                        data: {
+                            /**
+                             * Format: uuid
+                             * @description The endpoint id.
+                             */
+                            id: string;
+                            /**
+                             * Format: uuid
+                             * @description Your organisation.
+                             */
+                            org_id: string;
+                            /**
+                             * @description Where events are POSTed.
+                             * @example https://crm.example.com/hooks/svc
+                             */
+                            url: string;
+                            /**
+                             * @description Subscribed event types; empty means every type.
+                             * @example [
+                             *       "customer.updated"
+                             *     ]
+                             */
+                            events: string[];
+                            /**
+                             * @description Your note about the endpoint.
+                             * @example CRM production
+                             */
+                            description: string | null;
+                            /** @description Whether events are delivered to it. */
+                            enabled: boolean;
+                            /** @description Why it was disabled (by you, an operator, a 410 answer or 3 days of failures). */
+                            disabled_reason: string | null;
+                            /** @description After a rotation: until when deliveries also carry a signature made with the previous secret; null when only the current secret signs. */
+                            previous_secret_expires_at: string | null;
+                            /**
+                             * @description When the endpoint was registered.
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            created_at: string;
+                            /**
+                             * @description When it last changed.
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            updated_at: string;
+                        }[];
+                        /** @description Whether another page follows. */
+                        has_more: boolean;
+                        /** @description Pass as cursor, with the same filters, for the next page; null on the last page. */
+                        next_cursor: string | null;
+                        /** @description The page size applied. */
+                        limit: number;
+                    };
+                };
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Where events are POSTed: https on port 443 (or a port the service allows) of a public address.
+                     * @example https://crm.example.com/hooks/svc
+                     */
+                    url: string;
+                    /**
+                     * @description Event types the endpoint receives (customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled); empty or absent means every type.
+                     * @example [
+                     *       "customer.kyc_completed",
+                     *       "customer.updated"
+                     *     ]
+                     */
+                    events?: ("customer.kyc_completed" | "aml.review_completed" | "customer.updated" | "endpoint.disabled")[];
+                    /**
+                     * @description Your note about the endpoint.
+                     * @example CRM production
+                     */
+                    description?: string;
+                    /** @description Default true; false registers it without receiving events yet. */
+                    enabled?: boolean;
+                };
+            };
+        };
+        responses: {
+            /** @description A webhook endpoint with its signing secret, shown on create and on rotate only. */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description The endpoint id.
+                         */
+                        id: string;
+                        /**
+                         * Format: uuid
+                         * @description Your organisation.
+                         */
+                        org_id: string;
+                        /**
+                         * @description Where events are POSTed.
+                         * @example https://crm.example.com/hooks/svc
+                         */
+                        url: string;
+                        /**
+                         * @description Subscribed event types; empty means every type.
+                         * @example [
+                         *       "customer.updated"
+                         *     ]
+                         */
+                        events: string[];
+                        /**
+                         * @description Your note about the endpoint.
+                         * @example CRM production
+                         */
+                        description: string | null;
+                        /** @description Whether events are delivered to it. */
+                        enabled: boolean;
+                        /** @description Why it was disabled (by you, an operator, a 410 answer or 3 days of failures). */
+                        disabled_reason: string | null;
+                        /** @description After a rotation: until when deliveries also carry a signature made with the previous secret; null when only the current secret signs. */
+                        previous_secret_expires_at: string | null;
+                        /**
+                         * @description When the endpoint was registered.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                        /**
+                         * @description When it last changed.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        updated_at: string;
+                        /**
+                         * @description The Standard Webhooks signing secret (whsec_…). Shown only in this response: store it now.
+                         * @example whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
+                         */
+                        secret: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The webhook endpoint id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A webhook endpoint. Its signing secret is never shown here. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description The endpoint id.
+                         */
+                        id: string;
+                        /**
+                         * Format: uuid
+                         * @description Your organisation.
+                         */
+                        org_id: string;
+                        /**
+                         * @description Where events are POSTed.
+                         * @example https://crm.example.com/hooks/svc
+                         */
+                        url: string;
+                        /**
+                         * @description Subscribed event types; empty means every type.
+                         * @example [
+                         *       "customer.updated"
+                         *     ]
+                         */
+                        events: string[];
+                        /**
+                         * @description Your note about the endpoint.
+                         * @example CRM production
+                         */
+                        description: string | null;
+                        /** @description Whether events are delivered to it. */
+                        enabled: boolean;
+                        /** @description Why it was disabled (by you, an operator, a 410 answer or 3 days of failures). */
+                        disabled_reason: string | null;
+                        /** @description After a rotation: until when deliveries also carry a signature made with the previous secret; null when only the current secret signs. */
+                        previous_secret_expires_at: string | null;
+                        /**
+                         * @description When the endpoint was registered.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                        /**
+                         * @description When it last changed.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        updated_at: string;
+                    };
+                };
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The webhook endpoint id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint is gone, with its delivery log; its events stay in GET /events. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description The deleted endpoint.
+                         */
+                        id: string;
+                        /**
+                         * @description Always webhook_endpoint.
+                         * @enum {string}
+                         */
+                        object: "webhook_endpoint";
+                        /**
+                         * @description Always true.
+                         * @enum {boolean}
+                         */
+                        deleted: true;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    updateWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The webhook endpoint id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description A new URL, checked as on create.
+                     * @example https://crm.example.com/hooks/v2
+                     */
+                    url?: string;
+                    /**
+                     * @description Replaces the event types; an empty list means every type.
+                     * @example [
+                     *       "customer.updated"
+                     *     ]
+                     */
+                    events?: ("customer.kyc_completed" | "aml.review_completed" | "customer.updated" | "endpoint.disabled")[];
+                    /** @description false disables the endpoint (its queued deliveries fail); true enables it again and clears disabled_reason. */
+                    enabled?: boolean;
+                    /**
+                     * @description Your note; null clears it.
+                     * @example CRM staging
+                     */
+                    description?: string | null;
+                };
+            };
+        };
+        responses: {
+            /** @description A webhook endpoint. Its signing secret is never shown here. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description The endpoint id.
+                         */
+                        id: string;
+                        /**
+                         * Format: uuid
+                         * @description Your organisation.
+                         */
+                        org_id: string;
+                        /**
+                         * @description Where events are POSTed.
+                         * @example https://crm.example.com/hooks/svc
+                         */
+                        url: string;
+                        /**
+                         * @description Subscribed event types; empty means every type.
+                         * @example [
+                         *       "customer.updated"
+                         *     ]
+                         */
+                        events: string[];
+                        /**
+                         * @description Your note about the endpoint.
+                         * @example CRM production
+                         */
+                        description: string | null;
+                        /** @description Whether events are delivered to it. */
+                        enabled: boolean;
+                        /** @description Why it was disabled (by you, an operator, a 410 answer or 3 days of failures). */
+                        disabled_reason: string | null;
+                        /** @description After a rotation: until when deliveries also carry a signature made with the previous secret; null when only the current secret signs. */
+                        previous_secret_expires_at: string | null;
+                        /**
+                         * @description When the endpoint was registered.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                        /**
+                         * @description When it last changed.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        updated_at: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    rotateWebhookEndpointSecret: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The webhook endpoint id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description How long deliveries stay signed with the old secret too (default 86400, 24 h; 0 stops it at once; at most 604800).
+                     * @example 3600
+                     */
+                    grace_period_seconds?: number;
+                } | null;
+            };
+        };
+        responses: {
+            /** @description A webhook endpoint with its signing secret, shown on create and on rotate only. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description The endpoint id.
+                         */
+                        id: string;
+                        /**
+                         * Format: uuid
+                         * @description Your organisation.
+                         */
+                        org_id: string;
+                        /**
+                         * @description Where events are POSTed.
+                         * @example https://crm.example.com/hooks/svc
+                         */
+                        url: string;
+                        /**
+                         * @description Subscribed event types; empty means every type.
+                         * @example [
+                         *       "customer.updated"
+                         *     ]
+                         */
+                        events: string[];
+                        /**
+                         * @description Your note about the endpoint.
+                         * @example CRM production
+                         */
+                        description: string | null;
+                        /** @description Whether events are delivered to it. */
+                        enabled: boolean;
+                        /** @description Why it was disabled (by you, an operator, a 410 answer or 3 days of failures). */
+                        disabled_reason: string | null;
+                        /** @description After a rotation: until when deliveries also carry a signature made with the previous secret; null when only the current secret signs. */
+                        previous_secret_expires_at: string | null;
+                        /**
+                         * @description When the endpoint was registered.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                        /**
+                         * @description When it last changed.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        updated_at: string;
+                        /**
+                         * @description The Standard Webhooks signing secret (whsec_…). Shown only in this response: store it now.
+                         * @example whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
+                         */
+                        secret: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    sendWebhookEndpointTest: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The webhook endpoint id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description No fields; send no body or {}. */
+        requestBody: {
+            content: {
+                "application/json": Record<string, never> | null;
+            };
+        };
+        responses: {
+            /** @description The webhook.test event and its delivery, queued for this endpoint only. */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The event envelope exactly as delivered. */
+                        event: {
+                            /**
+                             * Format: uuid
+                             * @description The event id, the same in every delivery of it.
+                             */
+                            id: string;
+                            /**
+                             * @description The event type.
+                             * @example webhook.test
+                             */
+                            type: string;
+                            /**
+                             * @description When the event was recorded.
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            created: string;
+                            /** @description The event data: for webhook.test sent to one endpoint, {endpoint_id}. */
+                            data: {
+                                [key: string]: unknown;
+                            };
+                        };
+                        /**
+                         * @description A delivery of one event to one endpoint, with its attempts.
+                         * @example {
+                         *       "id": "5c44e0d2-7b1a-4c8e-a1f2-3d4e5f60718a",
+                         *       "org_id": "3f0c9a1e-5b7d-4c2e-8f10-2a3b4c5d6e7f",
+                         *       "event_id": "1d7a5e3c-2b4f-4a6e-9c8d-0e1f2a3b4c5d",
+                         *       "event_type": "customer.updated",
+                         *       "endpoint_id": "7a1e2c44-0b5e-4f0e-9a53-2f6b1c9d8e10",
+                         *       "endpoint_url": "https://crm.example.com/hooks/svc",
+                         *       "status": "succeeded",
+                         *       "attempt_count": 2,
+                         *       "next_attempt_at": null,
+                         *       "last_status_code": 200,
+                         *       "last_error": null,
+                         *       "created_at": "2026-01-31T09:00:00.000Z",
+                         *       "updated_at": "2026-01-31T09:00:31.000Z",
+                         *       "attempts": [
+                         *         {
+                         *           "attempt_number": 1,
+                         *           "status_code": 503,
+                         *           "latency_ms": 120,
+                         *           "error": "HTTP 503",
+                         *           "worker_id": "api-1:41:ab12cd34",
+                         *           "started_at": "2026-01-31T09:00:00.100Z"
+                         *         },
+                         *         {
+                         *           "attempt_number": 2,
+                         *           "status_code": 200,
+                         *           "latency_ms": 85,
+                         *           "error": null,
+                         *           "worker_id": "api-1:41:ab12cd34",
+                         *           "started_at": "2026-01-31T09:00:30.900Z"
+                         *         }
+                         *       ]
+                         *     }
+                         */
+                        delivery: {
+                            /**
+                             * Format: uuid
+                             * @description The delivery id.
+                             */
+                            id: string;
+                            /**
+                             * Format: uuid
+                             * @description Your organisation.
+                             */
+                            org_id: string;
+                            /**
+                             * Format: uuid
+                             * @description The event delivered (the SVC-Event-Id and webhook-id headers).
+                             */
+                            event_id: string;
+                            /**
+                             * @description The event type.
+                             * @example customer.updated
+                             */
+                            event_type: string;
+                            /**
+                             * Format: uuid
+                             * @description The endpoint it goes to.
+                             */
+                            endpoint_id: string;
+                            /** @description The endpoint URL now. */
+                            endpoint_url: string;
+                            /**
+                             * @description pending (queued or waiting for a retry), succeeded or failed (gave up, or the endpoint was disabled).
+                             * @enum {string}
+                             */
+                            status: "pending" | "succeeded" | "failed";
+                            /** @description Attempts made so far. */
+                            attempt_count: number;
+                            /** @description When the next attempt is due; null once settled. */
+                            next_attempt_at: string | null;
+                            /** @description Status code of the latest attempt that got an answer. */
+                            last_status_code: number | null;
+                            /** @description Error of the latest attempt, or why the delivery failed. */
+                            last_error: string | null;
+                            /**
+                             * @description When the delivery was queued.
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            created_at: string;
+                            /**
+                             * @description When it last changed.
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            updated_at: string;
+                            /** @description Every attempt, oldest first. */
+                            attempts: {
+                                /** @description 1 for the first attempt of the delivery. */
+                                attempt_number: number;
+                                /** @description The HTTP status your endpoint answered; null when none arrived (timeout, connection refused). */
+                                status_code: number | null;
+                                /** @description How long the attempt took, from sending the request to the end of the answer, in milliseconds. */
+                                latency_ms: number | null;
+                                /**
+                                 * @description Why the attempt failed; null on success.
+                                 * @example HTTP 503
+                                 */
+                                error: string | null;
+                                /** @description Which delivery worker made the attempt (for support). */
+                                worker_id: string | null;
+                                /**
+                                 * @description When the attempt started.
+                                 * @example 2026-01-31T09:00:00.000Z
+                                 */
+                                started_at: string;
+                            }[];
+                        };
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listWebhookEndpointDeliveries: {
+        parameters: {
+            query?: {
+                /** @description Page size 1 to 100, default 50; a whole number outside the range is clamped to it. */
+                limit?: number;
+                /** @description Opaque next_cursor of the previous page. */
+                cursor?: string;
+                /** @description Only deliveries in this status: pending (queued or retrying), succeeded, failed. */
+                status?: "pending" | "succeeded" | "failed";
+            };
+            header?: never;
+            path: {
+                /** @description The webhook endpoint id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always list.
+                         * @enum {string}
+                         */
+                        object: "list";
+                        /** @description This page, newest first (created_at, then id, descending). */
+                        data: {
+                            /**
+                             * Format: uuid
+                             * @description The delivery id.
+                             */
+                            id: string;
+                            /**
+                             * Format: uuid
+                             * @description Your organisation.
+                             */
+                            org_id: string;
+                            /**
+                             * Format: uuid
+                             * @description The event delivered (the SVC-Event-Id and webhook-id headers).
+                             */
+                            event_id: string;
+                            /**
+                             * @description The event type.
+                             * @example customer.updated
+                             */
+                            event_type: string;
+                            /**
+                             * Format: uuid
+                             * @description The endpoint it goes to.
+                             */
+                            endpoint_id: string;
+                            /** @description The endpoint URL now. */
+                            endpoint_url: string;
+                            /**
+                             * @description pending (queued or waiting for a retry), succeeded or failed (gave up, or the endpoint was disabled).
+                             * @enum {string}
+                             */
+                            status: "pending" | "succeeded" | "failed";
+                            /** @description Attempts made so far. */
+                            attempt_count: number;
+                            /** @description When the next attempt is due; null once settled. */
+                            next_attempt_at: string | null;
+                            /** @description Status code of the latest attempt that got an answer. */
+                            last_status_code: number | null;
+                            /** @description Error of the latest attempt, or why the delivery failed. */
+                            last_error: string | null;
+                            /**
+                             * @description When the delivery was queued.
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            created_at: string;
+                            /**
+                             * @description When it last changed.
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            updated_at: string;
+                            /** @description Every attempt, oldest first. */
+                            attempts: {
+                                /** @description 1 for the first attempt of the delivery. */
+                                attempt_number: number;
+                                /** @description The HTTP status your endpoint answered; null when none arrived (timeout, connection refused). */
+                                status_code: number | null;
+                                /** @description How long the attempt took, from sending the request to the end of the answer, in milliseconds. */
+                                latency_ms: number | null;
+                                /**
+                                 * @description Why the attempt failed; null on success.
+                                 * @example HTTP 503
+                                 */
+                                error: string | null;
+                                /** @description Which delivery worker made the attempt (for support). */
+                                worker_id: string | null;
+                                /**
+                                 * @description When the attempt started.
+                                 * @example 2026-01-31T09:00:00.000Z
+                                 */
+                                started_at: string;
+                            }[];
+                        }[];
+                        /** @description Whether another page follows. */
+                        has_more: boolean;
+                        /** @description Pass as cursor, with the same filters, for the next page; null on the last page. */
+                        next_cursor: string | null;
+                        /** @description The page size applied. */
+                        limit: number;
+                    };
+                };
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    retryWebhookDelivery: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The delivery id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description No fields; send no body or {}. */
+        requestBody: {
+            content: {
+                "application/json": Record<string, never> | null;
+            };
+        };
+        responses: {
+            /** @description The delivery that will make the next attempt. */
+            202: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description The delivery id.
+                         */
+                        id: string;
+                        /**
+                         * Format: uuid
+                         * @description Your organisation.
+                         */
+                        org_id: string;
+                        /**
+                         * Format: uuid
+                         * @description The event delivered (the SVC-Event-Id and webhook-id headers).
+                         */
+                        event_id: string;
+                        /**
+                         * @description The event type.
+                         * @example customer.updated
+                         */
+                        event_type: string;
+                        /**
+                         * Format: uuid
+                         * @description The endpoint it goes to.
+                         */
+                        endpoint_id: string;
+                        /** @description The endpoint URL now. */
+                        endpoint_url: string;
+                        /**
+                         * @description pending (queued or waiting for a retry), succeeded or failed (gave up, or the endpoint was disabled).
+                         * @enum {string}
+                         */
+                        status: "pending" | "succeeded" | "failed";
+                        /** @description Attempts made so far. */
+                        attempt_count: number;
+                        /** @description When the next attempt is due; null once settled. */
+                        next_attempt_at: string | null;
+                        /** @description Status code of the latest attempt that got an answer. */
+                        last_status_code: number | null;
+                        /** @description Error of the latest attempt, or why the delivery failed. */
+                        last_error: string | null;
+                        /**
+                         * @description When the delivery was queued.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                        /**
+                         * @description When it last changed.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        updated_at: string;
+                        /** @description Every attempt, oldest first. */
+                        attempts: {
+                            /** @description 1 for the first attempt of the delivery. */
+                            attempt_number: number;
+                            /** @description The HTTP status your endpoint answered; null when none arrived (timeout, connection refused). */
+                            status_code: number | null;
+                            /** @description How long the attempt took, from sending the request to the end of the answer, in milliseconds. */
+                            latency_ms: number | null;
+                            /**
+                             * @description Why the attempt failed; null on success.
+                             * @example HTTP 503
+                             */
+                            error: string | null;
+                            /** @description Which delivery worker made the attempt (for support). */
+                            worker_id: string | null;
+                            /**
+                             * @description When the attempt started.
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            started_at: string;
+                        }[];
+                        /** @description The settled delivery this one repeats (a new delivery of the same event); null when the queued delivery itself was made due now. */
+                        resent_from: string | null;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
             /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {

@@ -4,6 +4,7 @@ import { designatedServicesRoutes } from './designated-services/designated-servi
 import { entitiesRoutes } from './entities/entities.routes.js';
 import { groupsRoutes } from './groups/groups.routes.js';
 import { verificationRoutes } from './verification/verification.routes.js';
+import { webhooksRoutes } from './webhooks/webhooks.routes.js';
 
 /** The v1 route modules, each registered under /v1 and building its own services from app.deps. */
-export const apiModules: FastifyPluginAsync[] = [customersRoutes, entitiesRoutes, groupsRoutes, verificationRoutes, designatedServicesRoutes];
+export const apiModules: FastifyPluginAsync[] = [customersRoutes, entitiesRoutes, groupsRoutes, verificationRoutes, designatedServicesRoutes, webhooksRoutes];

@@ -6,7 +6,7 @@ import { AppError, isAppError } from '../shared/app-error.js';
 import { errorEnvelope } from './errors.plugin.js';
 import { createIdempotencyRepository } from './idempotency.repository.js';
 
-const IDEMPOTENT_METHODS = new Set(['POST', 'PATCH', 'PUT']);
+const IDEMPOTENT_METHODS = new Set(['POST', 'PATCH', 'PUT', 'DELETE']);
 /** Handler errors that are answers about the caller's access, not about the request: never stored. */
 const UNSTORED_STATUSES = new Set([401, 403, 429]);
 const JSON_TYPE = 'application/json; charset=utf-8';
@@ -20,7 +20,7 @@ export function requestFingerprint(method: string, path: string, body: unknown):
 type Outcome = { kind: 'sent'; status: number; body: string; replayed: boolean } | { kind: 'error'; error: AppError };
 
 /**
- * `Idempotency-Key` on POST/PATCH/PUT under /v1. The handler runs inside a transaction that first
+ * `Idempotency-Key` on POST/PATCH/PUT/DELETE under /v1. The handler runs inside a transaction that first
  * locks the key; the handler's own transaction joins it, so the change, its side records and the
  * stored response (written once, last) commit (or roll back) together. A concurrent duplicate blocks
  * on the lock until the first commits, then replays its response.

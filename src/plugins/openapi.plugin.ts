@@ -16,7 +16,7 @@ export const API_SUMMARY = 'Customer and entity verification API (AML/CTF custom
 export const DOCS_PATH = '/docs';
 export const OPENAPI_PATH = '/openapi.json';
 const V1_PREFIX = '/v1';
-const IDEMPOTENT_METHODS = new Set(['POST', 'PATCH', 'PUT']);
+const IDEMPOTENT_METHODS = new Set(['POST', 'PATCH', 'PUT', 'DELETE']);
 /** Internal marker set by the per-route transform and consumed (removed) by the document transform. */
 const ROUTE_MARKER = 'x-svc-route';
 
@@ -329,6 +329,11 @@ const TAGS: OpenAPIV3_1.TagObject[] = [
       'Group workspaces for multi-party deals or matters, created from a group template or from explicit party slots, and the templates available to the organisation. Needs the organisation\'s `groups` feature (403 `feature_disabled` otherwise).',
   },
   {
+    name: 'Webhooks',
+    description:
+      'Your webhook endpoints (scope `webhooks:write`): register, list, update, disable, delete, rotate the signing secret with a grace period during which deliveries carry both signatures, send a test event, read the delivery log with every attempt, and retry a delivery. The `whsec_` secret is shown only on create and on rotate.',
+  },
+  {
     name: 'Catalog',
     description:
       'The read-only catalog of designated-service codes used in `designatedServices`, `preExistingServices` and `service_codes`. Any valid API key may read it.',
@@ -337,7 +342,7 @@ const TAGS: OpenAPIV3_1.TagObject[] = [
 
 const DESCRIPTION = `${API_SUMMARY}
 
-Authenticate every request with \`Authorization: Bearer svc_live_…\`; each operation names the scope its key needs. Errors always use the \`Error\` envelope; each error status lists the \`error.code\` values it carries. Every response carries \`X-Request-Id\`; authenticated responses carry \`RateLimit\` and \`RateLimit-Policy\`. POST, PATCH and PUT accept an \`Idempotency-Key\` header. Responses are forward-compatible: ignore fields you do not recognise.`;
+Authenticate every request with \`Authorization: Bearer svc_live_…\`; each operation names the scope its key needs. Errors always use the \`Error\` envelope; each error status lists the \`error.code\` values it carries. Every response carries \`X-Request-Id\`; authenticated responses carry \`RateLimit\` and \`RateLimit-Policy\`. POST, PATCH, PUT and DELETE accept an \`Idempotency-Key\` header. Responses are forward-compatible: ignore fields you do not recognise.`;
 
 /**
  * The configuration of the reference page at /docs (options of @scalar/fastify-api-reference, served

@@ -34,6 +34,15 @@ export const ROUTE_SCOPES: Readonly<Record<string, Scope | null>> = {
   'POST /v1/groups': 'groups:write',
   'GET /v1/group-templates': 'groups:read',
   'GET /v1/designated-services': null,
+  'POST /v1/webhook-endpoints': 'webhooks:write',
+  'GET /v1/webhook-endpoints': 'webhooks:write',
+  'GET /v1/webhook-endpoints/:id': 'webhooks:write',
+  'PATCH /v1/webhook-endpoints/:id': 'webhooks:write',
+  'DELETE /v1/webhook-endpoints/:id': 'webhooks:write',
+  'POST /v1/webhook-endpoints/:id/rotate-secret': 'webhooks:write',
+  'POST /v1/webhook-endpoints/:id/test': 'webhooks:write',
+  'GET /v1/webhook-endpoints/:id/deliveries': 'webhooks:write',
+  'POST /v1/webhook-deliveries/:id/retry': 'webhooks:write',
 };
 
 export function routeKey(method: string, url: string): string {

@@ -38,6 +38,8 @@ const VALID_BODIES: Record<string, unknown> = {
   'POST /v1/entities/:id/ubos/:uboId/send-link': {},
   'POST /v1/entities/:id/kyb': { method: 'manual' },
   'POST /v1/groups': { name: 'Scope probe group' },
+  'POST /v1/webhook-endpoints': { url: 'https://93.184.215.14/hooks' },
+  'PATCH /v1/webhook-endpoints/:id': { description: 'scope probe' },
 };
 
 function isRegistered(app: FastifyInstance, route: RouteEntry): boolean {
@@ -53,6 +55,7 @@ let orgA: TestOrg;
 let orgB: TestOrg;
 let customerA: { id: string; external_id: string; full_name: string };
 let entityA: { id: string; external_id: string } | undefined;
+let webhooksA: { endpoint: string; delivery: string } | undefined;
 
 beforeAll(async () => {
   ctx = await createTestContext();
@@ -71,6 +74,13 @@ beforeAll(async () => {
     });
     expect(entity.statusCode).toBe(201);
     entityA = entity.json();
+  }
+  if (ctx.app.hasRoute({ method: 'POST', url: '/v1/webhook-endpoints' })) {
+    const endpoint = await ctx.request('POST', '/v1/webhook-endpoints', { key: orgA.key, body: { url: 'https://93.184.215.14/hooks' } });
+    expect(endpoint.statusCode).toBe(201);
+    const test = await ctx.request('POST', `/v1/webhook-endpoints/${endpoint.json().id}/test`, { key: orgA.key });
+    expect(test.statusCode).toBe(201);
+    webhooksA = { endpoint: endpoint.json().id, delivery: test.json().delivery.id };
   }
 });
 afterAll(async () => ctx?.close());
@@ -155,6 +165,8 @@ describe('organisation scoping', () => {
   const idRoutes = ROUTES.filter((route) => route.url.includes(':id'));
 
   function ownerIds(route: RouteEntry): Array<[string, string]> | undefined {
+    if (route.url.startsWith('/v1/webhook-endpoints/')) return webhooksA && [['uuid', webhooksA.endpoint]];
+    if (route.url.startsWith('/v1/webhook-deliveries/')) return webhooksA && [['uuid', webhooksA.delivery]];
     const record = route.url.startsWith('/v1/entities/') ? entityA : customerA;
     if (!record) return undefined;
     return [

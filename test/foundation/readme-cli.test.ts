@@ -53,6 +53,8 @@ beforeAll(async () => {
     createOutboxRepository(ctx.database.db).record({ orgId: org.id, type: 'webhook.test', customerId: null, customer: null }, tx),
   );
   const deliveries = await webhooks.listDeliveries({ orgId: org.id, eventId });
+  // A third, for the commands that change an endpoint and keep it (update, rotate-secret, test --endpoint).
+  const managed = await webhooks.addEndpoint({ orgId: org.id, url: 'http://127.0.0.1:9/managed' });
   const live = deliveries.find((delivery) => delivery.endpoint_id !== toDisable.id);
   expect(live).toBeDefined();
   const templateFile = join(folder, 'template.json');
@@ -69,6 +71,7 @@ beforeAll(async () => {
     ['3f0c…', org.id],
     ['9b2e…', spareKey.id],
     ['7a1e…', toDisable.id],
+    ['2b8d…', managed.id],
     ['1d7a…', eventId],
     ['5c44…', live!.id],
     ['--file template.json', `--file ${templateFile}`],

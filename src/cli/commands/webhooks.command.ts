@@ -79,7 +79,61 @@ export function registerWebhookCommands(program: Command): void {
 
   webhook
     .command('test')
-    .description('Emit a webhook.test event to every enabled endpoint of the organisation')
+    .description('Emit a webhook.test event to every enabled endpoint of the organisation, or with --endpoint to that one only')
     .requiredOption('--org <id>', 'organisation id')
-    .action((options: { org: string }) => runCommand((context) => service(context).sendTestEvent(options.org)));
+    .option('--endpoint <id>', 'only this endpoint (prints {event, delivery}); a disabled one is refused')
+    .action((options: { org: string; endpoint?: string }) =>
+      runCommand((context) =>
+        options.endpoint === undefined
+          ? service(context).sendTestEvent(options.org)
+          : service(context).sendTestEventTo(options.endpoint, { orgId: options.org, actor: context.actor }),
+      ),
+    );
+
+  webhook
+    .command('update')
+    .description('Change an endpoint (as PATCH /v1/webhook-endpoints/{id}); prints it, without its secret')
+    .argument('<id>', 'endpoint id')
+    .option('--org <id>', 'organisation id (refuses an endpoint of another organisation)')
+    .option('--url <url>', 'a new URL, checked as on add')
+    .option('--events <list>', `comma-separated event types (${EVENT_TYPES.join(', ')}); "" for all`)
+    .option('--description <text>', 'your note; "" clears it')
+    .option('--enable', 'enable it again (clears disabled_reason)')
+    .option('--disable', 'disable it; its queued deliveries fail')
+    .action((id: string, options: { org?: string; url?: string; events?: string; description?: string; enable?: boolean; disable?: boolean }) =>
+      runCommand((context) => {
+        if (options.enable && options.disable) throw new Error('--enable and --disable exclude each other');
+        return service(context).updateEndpoint(
+          id,
+          {
+            url: options.url,
+            events: parseList(options.events) as EventType[] | undefined,
+            description: options.description === undefined ? undefined : options.description || null,
+            enabled: options.enable ? true : options.disable ? false : undefined,
+          },
+          { orgId: options.org, actor: context.actor },
+        );
+      }),
+    );
+
+  webhook
+    .command('rotate-secret')
+    .description('Give an endpoint a new signing secret (printed only here); the old one keeps signing too for the grace period')
+    .argument('<id>', 'endpoint id')
+    .option('--org <id>', 'organisation id (refuses an endpoint of another organisation)')
+    .option('--grace-period-seconds <n>', 'how long the old secret keeps signing (0 to 604800, default 86400)', parseInteger('--grace-period-seconds'))
+    .action((id: string, options: { org?: string; gracePeriodSeconds?: number }) =>
+      runCommand((context) =>
+        service(context).rotateSecret(id, { orgId: options.org, gracePeriodSeconds: options.gracePeriodSeconds, actor: context.actor }),
+      ),
+    );
+
+  webhook
+    .command('delete')
+    .description('Delete an endpoint with its delivery log; its queued deliveries are never sent')
+    .argument('<id>', 'endpoint id')
+    .option('--org <id>', 'organisation id (refuses an endpoint of another organisation)')
+    .action((id: string, options: { org?: string }) =>
+      runCommand((context) => service(context).deleteEndpoint(id, { orgId: options.org, actor: context.actor })),
+    );
 }

@@ -13,6 +13,8 @@ export type ClaimedDelivery = {
   payload: string;
   url: string;
   secret: string;
+  /** The secret a rotation replaced, while its grace lasts (null otherwise): deliveries carry its signature too. */
+  previousSecret: string | null;
   endpointEnabled: boolean;
   /** Since when every attempt to the endpoint has failed, as the claim saw it; null when its last attempt succeeded. */
   endpointFailingSince: Date | null;
@@ -48,6 +50,7 @@ type ClaimRow = {
   payload: string;
   url: string;
   secret: string;
+  previous_secret: string | null;
   enabled: boolean;
   failing_since_ms: number | null;
 };
@@ -115,7 +118,8 @@ export function createDeliveryRepository(db: Executor) {
          AND endpoint.id = delivery.endpoint_id AND endpoint.org_id = delivery.org_id
       RETURNING delivery.id, delivery.org_id, delivery.event_id, delivery.endpoint_id, delivery.attempts,
                 event.payload, endpoint.url, endpoint.secret, endpoint.enabled,
-                (extract(epoch FROM endpoint.failing_since) * 1000)::float8 AS failing_since_ms
+                (extract(epoch FROM endpoint.failing_since) * 1000)::float8 AS failing_since_ms,
+                CASE WHEN endpoint.previous_secret_expires_at > clock_timestamp() THEN endpoint.previous_secret END AS previous_secret
     `);
     return result.rows.map((row) => ({
       id: row.id,
@@ -126,6 +130,7 @@ export function createDeliveryRepository(db: Executor) {
       payload: row.payload,
       url: row.url,
       secret: row.secret,
+      previousSecret: row.previous_secret,
       endpointEnabled: row.enabled,
       endpointFailingSince: row.failing_since_ms === null ? null : new Date(row.failing_since_ms),
     }));
@@ -177,9 +182,14 @@ export function createDeliveryRepository(db: Executor) {
         ),
         recorded AS (
           INSERT INTO webhook_attempts (org_id, delivery_id, attempt_number, worker_id, status_code, latency_ms, error, started_at)
-          SELECT org_id, id, attempt_number, ${workerId}, status_code, latency_ms, error, started_at
+          SELECT input.org_id, input.id, input.attempt_number, ${workerId}, input.status_code, input.latency_ms, input.error, input.started_at
             FROM input
-           WHERE has_attempt
+            -- A delivery deleted with its endpoint while this attempt was posting drops the attempt
+            -- rather than failing the batch on the foreign key. (Not locked: a row lock here would
+            -- skip the rows this statement itself updates. A delete committing during the statement
+            -- still fails it, and the worker then settles the batch one by one.)
+            JOIN webhook_deliveries kept ON kept.org_id = input.org_id AND kept.id = input.id
+           WHERE input.has_attempt
         ),
         last_success AS (
           SELECT org_id, endpoint_id, max(started_at) FILTER (WHERE outcome = 'success') AS at

@@ -312,7 +312,7 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
     const startedAt = new Date();
     let result: SendResult;
     try {
-      result = await sender.send({ url: claim.url, secret: claim.secret, eventId: claim.eventId, payload: claim.payload, signal });
+      result = await sender.send({ url: claim.url, secret: claim.secret, previousSecret: claim.previousSecret, eventId: claim.eventId, payload: claim.payload, signal });
     } catch (error) {
       // A request that cannot even be built is a failed attempt like any other, not a stuck claim.
       const message = error instanceof Error ? error.message : String(error);

@@ -23,6 +23,8 @@ export type OutboxEvent = {
    * the record's own, as the change queued ahead of it in the transaction stamped it.
    */
   updatedAtFromRecord?: boolean;
+  /** Queues the event for this endpoint only (when enabled), whatever its subscriptions: a test sent to one endpoint. */
+  endpointId?: string;
 };
 
 /** Stands for a customer's updated_at in an event built before the database stamped it. */
@@ -36,7 +38,11 @@ const ISO_FORMAT = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
  * itself): one statement, which returns a row when something was queued. `payload` is the event's
  * JSON, as given or with the record's updated_at put in.
  */
-function recordEventSql(payload: SQL): SQL {
+function recordEventSql(payload: SQL, options: { oneEndpoint?: boolean } = {}): SQL {
+  const endpointFilter = options.oneEndpoint
+    ? sql`AND endpoint.id = ${value('endpointId')}::uuid`
+    : sql`AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types)
+              OR event.type = 'webhook.test')`;
   return sql`
     WITH event AS (
       INSERT INTO outbox_events (id, org_id, type, customer_id, payload, created_at)
@@ -50,8 +56,7 @@ function recordEventSql(payload: SQL): SQL {
         JOIN webhook_endpoints endpoint
           ON endpoint.org_id = event.org_id
          AND endpoint.enabled
-         AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types)
-              OR event.type = 'webhook.test')
+         ${endpointFilter}
       RETURNING 1
     )
     SELECT 1 FROM queued LIMIT 1
@@ -62,6 +67,7 @@ export function createOutboxRepository(db: Executor) {
   // Built once (see built-once.ts): every change to an integration's record writes one.
   const statements = {
     asGiven: builtOnce('outbox_record', () => recordEventSql(value('payload'))),
+    toOneEndpoint: builtOnce('outbox_record_one_endpoint', () => recordEventSql(value('payload'), { oneEndpoint: true })),
     withRecordUpdatedAt: builtOnce('outbox_record_stamped', () =>
       recordEventSql(
         sql`replace(${sql.placeholder('payload')}, ${sql.placeholder('marker')},
@@ -81,7 +87,9 @@ export function createOutboxRepository(db: Executor) {
       const created = new Date().toISOString();
       const payload = JSON.stringify({ id, type: event.type, created, data: event.data ?? { customer: event.customer } });
       const values = { id, orgId: event.orgId, type: event.type, customerId: event.customerId, payload, created };
-      const { rows } = event.updatedAtFromRecord
+      const { rows } = event.endpointId !== undefined
+        ? await statements.toOneEndpoint.run(tx, Object.assign(values, { endpointId: event.endpointId }))
+        : event.updatedAtFromRecord
         ? await statements.withRecordUpdatedAt.run(tx, Object.assign(values, { marker: `"updated_at":"${RECORD_UPDATED_AT}"`, recordId: event.customerId }))
         : await statements.asGiven.run(tx, values);
       if (rows.length > 0) wakeAfterCommit(tx, 'webhook_deliveries');

@@ -19,9 +19,13 @@ export type SignedHeaders = {
  * the base64-decoded part of the `whsec_` secret. Signed with the reference library so any Standard
  * Webhooks verifier accepts it.
  */
-export function signWebhook(secret: string, id: string, timestampSeconds: number, body: string): SignedHeaders {
-  const signature = new Webhook(secret).sign(id, new Date(timestampSeconds * 1000), body);
-  return { 'webhook-id': id, 'webhook-timestamp': String(timestampSeconds), 'webhook-signature': signature };
+export function signWebhook(secret: string, id: string, timestampSeconds: number, body: string, previousSecret?: string | null): SignedHeaders {
+  const at = new Date(timestampSeconds * 1000);
+  const signatures = [new Webhook(secret).sign(id, at, body)];
+  // During a rotation's grace the old secret signs too, space separated as Standard Webhooks allows:
+  // a receiver still holding it verifies, and one that already switched does as well.
+  if (previousSecret) signatures.push(new Webhook(previousSecret).sign(id, at, body));
+  return { 'webhook-id': id, 'webhook-timestamp': String(timestampSeconds), 'webhook-signature': signatures.join(' ') };
 }
 
 /** `Retry-After` as delay-seconds or an HTTP date; `null` when absent or unreadable. */
@@ -43,7 +47,15 @@ export type SendResult = {
   aborted: boolean;
 };
 
-export type SendRequest = { url: string; secret: string; eventId: string; payload: string; signal?: AbortSignal };
+export type SendRequest = {
+  url: string;
+  secret: string;
+  /** The secret a rotation replaced, while its grace lasts: it signs too. */
+  previousSecret?: string | null;
+  eventId: string;
+  payload: string;
+  signal?: AbortSignal;
+};
 
 /**
  * Posts signed payloads. Redirects are never followed (Node's http client does not follow them), so
@@ -87,7 +99,7 @@ export function createWebhookSender(
       if (range !== undefined) return Promise.resolve(refuse(`refused: ${host} is not a public address (${range})`, startedAt));
       const body = Buffer.from(request.payload, 'utf8');
       const timestamp = Math.floor(Date.now() / 1000);
-      const signed = signWebhook(request.secret, request.eventId, timestamp, request.payload);
+      const signed = signWebhook(request.secret, request.eventId, timestamp, request.payload, request.previousSecret);
       const headers = {
         'content-type': 'application/json',
         'content-length': String(body.length),

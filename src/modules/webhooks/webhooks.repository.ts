@@ -3,14 +3,22 @@ import { wakeAfterCommit, type Executor } from '../../db/client.js';
 import { outboxEvents, webhookAttempts, webhookDeliveries, webhookEndpoints } from '../../db/schema.js';
 import type { DeliveryStatus } from './webhooks.schemas.js';
 
-/** Every column but the signing secret, which is shown once at creation and only read by the worker. */
+/**
+ * Every column but the signing secrets (the current one is shown once at creation or rotation and
+ * only read by the worker; the previous one is never shown). The previous secret's expiry reads as
+ * null once past, by the database's clock, as the delivery claim decides.
+ */
 const endpointColumns = {
   id: webhookEndpoints.id,
   orgId: webhookEndpoints.orgId,
   url: webhookEndpoints.url,
   eventTypes: webhookEndpoints.eventTypes,
+  description: webhookEndpoints.description,
   enabled: webhookEndpoints.enabled,
   disabledReason: webhookEndpoints.disabledReason,
+  previousSecretExpiresAt: sql<Date | null>`CASE WHEN ${webhookEndpoints.previousSecretExpiresAt} > clock_timestamp() THEN ${webhookEndpoints.previousSecretExpiresAt} END`.mapWith(
+    webhookEndpoints.previousSecretExpiresAt,
+  ),
   createdAt: webhookEndpoints.createdAt,
   updatedAt: webhookEndpoints.updatedAt,
 };
@@ -19,11 +27,24 @@ export type WebhookEndpointRecord = {
   orgId: string;
   url: string;
   eventTypes: string[];
+  description: string | null;
   enabled: boolean;
   disabledReason: string | null;
+  previousSecretExpiresAt: Date | null;
   createdAt: Date;
   updatedAt: Date;
 };
+/** What an update may change; the secrets change only through rotateSecret. */
+export type EndpointChanges = Partial<{
+  url: string;
+  eventTypes: string[];
+  description: string | null;
+  enabled: boolean;
+  disabledReason: string | null;
+  failingSince: Date | null;
+}>;
+/** A page position: the last row of the previous page, by (created_at, id). */
+export type PagePosition = { createdAt: Date; id: string };
 
 const deliveryColumns = {
   id: webhookDeliveries.id,
@@ -83,11 +104,107 @@ export function createWebhooksRepository(db: Executor) {
       return row;
     },
 
-    async findEndpoint(orgId: string, id: string, tx: Executor = db): Promise<WebhookEndpointRecord | undefined> {
-      const [row] = await tx
+    async findEndpoint(
+      orgId: string,
+      id: string,
+      tx: Executor = db,
+      options: { forUpdate?: boolean } = {},
+    ): Promise<WebhookEndpointRecord | undefined> {
+      const query = tx
         .select(endpointColumns)
         .from(webhookEndpoints)
         .where(and(eq(webhookEndpoints.orgId, orgId), eq(webhookEndpoints.id, id)));
+      const [row] = options.forUpdate ? await query.for('update') : await query;
+      return row;
+    },
+
+    /** Ascending (created_at, id), after `after` when given. */
+    async listEndpointsPage(
+      orgId: string,
+      page: { after?: PagePosition; limit: number },
+      tx: Executor = db,
+    ): Promise<WebhookEndpointRecord[]> {
+      const conditions: SQL[] = [eq(webhookEndpoints.orgId, orgId)];
+      if (page.after) {
+        conditions.push(sql`(${webhookEndpoints.createdAt}, ${webhookEndpoints.id}) > (${page.after.createdAt.toISOString()}::timestamptz, ${page.after.id}::uuid)`);
+      }
+      return tx
+        .select(endpointColumns)
+        .from(webhookEndpoints)
+        .where(and(...conditions))
+        .orderBy(asc(webhookEndpoints.createdAt), asc(webhookEndpoints.id))
+        .limit(page.limit);
+    },
+
+    async updateEndpoint(orgId: string, id: string, changes: EndpointChanges, tx: Executor = db): Promise<WebhookEndpointRecord | undefined> {
+      const [row] = await tx
+        .update(webhookEndpoints)
+        .set({ ...changes, updatedAt: sql`clock_timestamp()` })
+        .where(and(eq(webhookEndpoints.orgId, orgId), eq(webhookEndpoints.id, id)))
+        .returning(endpointColumns);
+      return row;
+    },
+
+    /**
+     * A new signing secret; the current one becomes the previous one, used beside it until the grace
+     * ends (a secret still in its grace from an earlier rotation is dropped). A grace of 0 keeps none.
+     */
+    async rotateSecret(orgId: string, id: string, secret: string, graceSeconds: number, tx: Executor = db): Promise<WebhookEndpointRecord | undefined> {
+      const [row] = await tx
+        .update(webhookEndpoints)
+        .set({
+          secret,
+          // In SET, the column names the row's value before the update: the secret being replaced.
+          previousSecret: graceSeconds > 0 ? sql`${webhookEndpoints.secret}` : null,
+          previousSecretExpiresAt: graceSeconds > 0 ? sql`clock_timestamp() + make_interval(secs => ${graceSeconds})` : null,
+          updatedAt: sql`clock_timestamp()`,
+        })
+        .where(and(eq(webhookEndpoints.orgId, orgId), eq(webhookEndpoints.id, id)))
+        .returning(endpointColumns);
+      return row;
+    },
+
+    /** Deletes the endpoint; its deliveries and their attempts go with it (ON DELETE CASCADE). */
+    async deleteEndpoint(orgId: string, id: string, tx: Executor = db): Promise<boolean> {
+      const rows = await tx
+        .delete(webhookEndpoints)
+        .where(and(eq(webhookEndpoints.orgId, orgId), eq(webhookEndpoints.id, id)))
+        .returning({ id: webhookEndpoints.id });
+      return rows.length > 0;
+    },
+
+    /** Newest first, (created_at, id) before `before` when given: a range of webhook_deliveries_endpoint_idx. */
+    async listEndpointDeliveries(
+      orgId: string,
+      endpointId: string,
+      page: { status?: DeliveryStatus; before?: PagePosition; limit: number },
+      tx: Executor = db,
+    ): Promise<WebhookDeliveryRecord[]> {
+      const conditions: SQL[] = [eq(webhookDeliveries.orgId, orgId), eq(webhookDeliveries.endpointId, endpointId)];
+      if (page.status) conditions.push(eq(webhookDeliveries.status, page.status));
+      if (page.before) {
+        conditions.push(sql`(${webhookDeliveries.createdAt}, ${webhookDeliveries.id}) < (${page.before.createdAt.toISOString()}::timestamptz, ${page.before.id}::uuid)`);
+      }
+      return tx
+        .select(deliveryColumns)
+        .from(webhookDeliveries)
+        .innerJoin(outboxEvents, and(eq(outboxEvents.id, webhookDeliveries.eventId), eq(outboxEvents.orgId, orgId)))
+        .innerJoin(webhookEndpoints, and(eq(webhookEndpoints.id, webhookDeliveries.endpointId), eq(webhookEndpoints.orgId, orgId)))
+        .where(and(...conditions))
+        .orderBy(desc(webhookDeliveries.createdAt), desc(webhookDeliveries.id))
+        .limit(page.limit);
+    },
+
+    /** The delivery of an event to one endpoint (a test event sent to it has exactly one). */
+    async findDeliveryOfEvent(orgId: string, eventId: string, endpointId: string, tx: Executor = db): Promise<WebhookDeliveryRecord | undefined> {
+      const [row] = await tx
+        .select(deliveryColumns)
+        .from(webhookDeliveries)
+        .innerJoin(outboxEvents, and(eq(outboxEvents.id, webhookDeliveries.eventId), eq(outboxEvents.orgId, orgId)))
+        .innerJoin(webhookEndpoints, and(eq(webhookEndpoints.id, webhookDeliveries.endpointId), eq(webhookEndpoints.orgId, orgId)))
+        .where(and(eq(webhookDeliveries.orgId, orgId), eq(webhookDeliveries.eventId, eventId), eq(webhookDeliveries.endpointId, endpointId)))
+        .orderBy(asc(webhookDeliveries.createdAt))
+        .limit(1);
       return row;
     },
 

@@ -4,20 +4,30 @@ import type { Database, Executor, Tx } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
+import { cursorKeyLoader, decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from '../customers/list-cursor.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
 import { assertDeliverableTarget, parseEndpointUrl, UnsafeWebhookTargetError, type ResolveHost, type WebhookTargetPolicy } from './endpoint-url.js';
 import { createOutboxRepository } from './outbox.repository.js';
 import {
   createWebhooksRepository,
+  type EndpointChanges,
   type WebhookAttemptRecord,
   type WebhookDeliveryRecord,
   type WebhookEndpointRecord,
 } from './webhooks.repository.js';
 import {
   addEndpointInput,
+  DEFAULT_GRACE_PERIOD_SECONDS,
   listDeliveriesInput,
+  rotateSecretBody,
+  updateEndpointInput,
   type AddEndpointInput,
+  type DeletedEndpointDto,
   type ListDeliveriesInput,
+  type ListEndpointDeliveriesQuery,
+  type ListPageQuery,
+  type Page,
+  type UpdateEndpointInput,
   type WebhookAttemptDto,
   type WebhookDeliveryDto,
   type WebhookEndpointDto,
@@ -36,8 +46,10 @@ export function toEndpointDto(row: WebhookEndpointRecord): WebhookEndpointDto {
     org_id: row.orgId,
     url: row.url,
     events: row.eventTypes,
+    description: row.description,
     enabled: row.enabled,
     disabled_reason: row.disabledReason,
+    previous_secret_expires_at: row.previousSecretExpiresAt?.toISOString() ?? null,
     created_at: row.createdAt.toISOString(),
     updated_at: row.updatedAt.toISOString(),
   };
@@ -130,6 +142,14 @@ function toDeliveryDto(row: WebhookDeliveryRecord, attempts: WebhookAttemptRecor
   };
 }
 
+/** A page size as the lists take it: 1 to 100, default 50. */
+const pageLimit = (limit: number | undefined) => Math.min(100, Math.max(1, limit ?? 50));
+
+/** Your note, trimmed; an empty one is no note. */
+const note = (description: string | null | undefined) => (description ? description : null);
+
+const sameSet = (a: readonly string[], b: readonly string[]) => a.length === b.length && new Set([...a, ...b]).size === a.length;
+
 function zodIssues(error: z.ZodError): Record<string, string[]> {
   const issues: Record<string, string[]> = {};
   for (const issue of error.issues) {
@@ -139,8 +159,11 @@ function zodIssues(error: z.ZodError): Record<string, string[]> {
   return issues;
 }
 
-export function createWebhooksService(deps: { database: Database; resolveHost?: ResolveHost } & WebhookTargetPolicy) {
+export type TestEventResult = { event: { id: string; type: string; created: string; data: Record<string, unknown> }; delivery: WebhookDeliveryDto };
+
+export function createWebhooksService(deps: { database: Database; resolveHost?: ResolveHost; cursorKey?: CursorKey } & WebhookTargetPolicy) {
   const { database } = deps;
+  const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
   const policy: WebhookTargetPolicy = { allowPrivateUrls: deps.allowPrivateUrls, allowedPorts: deps.allowedPorts };
   const webhooks = createWebhooksRepository(database.db);
   const organisations = createOrganisationsRepository(database.db);
@@ -164,6 +187,47 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
     });
   }
 
+  /** The URL as stored, after the same checks as at registration (scheme, port, public address). */
+  async function checkedUrl(url: string): Promise<string> {
+    const checked = parseEndpointUrl(url, policy);
+    if ('problem' in checked) throw AppError.field('url', checked.problem);
+    try {
+      await assertDeliverableTarget(checked.url, policy, deps.resolveHost);
+    } catch (error) {
+      if (error instanceof UnsafeWebhookTargetError) throw AppError.field('url', error.message);
+      throw error;
+    }
+    return checked.url.toString();
+  }
+
+  /**
+   * The organisation an endpoint is looked up in: the caller's (the API, or an operator naming it),
+   * or for an operator who did not, the endpoint's own. Undefined when it cannot exist.
+   */
+  async function endpointOrg(id: string, orgId: string | undefined): Promise<string | undefined> {
+    if (!isUuid(id)) return undefined;
+    if (orgId !== undefined) return isUuid(orgId) ? orgId : undefined;
+    return (await webhooks.findEndpointById(id))?.orgId;
+  }
+
+  /** The endpoint, locked for the rest of the transaction; another organisation's is not found. */
+  async function lockEndpoint(id: string, orgId: string | undefined, tx: Tx): Promise<WebhookEndpointRecord> {
+    const org = await endpointOrg(id, orgId);
+    const row = org ? await webhooks.findEndpoint(org, id, tx, { forUpdate: true }) : undefined;
+    if (!row) throw AppError.notFound('Webhook endpoint');
+    return row;
+  }
+
+  /**
+   * Disables an endpoint inside the caller's transaction through the one disabler (queued deliveries fail, an endpoint.disabled event).
+   * Every way an endpoint gets disabled by a person (CLI, PATCH enabled:false) goes through here.
+   */
+  async function disableWithin(existing: WebhookEndpointRecord, reason: string, actor: Actor, tx: Tx): Promise<WebhookEndpointDto> {
+    const outcome = await disabler.disable({ orgId: existing.orgId, endpointId: existing.id, reason, actor }, tx);
+    if (!outcome) throw AppError.notFound('Webhook endpoint');
+    return outcome.endpoint;
+  }
+
   return {
     /** Registers an endpoint; its signing secret is returned here and never again. */
     async addEndpoint(input: AddEndpointInput, actor: Actor = SYSTEM_ACTOR): Promise<WebhookEndpointDto & { secret: string }> {
@@ -172,20 +236,16 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
       const checked = parseEndpointUrl(parsed.data.url, policy);
       if ('problem' in checked) throw AppError.field('url', checked.problem);
       await requireOrg(parsed.data.orgId);
-      try {
-        await assertDeliverableTarget(checked.url, policy, deps.resolveHost);
-      } catch (error) {
-        if (error instanceof UnsafeWebhookTargetError) throw AppError.field('url', error.message);
-        throw error;
-      }
+      const url = await checkedUrl(parsed.data.url);
       const secret = generateWebhookSecret();
       return database.transaction(async (tx) => {
         const row = await webhooks.insertEndpoint(
           {
             orgId: parsed.data.orgId,
-            url: checked.url.toString(),
+            url,
             secret,
             eventTypes: [...new Set(parsed.data.events ?? [])],
+            description: note(parsed.data.description),
             enabled: parsed.data.enabled ?? true,
           },
           tx,
@@ -212,13 +272,193 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
       id: string,
       options: { orgId?: string; reason?: string; actor?: Actor } = {},
     ): Promise<WebhookEndpointDto> {
-      const existing = isUuid(id) ? await webhooks.findEndpointById(id) : undefined;
-      if (!existing || (options.orgId !== undefined && existing.orgId !== options.orgId)) throw AppError.notFound('Webhook endpoint');
       const reason = options.reason ?? 'disabled by an operator';
+      return database.transaction(async (tx) =>
+        disableWithin(await lockEndpoint(id, options.orgId, tx), reason, options.actor ?? SYSTEM_ACTOR, tx),
+      );
+    },
+
+    /** One endpoint of the organisation, without its secret. */
+    async getEndpoint(id: string, options: { orgId: string }): Promise<WebhookEndpointDto> {
+      const org = await endpointOrg(id, options.orgId);
+      const row = org ? await webhooks.findEndpoint(org, id, database.current()) : undefined;
+      if (!row) throw AppError.notFound('Webhook endpoint');
+      return toEndpointDto(row);
+    },
+
+    /** The list envelope: ascending (created_at, id), with a cursor, as every list. No secrets. */
+    async listEndpointsPage(orgId: string, query: ListPageQuery = {}): Promise<Page<WebhookEndpointDto>> {
+      const limit = pageLimit(query.limit);
+      const fingerprint = filterFingerprint({ list: 'webhook_endpoints' });
+      const key = await cursorKey();
+      const after = query.cursor ? decodeCursor(query.cursor, fingerprint, key) : undefined;
+      const rows = await webhooks.listEndpointsPage(orgId, { after, limit: limit + 1 }, database.current());
+      const page = rows.slice(0, limit);
+      const last = page.at(-1);
+      const hasMore = rows.length > limit;
+      return {
+        object: 'list',
+        data: page.map(toEndpointDto),
+        has_more: hasMore,
+        next_cursor: hasMore && last ? encodeCursor(last, fingerprint, key) : null,
+        limit,
+      };
+    },
+
+    /**
+     * Changes what is given and differs from what is stored; a request that changes nothing writes
+     * nothing. `enabled: false` disables as disableEndpoint does (queued deliveries fail);
+     * `enabled: true` enables again, clearing why it was disabled and how long it had been failing.
+     */
+    async updateEndpoint(id: string, input: UpdateEndpointInput, options: { orgId?: string; actor?: Actor } = {}): Promise<WebhookEndpointDto> {
+      const parsed = updateEndpointInput.safeParse(input);
+      if (!parsed.success) throw AppError.validation(zodIssues(parsed.error));
+      const body = parsed.data;
+      const url = body.url !== undefined ? await checkedUrl(body.url) : undefined;
+      const actor = options.actor ?? SYSTEM_ACTOR;
       return database.transaction(async (tx) => {
-        const outcome = await disabler.disable({ orgId: existing.orgId, endpointId: id, reason, actor: options.actor ?? SYSTEM_ACTOR }, tx);
-        if (!outcome) throw AppError.notFound('Webhook endpoint');
-        return outcome.endpoint;
+        const existing = await lockEndpoint(id, options.orgId, tx);
+        const changes: EndpointChanges = {};
+        if (url !== undefined && url !== existing.url) changes.url = url;
+        if (body.events !== undefined) {
+          const events = [...new Set(body.events)];
+          if (!sameSet(events, existing.eventTypes)) changes.eventTypes = events;
+        }
+        if (body.description !== undefined && note(body.description) !== existing.description) changes.description = note(body.description);
+        if (body.enabled === true && !existing.enabled) Object.assign(changes, { enabled: true, disabledReason: null, failingSince: null });
+
+        let current = existing;
+        if (Object.keys(changes).length > 0) {
+          const row = await webhooks.updateEndpoint(existing.orgId, id, changes, tx);
+          if (!row) throw AppError.notFound('Webhook endpoint');
+          await audit.record(
+            {
+              orgId: row.orgId,
+              actor,
+              action: changes.enabled ? 'webhook_endpoint.enabled' : 'webhook_endpoint.updated',
+              subjectType: 'webhook_endpoint',
+              subjectId: row.id,
+              before: toEndpointDto(existing),
+              after: toEndpointDto(row),
+            },
+            tx,
+          );
+          current = row;
+        }
+        if (body.enabled === false && existing.enabled) return disableWithin(current, 'disabled through the API', actor, tx);
+        return toEndpointDto(current);
+      });
+    },
+
+    /**
+     * Deletes the endpoint with its delivery log (deliveries and attempts): its queued deliveries are
+     * never sent. The events themselves stay in the organisation's feed.
+     */
+    async deleteEndpoint(id: string, options: { orgId?: string; actor?: Actor } = {}): Promise<DeletedEndpointDto> {
+      return database.transaction(async (tx) => {
+        const existing = await lockEndpoint(id, options.orgId, tx);
+        await webhooks.deleteEndpoint(existing.orgId, id, tx);
+        await audit.record(
+          {
+            orgId: existing.orgId,
+            actor: options.actor ?? SYSTEM_ACTOR,
+            action: 'webhook_endpoint.deleted',
+            subjectType: 'webhook_endpoint',
+            subjectId: id,
+            before: toEndpointDto(existing),
+            after: null,
+          },
+          tx,
+        );
+        return { id, object: 'webhook_endpoint', deleted: true };
+      });
+    },
+
+    /**
+     * A new signing secret, returned here only. For the grace period (default 24 h) deliveries carry
+     * signatures by both; rotating again within it drops the older secret at once.
+     */
+    async rotateSecret(
+      id: string,
+      options: { orgId?: string; gracePeriodSeconds?: number; actor?: Actor } = {},
+    ): Promise<WebhookEndpointDto & { secret: string }> {
+      const parsed = rotateSecretBody.safeParse({ grace_period_seconds: options.gracePeriodSeconds });
+      if (!parsed.success) throw AppError.validation(zodIssues(parsed.error));
+      const grace = parsed.data?.grace_period_seconds ?? DEFAULT_GRACE_PERIOD_SECONDS;
+      const secret = generateWebhookSecret();
+      return database.transaction(async (tx) => {
+        const existing = await lockEndpoint(id, options.orgId, tx);
+        const row = await webhooks.rotateSecret(existing.orgId, id, secret, grace, tx);
+        if (!row) throw AppError.notFound('Webhook endpoint');
+        const dto = toEndpointDto(row);
+        await audit.record(
+          {
+            orgId: row.orgId,
+            actor: options.actor ?? SYSTEM_ACTOR,
+            action: 'webhook_endpoint.secret_rotated',
+            subjectType: 'webhook_endpoint',
+            subjectId: row.id,
+            before: toEndpointDto(existing),
+            after: { ...dto, grace_period_seconds: grace },
+          },
+          tx,
+        );
+        return { ...dto, secret };
+      });
+    },
+
+    /**
+     * Sends a `webhook.test` event to this endpoint only, subscribed to it or not, through the outbox
+     * like any event. A disabled endpoint receives nothing: 409.
+     */
+    async sendTestEventTo(id: string, options: { orgId: string; actor?: Actor }): Promise<TestEventResult> {
+      return database.transaction(async (tx) => {
+        const endpoint = await lockEndpoint(id, options.orgId, tx);
+        if (!endpoint.enabled) throw AppError.conflict('This endpoint is disabled; enable it (PATCH enabled: true) to send it a test event.');
+        const eventId = await outbox.record(
+          { orgId: endpoint.orgId, type: 'webhook.test', customerId: null, customer: null, data: { endpoint_id: id }, endpointId: id },
+          tx,
+        );
+        const event = await webhooks.findEvent(endpoint.orgId, eventId, tx);
+        const delivery = await webhooks.findDeliveryOfEvent(endpoint.orgId, eventId, id, tx);
+        if (!event || !delivery) throw new Error(`the test event ${eventId} was not queued for endpoint ${id}`);
+        await audit.record(
+          {
+            orgId: endpoint.orgId,
+            actor: options.actor ?? SYSTEM_ACTOR,
+            action: 'webhook_endpoint.test_sent',
+            subjectType: 'webhook_endpoint',
+            subjectId: id,
+            before: null,
+            after: { event_id: eventId, delivery_id: delivery.id },
+          },
+          tx,
+        );
+        return { event: JSON.parse(event.payload) as TestEventResult['event'], delivery: toDeliveryDto(delivery, []) };
+      });
+    },
+
+    /** The endpoint's deliveries, newest first, each with its attempts; cursor paged. */
+    async listEndpointDeliveries(id: string, query: ListEndpointDeliveriesQuery, options: { orgId: string }): Promise<Page<WebhookDeliveryDto>> {
+      const limit = pageLimit(query.limit);
+      const fingerprint = filterFingerprint({ list: 'webhook_deliveries', endpoint: id, status: query.status ?? null });
+      const key = await cursorKey();
+      const before = query.cursor ? decodeCursor(query.cursor, fingerprint, key) : undefined;
+      const org = await endpointOrg(id, options.orgId);
+      return snapshot(async (tx) => {
+        if (!org || !(await webhooks.findEndpoint(org, id, tx))) throw AppError.notFound('Webhook endpoint');
+        const rows = await webhooks.listEndpointDeliveries(org, id, { status: query.status, before, limit: limit + 1 }, tx);
+        const page = rows.slice(0, limit);
+        const attempts = await webhooks.attemptsOf(org, page.map((row) => row.id), tx);
+        const last = page.at(-1);
+        const hasMore = rows.length > limit;
+        return {
+          object: 'list' as const,
+          data: page.map((row) => toDeliveryDto(row, attempts)),
+          has_more: hasMore,
+          next_cursor: hasMore && last ? encodeCursor(last, fingerprint, key) : null,
+          limit,
+        };
       });
     },
 
@@ -245,8 +485,9 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
       id: string,
       options: { orgId?: string; actor?: Actor } = {},
     ): Promise<WebhookDeliveryDto & { resent_from: string | null }> {
-      const orgId = isUuid(id) ? await webhooks.findDeliveryOrg(id) : undefined;
-      if (!orgId || (options.orgId !== undefined && orgId !== options.orgId)) throw AppError.notFound('Delivery');
+      // The caller's organisation when known (the API); an operator naming only the delivery gets its own.
+      const orgId = !isUuid(id) ? undefined : options.orgId !== undefined ? (isUuid(options.orgId) ? options.orgId : undefined) : await webhooks.findDeliveryOrg(id);
+      if (!orgId) throw AppError.notFound('Delivery');
       const deliveryId = await database.transaction(async (tx) => {
         const delivery = await webhooks.findDelivery(orgId, id, tx);
         if (!delivery) throw AppError.notFound('Delivery');
