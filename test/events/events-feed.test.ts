@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDatabase, type Database } from '../../src/db/client.js';
+import { createDatabase, DATABASE_DEFAULTS, type Database } from '../../src/db/client.js';
 import { createEventsFeedSealer, type EventsFeedSealer } from '../../src/modules/events/events-feed.sealer.js';
 import { createRetentionService } from '../../src/modules/retention/retention.service.js';
 import { createOutboxRepository, type FeedEventType } from '../../src/modules/webhooks/outbox.repository.js';
@@ -291,9 +291,11 @@ describe('sealing', () => {
   it('when two sealers on two database handles race over many concurrent commits, positions are 1..N with no duplicate and no gap', async () => {
     const org = await ctx.createOrg();
     const other = createDatabase(ctx.databaseUrl, { poolSize: 5 });
+    const warnings: unknown[] = [];
+    const logger = { warn: (...args: unknown[]) => void warnings.push(args), error: (...args: unknown[]) => void warnings.push(args) };
     const sealers = [
-      createEventsFeedSealer({ database: ctx.database, listen: false, batchSize: 7 }),
-      createEventsFeedSealer({ database: other, listen: false, batchSize: 7 }),
+      createEventsFeedSealer({ database: ctx.database, listen: false, batchSize: 7, logger }),
+      createEventsFeedSealer({ database: other, listen: false, batchSize: 7, logger }),
     ];
     try {
       let writing = true;
@@ -317,6 +319,29 @@ describe('sealing', () => {
     expect(positions).toEqual(Array.from({ length: 360 }, (_, index) => index + 1));
     const head = await ctx.database.pool.query<{ last_position: string }>('SELECT last_position FROM event_feed_heads WHERE org_id = $1', [org.id]);
     expect(Number(head.rows[0]!.last_position)).toBe(360);
+    // Neither ever tried a position the other had taken (the unique index would have refused it).
+    expect(warnings).toEqual([]);
+  });
+
+  it("when another sealer holds the organisation's head, a pass skips the organisation at once instead of waiting for it", async () => {
+    const org = await ctx.createOrg();
+    await recordEvent(org.id);
+    await sealer.sealOnce();
+    const id = await recordEvent(org.id);
+    const holder = await ctx.database.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM event_feed_heads WHERE org_id = $1 FOR UPDATE', [org.id]);
+      const started = performance.now();
+      await sealer.sealOnce();
+      expect(performance.now() - started).toBeLessThan(DATABASE_DEFAULTS.lockTimeoutMs);
+      expect((await positionsOf(org.id)).find((row) => row.id === id)?.position).toBeNull();
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+    }
+    await sealer.sealOnce();
+    expect((await positionsOf(org.id)).find((row) => row.id === id)?.position).toBe(2);
   });
 
   it('when every event of the organisation has been purged, the next event still gets a later position (the head row remembers)', async () => {

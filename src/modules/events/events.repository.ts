@@ -96,7 +96,7 @@ export function createEventsRepository(db: Executor) {
           UPDATE outbox_events e
              SET position = ${lastPosition}::bigint + batch.n
             FROM batch
-           WHERE e.org_id = ${orgId} AND e.id = batch.id
+           WHERE e.org_id = ${orgId} AND e.id = batch.id AND e.position IS NULL
           RETURNING 1
         ),
         head AS (
