@@ -329,6 +329,11 @@ const TAGS: OpenAPIV3_1.TagObject[] = [
       'Group workspaces for multi-party deals or matters, created from a group template or from explicit party slots, and the templates available to the organisation. Needs the organisation\'s `groups` feature (403 `feature_disabled` otherwise).',
   },
   {
+    name: 'Events',
+    description:
+      'The events feed (scope `events:read`): every event of the organisation, the same envelopes webhooks carry, in the order the changes committed. Keep the last `next_cursor` and poll with it to never miss an event; events are kept `EVENT_RETENTION_DAYS` (30 by default).',
+  },
+  {
     name: 'Catalog',
     description:
       'The read-only catalog of designated-service codes used in `designatedServices`, `preExistingServices` and `service_codes`. Any valid API key may read it.',
