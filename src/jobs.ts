@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { Config } from './config/config.js';
 import type { Database } from './db/client.js';
 import { createEmailSender } from './modules/emails/email-sender.js';
+import { createEventsFeedSealer } from './modules/events/events-feed.sealer.js';
 import { createDeliveryWorker } from './modules/webhooks/delivery.worker.js';
 import { createRetentionService, type RetentionTable } from './modules/retention/retention.service.js';
 
@@ -71,6 +72,16 @@ export function startBackgroundJobs(deps: {
       { atStart: true },
     ),
   ];
+  // Every instance, worker or not: the feed shows an event only once it is sealed, so sealing must
+  // not depend on how deliveries are deployed. Instances racing for one organisation skip each other.
+  const sealer = createEventsFeedSealer({ database, logger: logger.child({ component: 'events-feed-sealer' }) });
+  const sealing = sealer.start().catch((error: unknown) => logger.error({ err: error }, 'events feed sealer failed to start'));
+  jobs.push({
+    async stop() {
+      await sealing;
+      await sealer.stop();
+    },
+  });
   if (deps.webhookWorker) {
     // Queued emails go out after their transaction committed; a failed send is retried, never lost.
     jobs.push(

@@ -332,6 +332,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List events (the feed)
+         * @description Every event of the organisation, in the order the changes committed: the same envelopes webhooks carry. A consumer that keeps the last next_cursor and polls with it (GET /v1/events?cursor=…) never misses an event, even one whose transaction committed late; next_cursor is never null. Events appear within about a second of their commit and are kept EVENT_RETENTION_DAYS (30 by default). Example: GET /v1/events?type=customer.updated&limit=100.
+         *
+         *     Required scope: `events:read`.
+         */
+        get: operations["listEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/events/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get an event
+         * @description One event by id, as soon as its change committed (also before it appears in the list). Example: GET /v1/events/9b2f…
+         *
+         *     Required scope: `events:read`.
+         */
+        get: operations["getEvent"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/webhook-endpoints": {
         parameters: {
             query?: never;
@@ -4532,6 +4576,235 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listEvents: {
+        parameters: {
+            query?: {
+                /** @description Page size 1 to 100, default 50; a whole number outside the range is clamped to it. */
+                limit?: number;
+                /** @description The next_cursor of the previous page, with the same filters. Keep the last one durably: it is where your next poll resumes. */
+                cursor?: string;
+                /** @description Only events of these types, comma-separated. Valid types: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, webhook.test. */
+                type?: string;
+                /** @description Only events about this customer or entity: its UUID or your external_id. Unknown → 404. */
+                customer_id?: string;
+                /** @description Only events created strictly after this instant (ISO 8601). */
+                created_after?: string;
+                /** @description Only events created strictly before this instant (ISO 8601). */
+                created_before?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always list.
+                         * @enum {string}
+                         */
+                        object: "list";
+                        /** @description This page, in feed order (the order the events committed). */
+                        data: {
+                            /**
+                             * Format: uuid
+                             * @description The event id; the same as the webhook-id and SVC-Event-Id headers of its deliveries. Process events idempotently by it.
+                             */
+                            id: string;
+                            /**
+                             * @description The event type: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, webhook.test; later versions may add types, so ignore the ones you do not know.
+                             * @example customer.updated
+                             */
+                            type: string;
+                            /**
+                             * @description When the event was written (ISO 8601, UTC).
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            created: string;
+                            /** @description As in the webhook: {customer} (the public DTO of the record at the change) for record events, {endpoint} for endpoint.disabled. */
+                            data: {
+                                [key: string]: unknown;
+                            };
+                        }[];
+                        /** @description Whether more events are available right now; poll again at once when true, after a pause when false. */
+                        has_more: boolean;
+                        /** @description Never null: where your next poll starts (after the last event returned; the same cursor when the page is empty). Pass it as cursor with the same filters. */
+                        next_cursor: string;
+                        /** @description The page size applied. */
+                        limit: number;
+                    };
+                };
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getEvent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The event id (the webhook-id / SVC-Event-Id of its deliveries). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description An event: exactly the JSON document its webhook deliveries carry. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description The event id; the same as the webhook-id and SVC-Event-Id headers of its deliveries. Process events idempotently by it.
+                         */
+                        id: string;
+                        /**
+                         * @description The event type: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, webhook.test; later versions may add types, so ignore the ones you do not know.
+                         * @example customer.updated
+                         */
+                        type: string;
+                        /**
+                         * @description When the event was written (ISO 8601, UTC).
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created: string;
+                        /** @description As in the webhook: {customer} (the public DTO of the record at the change) for record events, {endpoint} for endpoint.disabled. */
+                        data: {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
             /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {

@@ -2,9 +2,10 @@ import type { FastifyPluginAsync } from 'fastify';
 import { customersRoutes } from './customers/customers.routes.js';
 import { designatedServicesRoutes } from './designated-services/designated-services.routes.js';
 import { entitiesRoutes } from './entities/entities.routes.js';
+import { eventsRoutes } from './events/events.routes.js';
 import { groupsRoutes } from './groups/groups.routes.js';
 import { verificationRoutes } from './verification/verification.routes.js';
 import { webhooksRoutes } from './webhooks/webhooks.routes.js';
 
 /** The v1 route modules, each registered under /v1 and building its own services from app.deps. */
-export const apiModules: FastifyPluginAsync[] = [customersRoutes, entitiesRoutes, groupsRoutes, verificationRoutes, designatedServicesRoutes, webhooksRoutes];
+export const apiModules: FastifyPluginAsync[] = [customersRoutes, entitiesRoutes, groupsRoutes, verificationRoutes, designatedServicesRoutes, eventsRoutes, webhooksRoutes];

@@ -329,6 +329,11 @@ const TAGS: OpenAPIV3_1.TagObject[] = [
       'Group workspaces for multi-party deals or matters, created from a group template or from explicit party slots, and the templates available to the organisation. Needs the organisation\'s `groups` feature (403 `feature_disabled` otherwise).',
   },
   {
+    name: 'Events',
+    description:
+      'The events feed (scope `events:read`): every event of the organisation, the same envelopes webhooks carry, in the order the changes committed. Keep the last `next_cursor` and poll with it to never miss an event; events are kept `EVENT_RETENTION_DAYS` (30 by default).',
+  },
+  {
     name: 'Webhooks',
     description:
       'Your webhook endpoints (scope `webhooks:write`): register, list, update, disable, delete, rotate the signing secret with a grace period during which deliveries carry both signatures, send a test event, read the delivery log with every attempt, and retry a delivery. The `whsec_` secret is shown only on create and on rotate.',

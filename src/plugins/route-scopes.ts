@@ -34,6 +34,8 @@ export const ROUTE_SCOPES: Readonly<Record<string, Scope | null>> = {
   'POST /v1/groups': 'groups:write',
   'GET /v1/group-templates': 'groups:read',
   'GET /v1/designated-services': null,
+  'GET /v1/events': 'events:read',
+  'GET /v1/events/:id': 'events:read',
   'POST /v1/webhook-endpoints': 'webhooks:write',
   'GET /v1/webhook-endpoints': 'webhooks:write',
   'GET /v1/webhook-endpoints/:id': 'webhooks:write',

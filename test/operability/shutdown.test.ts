@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { apiModules } from '../../src/modules/index.js';
 import { ROUTE_SCOPES, type Scope } from '../../src/plugins/route-scopes.js';
 import { startServer } from '../../src/server.js';
+import { createDatabase } from '../../src/db/client.js';
 import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
 import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
 import { createTestContext, testConfig, type TestContext, type TestOrg } from '../helpers/harness.js';
@@ -157,15 +158,19 @@ describe('graceful shutdown of svc serve', () => {
       receiver.trust('/shutdown', endpoint.secret);
       const baseline = await connectionsToDatabase();
       const server = await startServer(config({ webhookWorker: true, webhookAllowPrivateUrls: true }));
-      // The worker's LISTEN connection is its own client, outside the pool.
-      for (let waited = 0; (await listeningConnections()) === 0 && waited < 10_000; waited += 50) {
+      // The LISTEN connections are clients of their own, outside the pool: the delivery worker's and
+      // the events feed sealer's (which every instance runs).
+      for (let waited = 0; (await listeningConnections()) < 2 && waited < 10_000; waited += 50) {
         await new Promise((resolve) => setTimeout(resolve, 50));
       }
-      expect(await listeningConnections()).toBe(1);
+      expect(await listeningConnections()).toBe(2);
 
-      const eventId = await ctx.database.transaction((tx) =>
-        createOutboxRepository(ctx.database.db).record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } }, tx),
-      );
+      // Written on a Database of its own, closed at once: its wakes (deliveries and the events feed)
+      // may open pool connections, which are the test's, not the server's.
+      const writer = createDatabase(ctx.databaseUrl, { poolSize: 2 });
+      const eventId = await writer
+        .transaction((tx) => createOutboxRepository(writer.db).record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } }, tx))
+        .finally(() => writer.close());
       for (let waited = 0; receiver.receipts.length === 0 && waited < 10_000; waited += 25) {
         await new Promise((resolve) => setTimeout(resolve, 25));
       }

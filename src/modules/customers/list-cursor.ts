@@ -28,12 +28,17 @@ function macOf(payload: string, key: Buffer): string {
   return createHmac('sha256', key).update(payload).digest().subarray(0, MAC_BYTES).toString('base64url');
 }
 
-export function encodeCursor(position: { createdAt: Date; id: string }, fingerprint: string, key: Buffer): string {
-  const payload = Buffer.from(JSON.stringify({ c: position.createdAt.toISOString(), i: position.id, f: fingerprint })).toString('base64url');
+/** Signs `fields` as a cursor: the base64url JSON of the fields, a dot, the mac. */
+export function signCursor(fields: Record<string, unknown>, key: Buffer): string {
+  const payload = Buffer.from(JSON.stringify(fields)).toString('base64url');
   return `${payload}.${macOf(payload, key)}`;
 }
 
-export function decodeCursor(cursor: string, fingerprint: string, key: Buffer): { createdAt: Date; id: string } {
+/**
+ * The fields of a cursor signCursor made with `key`, once its mac verifies, else a 422 on `cursor`.
+ * The caller checks the fields it expects, and the fingerprint (checkFingerprint).
+ */
+export function openCursor(cursor: string, key: Buffer): Record<string, unknown> {
   const parts = cursor.split('.');
   const [payload, mac] = parts;
   if (parts.length !== 2 || !payload || !mac || !BASE64URL.test(payload) || !BASE64URL.test(mac)) {
@@ -44,22 +49,41 @@ export function decodeCursor(cursor: string, fingerprint: string, key: Buffer): 
   const expected = Buffer.from(macOf(payload, key));
   if (given.length !== expected.length || !timingSafeEqual(given, expected)) throw AppError.field('cursor', NOT_A_CURSOR);
 
-  let parsed: { c?: unknown; i?: unknown; f?: unknown };
+  let parsed: unknown;
   try {
     parsed = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8'));
   } catch {
     throw AppError.field('cursor', NOT_A_CURSOR);
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw AppError.field('cursor', NOT_A_CURSOR);
+  return parsed as Record<string, unknown>;
+}
+
+/** A 422 on `cursor`: it verified but is not one of the kind this list hands out. */
+export function notACursor(): AppError {
+  return AppError.field('cursor', NOT_A_CURSOR);
+}
+
+/** A cursor continues only the walk it came from: other filters → 422 on `cursor`. */
+export function checkFingerprint(fields: Record<string, unknown>, fingerprint: string): void {
+  if (fields.f !== fingerprint) {
+    throw AppError.field('cursor', 'This cursor belongs to a walk with other filters; keep the filters unchanged while paging.');
+  }
+}
+
+export function encodeCursor(position: { createdAt: Date; id: string }, fingerprint: string, key: Buffer): string {
+  return signCursor({ c: position.createdAt.toISOString(), i: position.id, f: fingerprint }, key);
+}
+
+export function decodeCursor(cursor: string, fingerprint: string, key: Buffer): { createdAt: Date; id: string } {
+  const parsed = openCursor(cursor, key);
   const createdAt = typeof parsed.c === 'string' ? new Date(parsed.c) : undefined;
   // The mac already vouches for the payload; the range check stays as a second line should the
   // key ever leak, since an out-of-range date would fail in SQL rather than as a 422.
   if (!createdAt || !isWithinDateBounds(createdAt) || typeof parsed.i !== 'string' || !isUuid(parsed.i)) {
-    throw AppError.field('cursor', NOT_A_CURSOR);
+    throw notACursor();
   }
-  if (parsed.f !== fingerprint) {
-    throw AppError.field('cursor', 'This cursor belongs to a walk with other filters; keep the filters unchanged while paging.');
-  }
+  checkFingerprint(parsed, fingerprint);
   return { createdAt, id: parsed.i };
 }
 

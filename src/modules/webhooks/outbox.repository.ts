@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { sql, type SQL } from 'drizzle-orm';
 import { boundAsGiven as value, builtOnce } from '../../db/built-once.js';
 import { wakeAfterCommit, type Executor } from '../../db/client.js';
+import { FEED_CHANNEL } from '../events/events-feed.sealer.js';
 
 /** The types an endpoint can subscribe to. */
 export const EVENT_TYPES = ['customer.kyc_completed', 'aml.review_completed', 'customer.updated', 'endpoint.disabled'] as const;
@@ -79,8 +80,9 @@ export function createOutboxRepository(db: Executor) {
   return {
     /**
      * Writes the event in the caller's transaction together with its deliveries (recordEventSql), and
-     * when it queued any, wakes the delivery workers after the commit (a rolled-back change wakes
-     * nobody), never with a NOTIFY inside the transaction (db/worker-wake.ts). Returns the event id.
+     * after the commit wakes the feed sealer, and the delivery workers when it queued any (a
+     * rolled-back change wakes nobody), never with a NOTIFY inside the transaction
+     * (db/worker-wake.ts). Returns the event id.
      */
     async record(event: OutboxEvent, tx: Executor = db): Promise<string> {
       const id = randomUUID();
@@ -92,6 +94,7 @@ export function createOutboxRepository(db: Executor) {
         : event.updatedAtFromRecord
         ? await statements.withRecordUpdatedAt.run(tx, Object.assign(values, { marker: `"updated_at":"${RECORD_UPDATED_AT}"`, recordId: event.customerId }))
         : await statements.asGiven.run(tx, values);
+      wakeAfterCommit(tx, FEED_CHANNEL);
       if (rows.length > 0) wakeAfterCommit(tx, 'webhook_deliveries');
       return id;
     },

@@ -1,0 +1,74 @@
+import { z } from 'zod';
+import { dateTimeSchema } from '../../shared/dates.schema.js';
+import { limitParam } from '../customers/customers.schemas.js';
+import { FEED_EVENT_TYPES } from '../webhooks/outbox.repository.js';
+
+const KNOWN_TYPES: ReadonlySet<string> = new Set(FEED_EVENT_TYPES);
+const VALID_TYPES = `Valid types: ${FEED_EVENT_TYPES.join(', ')}.`;
+
+/** `type`: a comma list of event types, as a sorted set (so `a,b` and `b,a` are the same walk). */
+const typeList = z
+  .string()
+  .max(1024)
+  .transform((value, context) => {
+    const types = [...new Set(value.split(',').map((part) => part.trim()))].sort();
+    const unknown = types.filter((type) => !KNOWN_TYPES.has(type));
+    if (unknown.length > 0) {
+      const named = unknown.map((type) => (type === '' ? '(empty)' : JSON.stringify(type))).join(', ');
+      context.issues.push({ code: 'custom', message: `Unknown event type ${named}. ${VALID_TYPES}`, input: value });
+      return z.NEVER;
+    }
+    return types;
+  })
+  .describe(`Only events of these types, comma-separated. ${VALID_TYPES}`)
+  .meta({ example: 'customer.updated,customer.kyc_completed' });
+
+export const listEventsQuery = z
+  .object({
+    limit: limitParam,
+    cursor: z
+      .string()
+      .max(1024)
+      .optional()
+      .describe('The next_cursor of the previous page, with the same filters. Keep the last one durably: it is where your next poll resumes.'),
+    type: typeList.optional(),
+    customer_id: z
+      .string()
+      .min(1)
+      .max(255)
+      .optional()
+      .describe('Only events about this customer or entity: its UUID or your external_id. Unknown → 404.')
+      .meta({ example: 'crm-10442' }),
+    created_after: dateTimeSchema().optional().describe('Only events created strictly after this instant (ISO 8601).').meta({ example: '2026-01-31T09:00:00Z' }),
+    created_before: dateTimeSchema().optional().describe('Only events created strictly before this instant (ISO 8601).').meta({ example: '2026-02-28T09:00:00Z' }),
+  })
+  .strict();
+export type ListEventsQuery = z.output<typeof listEventsQuery>;
+
+export const eventIdParams = z.object({ id: z.string().min(1).max(255).describe('The event id (the webhook-id / SVC-Event-Id of its deliveries).') }).strict();
+
+export const eventSchema = z
+  .object({
+    id: z.uuid().describe('The event id; the same as the webhook-id and SVC-Event-Id headers of its deliveries. Process events idempotently by it.'),
+    type: z
+      .string()
+      .describe(`The event type: ${FEED_EVENT_TYPES.join(', ')}; later versions may add types, so ignore the ones you do not know.`)
+      .meta({ example: 'customer.updated' }),
+    created: z.string().describe('When the event was written (ISO 8601, UTC).').meta({ example: '2026-01-31T09:00:00.000Z' }),
+    data: z
+      .record(z.string(), z.unknown())
+      .describe('As in the webhook: {customer} (the public DTO of the record at the change) for record events, {endpoint} for endpoint.disabled.'),
+  })
+  .describe('An event: exactly the JSON document its webhook deliveries carry.');
+export type EventDto = z.infer<typeof eventSchema>;
+
+export const eventListSchema = z.object({
+  object: z.literal('list').describe('Always list.'),
+  data: z.array(eventSchema).describe('This page, in feed order (the order the events committed).'),
+  has_more: z.boolean().describe('Whether more events are available right now; poll again at once when true, after a pause when false.'),
+  next_cursor: z
+    .string()
+    .describe('Never null: where your next poll starts (after the last event returned; the same cursor when the page is empty). Pass it as cursor with the same filters.'),
+  limit: z.number().int().describe('The page size applied.'),
+});
+export type EventList = z.infer<typeof eventListSchema>;
