@@ -422,8 +422,9 @@ export const outboxEvents = pgTable(
   (table) => [
     primaryKey({ name: 'outbox_events_pkey', columns: [table.orgId, table.id] }),
     index('outbox_events_org_idx').on(table.orgId, table.createdAt),
-    uniqueIndex('outbox_events_feed_idx').on(table.orgId, table.position),
-    index('outbox_events_customer_feed_idx').on(table.orgId, table.customerId, table.position).where(sql`customer_id IS NOT NULL`),
+    // Sealed events only: an event is indexed here once, by the sealer, not also while it waits (the write path stays lean).
+    uniqueIndex('outbox_events_feed_idx').on(table.orgId, table.position).where(sql`position IS NOT NULL`),
+    index('outbox_events_customer_feed_idx').on(table.orgId, table.customerId, table.position).where(sql`customer_id IS NOT NULL AND position IS NOT NULL`),
     // The sealer's work: small, since a row leaves it within a second of its commit.
     index('outbox_events_unsealed_idx').on(table.orgId, table.createdAt, table.id).where(sql`position IS NULL`),
   ],

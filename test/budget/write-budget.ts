@@ -46,9 +46,18 @@ export const FOREIGN_KEYS_SQL = `
  * (ri_triggers.c, RI_FKey_check): `SELECT 1 FROM [ONLY] "schema"."parent" x WHERE "col" OPERATOR(pg_catalog.=) $1
  * [AND ...] FOR KEY SHARE OF x`. The same text serves every foreign key to that parent and key.
  */
-const FK_CHECK = /^SELECT 1 FROM (?:ONLY )?(?:"([^"]+)"\.)?"([^"]+)" x WHERE (.*) FOR KEY SHARE OF x$/s;
+const FK_CHECK = /^SELECT (?:1|\$\d+) FROM (?:ONLY )?(?:"([^"]+)"\.)?"([^"]+)" x WHERE (.*) FOR KEY SHARE OF x$/s;
 const INSERT_INTO = /^\s*INSERT\s+INTO\s+(?:"?[\w]+"?\.)?"?(\w+)"?/i;
+/** An INSERT inside a WITH (the outbox writes an event and its deliveries in one statement). */
+const CTE_INSERT_INTO = /\bAS\s*\(\s*INSERT\s+INTO\s+(?:"?[\w]+"?\.)?"?(\w+)"?/gi;
 const WRITES = /^\s*(?:WITH\b.*\b)?(?:INSERT|UPDATE|DELETE|MERGE)\b/is;
+
+/**
+ * A worker wake (src/db/worker-wake.ts): sent after the commit, outside the request's transaction, and
+ * coalesced across requests (at most one per channel per interval), so whether one falls inside one
+ * request's window is a matter of timing. It writes no table; the budget leaves it out.
+ */
+const WAKE = /^SELECT pg_notify\(\$1, (?:NULL|\$2)\)$/;
 
 export function isFkCheck(query: string): boolean {
   return FK_CHECK.test(query.trim());
@@ -63,6 +72,7 @@ export function measurementOf(rows: StatementRow[], walBytes: number): Measureme
   let fkChecks = 0;
   for (const row of rows) {
     const query = row.query.trim();
+    if (WAKE.test(query)) continue;
     if (isFkCheck(query)) {
       fkChecks += row.calls;
       fkCheckCalls[query] = (fkCheckCalls[query] ?? 0) + row.calls;
@@ -73,6 +83,9 @@ export function measurementOf(rows: StatementRow[], walBytes: number): Measureme
     if (WRITES.test(query)) writeStatements.push(query);
     const inserted = INSERT_INTO.exec(query);
     if (inserted) insertedRows[inserted[1]!] = (insertedRows[inserted[1]!] ?? 0) + row.rows;
+    // A WITH's inserts report no rows of their own: counted as one row per call, the least they can be
+    // when they reference anything (the measured scenarios queue at most one delivery per event).
+    for (const cte of query.matchAll(CTE_INSERT_INTO)) insertedRows[cte[1]!] = (insertedRows[cte[1]!] ?? 0) + row.calls;
   }
   return {
     statements,
