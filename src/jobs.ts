@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Config } from './config/config.js';
 import type { Database } from './db/client.js';
+import { createAuditChainSealer } from './modules/audit/audit-chain.sealer.js';
 import { createEmailSender } from './modules/emails/email-sender.js';
 import { createDeliveryWorker } from './modules/webhooks/delivery.worker.js';
 import { createRetentionService, type RetentionTable } from './modules/retention/retention.service.js';
@@ -71,6 +72,16 @@ export function startBackgroundJobs(deps: {
       { atStart: true },
     ),
   ];
+  // Every instance, worker or not: audit rows are chained within seconds of their commit however the
+  // service is deployed. Instances racing for one organisation skip each other.
+  const auditSealer = createAuditChainSealer({ database, logger: logger.child({ component: 'audit-chain-sealer' }) });
+  const auditSealing = auditSealer.start().catch((error: unknown) => logger.error({ err: error }, 'audit chain sealer failed to start'));
+  jobs.push({
+    async stop() {
+      await auditSealing;
+      await auditSealer.stop();
+    },
+  });
   if (deps.webhookWorker) {
     // Queued emails go out after their transaction committed; a failed send is retried, never lost.
     jobs.push(
