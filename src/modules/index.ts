@@ -1,4 +1,5 @@
 import type { FastifyPluginAsync } from 'fastify';
+import { auditRoutes } from './audit/audit.routes.js';
 import { customersRoutes } from './customers/customers.routes.js';
 import { designatedServicesRoutes } from './designated-services/designated-services.routes.js';
 import { entitiesRoutes } from './entities/entities.routes.js';
@@ -6,4 +7,4 @@ import { groupsRoutes } from './groups/groups.routes.js';
 import { verificationRoutes } from './verification/verification.routes.js';
 
 /** The v1 route modules, each registered under /v1 and building its own services from app.deps. */
-export const apiModules: FastifyPluginAsync[] = [customersRoutes, entitiesRoutes, groupsRoutes, verificationRoutes, designatedServicesRoutes];
+export const apiModules: FastifyPluginAsync[] = [customersRoutes, entitiesRoutes, groupsRoutes, verificationRoutes, designatedServicesRoutes, auditRoutes];

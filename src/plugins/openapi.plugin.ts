@@ -329,6 +329,11 @@ const TAGS: OpenAPIV3_1.TagObject[] = [
       'Group workspaces for multi-party deals or matters, created from a group template or from explicit party slots, and the templates available to the organisation. Needs the organisation\'s `groups` feature (403 `feature_disabled` otherwise).',
   },
   {
+    name: 'Audit',
+    description:
+      'The compliance trail (scope `audit:read`): every recorded change, by whom (API key, operator or the service) and when, with its old and new values, in the order of the organisation\'s tamper-evident hash chain. Personal data appears as stored; secrets never do.',
+  },
+  {
     name: 'Catalog',
     description:
       'The read-only catalog of designated-service codes used in `designatedServices`, `preExistingServices` and `service_codes`. Any valid API key may read it.',

@@ -11,6 +11,7 @@ export const SCOPES = [
   'groups:write',
   'events:read',
   'webhooks:write',
+  'audit:read',
 ] as const;
 export type Scope = (typeof SCOPES)[number];
 
@@ -34,6 +35,7 @@ export const ROUTE_SCOPES: Readonly<Record<string, Scope | null>> = {
   'POST /v1/groups': 'groups:write',
   'GET /v1/group-templates': 'groups:read',
   'GET /v1/designated-services': null,
+  'GET /v1/audit-events': 'audit:read',
 };
 
 export function routeKey(method: string, url: string): string {

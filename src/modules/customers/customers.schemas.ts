@@ -111,7 +111,7 @@ const clampLimit = (value: unknown) =>
 
 // The query string arrives as text; the document (which shows what a request sends) types it as the
 // integer it stands for: the input side of a preprocess is the schema after it.
-const limitParam = z
+export const limitParam = z
   .preprocess(clampLimit, z.int({ error: 'Must be a whole number.' }).min(1).max(100).meta({ default: 50 }))
   .optional()
   .describe('Page size 1 to 100, default 50; a whole number outside the range is clamped to it.');
