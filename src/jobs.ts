@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Config } from './config/config.js';
 import type { Database } from './db/client.js';
+import { createAuditChainSealer } from './modules/audit/audit-chain.sealer.js';
 import { createEmailSender } from './modules/emails/email-sender.js';
 import { createEventsFeedSealer } from './modules/events/events-feed.sealer.js';
 import { createDeliveryWorker } from './modules/webhooks/delivery.worker.js';
@@ -80,6 +81,16 @@ export function startBackgroundJobs(deps: {
     async stop() {
       await sealing;
       await sealer.stop();
+    },
+  });
+  // Every instance, worker or not: audit rows are chained within seconds of their commit however the
+  // service is deployed. Instances racing for one organisation skip each other.
+  const auditSealer = createAuditChainSealer({ database, logger: logger.child({ component: 'audit-chain-sealer' }) });
+  const auditSealing = auditSealer.start().catch((error: unknown) => logger.error({ err: error }, 'audit chain sealer failed to start'));
+  jobs.push({
+    async stop() {
+      await auditSealing;
+      await auditSealer.stop();
     },
   });
   if (deps.webhookWorker) {

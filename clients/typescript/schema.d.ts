@@ -526,6 +526,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/audit-events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List audit events (the compliance trail)
+         * @description Every recorded change of the organisation (through the API, the operator CLI or the service itself), ascending by sequence: the order of the organisation's tamper-evident hash chain, which is the order the changes committed. An event appears once it is sealed into the chain, within about a second of its commit (at most 5 s). Personal data appears as stored; secrets never do. next_cursor is never null: keep the last one and poll with it for newer events. Example: GET /v1/audit-events?subject_id=crm-10442&action=customer.updated&limit=100.
+         *
+         *     Required scope: `audit:read`.
+         */
+        get: operations["listAuditEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -6292,6 +6314,187 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listAuditEvents: {
+        parameters: {
+            query?: {
+                /** @description Page size 1 to 100, default 50; a whole number outside the range is clamped to it. */
+                limit?: number;
+                /** @description The next_cursor of the previous page, with the same filters. Keep the last one: polling with it later returns only newer events. */
+                cursor?: string;
+                /** @description Only events about this subject: the UUID of a customer, entity, group, API key (or any subject an event names), or a customer or entity external_id. Unknown in your organisation → 404. */
+                subject_id?: string;
+                /** @description Only events by this actor: an API key id of your organisation, `operator` (the operator CLI) or `system` (the service itself). An unknown key id → 404. */
+                actor?: string;
+                /** @description Only events with one of these actions, comma-separated (e.g. customer.created,api_key.revoked). An action no event has matches nothing. */
+                action?: string;
+                /** @description Only events created strictly after this instant (ISO 8601). */
+                created_after?: string;
+                /** @description Only events created strictly before this instant (ISO 8601). */
+                created_before?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always list.
+                         * @enum {string}
+                         */
+                        object: "list";
+                        /** @description This page, ascending by sequence (the order the changes committed). */
+                        data: {
+                            /**
+                             * @description The audit event id (decimal digits).
+                             * @example 48213
+                             */
+                            id: string;
+                            /**
+                             * @description The event's place in your organisation's hash chain: 1, 2, 3… in the order the changes committed, never reused.
+                             * @example 1042
+                             */
+                            sequence: number;
+                            /**
+                             * @description When the change was written (ISO 8601, UTC).
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            created_at: string;
+                            /** @description Who made the change. */
+                            actor: {
+                                /**
+                                 * @description api_key: a request with one of your keys; operator: the operator CLI; system: the service itself.
+                                 * @enum {string}
+                                 */
+                                type: "api_key" | "operator" | "system";
+                                /**
+                                 * @description The API key id, the operator (cli:<user>), or null for the system.
+                                 * @example 0b6f2c1e-3a4d-4e5f-8a9b-1c2d3e4f5a6b
+                                 */
+                                id: string | null;
+                                /** @description The API key's label at the time of reading; null for other actors or an unlabelled key. */
+                                key_label: string | null;
+                            };
+                            /**
+                             * @description What happened.
+                             * @example customer.updated
+                             */
+                            action: string;
+                            /** @description What was changed. */
+                            subject: {
+                                /**
+                                 * @description The kind of record changed: customer, entity, group, api_key, webhook_endpoint, organisation, …
+                                 * @example customer
+                                 */
+                                type: string;
+                                /** @description Its id. */
+                                id: string | null;
+                            };
+                            /**
+                             * @description The fields whose value changed, each with its old and new value, as stored (personal data included; secrets are never stored).
+                             * @example {
+                             *       "email": {
+                             *         "old": "jane@example.com",
+                             *         "new": "jane.citizen@example.com"
+                             *       }
+                             *     }
+                             */
+                            changes: {
+                                [key: string]: {
+                                    /** @description The value before the change; null when the field was absent (e.g. on creation). */
+                                    old: unknown;
+                                    /** @description The value after the change; null when the field was removed. */
+                                    new: unknown;
+                                };
+                            };
+                            /** @description The X-Request-Id of the API request that made the change; null outside the API. */
+                            request_id: string | null;
+                            /** @description The Idempotency-Key of that request, when it had one. */
+                            idempotency_key: string | null;
+                        }[];
+                        /** @description Whether more events are available right now. */
+                        has_more: boolean;
+                        /** @description Never null: where the next page or the next poll starts (after the last event returned; the same cursor when the page is empty). Pass it as cursor with the same filters. */
+                        next_cursor: string;
+                        /** @description The page size applied. */
+                        limit: number;
+                    };
+                };
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {

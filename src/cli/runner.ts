@@ -45,8 +45,21 @@ function isDatabaseError(error: unknown): boolean {
   return typeof candidate.query === 'string' || (typeof candidate.severity === 'string' && typeof candidate.code === 'string' && /^[0-9A-Z]{5}$/.test(candidate.code));
 }
 
+/** How a command runs, when not as every other: */
+export type CommandOptions<T> = {
+  /**
+   * A result that can be a finding rather than a failure (`svc audit verify` finding a broken chain):
+   * the command still prints its one document on stdout, and this turns it into the process's exit
+   * code, with `message` on stderr for a reader of the terminal.
+   */
+  exitCode?(result: T): number;
+  message?(result: T): string;
+  /** false: do not apply migrations first, so a read-only connection (a read-only role, a standby) serves. */
+  migrate?: boolean;
+};
+
 /** Runs one operator command against the configured (or embedded) database and prints its result. */
-export async function runCommand(work: (context: CommandContext) => Promise<unknown>): Promise<void> {
+export async function runCommand<T>(work: (context: CommandContext) => Promise<T>, options: CommandOptions<T> = {}): Promise<void> {
   let config: Config;
   try {
     config = loadConfig();
@@ -56,7 +69,7 @@ export async function runCommand(work: (context: CommandContext) => Promise<unkn
   const logger = cliLogger(config);
   let connection: Awaited<ReturnType<typeof connect>> | undefined;
   try {
-    connection = await connect(config, { info: (message) => logger.info(message) });
+    connection = await connect(config, { info: (message) => logger.info(message) }, { migrate: options.migrate });
     const result = await work({
       config,
       database: connection.database,
@@ -64,6 +77,12 @@ export async function runCommand(work: (context: CommandContext) => Promise<unkn
     });
     await connection.close();
     printJson(result);
+    const exitCode = options.exitCode?.(result) ?? 0;
+    if (exitCode !== 0) {
+      const message = options.message?.(result);
+      if (message) process.stderr.write(`${message}\n`);
+      process.exitCode = exitCode;
+    }
   } catch (error) {
     await connection?.close().catch(() => {});
     fail(error);

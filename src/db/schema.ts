@@ -142,12 +142,59 @@ export const auditLog = pgTable(
     after: jsonb('after'),
     requestId: text('request_id'),
     createdAt: createdAt(),
+    /** The Idempotency-Key header of the request that made the change, when it had one. */
+    idempotencyKey: text('idempotency_key'),
+    /**
+     * The row's place in its organisation's hash chain, in the order the transactions committed: null
+     * when written, assigned after the commit by the audit sealer (audit-chain.sealer.ts), never changed.
+     */
+    sequence: bigint('sequence', { mode: 'number' }),
+    /** Hex SHA-256 over the previous row's hash and this row's canonical content (audit-chain.ts); set with `sequence`. */
+    hash: text('hash'),
   },
   (table) => [
     primaryKey({ name: 'audit_log_pkey', columns: [table.orgId, table.id] }),
-    index('audit_log_subject_idx').on(table.orgId, table.subjectId),
+    // Also the subject filter of GET /v1/audit-events, walked in chain order.
+    index('audit_log_subject_idx').on(table.orgId, table.subjectId, table.sequence),
     index('audit_log_org_created_idx').on(table.orgId, table.createdAt),
+    // Sealed rows only: a row enters it once, when sealed, not also on the write path.
+    uniqueIndex('audit_log_chain_idx').on(table.orgId, table.sequence).where(sql`sequence IS NOT NULL`),
+    // The sealer's work: small, since a row leaves it within a second of its commit.
+    index('audit_log_unsealed_idx').on(table.orgId, table.createdAt, table.id).where(sql`sequence IS NULL`),
   ],
+);
+
+/**
+ * Per organisation, the end of its audit hash chain: the last sequence and hash the sealer assigned.
+ * Its row lock serialises the sealers of one organisation; verify compares the chain's tail with it
+ * (a truncated tail is otherwise invisible). Kept when rows are purged, so sequences are never reused.
+ */
+export const auditChainHeads = pgTable('audit_chain_heads', {
+  orgId: uuid('org_id')
+    .primaryKey()
+    .references(() => organisations.id, { onDelete: 'cascade' }),
+  lastSequence: bigint('last_sequence', { mode: 'number' }).notNull().default(0),
+  /** Null until the first row is sealed (the chain starts from the genesis value). */
+  lastHash: text('last_hash'),
+  updatedAt: updatedAt(),
+});
+
+/**
+ * A signed statement that the chain of an organisation reached `sequence` with `hash`, written by the
+ * audit purge before it removes the rows up to it, so the rows after it still verify.
+ */
+export const auditCheckpoints = pgTable(
+  'audit_checkpoints',
+  {
+    orgId: uuid('org_id')
+      .notNull()
+      .references(() => organisations.id, { onDelete: 'cascade' }),
+    sequence: bigint('sequence', { mode: 'number' }).notNull(),
+    hash: text('hash').notNull(),
+    signature: text('signature').notNull(),
+    createdAt: createdAt(),
+  },
+  (table) => [primaryKey({ name: 'audit_checkpoints_pkey', columns: [table.orgId, table.sequence] })],
 );
 
 // ---------------------------------------------------------------------------------------------

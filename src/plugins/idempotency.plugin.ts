@@ -17,6 +17,16 @@ export function requestFingerprint(method: string, path: string, body: unknown):
     .digest('hex');
 }
 
+/**
+ * The request's Idempotency-Key as the idempotency layer reads it (the first one when repeated), or
+ * undefined without one; the audit row of the change records it.
+ */
+export function idempotencyKeyOf(request: FastifyRequest): string | undefined {
+  const header = request.headers['idempotency-key'];
+  if (header === undefined) return undefined;
+  return Array.isArray(header) ? header[0] ?? '' : header;
+}
+
 type Outcome = { kind: 'sent'; status: number; body: string; replayed: boolean } | { kind: 'error'; error: AppError };
 
 /**
@@ -36,9 +46,8 @@ export const idempotencyPlugin = fp(
       const original = route.handler as RouteHandlerMethod;
 
       route.handler = async function idempotentHandler(this: FastifyInstance, request: FastifyRequest, reply: FastifyReply) {
-        const header = request.headers['idempotency-key'];
-        if (header === undefined) return original.call(this, request, reply);
-        const key = Array.isArray(header) ? header[0] ?? '' : header;
+        const key = idempotencyKeyOf(request);
+        if (key === undefined) return original.call(this, request, reply);
         if (key.length === 0 || key.length > 255) {
           throw AppError.field('Idempotency-Key', 'Must be between 1 and 255 characters.');
         }

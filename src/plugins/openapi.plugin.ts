@@ -339,6 +339,11 @@ const TAGS: OpenAPIV3_1.TagObject[] = [
       'Your webhook endpoints (scope `webhooks:write`): register, list, update, disable, delete, rotate the signing secret with a grace period during which deliveries carry both signatures, send a test event, read the delivery log with every attempt, and retry a delivery. The `whsec_` secret is shown only on create and on rotate.',
   },
   {
+    name: 'Audit',
+    description:
+      'The compliance trail (scope `audit:read`): every recorded change, by whom (API key, operator or the service) and when, with its old and new values, in the order of the organisation\'s tamper-evident hash chain. Personal data appears as stored; secrets never do.',
+  },
+  {
     name: 'Catalog',
     description:
       'The read-only catalog of designated-service codes used in `designatedServices`, `preExistingServices` and `service_codes`. Any valid API key may read it.',

@@ -11,6 +11,7 @@ export const SCOPES = [
   'groups:write',
   'events:read',
   'webhooks:write',
+  'audit:read',
 ] as const;
 export type Scope = (typeof SCOPES)[number];
 
@@ -45,6 +46,7 @@ export const ROUTE_SCOPES: Readonly<Record<string, Scope | null>> = {
   'POST /v1/webhook-endpoints/:id/test': 'webhooks:write',
   'GET /v1/webhook-endpoints/:id/deliveries': 'webhooks:write',
   'POST /v1/webhook-deliveries/:id/retry': 'webhooks:write',
+  'GET /v1/audit-events': 'audit:read',
 };
 
 export function routeKey(method: string, url: string): string {

@@ -191,7 +191,7 @@ describe('committed OpenAPI document for integrators', () => {
     const limits = operationsOf(document).flatMap(([where, operation]) =>
       ((operation.parameters ?? []) as OpenAPIV3_1.ParameterObject[]).filter((p) => p.in === 'query' && p.name === 'limit').map((p) => [where, p.schema] as const),
     );
-    expect(limits.map(([where]) => where).sort()).toEqual(['GET /customers', 'GET /entities', 'GET /events', 'GET /webhook-endpoints', 'GET /webhook-endpoints/{id}/deliveries']);
+    expect(limits.map(([where]) => where).sort()).toEqual(['GET /audit-events', 'GET /customers', 'GET /entities', 'GET /events', 'GET /webhook-endpoints', 'GET /webhook-endpoints/{id}/deliveries']);
     for (const [, schema] of limits) expect(schema).toEqual({ type: 'integer', minimum: 1, maximum: 100, default: 50 });
   });
 });

@@ -1,13 +1,15 @@
 import type { Command } from 'commander';
+import { registerAuditCommands } from './audit.command.js';
 import { registerBackOfficeCommands } from './back-office.command.js';
 import { registerOpenApiCommands } from './openapi.command.js';
 import { registerTemplateCommands } from './templates.command.js';
 import { registerWebhookCommands } from './webhooks.command.js';
 
-/** Operator commands contributed by domain modules (kyc, aml, webhooks, templates, emails, openapi). */
+/** Operator commands contributed by domain modules (kyc, aml, webhooks, templates, emails, openapi, audit). */
 export const cliCommandModules: Array<(program: Command) => void> = [
   registerTemplateCommands,
   registerBackOfficeCommands,
   registerWebhookCommands,
   registerOpenApiCommands,
+  registerAuditCommands,
 ];

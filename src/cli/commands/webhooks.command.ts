@@ -83,7 +83,7 @@ export function registerWebhookCommands(program: Command): void {
     .requiredOption('--org <id>', 'organisation id')
     .option('--endpoint <id>', 'only this endpoint (prints {event, delivery}); a disabled one is refused')
     .action((options: { org: string; endpoint?: string }) =>
-      runCommand((context) =>
+      runCommand<unknown>((context) =>
         options.endpoint === undefined
           ? service(context).sendTestEvent(options.org)
           : service(context).sendTestEventTo(options.endpoint, { orgId: options.org, actor: context.actor }),

@@ -1,10 +1,63 @@
-import { and, asc, eq, sql } from 'drizzle-orm';
+import { and, asc, eq, gt, gte, inArray, isNotNull, isNull, lt, lte, sql, type SQL } from 'drizzle-orm';
 import { boundAsGiven as bound, builtOnce } from '../../db/built-once.js';
-import type { Executor } from '../../db/client.js';
-import { auditLog } from '../../db/schema.js';
+import { wakeAfterCommit, type Executor } from '../../db/client.js';
+import { apiKeys, auditChainHeads, auditCheckpoints, auditLog } from '../../db/schema.js';
+import type { ChainRow } from './audit-chain.js';
 
-/** Who caused a change: an API key, an operator at the CLI, or the system itself. */
-export type Actor = { type: 'api_key' | 'operator' | 'system'; id: string | null; requestId?: string };
+/**
+ * Who caused a change: an API key, an operator at the CLI, or the system itself; for an API request,
+ * its request id and Idempotency-Key (both kept on the audit row).
+ */
+export type Actor = { type: 'api_key' | 'operator' | 'system'; id: string | null; requestId?: string; idempotencyKey?: string };
+
+/** The channel an audit write wakes once committed: the sealers of every instance (audit-chain.sealer.ts). */
+export const AUDIT_CHANNEL = 'audit_log';
+
+/** A sealed row as GET /v1/audit-events reads it, with the label of the acting API key. */
+export type AuditEventRow = {
+  id: number;
+  sequence: number;
+  createdAt: Date;
+  actorType: string;
+  actorId: string | null;
+  keyLabel: string | null;
+  action: string;
+  subjectType: string;
+  subjectId: string | null;
+  before: unknown;
+  after: unknown;
+  requestId: string | null;
+  idempotencyKey: string | null;
+};
+
+export type AuditEventFilters = {
+  /** Only rows after this sequence (0: from the start). */
+  after: number;
+  subjectId?: string;
+  actor?: { type: 'api_key' | 'operator' | 'system'; id?: string };
+  actions?: readonly string[];
+  createdAfter?: Date;
+  createdBefore?: Date;
+};
+
+/** The head of an organisation's chain: its last sealed sequence and hash, and when it moved. */
+export type ChainHead = { lastSequence: number; lastHash: string | null; updatedAt: Date };
+
+/** The columns of a chain row (the canonical content's), as Drizzle maps them. */
+const chainColumns = {
+  orgId: auditLog.orgId,
+  id: auditLog.id,
+  createdAt: auditLog.createdAt,
+  actorType: auditLog.actorType,
+  actorId: auditLog.actorId,
+  action: auditLog.action,
+  subjectType: auditLog.subjectType,
+  subjectId: auditLog.subjectId,
+  before: auditLog.before,
+  after: auditLog.after,
+  requestId: auditLog.requestId,
+  idempotencyKey: auditLog.idempotencyKey,
+};
 
 export type AuditEntry = {
   orgId: string;
@@ -32,19 +85,31 @@ export function createAuditRepository(db: Executor) {
       before: bound('before'),
       after: bound('after'),
       requestId: bound('requestId'),
+      idempotencyKey: bound('idempotencyKey'),
     }),
   );
   // The database makes `after` from `before` and the changes: `before` is encoded and sent once, not twice.
   const insertChange = builtOnce('audit_log_insert_change', () => {
     const columns = sql.join(
-      [auditLog.orgId, auditLog.actorType, auditLog.actorId, auditLog.action, auditLog.subjectType, auditLog.subjectId, auditLog.before, auditLog.after, auditLog.requestId].map(
+      [
+        auditLog.orgId,
+        auditLog.actorType,
+        auditLog.actorId,
+        auditLog.action,
+        auditLog.subjectType,
+        auditLog.subjectId,
+        auditLog.before,
+        auditLog.after,
+        auditLog.requestId,
+        auditLog.idempotencyKey,
+      ].map(
         (column) => sql.identifier(column.name),
       ),
       sql`, `,
     );
     return sql`INSERT INTO ${auditLog} (${columns})
       SELECT ${bound('orgId')}, ${bound('actorType')}, ${bound('actorId')}, ${bound('action')}, ${bound('subjectType')}, ${bound('subjectId')},
-             change.before, change.before || change.changes, ${bound('requestId')}
+             change.before, change.before || change.changes, ${bound('requestId')}, ${bound('idempotencyKey')}
         FROM (SELECT ${bound('before')}::jsonb AS before, ${bound('changes')}::jsonb AS changes) AS change`;
   });
   const json = (value: unknown) => (value === undefined || value === null ? null : JSON.stringify(value));
@@ -58,16 +123,20 @@ export function createAuditRepository(db: Executor) {
     subjectType: entry.subjectType,
     subjectId: entry.subjectId,
     requestId: entry.actor.requestId ?? null,
+    idempotencyKey: entry.actor.idempotencyKey ?? null,
   });
 
   return {
     async record(entry: AuditEntry, tx: Executor = db): Promise<void> {
       await insertEntry.run(tx, Object.assign(whoAndWhat(entry), { before: json(entry.before), after: json(entry.after) }));
+      // The sealer chains the row once it is committed; no statement of the writer's waits for it.
+      wakeAfterCommit(tx, AUDIT_CHANNEL);
     },
 
     /** Records a change as `record` would with `after: { ...entry.before, ...entry.changes }`. */
     async recordChange(entry: AuditChangeEntry, tx: Executor = db): Promise<void> {
       await insertChange.run(tx, Object.assign(whoAndWhat(entry), { before: JSON.stringify(entry.before), changes: JSON.stringify(entry.changes) }));
+      wakeAfterCommit(tx, AUDIT_CHANNEL);
     },
 
     /** In the order written: by time, the id breaking ties only (a global sequence is no order across machines, DESIGN §9). */
@@ -77,6 +146,188 @@ export function createAuditRepository(db: Executor) {
         .from(auditLog)
         .where(and(eq(auditLog.orgId, orgId), eq(auditLog.subjectId, subjectId)))
         .orderBy(asc(auditLog.createdAt), asc(auditLog.id));
+    },
+
+    // --- GET /v1/audit-events -------------------------------------------------------------------
+
+    /**
+     * Up to `limit` sealed rows after `filters.after`, ascending by sequence: a range scan of
+     * audit_log_chain_idx (org_id, sequence), or of audit_log_subject_idx (org_id, subject_id,
+     * sequence) with a subject. The acting key's label comes from its row; no secret column is read.
+     */
+    async listSealed(orgId: string, filters: AuditEventFilters, limit: number, tx: Executor = db): Promise<AuditEventRow[]> {
+      const conditions: SQL[] = [eq(auditLog.orgId, orgId), isNotNull(auditLog.sequence), gt(auditLog.sequence, filters.after)];
+      if (filters.subjectId !== undefined) conditions.push(eq(auditLog.subjectId, filters.subjectId));
+      if (filters.actor !== undefined) {
+        conditions.push(eq(auditLog.actorType, filters.actor.type));
+        if (filters.actor.id !== undefined) conditions.push(eq(auditLog.actorId, filters.actor.id));
+      }
+      if (filters.actions !== undefined) conditions.push(inArray(auditLog.action, [...filters.actions]));
+      if (filters.createdAfter !== undefined) conditions.push(gt(auditLog.createdAt, filters.createdAfter));
+      if (filters.createdBefore !== undefined) conditions.push(lt(auditLog.createdAt, filters.createdBefore));
+      const rows = await tx
+        .select({
+          id: auditLog.id,
+          sequence: auditLog.sequence,
+          createdAt: auditLog.createdAt,
+          actorType: auditLog.actorType,
+          actorId: auditLog.actorId,
+          keyLabel: apiKeys.label,
+          action: auditLog.action,
+          subjectType: auditLog.subjectType,
+          subjectId: auditLog.subjectId,
+          before: auditLog.before,
+          after: auditLog.after,
+          requestId: auditLog.requestId,
+          idempotencyKey: auditLog.idempotencyKey,
+        })
+        .from(auditLog)
+        // The CASE keeps the cast away from operator and system actor ids, which are not UUIDs.
+        .leftJoin(
+          apiKeys,
+          and(eq(apiKeys.orgId, auditLog.orgId), sql`${apiKeys.id} = CASE WHEN ${auditLog.actorType} = 'api_key' THEN ${auditLog.actorId}::uuid END`),
+        )
+        .where(and(...conditions))
+        .orderBy(asc(auditLog.sequence))
+        .limit(limit);
+      return rows as AuditEventRow[];
+    },
+
+    /** Whether the organisation has any audit row (sealed or not) about `subjectId`. */
+    async hasSubject(orgId: string, subjectId: string, tx: Executor = db): Promise<boolean> {
+      const rows = await tx
+        .select({ one: sql<number>`1` })
+        .from(auditLog)
+        .where(and(eq(auditLog.orgId, orgId), eq(auditLog.subjectId, subjectId)))
+        .limit(1);
+      return rows.length > 0;
+    },
+
+    // --- The sealer (audit-chain.sealer.ts) -----------------------------------------------------
+
+    /**
+     * Organisations after `after` (org_id order) with rows not sealed yet, at most `limit`: a skip
+     * scan of the small partial index audit_log_unsealed_idx, one probe per organisation.
+     */
+    async organisationsWithUnsealedRows(after: string, limit: number, tx: Executor = db): Promise<string[]> {
+      const result = await tx.execute<{ org_id: string }>(sql`
+        WITH RECURSIVE unsealed AS (
+          (SELECT org_id FROM audit_log WHERE sequence IS NULL AND org_id > ${after}::uuid ORDER BY org_id LIMIT 1)
+          UNION ALL
+          SELECT (SELECT a.org_id FROM audit_log a WHERE a.sequence IS NULL AND a.org_id > unsealed.org_id ORDER BY a.org_id LIMIT 1)
+            FROM unsealed
+           WHERE unsealed.org_id IS NOT NULL
+        )
+        SELECT org_id FROM unsealed WHERE org_id IS NOT NULL LIMIT ${limit}`);
+      return result.rows.map((row) => row.org_id);
+    },
+
+    /** The organisation's head row, so there is always one to lock; a statement of its own (see lockHead). */
+    async ensureHead(orgId: string, tx: Executor): Promise<void> {
+      await tx.insert(auditChainHeads).values({ orgId }).onConflictDoNothing({ target: auditChainHeads.orgId });
+    },
+
+    /**
+     * Locks the organisation's head and returns it, or undefined when another sealer holds it (that
+     * one is sealing this organisation now; waiting would only queue behind it).
+     */
+    async lockHead(orgId: string, tx: Executor): Promise<ChainHead | undefined> {
+      const [head] = await tx
+        .select({ lastSequence: auditChainHeads.lastSequence, lastHash: auditChainHeads.lastHash, updatedAt: auditChainHeads.updatedAt })
+        .from(auditChainHeads)
+        .where(eq(auditChainHeads.orgId, orgId))
+        .for('update', { skipLocked: true });
+      return head;
+    },
+
+    /**
+     * The oldest `limit` unsealed rows, by (created_at, id). It must be a statement after lockHead's:
+     * READ COMMITTED gives it a snapshot taken once the head was locked, so it sees every row the
+     * previous holder sealed and takes none of them again.
+     */
+    async unsealedRows(orgId: string, limit: number, tx: Executor): Promise<Array<Omit<ChainRow, 'sequence'>>> {
+      return tx
+        .select(chainColumns)
+        .from(auditLog)
+        .where(and(eq(auditLog.orgId, orgId), isNull(auditLog.sequence)))
+        .orderBy(asc(auditLog.createdAt), asc(auditLog.id))
+        .limit(limit);
+    },
+
+    /**
+     * Writes the sequences and hashes of `sealed` (in chain order) and moves the head to the last of
+     * them, in one statement; returns how many rows it sealed. A row sealed meanwhile (which the head
+     * lock rules out) is left alone and not counted, so the caller can refuse the batch.
+     */
+    async seal(orgId: string, sealed: ReadonlyArray<{ id: number; sequence: number; hash: string }>, tx: Executor): Promise<number> {
+      const last = sealed[sealed.length - 1];
+      if (!last) return 0;
+      const result = await tx.execute<{ sealed: number }>(sql`
+        WITH batch AS (
+          SELECT * FROM jsonb_to_recordset(${JSON.stringify(sealed)}::jsonb) AS v(id bigint, sequence bigint, hash text)
+        ),
+        sealed AS (
+          UPDATE audit_log a
+             SET sequence = batch.sequence, hash = batch.hash
+            FROM batch
+           WHERE a.org_id = ${orgId} AND a.id = batch.id AND a.sequence IS NULL
+          RETURNING 1
+        ),
+        head AS (
+          UPDATE audit_chain_heads
+             SET last_sequence = ${last.sequence}, last_hash = ${last.hash}, updated_at = clock_timestamp()
+           WHERE org_id = ${orgId}
+          RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM sealed)::int AS sealed, (SELECT count(*) FROM head)::int AS head`);
+      return result.rows[0]?.sealed ?? 0;
+    },
+
+    // --- svc audit head / verify ----------------------------------------------------------------
+
+    async findHead(orgId: string, tx: Executor = db): Promise<ChainHead | undefined> {
+      const [head] = await tx
+        .select({ lastSequence: auditChainHeads.lastSequence, lastHash: auditChainHeads.lastHash, updatedAt: auditChainHeads.updatedAt })
+        .from(auditChainHeads)
+        .where(eq(auditChainHeads.orgId, orgId));
+      return head;
+    },
+
+    /** Sealed rows from `fromSequence` on (inclusive), in chain order, with their stored hashes. */
+    async chainFrom(orgId: string, fromSequence: number, limit: number, tx: Executor = db): Promise<Array<ChainRow & { hash: string | null }>> {
+      const rows = await tx
+        .select({ ...chainColumns, sequence: auditLog.sequence, hash: auditLog.hash })
+        .from(auditLog)
+        .where(and(eq(auditLog.orgId, orgId), gte(auditLog.sequence, fromSequence)))
+        .orderBy(asc(auditLog.sequence))
+        .limit(limit);
+      return rows as Array<ChainRow & { hash: string | null }>;
+    },
+
+    /** The sealed row at `sequence`, if there is one. */
+    async chainRowAt(orgId: string, sequence: number, tx: Executor = db): Promise<(ChainRow & { hash: string | null }) | undefined> {
+      const [row] = await this.chainFrom(orgId, sequence, 1, tx);
+      return row?.sequence === sequence ? row : undefined;
+    },
+
+    /** How many rows are committed but not sealed yet. */
+    async countUnsealed(orgId: string, tx: Executor = db): Promise<number> {
+      const [row] = await tx
+        .select({ count: sql<number>`count(*)::int` })
+        .from(auditLog)
+        .where(and(eq(auditLog.orgId, orgId), isNull(auditLog.sequence)));
+      return row?.count ?? 0;
+    },
+
+    /** The latest checkpoint at or below `sequence` (a purge removed the rows up to it). */
+    async checkpointAtOrBelow(orgId: string, sequence: number, tx: Executor = db) {
+      const [row] = await tx
+        .select({ sequence: auditCheckpoints.sequence, hash: auditCheckpoints.hash })
+        .from(auditCheckpoints)
+        .where(and(eq(auditCheckpoints.orgId, orgId), lte(auditCheckpoints.sequence, sequence)))
+        .orderBy(sql`${auditCheckpoints.sequence} DESC`)
+        .limit(1);
+      return row;
     },
   };
 }

@@ -118,3 +118,35 @@ async function readCursorKey(database: Database): Promise<Buffer> {
   }
   return key;
 }
+
+/**
+ * A cursor over a list ordered by a per-organisation sequence (GET /v1/audit-events): the last
+ * sequence returned and the filter fingerprint, signed like the others.
+ */
+export function encodeSequenceCursor(sequence: number, fingerprint: string, key: Buffer): string {
+  const payload = Buffer.from(JSON.stringify({ s: sequence, f: fingerprint })).toString('base64url');
+  return `${payload}.${macOf(payload, key)}`;
+}
+
+/** The sequence of a cursor encodeSequenceCursor made, once its mac verifies; else a 422 on `cursor`. */
+export function decodeSequenceCursor(cursor: string, fingerprint: string, key: Buffer): number {
+  const [payload, mac, ...rest] = cursor.split('.');
+  if (rest.length > 0 || !payload || !mac || !BASE64URL.test(payload) || !BASE64URL.test(mac)) throw AppError.field('cursor', NOT_A_CURSOR);
+  const given = Buffer.from(mac);
+  const expected = Buffer.from(macOf(payload, key));
+  if (given.length !== expected.length || !timingSafeEqual(given, expected)) throw AppError.field('cursor', NOT_A_CURSOR);
+  let parsed: { s?: unknown; f?: unknown } | null;
+  try {
+    parsed = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as { s?: unknown; f?: unknown } | null;
+  } catch {
+    throw AppError.field('cursor', NOT_A_CURSOR);
+  }
+  // Another list's cursor verifies too (one key); it has no sequence.
+  if (typeof parsed !== 'object' || parsed === null || typeof parsed.s !== 'number' || !Number.isSafeInteger(parsed.s) || parsed.s < 0) {
+    throw AppError.field('cursor', NOT_A_CURSOR);
+  }
+  if (parsed.f !== fingerprint) {
+    throw AppError.field('cursor', 'This cursor belongs to a walk with other filters; keep the filters unchanged while paging.');
+  }
+  return parsed.s;
+}

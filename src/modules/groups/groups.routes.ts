@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { confirmedAuth } from '../../plugins/auth.plugin.js';
 import { errorResponses } from '../../shared/error-responses.js';
+import { requestActor } from '../customers/request-context.js';
 import { createGroupsService, type GroupsCaller } from './groups.service.js';
 import { createGroupBodySchema, groupSchema, groupTemplateListSchema } from './groups.schemas.js';
 
@@ -9,7 +10,7 @@ function callerOf(request: FastifyRequest): GroupsCaller {
   return {
     orgId: request.auth.orgId,
     features: request.auth.features,
-    actor: { type: 'api_key', id: request.auth.apiKeyId, requestId: request.id },
+    actor: requestActor(request),
   };
 }
 

@@ -1,0 +1,33 @@
+import type { Command } from 'commander';
+import type { ChainVerdict } from '../../modules/audit/audit-chain.verifier.js';
+import { createAuditService } from '../../modules/audit/audit.service.js';
+import { runCommand } from '../runner.js';
+
+/** `svc audit verify`'s exit code when the chain is broken (1 stays "the command failed": nothing on stdout). */
+export const CHAIN_BROKEN_EXIT_CODE = 2;
+
+export function registerAuditCommands(program: Command): void {
+  const audit = program.command('audit').description("Inspect an organisation's audit trail and its hash chain");
+
+  audit
+    .command('head')
+    .description('Print the last sealed sequence and hash of the chain (publish it elsewhere, e.g. daily, to detect a truncation later)')
+    .requiredOption('--org <id>', 'organisation id')
+    .action((options: { org: string }) => runCommand(({ database }) => createAuditService({ database }).head(options.org)));
+
+  audit
+    .command('verify')
+    .description(
+      `Recompute the chain in a read-only transaction and name the first broken row (edited, deleted, inserted, reordered, truncated); exits ${CHAIN_BROKEN_EXIT_CODE} when broken`,
+    )
+    .requiredOption('--org <id>', 'organisation id')
+    .action((options: { org: string }) =>
+      runCommand<ChainVerdict>(({ database }) => createAuditService({ database }).verify(options.org), {
+        // It writes nothing, so it runs on a read-only connection too (a read-only role or a standby).
+        migrate: false,
+        exitCode: (verdict) => (verdict.ok ? 0 : CHAIN_BROKEN_EXIT_CODE),
+        message: (verdict) =>
+          verdict.ok ? '' : `audit chain broken at sequence ${verdict.broken_at.sequence} (${verdict.broken_at.problem}): ${verdict.broken_at.detail}`,
+      }),
+    );
+}

@@ -1,0 +1,136 @@
+import { isDeepStrictEqual } from 'node:util';
+import type { Database } from '../../db/client.js';
+import { AppError } from '../../shared/app-error.js';
+import { isUuid } from '../../shared/ids.js';
+import { createApiKeysRepository } from '../api-keys/api-keys.repository.js';
+import { createCustomersRepository } from '../customers/customers.repository.js';
+import type { RequestContext } from '../customers/customers.service.js';
+import { cursorKeyLoader, decodeSequenceCursor, encodeSequenceCursor, filterFingerprint, type CursorKey } from '../customers/list-cursor.js';
+import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
+import { verifyChain, type ChainVerdict } from './audit-chain.verifier.js';
+import { createAuditRepository, type AuditEventFilters, type AuditEventRow } from './audit.repository.js';
+import type { AuditEventDto, AuditEventList, ListAuditEventsQuery } from './audit.schemas.js';
+
+type Changes = AuditEventDto['changes'];
+
+const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+/**
+ * The fields that differ between a row's before and after, each with its old and new value. A field
+ * missing on one side counts as null there (a creation lists every field with old null). Rows whose
+ * before/after is not an object compare as a whole, under `value`.
+ */
+export function changesOf(before: unknown, after: unknown): Changes {
+  const changes: Changes = {};
+  if (!isRecord(before ?? {}) || !isRecord(after ?? {})) {
+    if (!isDeepStrictEqual(before ?? null, after ?? null)) changes.value = { old: before ?? null, new: after ?? null };
+    return changes;
+  }
+  const old = (before ?? {}) as Record<string, unknown>;
+  const next = (after ?? {}) as Record<string, unknown>;
+  for (const field of [...new Set([...Object.keys(old), ...Object.keys(next)])].sort()) {
+    const was = old[field] ?? null;
+    const is = next[field] ?? null;
+    if (!isDeepStrictEqual(was, is)) changes[field] = { old: was, new: is };
+  }
+  return changes;
+}
+
+function toDto(row: AuditEventRow): AuditEventDto {
+  return {
+    id: String(row.id),
+    sequence: row.sequence,
+    created_at: row.createdAt.toISOString(),
+    actor: { type: row.actorType as AuditEventDto['actor']['type'], id: row.actorId, key_label: row.keyLabel },
+    action: row.action,
+    subject: { type: row.subjectType, id: row.subjectId },
+    changes: changesOf(row.before, row.after),
+    request_id: row.requestId,
+    idempotency_key: row.idempotencyKey,
+  };
+}
+
+export type ChainHeadDto = { org_id: string; sequence: number; hash: string | null; sealed_at: string | null };
+
+/**
+ * The audit trail read back: GET /v1/audit-events (sealed rows only, in chain order) and the
+ * operator's `svc audit head` and `svc audit verify`.
+ */
+export function createAuditService(deps: { database: Database; cursorKey?: CursorKey }) {
+  const { database } = deps;
+  const audit = createAuditRepository(database.db);
+  const customers = createCustomersRepository(database.db);
+  const keys = createApiKeysRepository(database.db);
+  const organisations = createOrganisationsRepository(database.db);
+  const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
+
+  /**
+   * A subject of the organisation: a UUID some audit row of the organisation names (any kind of
+   * record, also one since removed), else a customer or entity by external_id (or by UUID, once its
+   * rows were purged). Anything else, another organisation's ids included, is not found.
+   */
+  async function resolveSubject(orgId: string, ref: string): Promise<string> {
+    if (isUuid(ref) && (await audit.hasSubject(orgId, ref))) return ref;
+    const record = (await customers.findByExternalId(orgId, ref)) ?? (isUuid(ref) ? await customers.findById(orgId, ref) : undefined);
+    if (!record) throw AppError.notFound('Subject');
+    return record.id;
+  }
+
+  async function resolveActor(orgId: string, ref: string): Promise<NonNullable<AuditEventFilters['actor']>> {
+    if (ref === 'operator' || ref === 'system') return { type: ref };
+    if (!isUuid(ref)) throw AppError.field('actor', 'Must be an API key id, operator or system.');
+    const key = await keys.findById(ref);
+    if (!key || key.orgId !== orgId) throw AppError.notFound('API key');
+    return { type: 'api_key', id: key.id };
+  }
+
+  async function requireOrg(orgId: string): Promise<void> {
+    if (!isUuid(orgId) || !(await organisations.findById(orgId))) throw AppError.notFound('Organisation');
+  }
+
+  return {
+    async list(ctx: RequestContext, query: ListAuditEventsQuery): Promise<AuditEventList> {
+      const limit = query.limit ?? 50;
+      const subjectId = query.subject_id === undefined ? undefined : await resolveSubject(ctx.orgId, query.subject_id);
+      const actor = query.actor === undefined ? undefined : await resolveActor(ctx.orgId, query.actor);
+      const fingerprint = filterFingerprint({
+        list: 'audit-events',
+        // The subject, not how it was named: its UUID and its external_id continue the same walk.
+        subject_id: subjectId ?? null,
+        actor: actor ?? null,
+        action: query.action ?? null,
+        created_after: query.created_after?.toISOString() ?? null,
+        created_before: query.created_before?.toISOString() ?? null,
+      });
+      const key = await cursorKey();
+      const after = query.cursor === undefined ? 0 : decodeSequenceCursor(query.cursor, fingerprint, key);
+      const filters: AuditEventFilters = { after, subjectId, actor, actions: query.action, createdAfter: query.created_after, createdBefore: query.created_before };
+      // From the primary: a replica could lag behind a sequence the previous page returned.
+      const rows = await audit.listSealed(ctx.orgId, filters, limit + 1);
+      const page = rows.slice(0, limit);
+      return {
+        object: 'list',
+        data: page.map(toDto),
+        has_more: rows.length > limit,
+        // Never null: an empty page hands back where it started, so an auditor's next poll resumes there.
+        next_cursor: encodeSequenceCursor(page.at(-1)?.sequence ?? after, fingerprint, key),
+        limit,
+      };
+    },
+
+    /** The end of the organisation's chain, to publish elsewhere (a daily anchor reveals a truncation later). */
+    async head(orgId: string): Promise<ChainHeadDto> {
+      await requireOrg(orgId);
+      const head = await audit.findHead(orgId);
+      const sealed = head !== undefined && head.lastSequence > 0;
+      return { org_id: orgId, sequence: head?.lastSequence ?? 0, hash: sealed ? head.lastHash : null, sealed_at: sealed ? head.updatedAt.toISOString() : null };
+    },
+
+    /** Recomputes the chain in one read-only snapshot: nothing it runs can write, and the head and rows agree. */
+    async verify(orgId: string): Promise<ChainVerdict> {
+      await requireOrg(orgId);
+      return database.transaction((tx) => verifyChain(audit, orgId, tx), { isolationLevel: 'repeatable read', accessMode: 'read only' });
+    },
+  };
+}
+export type AuditService = ReturnType<typeof createAuditService>;
