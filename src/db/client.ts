@@ -39,8 +39,8 @@ export type Database = {
   /** The transaction of this async context, if any, else the pool-backed database. */
   current(): Executor;
   /**
-   * LISTENs on `channel` on a connection of its own (a pooled one may be handed to anyone), to the
-   * direct URL when there is one (a transaction-mode pooler cannot keep a LISTEN). When that
+   * LISTENs on `channel` on a connection outside the pool (a pooled one may be handed to anyone), shared
+   * by every LISTEN of this Database, to the direct URL when there is one (a transaction-mode pooler cannot keep a LISTEN). When that
    * connection drops it is opened again, and `onListening` runs each time the LISTEN is in place, so
    * the caller can pick up what it missed meanwhile.
    */
@@ -240,43 +240,96 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
     return result;
   }
 
-  async function listen(channel: string, onNotification: (payload: string | undefined) => void, onListening?: () => void): Promise<Listener> {
-    let closed = false;
-    let client: pg.Client | undefined;
-    let retry: NodeJS.Timeout | undefined;
-    const open = async (): Promise<void> => {
-      if (closed) return;
-      const connection = new pg.Client({ ...directConfig, query_timeout: undefined, statement_timeout: undefined, idle_in_transaction_session_timeout: undefined });
-      client = connection;
-      let dropped = false;
-      const reopen = () => {
-        if (dropped) return;
-        dropped = true;
-        connection.end().catch(() => {});
-        if (closed) return;
-        retry = setTimeout(() => void open(), 1_000);
-        retry.unref();
-      };
-      connection.on('error', reopen);
-      connection.on('end', reopen);
-      connection.on('notification', (message) => {
-        if (message.channel === channel) onNotification(message.payload);
-      });
-      try {
-        await connection.connect();
-        await connection.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
-        onListening?.();
-      } catch {
-        reopen();
-      }
+  /**
+   * Every LISTEN of this Database shares one connection of its own (outside the pool, direct to the
+   * server): an instance's workers hold one listening connection between them, not one each. When it
+   * drops, it is opened again after a second and every channel is listened to again; each subscriber's
+   * onListening then runs (a worker catches up on what it may have missed meanwhile).
+   */
+  type ListeningConnection = { client: pg.Client; channels: Set<string>; ready: Promise<void>; dropped: boolean };
+  type Subscription = {
+    channel: string;
+    onNotification: (payload: string | undefined) => void;
+    onListening?: (() => void) | undefined;
+    /** The connection its channel was last listened to on (and it was told so). */
+    listeningOn?: ListeningConnection;
+  };
+  const subscriptions = new Set<Subscription>();
+  let listening: ListeningConnection | undefined;
+  let reopenTimer: NodeJS.Timeout | undefined;
+
+  function openListeningConnection(): ListeningConnection | undefined {
+    if (listening || subscriptions.size === 0) return listening;
+    const client = new pg.Client({ ...directConfig, query_timeout: undefined, statement_timeout: undefined, idle_in_transaction_session_timeout: undefined });
+    const state: ListeningConnection = { client, channels: new Set<string>(), ready: Promise.resolve(), dropped: false };
+    listening = state;
+    const drop = () => {
+      if (state.dropped) return;
+      state.dropped = true;
+      if (listening === state) listening = undefined;
+      client.end().catch(() => {});
+      if (subscriptions.size === 0 || reopenTimer) return;
+      reopenTimer = setTimeout(() => {
+        reopenTimer = undefined;
+        openListeningConnection();
+      }, 1_000);
+      reopenTimer.unref();
     };
-    await open();
+    client.on('error', drop);
+    client.on('end', drop);
+    client.on('notification', (message) => {
+      for (const subscription of subscriptions) if (subscription.channel === message.channel) subscription.onNotification(message.payload);
+    });
+    state.ready = (async () => {
+      try {
+        await client.connect();
+        for (const subscription of [...subscriptions]) await listenOn(state, subscription);
+      } catch {
+        drop();
+      }
+    })();
+    return state;
+  }
+
+  /** LISTENs to the subscription's channel on the shared connection (once per channel), then tells the subscriber. */
+  async function listenOn(state: ListeningConnection, subscription: Subscription): Promise<void> {
+    if (!state.channels.has(subscription.channel)) {
+      state.channels.add(subscription.channel);
+      await state.client.query(`LISTEN ${pg.escapeIdentifier(subscription.channel)}`);
+    }
+    subscription.listeningOn = state;
+    subscription.onListening?.();
+  }
+
+  async function listen(channel: string, onNotification: (payload: string | undefined) => void, onListening?: () => void): Promise<Listener> {
+    const subscription: Subscription = { channel, onNotification, onListening };
+    subscriptions.add(subscription);
+    // While a dropped connection waits to be opened again, the reopening takes this subscription along.
+    const state = reopenTimer ? undefined : openListeningConnection();
+    if (state) {
+      await state.ready;
+      // Opening it took this subscription along; an open one listens to its channel now.
+      if (!state.dropped && subscription.listeningOn !== state) {
+        try {
+          await listenOn(state, subscription);
+        } catch {
+          // The connection failed: it is opened again, with this channel among the others.
+        }
+      }
+    }
     const listener: Listener = {
       async close() {
-        closed = true;
+        if (!subscriptions.delete(subscription)) return;
         listeners.delete(listener);
-        if (retry) clearTimeout(retry);
-        await client?.end().catch(() => {});
+        if (subscriptions.size > 0) return;
+        if (reopenTimer) clearTimeout(reopenTimer);
+        reopenTimer = undefined;
+        const state = listening;
+        listening = undefined;
+        if (state) {
+          state.dropped = true;
+          await state.client.end().catch(() => {});
+        }
       },
     };
     listeners.add(listener);

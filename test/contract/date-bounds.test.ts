@@ -153,6 +153,33 @@ describe('updated_since', () => {
   });
 });
 
+/** The feeds' time filters (the events feed, the audit trail): the same bounds as updated_since. */
+const FEEDS = ['events', 'audit-events'] as const;
+const FEED_FILTERS = ['created_after', 'created_before'] as const;
+
+describe('created_after and created_before', () => {
+  const feed = (path: (typeof FEEDS)[number], filter: string, value: string) =>
+    ctx.request('GET', `/v1/${path}`, { key: org.key, query: { [filter]: value } });
+
+  describe.each(FEEDS)('GET /%s', (path) => {
+    it.each(FEED_FILTERS)('when %s lies outside years 0001 to 9999 or is not ISO 8601, it answers 422 naming it', async (filter) => {
+      for (const value of ['0000-01-01T00:00:00Z', '0001-01-01T00:00:00+00:01', '9999-12-31T23:59:59-14:00']) {
+        expectRefused(await feed(path, filter, value), filter, /0001-01-01T00:00:00Z and 9999-12-31T23:59:59\.999Z.*UTC/);
+      }
+      for (const value of ['10000-01-01T00:00:00Z', '2026-02-30T00:00:00Z', 'yesterday']) {
+        expectRefused(await feed(path, filter, value), filter, /ISO 8601/);
+      }
+    });
+
+    it.each(FEED_FILTERS)('when %s is at the bounds, it answers 200', async (filter) => {
+      for (const value of ['0001-01-01T00:00:00Z', '9999-12-31T23:59:59.999Z']) {
+        const response = await feed(path, filter, value);
+        expect(response.statusCode, response.body).toBe(200);
+      }
+    });
+  });
+});
+
 describe('coverage', () => {
   it('when the OpenAPI document has a date or date-time request field, this file proves its bounds', async () => {
     const document = (await generateOpenApiDocument()) as { paths: Record<string, Record<string, any>>; components?: { schemas?: Record<string, any> } };
@@ -180,6 +207,7 @@ describe('coverage', () => {
     const proven = [
       ...RESOURCES.flatMap((resource) => CALENDAR_FIELDS.map((field) => `POST /${resource} ${field}`)),
       ...RESOURCES.map((resource) => `GET /${resource} ?updated_since`),
+      ...FEEDS.flatMap((path) => FEED_FILTERS.map((filter) => `GET /${path} ?${filter}`)),
     ];
     expect(found.sort()).toEqual(proven.sort());
   });
