@@ -581,4 +581,41 @@ describe('Database.listen', () => {
     await sleep(200);
     expect(payloads).toHaveLength(count);
   });
+
+  it('when several channels are listened to, they share one connection: after its backend is terminated every channel listens again and each subscriber is told; closing the last ends it', { timeout: 30_000 }, async () => {
+    const listeningBackends = async () =>
+      (await admin.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'listen %shared_channel_%' AND pid <> pg_backend_pid()`)).rows.map(
+        (row) => row.pid,
+      );
+    const heard: string[] = [];
+    const told = { a: 0, b: 0 };
+    const a = await database.listen('shared_channel_a', (payload) => heard.push(`a:${payload}`), () => (told.a += 1));
+    const b = await database.listen('shared_channel_b', (payload) => heard.push(`b:${payload}`), () => (told.b += 1));
+    try {
+      expect(told).toEqual({ a: 1, b: 1 });
+      const [pid, ...others] = await listeningBackends();
+      expect(pid).toBeDefined();
+      expect(others).toEqual([]);
+      await admin.query(`SELECT pg_notify('shared_channel_a', '1'), pg_notify('shared_channel_b', '1')`);
+      await vi.waitFor(() => expect(heard.sort()).toEqual(['a:1', 'b:1']), { timeout: 2_000, interval: 20 });
+
+      await terminate(pid!);
+      await vi.waitFor(() => expect(told).toEqual({ a: 2, b: 2 }), { timeout: 15_000, interval: 100 });
+      const after = await listeningBackends();
+      expect(after).toHaveLength(1);
+      expect(after[0]).not.toBe(pid);
+      await admin.query(`SELECT pg_notify('shared_channel_a', '2'), pg_notify('shared_channel_b', '2')`);
+      await vi.waitFor(() => expect(heard).toEqual(expect.arrayContaining(['a:2', 'b:2'])), { timeout: 2_000, interval: 20 });
+
+      await a.close();
+      expect(await listeningBackends()).toHaveLength(1);
+      await admin.query(`SELECT pg_notify('shared_channel_a', '3'), pg_notify('shared_channel_b', '3')`);
+      await vi.waitFor(() => expect(heard).toContain('b:3'), { timeout: 2_000, interval: 20 });
+      expect(heard).not.toContain('a:3');
+    } finally {
+      await a.close();
+      await b.close();
+    }
+    await vi.waitFor(async () => expect(await listeningBackends()).toEqual([]), { timeout: 2_000, interval: 20 });
+  });
 });
