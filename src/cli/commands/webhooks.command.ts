@@ -85,7 +85,7 @@ export function registerWebhookCommands(program: Command): void {
     .action((options: { org: string; endpoint?: string }) =>
       runCommand<unknown>((context) =>
         options.endpoint === undefined
-          ? service(context).sendTestEvent(options.org)
+          ? service(context).sendTestEvent(options.org, context.actor)
           : service(context).sendTestEventTo(options.endpoint, { orgId: options.org, actor: context.actor }),
       ),
     );

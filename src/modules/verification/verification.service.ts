@@ -3,6 +3,7 @@ import type { Database, Executor } from '../../db/client.js';
 import type { CustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { Issues } from '../../shared/issues.js';
+import { createAuditRepository } from '../audit/audit.repository.js';
 import { createCustomerChangeRecorder } from '../customers/customer-changes.js';
 import { toIndividualDto } from '../customers/customer-dto.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
@@ -32,6 +33,7 @@ export function createVerificationService(deps: { database: Database; publicBase
   const verifications = createVerificationRepository(database.db);
   const emails = createEmailsRepository(database.db);
   const changes = createCustomerChangeRecorder(database.db);
+  const audit = createAuditRepository(database.db);
 
   /**
    * Arms a check on `subject` in the caller's transaction: conflict check, billing (ledger row and
@@ -96,6 +98,19 @@ export function createVerificationService(deps: { database: Database; publicBase
           available: org?.credits ?? 0,
         });
       }
+      // A balance change is a change of the organisation's record: the trail shows it beside the ledger row.
+      await audit.record(
+        {
+          orgId: ctx.orgId,
+          actor: ctx.actor,
+          action: 'organisation.credits_charged',
+          subjectType: 'organisation',
+          subjectId: ctx.orgId,
+          before: { credits: charged.credits + cost },
+          after: { credits: charged.credits, reason: `${lane.kind.toLowerCase()}_start`, verification_id: verification.id, customer_id: subject.id },
+        },
+        tx,
+      );
     }
     const updated = await customers.update(ctx.orgId, subject.id, { kycStatus: status, kycStartedAt: new Date(), kycCompletedAt: null }, tx);
     const dto = updated.kind === 'entity' ? await entities.dtoOf(updated, tx) : toIndividualDto(updated);

@@ -520,11 +520,16 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
     },
 
     /** Emits a `webhook.test` event through the outbox to every enabled endpoint of the organisation. */
-    async sendTestEvent(orgId: string): Promise<{ event: unknown; deliveries: WebhookDeliveryDto[] }> {
+    async sendTestEvent(orgId: string, actor: Actor = SYSTEM_ACTOR): Promise<{ event: unknown; deliveries: WebhookDeliveryDto[] }> {
       await requireOrg(orgId);
-      const eventId = await database.transaction((tx) =>
-        outbox.record({ orgId, type: 'webhook.test', customerId: null, customer: null }, tx),
-      );
+      const eventId = await database.transaction(async (tx) => {
+        const id = await outbox.record({ orgId, type: 'webhook.test', customerId: null, customer: null }, tx);
+        await audit.record(
+          { orgId, actor, action: 'webhook.test_sent', subjectType: 'organisation', subjectId: orgId, before: null, after: { event_id: id } },
+          tx,
+        );
+        return id;
+      });
       const event = await webhooks.findEvent(orgId, eventId);
       const rows = await webhooks.listDeliveries(orgId, { eventId, limit: 1000 });
       return { event: JSON.parse(event!.payload) as unknown, deliveries: rows.map((row) => toDeliveryDto(row, [])) };
