@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import stableStringify from 'safe-stable-stringify';
 
 /**
@@ -57,4 +57,24 @@ export function canonicalContent(row: ChainRow): string {
 /** The hash of `row` chained after `previousHash` (GENESIS_HASH for sequence 1). */
 export function chainHash(previousHash: string, row: ChainRow): string {
   return createHash('sha256').update(previousHash).update('\n').update(canonicalContent(row)).digest('hex');
+}
+
+/** What a checkpoint vouches for: the hash of the organisation's row at `sequence`, the last one a purge removed. */
+export type Checkpoint = { orgId: string; sequence: number; hash: string };
+
+/**
+ * The signature of a checkpoint: hex HMAC-SHA256, keyed by service_secrets.audit_checkpoint_hmac,
+ * over the canonical JSON of {org_id, sequence (decimal text), hash}. Without the key, a checkpoint
+ * cannot be moved or made up to hide rows deleted before it.
+ */
+export function checkpointSignature(key: Buffer, checkpoint: Checkpoint): string {
+  const canonical = stableStringify({ org_id: checkpoint.orgId, sequence: String(checkpoint.sequence), hash: checkpoint.hash }) as string;
+  return createHmac('sha256', key).update(canonical).digest('hex');
+}
+
+/** Whether `signature` is the checkpoint's, compared in constant time. */
+export function checkpointSignatureMatches(key: Buffer, checkpoint: Checkpoint, signature: string): boolean {
+  const expected = Buffer.from(checkpointSignature(key, checkpoint), 'hex');
+  const given = /^[0-9a-f]+$/i.test(signature) ? Buffer.from(signature, 'hex') : Buffer.alloc(0);
+  return given.length === expected.length && timingSafeEqual(given, expected);
 }

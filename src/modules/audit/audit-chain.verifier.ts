@@ -1,9 +1,13 @@
 import type { Executor } from '../../db/client.js';
-import { chainHash, GENESIS_HASH, type ChainRow } from './audit-chain.js';
+import { createServiceSecretsRepository } from '../service-secrets/service-secrets.repository.js';
+import { chainHash, checkpointSignatureMatches, GENESIS_HASH, type ChainRow } from './audit-chain.js';
 import type { AuditRepository, ChainHead } from './audit.repository.js';
 
-/** What broke the chain at a row: a row changed, missing, added, out of its place, or the tail cut off. */
-export type ChainProblem = 'edited' | 'deleted' | 'inserted' | 'reordered' | 'truncated';
+/**
+ * What broke the chain at a row: a row changed, missing, added, out of its place, or the tail cut
+ * off; or a purge's checkpoint forged, edited or deleted.
+ */
+export type ChainProblem = 'edited' | 'deleted' | 'inserted' | 'reordered' | 'truncated' | 'checkpoint';
 
 export type ChainBreak = {
   /** The sequence of the row the problem is at (for a deleted or truncated row: the sequence it had). */
@@ -51,34 +55,57 @@ export async function verifyChain(audit: AuditRepository, orgId: string, tx: Exe
   /** `row` as if it were sealed at `sequence`: what its hash covers there. */
   const placedAt = (row: ChainRow, sequence: number): ChainRow => ({ ...row, sequence });
 
+  // Every checkpoint must carry its signature: one edited, or made up without the key, is named before any row.
+  const checkpoints = await audit.checkpoints(orgId, tx);
+  if (checkpoints.length > 0) {
+    const value = await createServiceSecretsRepository(tx).find('audit_checkpoint_hmac', tx);
+    const key = value !== undefined && /^(?:[0-9a-f]{2})+$/i.test(value) ? Buffer.from(value, 'hex') : undefined;
+    for (const checkpoint of checkpoints) {
+      if (!key || !checkpointSignatureMatches(key, { orgId, sequence: checkpoint.sequence, hash: checkpoint.hash }, checkpoint.signature)) {
+        return broken(0, {
+          sequence: checkpoint.sequence,
+          id: null,
+          problem: 'checkpoint',
+          detail: key
+            ? `the checkpoint at sequence ${checkpoint.sequence} does not match its signature: its hash or signature was changed, or it was not written by a purge`
+            : `the checkpoint at sequence ${checkpoint.sequence} cannot be checked: service_secrets.audit_checkpoint_hmac is missing`,
+        });
+      }
+    }
+  }
+  // The chain starts after the latest checkpoint: rows at or below it are a purge's still to be deleted.
+  const startAfter = checkpoints.at(-1);
+
   let rows = 0;
   let first: number | null = null;
-  let previousHash: string | undefined;
+  let previousHash: string | undefined = startAfter?.hash ?? GENESIS_HASH;
   let previous: StoredRow | undefined;
-  let expected = 0;
+  let expected = (startAfter?.sequence ?? 0) + 1;
 
-  for (let from = 1; ; ) {
+  for (let from = expected; ; ) {
     const page = await audit.chainFrom(orgId, from, PAGE, tx);
     for (const row of page) {
       if (first === null) {
         first = row.sequence;
-        // Rows before the first one were purged behind a checkpoint, or removed.
-        if (row.sequence > 1) {
-          const checkpoint = await audit.checkpointAtOrBelow(orgId, row.sequence - 1, tx);
-          if (checkpoint?.sequence !== row.sequence - 1) {
-            const missing = (checkpoint?.sequence ?? 0) + 1;
+        // Rows missing from the start: a purge whose checkpoint is gone, or rows deleted.
+        if (row.sequence !== expected) {
+          const missing = expected;
+          const recordedBy = await audit.purgeRecordedFor(orgId, row.sequence - 1, tx);
+          if (recordedBy !== undefined) {
             return broken(0, {
-              sequence: missing,
+              sequence: row.sequence - 1,
               id: null,
-              problem: 'deleted',
-              detail: `sequences ${missing} to ${row.sequence - 1} are missing before row ${row.id} (sequence ${row.sequence}), with no checkpoint to start from`,
+              problem: 'checkpoint',
+              detail: `the checkpoint at sequence ${row.sequence - 1}, which the purge recorded in row ${recordedBy}, is missing: the chain cannot be checked before row ${row.id} (sequence ${row.sequence})`,
             });
           }
-          previousHash = checkpoint.hash;
-        } else {
-          previousHash = GENESIS_HASH;
+          return broken(0, {
+            sequence: missing,
+            id: null,
+            problem: 'deleted',
+            detail: `sequences ${missing} to ${row.sequence - 1} are missing before row ${row.id} (sequence ${row.sequence}), with no checkpoint to start from`,
+          });
         }
-        expected = row.sequence;
       }
       if (row.sequence !== expected) {
         return broken(rows, {

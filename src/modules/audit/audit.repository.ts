@@ -13,6 +13,9 @@ export type Actor = { type: 'api_key' | 'operator' | 'system'; id: string | null
 /** The channel an audit write wakes once committed: the sealers of every instance (audit-chain.sealer.ts). */
 export const AUDIT_CHANNEL = 'audit_log';
 
+/** The action of the audit row a purge writes with its checkpoint (audit-purge.ts). */
+export const AUDIT_PURGED_ACTION = 'audit_log.purged';
+
 /** A sealed row as GET /v1/audit-events reads it, with the label of the acting API key. */
 export type AuditEventRow = {
   id: number;
@@ -328,6 +331,95 @@ export function createAuditRepository(db: Executor) {
         .orderBy(sql`${auditCheckpoints.sequence} DESC`)
         .limit(1);
       return row;
+    },
+
+    // --- svc audit purge and the retention job (audit-purge.ts) --------------------------------
+
+    /** `years` before now on the database's clock (the one created_at is written on). */
+    async retentionCutoff(years: number, tx: Executor = db): Promise<Date> {
+      const result = await tx.execute<{ cutoff: string }>(sql`SELECT (clock_timestamp() - make_interval(years => ${years}::int))::text AS cutoff`);
+      return new Date(result.rows[0]!.cutoff);
+    },
+
+    /**
+     * The last sequence of the longest run of sealed rows from the start of the chain that were all
+     * created before `before`: the row before the first sealed one created at or after it, else the
+     * last sealed row (0: none). A range scan of audit_log_chain_idx that stops at the first young row.
+     */
+    async purgeBoundary(orgId: string, before: Date, tx: Executor = db): Promise<number> {
+      const result = await tx.execute<{ boundary: string | null }>(sql`
+        SELECT COALESCE(
+          (SELECT sequence - 1 FROM audit_log
+            WHERE org_id = ${orgId} AND sequence IS NOT NULL AND created_at >= ${before.toISOString()}::timestamptz
+            ORDER BY sequence LIMIT 1),
+          (SELECT max(sequence) FROM audit_log WHERE org_id = ${orgId} AND sequence IS NOT NULL),
+          0)::text AS boundary`);
+      return Number(result.rows[0]?.boundary ?? 0);
+    },
+
+    /** The organisation's checkpoints with their signatures, oldest first (one per purge: a short list). */
+    async checkpoints(orgId: string, tx: Executor = db) {
+      return tx
+        .select({ sequence: auditCheckpoints.sequence, hash: auditCheckpoints.hash, signature: auditCheckpoints.signature })
+        .from(auditCheckpoints)
+        .where(eq(auditCheckpoints.orgId, orgId))
+        .orderBy(asc(auditCheckpoints.sequence));
+    },
+
+    /** The latest checkpoint with its signature, if any. */
+    async latestCheckpoint(orgId: string, tx: Executor = db) {
+      const [row] = await tx
+        .select({ sequence: auditCheckpoints.sequence, hash: auditCheckpoints.hash, signature: auditCheckpoints.signature })
+        .from(auditCheckpoints)
+        .where(eq(auditCheckpoints.orgId, orgId))
+        .orderBy(sql`${auditCheckpoints.sequence} DESC`)
+        .limit(1);
+      return row;
+    },
+
+    /** Writes a checkpoint; false when one is already at that sequence (a purge running at the same time wrote it). */
+    async insertCheckpoint(orgId: string, checkpoint: { sequence: number; hash: string; signature: string }, tx: Executor): Promise<boolean> {
+      const inserted = await tx
+        .insert(auditCheckpoints)
+        .values({ orgId, ...checkpoint })
+        .onConflictDoNothing({ target: [auditCheckpoints.orgId, auditCheckpoints.sequence] })
+        .returning({ sequence: auditCheckpoints.sequence });
+      return inserted.length > 0;
+    },
+
+    /**
+     * Deletes up to `limit` sealed rows at or below `sequence`, lowest first. Writers only insert
+     * audit rows and the sealer only updates unsealed ones, so nothing else holds these; SKIP LOCKED
+     * leaves a row held anyway for the next batch rather than waiting on it.
+     */
+    async deleteSealedThrough(orgId: string, sequence: number, limit: number, tx: Executor = db): Promise<number> {
+      const result = await tx.execute(sql`
+        WITH chosen AS (
+          SELECT id FROM audit_log
+           WHERE org_id = ${orgId} AND sequence IS NOT NULL AND sequence <= ${sequence}
+           ORDER BY sequence
+           LIMIT ${limit}
+           FOR UPDATE SKIP LOCKED)
+        DELETE FROM audit_log a USING chosen
+         WHERE a.org_id = ${orgId} AND a.id = chosen.id`);
+      return result.rowCount ?? 0;
+    },
+
+    /** The id of the audit row a purge wrote when it checkpointed `sequence`, sealed or not (a probe of audit_log_subject_idx). */
+    async purgeRecordedFor(orgId: string, sequence: number, tx: Executor = db): Promise<string | undefined> {
+      const [row] = await tx
+        .select({ id: auditLog.id })
+        .from(auditLog)
+        .where(
+          and(
+            eq(auditLog.orgId, orgId),
+            eq(auditLog.subjectId, orgId),
+            eq(auditLog.action, AUDIT_PURGED_ACTION),
+            sql`(${auditLog.after} -> 'checkpoint' ->> 'sequence') = ${String(sequence)}`,
+          ),
+        )
+        .limit(1);
+      return row === undefined ? undefined : String(row.id);
     },
   };
 }

@@ -8,7 +8,8 @@ import type { RequestContext } from '../customers/customers.service.js';
 import { cursorKeyLoader, decodeSequenceCursor, encodeSequenceCursor, filterFingerprint, type CursorKey } from '../customers/list-cursor.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
 import { verifyChain, type ChainVerdict } from './audit-chain.verifier.js';
-import { createAuditRepository, type AuditEventFilters, type AuditEventRow } from './audit.repository.js';
+import { createAuditPurge, type AuditPurgeResult } from './audit-purge.js';
+import { createAuditRepository, type Actor, type AuditEventFilters, type AuditEventRow } from './audit.repository.js';
 import type { AuditEventDto, AuditEventList, ListAuditEventsQuery } from './audit.schemas.js';
 
 type Changes = AuditEventDto['changes'];
@@ -124,6 +125,15 @@ export function createAuditService(deps: { database: Database; cursorKey?: Curso
       const head = await audit.findHead(orgId);
       const sealed = head !== undefined && head.lastSequence > 0;
       return { org_id: orgId, sequence: head?.lastSequence ?? 0, hash: sealed ? head.lastHash : null, sealed_at: sealed ? head.updatedAt.toISOString() : null };
+    },
+
+    /**
+     * Deletes the organisation's sealed rows created before `before` behind a signed checkpoint
+     * (audit-purge.ts, the retention job's code path too); refused for a date inside retention.
+     */
+    async purge(orgId: string, before: Date, options: { actor: Actor; retentionYears: number }): Promise<AuditPurgeResult> {
+      await requireOrg(orgId);
+      return createAuditPurge({ database }).purge(orgId, before, options);
     },
 
     /** Recomputes the chain in one read-only snapshot: nothing it runs can write, and the head and rows agree. */

@@ -38,18 +38,6 @@ export function createRetentionRepository(db: Executor) {
       return result.rowCount ?? 0;
     },
 
-    async purgeAuditLog(orgId: string, years: number, limit: number, tx: Executor = db): Promise<number> {
-      const result = await tx.execute(sql`
-        WITH chosen AS (
-          SELECT id FROM audit_log
-           WHERE org_id = ${orgId} AND created_at < clock_timestamp() - make_interval(years => ${years}::int)
-           LIMIT ${limit}
-           FOR UPDATE SKIP LOCKED)
-        DELETE FROM audit_log a USING chosen
-         WHERE a.org_id = ${orgId} AND a.id = chosen.id`);
-      return result.rowCount ?? 0;
-    },
-
     /**
      * Settled deliveries (succeeded or failed) past retention, with their attempts. A pending one is
      * kept whatever its age: it is work not yet done (the retry schedule settles every delivery within

@@ -5,13 +5,18 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../config/config.js';
 import { startServer } from '../../server.js';
 import { createTestContext, testConfig, type TestContext, type TestOrg } from '../../../test/helpers/harness.js';
+import { createAuditChainSealer, type AuditChainSealer } from '../audit/audit-chain.sealer.js';
 import { createRetentionService, RETENTION_TABLES, type RetentionTable } from './retention.service.js';
 
 let ctx: TestContext;
+// Audit rows are purged only once sealed into the chain (behind a checkpoint): the tests seal them, aged, before a purge.
+let sealer: AuditChainSealer;
 beforeAll(async () => {
   ctx = await createTestContext();
+  sealer = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
 });
 afterAll(async () => {
+  await sealer?.stop();
   await ctx?.close();
 });
 
@@ -84,8 +89,20 @@ async function existing(table: string, column: string, keys: unknown[]): Promise
   return rows.map((row) => row.key);
 }
 
-const service = (options: { batchSize?: number; onPurged?: (table: RetentionTable, rows: number) => void } = {}) =>
-  createRetentionService({ database: ctx.database, settings: ctx.config.retention, ...options });
+/** The retention service, each purge preceded by a seal of the rows seeded so far (in created_at order, so aged rows chain first). */
+const service = (options: { batchSize?: number; onPurged?: (table: RetentionTable, rows: number) => void } = {}) => {
+  const retention = createRetentionService({ database: ctx.database, settings: ctx.config.retention, ...options });
+  return {
+    purgeOrganisation: async (...args: Parameters<typeof retention.purgeOrganisation>) => {
+      await sealer.sealOnce();
+      return retention.purgeOrganisation(...args);
+    },
+    runOnce: async (...args: Parameters<typeof retention.runOnce>) => {
+      await sealer.sealOnce();
+      return retention.runOnce(...args);
+    },
+  };
+};
 
 describe('retention settings', () => {
   it('when nothing is set, it keeps events and deliveries 30 days, emails 90, audit 7 years and idempotency keys 24 hours', () => {
@@ -285,6 +302,7 @@ describe('writers are never waited on', () => {
   it.each(cases)('when a writer holds a row lock on an expired $table row, the purge skips it and does not wait', async ({ table, seedTwo }) => {
     const org = await ctx.createOrg();
     const { locked, other, column } = await seedTwo(org);
+    await sealer.sealOnce(); // before the writer's lock: sealing an audit row it holds would wait on it
     const writer = new pg.Client({ connectionString: ctx.databaseUrl });
     await writer.connect();
     try {
@@ -322,6 +340,7 @@ describe('the retention job and /metrics', () => {
     for (let i = 0; i < 3; i += 1) await seed.audit(org.id, '8 years');
     await seed.email(org.id, 'sent', '100 days');
     await seed.audit(org.id, '1 year');
+    await sealer.sealOnce();
     await createRetentionService({ database: ctx.database, settings: ctx.config.retention, onPurged: app.metrics!.retentionPurged }).purgeOrganisation(org.id);
 
     const after = (await ctx.request('GET', '/metrics', {}, app)).body;
@@ -333,6 +352,7 @@ describe('the retention job and /metrics', () => {
   it('when the server starts, its retention job runs at once and /metrics counts what it purged', async () => {
     const org = await ctx.createOrg();
     const expired = [await seed.audit(org.id, '8 years'), await seed.audit(org.id, '9 years')];
+    await sealer.sealOnce();
     const server = await startServer(testConfig({ databaseUrl: ctx.databaseUrl, host: '127.0.0.1', port: 0, webhookWorker: false }));
     try {
       const url = `http://127.0.0.1:${(server.app.server.address() as AddressInfo).port}/metrics`;

@@ -1,5 +1,7 @@
 import type { RetentionSettings } from '../../config/config.js';
 import type { Database } from '../../db/client.js';
+import { createAuditPurge } from '../audit/audit-purge.js';
+import type { Actor } from '../audit/audit.repository.js';
 import { createRetentionRepository, RETENTION_TABLES, type RetentionTable } from './retention.repository.js';
 
 export { RETENTION_TABLES, type RetentionTable };
@@ -11,6 +13,8 @@ export const DEFAULT_PURGE_BATCH_SIZE = 1_000;
 const ORGANISATION_PAGE = 500;
 /** Failures in a row after which a run gives up: the database, not one organisation's rows, is at fault. */
 const CONSECUTIVE_FAILURES_TO_STOP = 3;
+
+const SYSTEM: Actor = { type: 'system', id: null };
 
 const noCounts = (): PurgeCounts => Object.fromEntries(RETENTION_TABLES.map((table) => [table, 0])) as PurgeCounts;
 
@@ -33,6 +37,8 @@ export function createRetentionService(deps: {
   const { database, settings } = deps;
   const batchSize = deps.batchSize ?? DEFAULT_PURGE_BATCH_SIZE;
   const repository = createRetentionRepository(database.db);
+  // Audit rows leave through the checkpointed purge, the same code path as `svc audit purge`.
+  const auditPurge = createAuditPurge({ database, batchSize, onPurged: (rows) => deps.onPurged?.('audit_log', rows) });
 
   function record(counts: PurgeCounts, table: RetentionTable, rows: number): void {
     if (rows <= 0) return;
@@ -55,11 +61,6 @@ export function createRetentionService(deps: {
       record(counts, 'idempotency_keys', rows);
       return rows;
     });
-    await drain(signal, async () => {
-      const rows = await repository.purgeAuditLog(orgId, settings.auditYears, batchSize);
-      record(counts, 'audit_log', rows);
-      return rows;
-    });
     // Deliveries before events: an event goes only once no delivery references it.
     await drain(signal, async () => {
       const { deliveries, attempts } = await repository.purgeWebhookDeliveries(orgId, settings.webhookDeliveryDays, batchSize);
@@ -77,6 +78,14 @@ export function createRetentionService(deps: {
       record(counts, 'emails', rows);
       return rows;
     });
+    if (!signal?.aborted) {
+      // Last: a chain the purge refuses (broken) fails the organisation after its other tables are done.
+      // Whole days only: at most one checkpoint (and one audit_log.purged row) per organisation a day.
+      const cutoff = await auditPurge.retentionCutoff(settings.auditYears);
+      const before = new Date(Date.UTC(cutoff.getUTCFullYear(), cutoff.getUTCMonth(), cutoff.getUTCDate()));
+      const { purged } = await auditPurge.purge(orgId, before, { actor: SYSTEM, retentionYears: settings.auditYears, signal });
+      counts.audit_log += purged;
+    }
     return counts;
   }
 
