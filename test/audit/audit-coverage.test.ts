@@ -521,6 +521,28 @@ const CLI_SCENARIOS: CliScenario[] = [
       return { expected: [{ action: 'aml.review_completed', subject: { type: 'customer', id: customer.id } }] };
     },
   },
+  {
+    command: 'audit purge',
+    run: async () => {
+      // An organisation whose chain starts with rows from 8 years ago (written straight into the
+      // database, as an old deployment left them), sealed before anything of today: the purge then
+      // has a prefix past retention to delete, and records it behind a checkpoint.
+      const [created] = (await ctx.database.pool.query<{ id: string }>(`INSERT INTO organisations (name) VALUES ('Old Org') RETURNING id`)).rows;
+      const orgId = created!.id;
+      await ctx.database.pool.query(
+        `INSERT INTO audit_log (org_id, actor_type, actor_id, action, subject_type, subject_id, before, after, created_at)
+         SELECT $1, 'operator', 'cli:old', 'test.changed', 'test', gen_random_uuid(), NULL, jsonb_build_object('n', g),
+                now() - interval '8 years' + g * interval '1 second'
+           FROM generate_series(1, 3) AS g`,
+        [orgId],
+      );
+      await sealer.sealOnce();
+      const before = new Date(Date.now() - 7.5 * 365 * 86_400_000).toISOString();
+      const purged = await svc('audit', 'purge', '--org', orgId, '--before', before);
+      expect(purged).toMatchObject({ org_id: orgId, purged: 3, checkpoint: { sequence: 3 } });
+      return { orgId, expected: [{ action: 'audit_log.purged', subject: { type: 'organisation', id: orgId } }] };
+    },
+  },
 ];
 
 describe('coverage of the operator CLI', () => {

@@ -83,7 +83,9 @@ export async function eventsOf(ctx: TestContext, orgId: string, type?: string) {
   const rows = await ctx.database.db
     .select()
     .from(outboxEvents)
-    .where(and(eq(outboxEvents.orgId, orgId), type ? eq(outboxEvents.type, type) : undefined));
+    .where(and(eq(outboxEvents.orgId, orgId), type ? eq(outboxEvents.type, type) : undefined))
+    // In the order written: the feed sealer rewrites rows after commit, so the heap's order is no order.
+    .orderBy(asc(outboxEvents.createdAt), asc(outboxEvents.id));
   return rows.map((row) => ({ ...row, document: JSON.parse(row.payload) as { id: string; type: string; data: { customer: Json } } }));
 }
 
