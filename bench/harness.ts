@@ -221,7 +221,7 @@ export async function seed(pool: pg.Pool, orgId: string, total: number) {
  * a PGOPTIONS left in the shell would measure another configuration than the default.
  */
 const CONFIG_NAMES = new Set(['PORT', 'HOST', 'DATA_DIR', 'NODE_ENV', 'CI', 'PUBLIC_BASE_URL', 'TRUST_PROXY', 'NODE_OPTIONS']);
-const CONFIG_PREFIXES = ['LOG_', 'RATE_LIMIT_', 'DATABASE_', 'WEBHOOK_', 'SMTP_', 'PG'];
+const CONFIG_PREFIXES = ['LOG_', 'RATE_LIMIT_', 'DATABASE_', 'WEBHOOK_', 'SMTP_', 'PG', 'AUDIT_'];
 
 /** This process's environment without the project's settings: the servers start from the defaults. */
 export function cleanEnv(): NodeJS.ProcessEnv {

@@ -85,14 +85,19 @@ export function startBackgroundJobs(deps: {
   });
   // Every instance, worker or not: audit rows are chained within seconds of their commit however the
   // service is deployed. Instances racing for one organisation skip each other.
-  const auditSealer = createAuditChainSealer({ database, logger: logger.child({ component: 'audit-chain-sealer' }) });
-  const auditSealing = auditSealer.start().catch((error: unknown) => logger.error({ err: error }, 'audit chain sealer failed to start'));
-  jobs.push({
-    async stop() {
-      await auditSealing;
-      await auditSealer.stop();
-    },
-  });
+  if (deps.config.auditSealing) {
+    const auditSealer = createAuditChainSealer({ database, logger: logger.child({ component: 'audit-chain-sealer' }) });
+    const auditSealing = auditSealer.start().catch((error: unknown) => logger.error({ err: error }, 'audit chain sealer failed to start'));
+    jobs.push({
+      async stop() {
+        await auditSealing;
+        await auditSealer.stop();
+      },
+    });
+  } else {
+    // Said at every start: an instance left this way by mistake would quietly hold the chain back.
+    logger.warn('AUDIT_SEALING=off: this instance does not seal the audit chain (a diagnostic setting); its rows wait for an instance that does');
+  }
   if (deps.webhookWorker) {
     // Queued emails go out after their transaction committed; a failed send is retried, never lost.
     jobs.push(

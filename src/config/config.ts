@@ -139,6 +139,9 @@ const environmentSchema = z.object({
   WEBHOOK_DELIVERY_RETENTION_DAYS: retentionPeriod(30, 'days', 36_500),
   EMAIL_RETENTION_DAYS: retentionPeriod(90, 'days', 36_500),
   AUDIT_RETENTION_YEARS: retentionPeriod(7, 'years', 100),
+  // Diagnostic only (bench/audit-sealing.bench.ts measures the upsert without the sealer): off leaves
+  // the chain unsealed on this instance, so the trail is not verifiable until some instance seals it.
+  AUDIT_SEALING: booleanFlag(true),
   // Shorter than the replay window would forget keys the spec still honours.
   IDEMPOTENCY_RETENTION_HOURS: retentionPeriod(IDEMPOTENCY_WINDOW_HOURS, 'hours', 876_000, IDEMPOTENCY_WINDOW_HOURS),
   // Read replicas (issue 34 item 5): a streaming standby that list pages read from once it has replayed far enough.
@@ -185,6 +188,11 @@ export type Config = {
   databaseReplicaUrl: string | undefined;
   /** How long each growing table keeps its rows (the retention job purges older ones). */
   retention: RetentionSettings;
+  /**
+   * AUDIT_SEALING: whether this instance runs the audit chain sealer (default on). A diagnostic
+   * switch: off, rows written here are sealed only by another instance, or by this one once back on.
+   */
+  auditSealing: boolean;
 };
 
 export type RetentionSettings = {
@@ -274,5 +282,6 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       idempotencyHours: env.IDEMPOTENCY_RETENTION_HOURS,
     },
     databaseReplicaUrl: env.DATABASE_REPLICA_URL,
+    auditSealing: env.AUDIT_SEALING,
   };
 }
