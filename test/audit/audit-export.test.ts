@@ -185,6 +185,15 @@ describe('svc audit export --format ndjson', () => {
     await expectBroken(file, { sequence: 3, id: null, problem: 'deleted' });
   });
 
+  it('when a line is copied in a second time, verify --file names the copy as inserted', async () => {
+    const org = await sealedOrganisation();
+    const { file, lines } = await ndjsonExport(org.id);
+    const third = JSON.parse(lines[2]!);
+    lines.splice(3, 0, lines[2]!);
+    writeFileSync(file, `${lines.join('\n')}\n`);
+    await expectBroken(file, { sequence: 3, id: third.id, problem: 'inserted' });
+  });
+
   it('when two lines are swapped, verify --file names the row out of its place as reordered', async () => {
     const org = await sealedOrganisation();
     const { file, lines } = await ndjsonExport(org.id);
