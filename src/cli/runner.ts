@@ -56,6 +56,8 @@ export type CommandOptions<T> = {
   message?(result: T): string;
   /** false: do not apply migrations first, so a read-only connection (a read-only role, a standby) serves. */
   migrate?: boolean;
+  /** false: the command wrote its own stdout (`svc audit export` streams its data there): print nothing after it. */
+  print?(result: T): boolean;
 };
 
 /** Runs one operator command against the configured (or embedded) database and prints its result. */
@@ -76,7 +78,7 @@ export async function runCommand<T>(work: (context: CommandContext) => Promise<T
       actor: { type: 'operator', id: `cli:${userInfo().username}` },
     });
     await connection.close();
-    printJson(result);
+    if (options.print?.(result) ?? true) printJson(result);
     const exitCode = options.exitCode?.(result) ?? 0;
     if (exitCode !== 0) {
       const message = options.message?.(result);

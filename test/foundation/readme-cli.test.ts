@@ -75,6 +75,8 @@ beforeAll(async () => {
     ['1d7a…', eventId],
     ['5c44…', live!.id],
     ['--file template.json', `--file ${templateFile}`],
+    // `audit export --out` writes the file `audit verify --file` reads, the example after it.
+    ['audit.ndjson', join(folder, 'audit.ndjson')],
     // The reader's own receiver; this one is on loopback, which WEBHOOK_ALLOW_PRIVATE_URLS allows.
     ['https://crm.example.com/hooks', 'http://127.0.0.1:9/hooks'],
   ];

@@ -322,6 +322,53 @@ export function createAuditRepository(db: Executor) {
       return row?.count ?? 0;
     },
 
+    // --- svc audit export ------------------------------------------------------------------------
+
+    /**
+     * The sealed sequences an export of rows created in [from, to) covers: the first sequence created
+     * at or after `from`, the last created before `to`, and how many sealed rows lie between them.
+     * Sequences follow commit order and created_at does not quite (a long transaction commits after
+     * rows it predates), so the export takes the whole range between them: a slice that verifies.
+     */
+    async exportRange(orgId: string, from: Date | undefined, to: Date | undefined, tx: Executor = db): Promise<{ first: number; last: number } | undefined> {
+      const conditions: SQL[] = [eq(auditLog.orgId, orgId), isNotNull(auditLog.sequence)];
+      if (from !== undefined) conditions.push(gte(auditLog.createdAt, from));
+      if (to !== undefined) conditions.push(lt(auditLog.createdAt, to));
+      const [row] = await tx
+        .select({ first: sql<string | null>`min(${auditLog.sequence})`, last: sql<string | null>`max(${auditLog.sequence})` })
+        .from(auditLog)
+        .where(and(...conditions));
+      if (!row || row.first === null || row.last === null) return undefined;
+      return { first: Number(row.first), last: Number(row.last) };
+    },
+
+    /** How many sealed rows lie between two sequences (inclusive): the export's progress total. */
+    async countSealedBetween(orgId: string, first: number, last: number, tx: Executor = db): Promise<number> {
+      const [row] = await tx
+        .select({ count: sql<number>`count(*)::int` })
+        .from(auditLog)
+        .where(and(eq(auditLog.orgId, orgId), gte(auditLog.sequence, first), lte(auditLog.sequence, last)));
+      return row?.count ?? 0;
+    },
+
+    /**
+     * Up to `limit` sealed rows from `fromSequence` to `toSequence` (inclusive), in chain order, with
+     * their hashes and the acting key's label (no secret column): one keyset page of an export.
+     */
+    async exportPage(orgId: string, fromSequence: number, toSequence: number, limit: number, tx: Executor = db): Promise<Array<ChainRow & { hash: string | null; keyLabel: string | null }>> {
+      const rows = await tx
+        .select({ ...chainColumns, sequence: auditLog.sequence, hash: auditLog.hash, keyLabel: apiKeys.label })
+        .from(auditLog)
+        .leftJoin(
+          apiKeys,
+          and(eq(apiKeys.orgId, auditLog.orgId), sql`${apiKeys.id} = CASE WHEN ${auditLog.actorType} = 'api_key' THEN ${auditLog.actorId}::uuid END`),
+        )
+        .where(and(eq(auditLog.orgId, orgId), gte(auditLog.sequence, fromSequence), lte(auditLog.sequence, toSequence)))
+        .orderBy(asc(auditLog.sequence))
+        .limit(limit);
+      return rows as Array<ChainRow & { hash: string | null; keyLabel: string | null }>;
+    },
+
     /** The latest checkpoint at or below `sequence` (a purge removed the rows up to it). */
     async checkpointAtOrBelow(orgId: string, sequence: number, tx: Executor = db) {
       const [row] = await tx

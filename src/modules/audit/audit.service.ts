@@ -1,5 +1,5 @@
 import { isDeepStrictEqual } from 'node:util';
-import type { Database } from '../../db/client.js';
+import type { Database, Executor } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { createApiKeysRepository } from '../api-keys/api-keys.repository.js';
@@ -7,7 +7,9 @@ import { createCustomersRepository } from '../customers/customers.repository.js'
 import type { RequestContext } from '../customers/customers.service.js';
 import { cursorKeyLoader, decodeSequenceCursor, encodeSequenceCursor, filterFingerprint, type CursorKey } from '../customers/list-cursor.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
+import { GENESIS_HASH } from './audit-chain.js';
 import { verifyChain, type ChainVerdict } from './audit-chain.verifier.js';
+import { csvHeader, csvManifest, csvRecord, ndjsonManifest, ndjsonRecord, toExportRecord, type ExportFormat, type ExportManifest } from './audit-export.js';
 import { createAuditPurge, type AuditPurgeResult } from './audit-purge.js';
 import { createAuditRepository, type Actor, type AuditEventFilters, type AuditEventRow } from './audit.repository.js';
 import type { AuditEventDto, AuditEventList, ListAuditEventsQuery } from './audit.schemas.js';
@@ -51,6 +53,18 @@ function toDto(row: AuditEventRow): AuditEventDto {
   };
 }
 
+/** Rows an export reads per query: its memory holds one page (and its text) at a time. */
+export const EXPORT_PAGE = 5_000;
+
+/** Where an export goes: `write` resolves once the chunk is taken (backpressure), `progress` after each page. */
+export type ExportSink = {
+  write(chunk: string): Promise<void>;
+  start?(total: number): void;
+  progress?(rows: number): void;
+};
+
+export type ExportOptions = { format: ExportFormat; from?: Date; to?: Date };
+
 export type ChainHeadDto = { org_id: string; sequence: number; hash: string | null; sealed_at: string | null };
 
 /**
@@ -83,6 +97,15 @@ export function createAuditService(deps: { database: Database; cursorKey?: Curso
     const key = await keys.findById(ref);
     if (!key || key.orgId !== orgId) throw AppError.notFound('API key');
     return { type: 'api_key', id: key.id };
+  }
+
+  /** The hash a row at `sequence` chains to: 64 zeros at 1, else the row's before it or a purge's checkpoint there; null if neither is left. */
+  async function hashBefore(orgId: string, sequence: number, tx: Executor): Promise<string | null> {
+    if (sequence === 1) return GENESIS_HASH;
+    const row = await audit.chainRowAt(orgId, sequence - 1, tx);
+    if (row) return row.hash;
+    const checkpoint = await audit.checkpointAtOrBelow(orgId, sequence - 1, tx);
+    return checkpoint?.sequence === sequence - 1 ? checkpoint.hash : null;
   }
 
   async function requireOrg(orgId: string): Promise<void> {
@@ -134,6 +157,51 @@ export function createAuditService(deps: { database: Database; cursorKey?: Curso
     async purge(orgId: string, before: Date, options: { actor: Actor; retentionYears: number }): Promise<AuditPurgeResult> {
       await requireOrg(orgId);
       return createAuditPurge({ database }).purge(orgId, before, options);
+    },
+
+    /**
+     * Writes the organisation's sealed rows created in [from, to) to `sink`, in sequence order, then
+     * the manifest, all from one read-only snapshot (the rows, the previous hash and the count agree),
+     * in keyset pages of EXPORT_PAGE rows: memory stays flat however long the chain.
+     */
+    async export(orgId: string, options: ExportOptions, sink: ExportSink): Promise<ExportManifest> {
+      await requireOrg(orgId);
+      const encode = options.format === 'csv' ? csvRecord : ndjsonRecord;
+      return database.transaction(
+        async (tx) => {
+          const range = await audit.exportRange(orgId, options.from, options.to, tx);
+          sink.start?.(range ? await audit.countSealedBetween(orgId, range.first, range.last, tx) : 0);
+          if (options.format === 'csv') await sink.write(csvHeader());
+          let rows = 0;
+          let last: { sequence: number; hash: string | null } | undefined;
+          for (let next = range?.first ?? 1; range && next <= range.last; ) {
+            const page = await audit.exportPage(orgId, next, range.last, EXPORT_PAGE, tx);
+            if (page.length === 0) break;
+            let chunk = '';
+            for (const row of page) chunk += encode(toExportRecord(row));
+            await sink.write(chunk);
+            rows += page.length;
+            last = page[page.length - 1]!;
+            sink.progress?.(rows);
+            next = last.sequence + 1;
+          }
+          const manifest: ExportManifest = {
+            org_id: orgId,
+            rows,
+            first_sequence: range?.first ?? null,
+            last_sequence: last?.sequence ?? null,
+            prev_hash: range ? await hashBefore(orgId, range.first, tx) : null,
+            head_hash: last?.hash ?? null,
+            from: options.from?.toISOString() ?? null,
+            to: options.to?.toISOString() ?? null,
+            exported_at: new Date().toISOString(),
+            format: options.format,
+          };
+          await sink.write(options.format === 'csv' ? csvManifest(manifest) : ndjsonManifest(manifest));
+          return manifest;
+        },
+        { isolationLevel: 'repeatable read', accessMode: 'read only' },
+      );
     },
 
     /** Recomputes the chain in one read-only snapshot: nothing it runs can write, and the head and rows agree. */
