@@ -4674,9 +4674,9 @@ export interface operations {
                                 [key: string]: unknown;
                             };
                         }[];
-                        /** @description Whether more events are available right now; poll again at once when true, after a pause when false. */
+                        /** @description Whether more are available right now; poll again at once when true, after a pause when false. */
                         has_more: boolean;
-                        /** @description Never null: where your next poll starts (after the last event returned; the same cursor when the page is empty). Pass it as cursor with the same filters. */
+                        /** @description Never null: where your next poll starts (after the last item returned; the same cursor when the page is empty). Pass it as cursor with the same filters. */
                         next_cursor: string;
                         /** @description The page size applied. */
                         limit: number;
@@ -6439,9 +6439,9 @@ export interface operations {
                             /** @description The Idempotency-Key of that request, when it had one. */
                             idempotency_key: string | null;
                         }[];
-                        /** @description Whether more events are available right now. */
+                        /** @description Whether more are available right now; poll again at once when true, after a pause when false. */
                         has_more: boolean;
-                        /** @description Never null: where the next page or the next poll starts (after the last event returned; the same cursor when the page is empty). Pass it as cursor with the same filters. */
+                        /** @description Never null: where your next poll starts (after the last item returned; the same cursor when the page is empty). Pass it as cursor with the same filters. */
                         next_cursor: string;
                         /** @description The page size applied. */
                         limit: number;

@@ -45,16 +45,18 @@ function remaining(response: LightMyRequestResponse, window: 'burst' | 'daily'):
 
 /**
  * Sends `count` requests at once, on the given instances in turn, at the start of a second, and
- * returns their statuses. Repeated (a few times at most) until every check ran within that one
+ * returns their statuses. Repeated (BURST_ATTEMPTS times at most) until every check ran within that one
  * second, so a busy machine cannot spread one burst over two windows.
  */
+const BURST_ATTEMPTS = 20;
 async function burstWithinOneSecond(key: string, count: number, apps: FastifyInstance[]): Promise<number[]> {
   for (let attempt = 0; ; attempt += 1) {
     const second = await startOfSecond();
     const responses = await Promise.all(Array.from({ length: count }, (_, index) => get(key, apps[index % apps.length])));
     if (process.env.LEASE_TEST_DEBUG) console.log(`burst of ${count}: attempt ${attempt}, ${Date.now() - second * 1000} ms into the second`);
     if (Math.floor(Date.now() / 1000) === second) return responses.map((response) => response.statusCode);
-    if (attempt >= 4) throw new Error(`the machine is too busy: ${count} requests did not fit in one second in ${attempt + 1} attempts`);
+    // A whole suite runs beside this file: a quiet second can take a while to come.
+    if (attempt >= BURST_ATTEMPTS - 1) throw new Error(`the machine is too busy: ${count} requests did not fit in one second in ${attempt + 1} attempts`);
   }
 }
 
@@ -88,7 +90,7 @@ describe('leased windows', () => {
     expect((await usageOf(key.id))!.day_count).toBe(9);
   });
 
-  it('when requests of a key with burstLimit 200 (slices of 2) are spread over two instances within one second, no more than 200 are admitted in all', async () => {
+  it('when requests of a key with burstLimit 200 (slices of 2) are spread over two instances within one second, no more than 200 are admitted in all', { timeout: 90_000 }, async () => {
     const second = await ctx.buildInstance();
     const key = await ctx.createKey(org.id, { burstLimit: 200 });
     await get(key.key, ctx.app);

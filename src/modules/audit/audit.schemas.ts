@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { dateTimeSchema } from '../../shared/dates.schema.js';
-import { limitParam } from '../customers/customers.schemas.js';
+import { feedEnvelope, limitParam } from '../customers/customers.schemas.js';
 
 /** `action`: a comma list of actions, as a sorted set (so `a,b` and `b,a` are the same walk). */
 const actionList = z
@@ -88,13 +88,5 @@ export const auditEventSchema = z
   .describe('An audit event: one recorded change, sealed into the organisation\u2019s hash chain.');
 export type AuditEventDto = z.infer<typeof auditEventSchema>;
 
-export const auditEventListSchema = z.object({
-  object: z.literal('list').describe('Always list.'),
-  data: z.array(auditEventSchema).describe('This page, ascending by sequence (the order the changes committed).'),
-  has_more: z.boolean().describe('Whether more events are available right now.'),
-  next_cursor: z
-    .string()
-    .describe('Never null: where the next page or the next poll starts (after the last event returned; the same cursor when the page is empty). Pass it as cursor with the same filters.'),
-  limit: z.number().int().describe('The page size applied.'),
-});
+export const auditEventListSchema = feedEnvelope(auditEventSchema, 'ascending by sequence (the order the changes committed)');
 export type AuditEventList = z.infer<typeof auditEventListSchema>;

@@ -191,3 +191,18 @@ export const listEnvelope = <T extends z.ZodType>(item: T) =>
     limit: z.number().int().describe('The page size applied.'),
     total_count: z.number().int().optional().describe('Matching records in total; only with include=total_count.'),
   });
+
+/**
+ * The list envelope of a feed a consumer resumes (the events feed, the audit trail): ascending in commit
+ * order, and next_cursor never null, since it is where the next poll starts.
+ */
+export const feedEnvelope = <T extends z.ZodType>(item: T, order: string) =>
+  z.object({
+    object: z.literal('list').describe('Always list.'),
+    data: z.array(item).describe(`This page, ${order}.`),
+    has_more: z.boolean().describe('Whether more are available right now; poll again at once when true, after a pause when false.'),
+    next_cursor: z
+      .string()
+      .describe('Never null: where your next poll starts (after the last item returned; the same cursor when the page is empty). Pass it as cursor with the same filters.'),
+    limit: z.number().int().describe('The page size applied.'),
+  });

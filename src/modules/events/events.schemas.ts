@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { dateTimeSchema } from '../../shared/dates.schema.js';
-import { limitParam } from '../customers/customers.schemas.js';
+import { feedEnvelope, limitParam } from '../customers/customers.schemas.js';
 import { FEED_EVENT_TYPES } from '../webhooks/outbox.repository.js';
 
 const KNOWN_TYPES: ReadonlySet<string> = new Set(FEED_EVENT_TYPES);
@@ -62,13 +62,5 @@ export const eventSchema = z
   .describe('An event: exactly the JSON document its webhook deliveries carry.');
 export type EventDto = z.infer<typeof eventSchema>;
 
-export const eventListSchema = z.object({
-  object: z.literal('list').describe('Always list.'),
-  data: z.array(eventSchema).describe('This page, in feed order (the order the events committed).'),
-  has_more: z.boolean().describe('Whether more events are available right now; poll again at once when true, after a pause when false.'),
-  next_cursor: z
-    .string()
-    .describe('Never null: where your next poll starts (after the last event returned; the same cursor when the page is empty). Pass it as cursor with the same filters.'),
-  limit: z.number().int().describe('The page size applied.'),
-});
+export const eventListSchema = feedEnvelope(eventSchema, 'in feed order (the order the events committed)');
 export type EventList = z.infer<typeof eventListSchema>;
