@@ -3,6 +3,7 @@ import {
   bigint,
   bigserial,
   boolean,
+  customType,
   date,
   foreignKey,
   index,
@@ -408,11 +409,20 @@ export const creditLedger = pgTable(
     balanceAfter: integer('balance_after').notNull(),
     reason: text('reason').notNull(),
     verificationId: uuid('verification_id'),
+    /** The document upload (reason document_upload) or document request (document_request) charged. */
+    documentId: uuid('document_id'),
+    documentRequestId: uuid('document_request_id'),
     createdAt: createdAt(),
   },
   (table) => [
     primaryKey({ name: 'credit_ledger_pkey', columns: [table.orgId, table.id] }),
     foreignKey({ name: 'credit_ledger_verification_fk', columns: [table.orgId, table.verificationId], foreignColumns: [verifications.orgId, verifications.id] }),
+    foreignKey({ name: 'credit_ledger_document_fk', columns: [table.orgId, table.documentId], foreignColumns: [entityDocuments.orgId, entityDocuments.id] }),
+    foreignKey({
+      name: 'credit_ledger_document_request_fk',
+      columns: [table.orgId, table.documentRequestId],
+      foreignColumns: [documentRequests.orgId, documentRequests.id],
+    }),
     index('credit_ledger_org_idx').on(table.orgId, table.createdAt),
   ],
 );
@@ -441,6 +451,129 @@ export const emails = pgTable(
     // each one's due emails in order (emails.repository.ts).
     index('emails_due_idx').on(table.orgId, table.nextAttemptAt).where(sql`status = 'queued'`),
     index('emails_org_idx').on(table.orgId, table.createdAt),
+  ],
+);
+
+// ---------------------------------------------------------------------------------------------
+// Entity documents: requests to the contact, the documents, their bytes
+// ---------------------------------------------------------------------------------------------
+
+/** PostgreSQL bytea as a Buffer (drizzle-orm has no built-in bytea column). */
+const bytea = customType<{ data: Buffer; driverData: Buffer }>({ dataType: () => 'bytea' });
+
+/**
+ * A request emailed to an entity's contact for documents of the listed types, answered on the upload
+ * page its link opens. OPEN until every requested type has a document (FULFILLED) or due_at passes (EXPIRED).
+ */
+export const documentRequests = pgTable(
+  'document_requests',
+  {
+    id: tenantId(),
+    orgId: orgId(),
+    entityId: uuid('entity_id').notNull(),
+    /** Document type codes (src/modules/documents/document-types.ts), distinct. */
+    types: text('types').array().notNull(),
+    message: text('message'),
+    dueAt: timestamptz('due_at').notNull(),
+    status: text('status', { enum: ['OPEN', 'FULFILLED', 'EXPIRED'] }).notNull().default('OPEN'),
+    payer: text('payer', { enum: ['organization', 'customer'] }).notNull(),
+    cost: integer('cost').notNull().default(0),
+    recipientEmail: text('recipient_email').notNull(),
+    /** The API key that made the request (null when an operator did). */
+    apiKeyId: uuid('api_key_id'),
+    fulfilledAt: timestamptz('fulfilled_at'),
+    expiredAt: timestamptz('expired_at'),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (table) => [
+    primaryKey({ name: 'document_requests_pkey', columns: [table.orgId, table.id] }),
+    foreignKey({ name: 'document_requests_entity_fk', columns: [table.orgId, table.entityId], foreignColumns: [customers.orgId, customers.id] }).onDelete('cascade'),
+    index('document_requests_entity_idx').on(table.orgId, table.entityId, table.createdAt, table.id),
+    // The expiry job's work: open requests by due time.
+    index('document_requests_open_due_idx').on(table.orgId, table.dueAt).where(sql`status = 'OPEN'`),
+  ],
+);
+
+/**
+ * The directory of upload-page tokens (DESIGN §9): the page is opened before its organisation is known.
+ * Keyed by the SHA-256 of the token, so the database never holds a usable link token; written in the
+ * request's transaction.
+ */
+export const documentRequestTokens = pgTable(
+  'document_request_tokens',
+  {
+    tokenHash: text('token_hash').primaryKey(),
+    orgId: uuid('org_id').notNull(),
+    documentRequestId: uuid('document_request_id').notNull(),
+  },
+  (table) => [
+    foreignKey({
+      name: 'document_request_tokens_request_fk',
+      columns: [table.orgId, table.documentRequestId],
+      foreignColumns: [documentRequests.orgId, documentRequests.id],
+    }).onDelete('cascade'),
+  ],
+);
+
+/** An entity's document: its metadata. The bytes live in the document storage (storage names which). */
+export const entityDocuments = pgTable(
+  'entity_documents',
+  {
+    id: tenantId(),
+    orgId: orgId(),
+    entityId: uuid('entity_id').notNull(),
+    /** A document type code (src/modules/documents/document-types.ts). */
+    type: text('type').notNull(),
+    description: text('description'),
+    /** The name the uploader's file had, for Content-Disposition; never trusted for the media type. */
+    fileName: text('file_name'),
+    /** Sniffed from the content: application/pdf, image/png or image/jpeg. */
+    mediaType: text('media_type').notNull(),
+    sizeBytes: integer('size_bytes').notNull(),
+    /** Lower-case hex SHA-256 of the bytes; also the ETag. */
+    sha256: text('sha256').notNull(),
+    uploadedBy: text('uploaded_by', { enum: ['organization', 'contact'] }).notNull(),
+    /** The API key that uploaded it (null for the contact, or an operator). */
+    apiKeyId: uuid('api_key_id'),
+    /** The request the contact answered with it. */
+    documentRequestId: uuid('document_request_id'),
+    /** Where the bytes are: `postgres` (document_chunks) today; an object store later. */
+    storage: text('storage').notNull().default('postgres'),
+    createdAt: createdAt(),
+  },
+  (table) => [
+    primaryKey({ name: 'entity_documents_pkey', columns: [table.orgId, table.id] }),
+    foreignKey({ name: 'entity_documents_entity_fk', columns: [table.orgId, table.entityId], foreignColumns: [customers.orgId, customers.id] }).onDelete('cascade'),
+    foreignKey({
+      name: 'entity_documents_request_fk',
+      columns: [table.orgId, table.documentRequestId],
+      foreignColumns: [documentRequests.orgId, documentRequests.id],
+    }),
+    index('entity_documents_entity_idx').on(table.orgId, table.entityId, table.createdAt, table.id),
+  ],
+);
+
+/**
+ * The bytes of documents kept in PostgreSQL: fixed-size chunks in order, written and read one at a
+ * time so no document is ever held whole in memory. Storage EXTERNAL (migration 0015): the media types
+ * are already compressed, so TOAST does not try again.
+ */
+export const documentChunks = pgTable(
+  'document_chunks',
+  {
+    orgId: uuid('org_id').notNull(),
+    documentId: uuid('document_id').notNull(),
+    seq: integer('seq').notNull(),
+    data: bytea('data').notNull(),
+  },
+  (table) => [
+    primaryKey({ name: 'document_chunks_pkey', columns: [table.orgId, table.documentId, table.seq] }),
+    foreignKey({
+      name: 'document_chunks_document_fk',
+      columns: [table.orgId, table.documentId],
+      foreignColumns: [entityDocuments.orgId, entityDocuments.id],
+    }).onDelete('cascade'),
   ],
 );
 
@@ -654,3 +787,5 @@ export type OrganisationRow = typeof organisations.$inferSelect;
 export type ApiKeyRow = typeof apiKeys.$inferSelect;
 export type CustomerRow = typeof customers.$inferSelect;
 export type NewCustomerRow = typeof customers.$inferInsert;
+export type EntityDocumentRow = typeof entityDocuments.$inferSelect;
+export type DocumentRequestRow = typeof documentRequests.$inferSelect;

@@ -49,7 +49,7 @@ export function createOrganisationsRepository(db: Executor) {
     async adjustCredits(
       id: string,
       delta: number,
-      entry: { reason: string; verificationId?: string },
+      entry: { reason: string; verificationId?: string; documentId?: string; documentRequestId?: string },
       tx: Executor = db,
     ): Promise<OrganisationRow | undefined> {
       const [row] = await tx
@@ -64,6 +64,8 @@ export function createOrganisationsRepository(db: Executor) {
         balanceAfter: row.credits,
         reason: entry.reason,
         verificationId: entry.verificationId,
+        documentId: entry.documentId,
+        documentRequestId: entry.documentRequestId,
       });
       return row;
     },

@@ -3,7 +3,6 @@ import type { Database, Executor } from '../../db/client.js';
 import type { CustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { Issues } from '../../shared/issues.js';
-import { createAuditRepository } from '../audit/audit.repository.js';
 import { createCustomerChangeRecorder } from '../customers/customer-changes.js';
 import { toIndividualDto } from '../customers/customer-dto.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
@@ -12,6 +11,7 @@ import { createEntitiesRepository } from '../entities/entities.repository.js';
 import { createEntitiesService } from '../entities/entities.service.js';
 import { toBeneficialOwnerDto } from '../entities/entity-dto.js';
 import { createEmailsRepository } from '../emails/emails.repository.js';
+import { createCreditCharger } from '../organisations/credits.service.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
 import { priceOf, type KybMethod } from './pricing.js';
 import type { StartKybBody, StartKycBody } from './verification.schemas.js';
@@ -33,7 +33,7 @@ export function createVerificationService(deps: { database: Database; publicBase
   const verifications = createVerificationRepository(database.db);
   const emails = createEmailsRepository(database.db);
   const changes = createCustomerChangeRecorder(database.db);
-  const audit = createAuditRepository(database.db);
+  const charge = createCreditCharger(database.db);
 
   /**
    * Arms a check on `subject` in the caller's transaction: conflict check, billing (ledger row and
@@ -89,28 +89,9 @@ export function createVerificationService(deps: { database: Database; publicBase
       },
       tx,
     );
-    if (payer === 'organization' && cost > 0) {
-      const charged = await organisations.adjustCredits(ctx.orgId, -cost, { reason: `${lane.kind.toLowerCase()}_start`, verificationId: verification.id }, tx);
-      if (!charged) {
-        const org = await organisations.findById(ctx.orgId, tx);
-        throw new AppError('insufficient_credits', 402, `This check costs ${cost} credit(s); the organisation has ${org?.credits ?? 0}. Nothing was started or charged.`, {
-          required: cost,
-          available: org?.credits ?? 0,
-        });
-      }
-      // A balance change is a change of the organisation's record: the trail shows it beside the ledger row.
-      await audit.record(
-        {
-          orgId: ctx.orgId,
-          actor: ctx.actor,
-          action: 'organisation.credits_charged',
-          subjectType: 'organisation',
-          subjectId: ctx.orgId,
-          before: { credits: charged.credits + cost },
-          after: { credits: charged.credits, reason: `${lane.kind.toLowerCase()}_start`, verification_id: verification.id, customer_id: subject.id },
-        },
-        tx,
-      );
+    if (payer === 'organization') {
+      const reason = `${lane.kind.toLowerCase()}_start`;
+      await charge(ctx, { cost, reason, verificationId: verification.id, customerId: subject.id, what: 'This check' }, tx);
     }
     const updated = await customers.update(ctx.orgId, subject.id, { kycStatus: status, kycStartedAt: new Date(), kycCompletedAt: null }, tx);
     const dto = updated.kind === 'entity' ? await entities.dtoOf(updated, tx) : toIndividualDto(updated);
