@@ -14,7 +14,7 @@ import pg from 'pg';
  */
 
 /** Tables with an org_id that stay plain: the tenants themselves, and directories keyed by a hash or token. */
-export const PLAIN_TABLES = ['organisations', 'api_key_hashes', 'verification_link_tokens'] as const;
+export const PLAIN_TABLES = ['organisations', 'api_key_hashes', 'verification_link_tokens', 'document_request_tokens'] as const;
 
 export type PartitionOptions = {
   /** Hash partitions per table. A few are enough to make every key rule apply. */
