@@ -139,6 +139,8 @@ const environmentSchema = z.object({
   WEBHOOK_DELIVERY_RETENTION_DAYS: retentionPeriod(30, 'days', 36_500),
   EMAIL_RETENTION_DAYS: retentionPeriod(90, 'days', 36_500),
   AUDIT_RETENTION_YEARS: retentionPeriod(7, 'years', 100),
+  // Entity documents and closed document requests: AML/CTF records, kept as long as the audit trail by default.
+  DOCUMENT_RETENTION_YEARS: retentionPeriod(7, 'years', 100),
   // Diagnostic only (bench/audit-sealing.bench.ts measures the upsert without the sealer): off leaves
   // the chain unsealed on this instance, so the trail is not verifiable until some instance seals it.
   AUDIT_SEALING: booleanFlag(true),
@@ -202,6 +204,8 @@ export type RetentionSettings = {
   webhookDeliveryDays: number;
   emailDays: number;
   auditYears: number;
+  /** entity_documents (with their bytes) and closed document_requests, from their creation. */
+  documentYears: number;
   /** At least the spec's 24 h replay window. */
   idempotencyHours: number;
 };
@@ -279,6 +283,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       webhookDeliveryDays: env.WEBHOOK_DELIVERY_RETENTION_DAYS,
       emailDays: env.EMAIL_RETENTION_DAYS,
       auditYears: env.AUDIT_RETENTION_YEARS,
+      documentYears: env.DOCUMENT_RETENTION_YEARS,
       idempotencyHours: env.IDEMPOTENCY_RETENTION_HOURS,
     },
     databaseReplicaUrl: env.DATABASE_REPLICA_URL,

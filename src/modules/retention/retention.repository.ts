@@ -2,7 +2,17 @@ import { sql } from 'drizzle-orm';
 import type { Executor } from '../../db/client.js';
 
 /** The tables the retention job bounds; also the `table` label of the purged-rows metric. */
-export const RETENTION_TABLES = ['idempotency_keys', 'audit_log', 'webhook_deliveries', 'webhook_attempts', 'outbox_events', 'emails'] as const;
+export const RETENTION_TABLES = [
+  'idempotency_keys',
+  'audit_log',
+  'webhook_deliveries',
+  'webhook_attempts',
+  'outbox_events',
+  'emails',
+  'entity_documents',
+  'document_chunks',
+  'document_requests',
+] as const;
 export type RetentionTable = (typeof RETENTION_TABLES)[number];
 
 /**
@@ -100,6 +110,59 @@ export function createRetentionRepository(db: Executor) {
            FOR UPDATE SKIP LOCKED)
         DELETE FROM emails m USING chosen
          WHERE m.org_id = ${orgId} AND m.id = chosen.id`);
+      return result.rowCount ?? 0;
+    },
+
+    /**
+     * Documents past retention, with their bytes (document_chunks in PostgreSQL storage). The credit
+     * ledger keeps its rows: their link to a purged document is cleared in the same statement, so the
+     * ledger's amounts and balances never change (a data-modifying WITH query always runs to completion,
+     * and the foreign keys are checked at the end of the statement, after it). The chunks are deleted by this statement rather than
+     * by the foreign key's cascade so they are counted; the cascade then finds nothing.
+     */
+    async purgeDocuments(orgId: string, years: number, limit: number, tx: Executor = db): Promise<{ documents: number; chunks: number }> {
+      const result = await tx.execute<{ documents: number; chunks: number }>(sql`
+        WITH chosen AS (
+          SELECT id FROM entity_documents
+           WHERE org_id = ${orgId} AND created_at < clock_timestamp() - make_interval(years => ${years}::int)
+           LIMIT ${limit}
+           FOR UPDATE SKIP LOCKED),
+        unlinked AS (
+          UPDATE credit_ledger l SET document_id = NULL FROM chosen
+           WHERE l.org_id = ${orgId} AND l.document_id = chosen.id
+          RETURNING 1),
+        gone_chunks AS (
+          DELETE FROM document_chunks c USING chosen
+           WHERE c.org_id = ${orgId} AND c.document_id = chosen.id
+          RETURNING 1),
+        gone AS (
+          DELETE FROM entity_documents d USING chosen
+           WHERE d.org_id = ${orgId} AND d.id = chosen.id
+          RETURNING 1)
+        SELECT (SELECT count(*) FROM gone)::int AS documents, (SELECT count(*) FROM gone_chunks)::int AS chunks`);
+      return { documents: count(result, 'documents'), chunks: count(result, 'chunks') };
+    },
+
+    /**
+     * Closed (FULFILLED or EXPIRED) document requests past retention that no document references any
+     * more: a request stays while a document uploaded through it does, so a document never loses its
+     * provenance. An OPEN request is kept whatever its age. Their token rows go by the cascade.
+     */
+    async purgeDocumentRequests(orgId: string, years: number, limit: number, tx: Executor = db): Promise<number> {
+      const result = await tx.execute(sql`
+        WITH chosen AS (
+          SELECT r.id FROM document_requests r
+           WHERE r.org_id = ${orgId} AND r.created_at < clock_timestamp() - make_interval(years => ${years}::int)
+             AND r.status <> 'OPEN'
+             AND NOT EXISTS (SELECT 1 FROM entity_documents d WHERE d.org_id = ${orgId} AND d.document_request_id = r.id)
+           LIMIT ${limit}
+           FOR UPDATE OF r SKIP LOCKED),
+        unlinked AS (
+          UPDATE credit_ledger l SET document_request_id = NULL FROM chosen
+           WHERE l.org_id = ${orgId} AND l.document_request_id = chosen.id
+          RETURNING 1)
+        DELETE FROM document_requests r USING chosen
+         WHERE r.org_id = ${orgId} AND r.id = chosen.id`);
       return result.rowCount ?? 0;
     },
   };

@@ -74,6 +74,38 @@ const seed = {
     await age('webhook_deliveries', 'id', row!.id, interval);
     return row!.id;
   },
+  async entity(orgId: string): Promise<string> {
+    const [row] = await query<{ id: string }>(
+      `INSERT INTO customers (org_id, kind, type, name, kyc_status, added_via) VALUES ($1, 'entity', 'TRUST', $2, 'NOT_STARTED', 'INTEGRATION') RETURNING id`,
+      [orgId, `Retention Trust ${randomUUID()}`],
+    );
+    return row!.id;
+  },
+  async documentRequest(orgId: string, entityId: string, status: 'OPEN' | 'FULFILLED' | 'EXPIRED', interval: string): Promise<string> {
+    const [row] = await query<{ id: string }>(
+      `INSERT INTO document_requests (org_id, entity_id, types, due_at, status, payer, recipient_email)
+       VALUES ($1, $2, '{TRUST_DEED}', now() + interval '1 day', $3, 'organization', 'contact@example.test') RETURNING id`,
+      [orgId, entityId, status],
+    );
+    await query(`INSERT INTO document_request_tokens (token_hash, org_id, document_request_id) VALUES ($1, $2, $3)`, [randomUUID(), orgId, row!.id]);
+    await query(`UPDATE document_requests SET created_at = now() - $2::interval WHERE id = $1`, [row!.id, interval]);
+    return row!.id;
+  },
+  /** A document of `chunks` chunk rows, charged on the ledger, aged by `interval`. */
+  async document(orgId: string, entityId: string, interval: string, options: { chunks?: number; requestId?: string } = {}): Promise<string> {
+    const [row] = await query<{ id: string }>(
+      `INSERT INTO entity_documents (org_id, entity_id, type, media_type, size_bytes, sha256, uploaded_by, document_request_id)
+       VALUES ($1, $2, 'TRUST_DEED', 'application/pdf', 3, 'abc', 'organization', $3) RETURNING id`,
+      [orgId, entityId, options.requestId ?? null],
+    );
+    for (let seq = 0; seq < (options.chunks ?? 2); seq += 1) {
+      await query(`INSERT INTO document_chunks (org_id, document_id, seq, data) VALUES ($1, $2, $3, '\\x255044'::bytea)`, [orgId, row!.id, seq]);
+    }
+    await query(`UPDATE organisations SET credits = credits + 1 WHERE id = $1`, [orgId]);
+    await query(`INSERT INTO credit_ledger (org_id, delta, balance_after, reason, document_id) VALUES ($1, -1, 0, 'document_upload', $2)`, [orgId, row!.id]);
+    await query(`UPDATE entity_documents SET created_at = now() - $2::interval WHERE id = $1`, [row!.id, interval]);
+    return row!.id;
+  },
   async email(orgId: string, status: 'queued' | 'sent' | 'recorded' | 'failed', interval?: string): Promise<string> {
     const [row] = await query<{ id: string }>(
       `INSERT INTO emails (org_id, recipient, subject, body, status) VALUES ($1, 'person@example.test', 'Subject', 'Body', $2) RETURNING id`,
@@ -106,7 +138,7 @@ const service = (options: { batchSize?: number; onPurged?: (table: RetentionTabl
 
 describe('retention settings', () => {
   it('when nothing is set, it keeps events and deliveries 30 days, emails 90, audit 7 years and idempotency keys 24 hours', () => {
-    expect(loadConfig({}).retention).toEqual({ eventDays: 30, webhookDeliveryDays: 30, emailDays: 90, auditYears: 7, idempotencyHours: 24 });
+    expect(loadConfig({}).retention).toEqual({ eventDays: 30, webhookDeliveryDays: 30, emailDays: 90, auditYears: 7, documentYears: 7, idempotencyHours: 24 });
   });
 
   it('when set, it uses each variable for its own table', () => {
@@ -115,9 +147,10 @@ describe('retention settings', () => {
       WEBHOOK_DELIVERY_RETENTION_DAYS: '14',
       EMAIL_RETENTION_DAYS: '60',
       AUDIT_RETENTION_YEARS: '10',
+      DOCUMENT_RETENTION_YEARS: '12',
       IDEMPOTENCY_RETENTION_HOURS: '48',
     }).retention;
-    expect(retention).toEqual({ eventDays: 7, webhookDeliveryDays: 14, emailDays: 60, auditYears: 10, idempotencyHours: 48 });
+    expect(retention).toEqual({ eventDays: 7, webhookDeliveryDays: 14, emailDays: 60, auditYears: 10, documentYears: 12, idempotencyHours: 48 });
   });
 
   it.each([
@@ -128,6 +161,7 @@ describe('retention settings', () => {
     ['EMAIL_RETENTION_DAYS', '100000', /at most 36500 days/],
     ['AUDIT_RETENTION_YEARS', '0', /greater than zero/],
     ['AUDIT_RETENTION_YEARS', '1000', /at most 100 years/],
+    ['DOCUMENT_RETENTION_YEARS', '0', /greater than zero/],
     ['IDEMPOTENCY_RETENTION_HOURS', '23', /at least 24 \(the spec's replay window\)/],
     ['IDEMPOTENCY_RETENTION_HOURS', '1.5', /whole number of hours/],
   ])('when %s=%s, it refuses to start and names the variable', (variable, value, problem) => {
@@ -214,6 +248,44 @@ describe('the batched purge, table by table', () => {
     const purged = await service().purgeOrganisation(org.id);
     expect(purged.emails).toBe(3);
     expect((await existing('emails', 'id', [sent, recorded, failed, queued, young])).sort()).toEqual([queued, young].sort());
+  });
+
+  it('when documents are older than 7 years, it deletes them with their bytes, keeps the ledger rows (unlinked) and younger documents', async () => {
+    const org = await ctx.createOrg();
+    const entity = await seed.entity(org.id);
+    const old = await seed.document(org.id, entity, '7 years 1 day', { chunks: 3 });
+    const young = await seed.document(org.id, entity, '6 years 360 days', { chunks: 2 });
+    const purged = await service().purgeOrganisation(org.id);
+    expect(purged.entity_documents).toBe(1);
+    expect(purged.document_chunks).toBe(3);
+    expect(await existing('entity_documents', 'id', [old, young])).toEqual([young]);
+    expect(await query(`SELECT document_id FROM document_chunks WHERE org_id = $1 GROUP BY document_id`, [org.id])).toEqual([{ document_id: young }]);
+    const ledger = await query<{ document_id: string | null; delta: number }>(
+      `SELECT document_id, delta FROM credit_ledger WHERE org_id = $1 AND reason = 'document_upload' ORDER BY id`,
+      [org.id],
+    );
+    expect(ledger).toEqual([
+      { document_id: null, delta: -1 },
+      { document_id: young, delta: -1 },
+    ]);
+  });
+
+  it('when closed document requests are older than 7 years, it deletes those no document references, and keeps open ones whatever their age', async () => {
+    const org = await ctx.createOrg();
+    const entity = await seed.entity(org.id);
+    const fulfilled = await seed.documentRequest(org.id, entity, 'FULFILLED', '8 years');
+    const expired = await seed.documentRequest(org.id, entity, 'EXPIRED', '8 years');
+    const open = await seed.documentRequest(org.id, entity, 'OPEN', '8 years');
+    const young = await seed.documentRequest(org.id, entity, 'EXPIRED', '6 years');
+    const referenced = await seed.documentRequest(org.id, entity, 'FULFILLED', '8 years');
+    const keptDocument = await seed.document(org.id, entity, '6 years', { requestId: referenced });
+    const purged = await service().purgeOrganisation(org.id);
+    expect(purged.document_requests).toBe(2);
+    expect((await existing('document_requests', 'id', [fulfilled, expired, open, young, referenced])).sort()).toEqual([open, young, referenced].sort());
+    expect((await existing('document_request_tokens', 'document_request_id', [fulfilled, expired, open, young, referenced])).sort()).toEqual(
+      [open, young, referenced].sort(),
+    );
+    expect(await existing('entity_documents', 'id', [keptDocument])).toEqual([keptDocument]);
   });
 
   it('when the expired rows outnumber a batch, it deletes them all in successive batches, each committed on its own', async () => {

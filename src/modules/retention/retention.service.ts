@@ -11,6 +11,8 @@ export type PurgeCounts = Record<RetentionTable, number>;
 /** Small enough that one batch is a short transaction, holding its row locks for milliseconds. */
 export const DEFAULT_PURGE_BATCH_SIZE = 1_000;
 const ORGANISATION_PAGE = 500;
+/** Documents per batch: each takes up to 40 chunk rows (10 MiB in 256 KiB chunks) with it. */
+const DOCUMENTS_PER_BATCH_DIVISOR = 20;
 /** Failures in a row after which a run gives up: the database, not one organisation's rows, is at fault. */
 const CONSECUTIVE_FAILURES_TO_STOP = 3;
 
@@ -76,6 +78,19 @@ export function createRetentionService(deps: {
     await drain(signal, async () => {
       const rows = await repository.purgeEmails(orgId, settings.emailDays, batchSize);
       record(counts, 'emails', rows);
+      return rows;
+    });
+    // Documents before requests: a request goes only once no document of it remains.
+    const documentBatch = Math.max(1, Math.floor(batchSize / DOCUMENTS_PER_BATCH_DIVISOR));
+    while (!signal?.aborted) {
+      const { documents, chunks } = await repository.purgeDocuments(orgId, settings.documentYears, documentBatch);
+      record(counts, 'entity_documents', documents);
+      record(counts, 'document_chunks', chunks);
+      if (documents < documentBatch) break;
+    }
+    await drain(signal, async () => {
+      const rows = await repository.purgeDocumentRequests(orgId, settings.documentYears, batchSize);
+      record(counts, 'document_requests', rows);
       return rows;
     });
     if (!signal?.aborted) {
