@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { createReadStream, createWriteStream, type ReadStream } from 'node:fs';
+import { createReadStream, createWriteStream, type ReadStream, type WriteStream } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import type { IncomingHttpHeaders } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -129,6 +129,12 @@ export async function removeSpooledFiles(paths: Iterable<string>): Promise<void>
   await Promise.all([...paths].map((path) => rm(path, { force: true }).catch(() => undefined)));
 }
 
+/** Settles once the write stream has closed its file (or never opened one). */
+function closedStream(stream: WriteStream): Promise<void> {
+  if (stream.closed) return Promise.resolve();
+  return new Promise((resolve) => stream.once('close', () => resolve()));
+}
+
 /** Opens a spooled file for reading (e.g. as the source of DocumentStorage.write). */
 export function openSpooledFile(file: SpooledFile): ReadStream {
   return createReadStream(file.path, { highWaterMark: 64 * 1024 });
@@ -170,9 +176,8 @@ export function readMultipartForm(headers: IncomingHttpHeaders, payload: Readabl
 
     const fields: Record<string, string> = Object.create(null);
     const files: SpooledFile[] = [];
-    const paths: string[] = [];
     const spools: Promise<void>[] = [];
-    const reading = new Set<BusboyFileStream>();
+    const reading = new Set<FileMeter>();
     const issues: Record<string, string[]> = Object.create(null);
     let fileCount = 0;
     let received = 0;
@@ -189,9 +194,11 @@ export function readMultipartForm(headers: IncomingHttpHeaders, payload: Readabl
       payload.unpipe(busboy);
       payload.off('data', countBytes);
       payload.pause();
-      // Their pipelines fail, close their temp files and remove them (below).
-      for (const stream of reading) stream.destroy();
-      void removeSpooledFiles(paths).finally(() => reject(error));
+      // Files still being written are removed by their own spool once closed (below): removing one
+      // before its write stream has opened it would leave the file the open then creates.
+      // (The meter, not busboy's file stream: that one emits neither close nor error when destroyed.)
+      for (const meter of reading) meter.destroy(new Error('upload refused'));
+      void removeSpooledFiles(files.filter(Boolean).map((file) => file.path)).finally(() => reject(error));
     }
 
     function failOnIssues(): void {
@@ -245,14 +252,15 @@ export function readMultipartForm(headers: IncomingHttpHeaders, payload: Readabl
       }
       const index = fileCount++;
       const path = join(tmpdir(), `${SPOOL_PREFIX}${randomUUID()}`);
-      paths.push(path);
       const meter = new FileMeter(maxFileBytes);
-      reading.add(stream);
+      const spool = createWriteStream(path, { flags: 'wx', mode: 0o600 });
+      const removeOnceClosed = () => closedStream(spool).then(() => rm(path, { force: true })).catch(() => undefined);
+      reading.add(meter);
       spools.push(
-        pipeline(stream, meter, createWriteStream(path, { flags: 'wx', mode: 0o600 })).then(
+        pipeline(stream, meter, spool).then(
           () => {
-            reading.delete(stream);
-            if (settled) return rm(path, { force: true }).catch(() => undefined);
+            reading.delete(meter);
+            if (settled) return removeOnceClosed();
             files[index] = {
               field: name,
               fileName: fileName === undefined || fileName === '' ? null : fileName,
@@ -263,10 +271,9 @@ export function readMultipartForm(headers: IncomingHttpHeaders, payload: Readabl
             };
           },
           (error: unknown) => {
-            reading.delete(stream);
+            reading.delete(meter);
             fail(error);
-            // The write stream has closed by now, so this removal cannot race its open.
-            return rm(path, { force: true }).catch(() => undefined);
+            return removeOnceClosed();
           },
         ),
       );
