@@ -90,7 +90,8 @@ export async function documentsRoutes(fastify: FastifyInstance): Promise<void> {
             description: 'The document\'s content.',
             content: Object.fromEntries(DOCUMENT_MEDIA_TYPES.map((type) => [type, { schema: binary }])),
           },
-          304: { description: 'Not modified: the If-None-Match ETag is the content\'s.', content: {} },
+          // type null: documented without a body.
+          304: z.null().describe('Not modified: `If-None-Match` names the content\'s ETag; no body.'),
           ...errorResponses(401, 403, 404, 429),
         },
       },
@@ -102,7 +103,7 @@ export async function documentsRoutes(fastify: FastifyInstance): Promise<void> {
       // The bytes never change under an id, but they are personal data: a private cache may keep them, revalidating each time.
       reply.header('Cache-Control', 'private, no-cache');
       reply.header('X-Content-Type-Options', 'nosniff');
-      if (matchesEtag(request.headers['if-none-match'], etag)) return reply.code(304).send();
+      if (matchesEtag(request.headers['if-none-match'], etag)) return reply.code(304).send(null);
       reply.header('Content-Type', document.mediaType);
       reply.header('Content-Length', String(document.sizeBytes));
       reply.header('Content-Disposition', contentDisposition(document.fileName ?? `document-${document.id}.${EXTENSIONS[document.mediaType] ?? 'bin'}`));
