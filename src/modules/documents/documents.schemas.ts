@@ -39,7 +39,7 @@ export const documentTypesResponse = z
       .array(
         z
           .object({
-            code: z.enum(DOCUMENT_TYPE_CODES).describe('The stable code uploads and document requests name.'),
+            code: z.enum(DOCUMENT_TYPE_CODES).describe('The stable code uploads and document requests name.').meta({ example: 'TRUST_DEED' }),
             name: z.string().describe('Short name.'),
             description: z.string().describe('What the document is.'),
             entity_types: z.array(z.string()).describe('The entity types it usually applies to (advice; any type may be uploaded for any entity).'),
