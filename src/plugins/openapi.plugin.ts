@@ -319,6 +319,11 @@ const TAGS: OpenAPIV3_1.TagObject[] = [
       'The beneficial owners (UBOs) of an entity: list and add them, and send one the link to verify themselves (this emails them and charges like a KYC start).',
   },
   {
+    name: 'Entity documents',
+    description:
+      'Documents supporting an entity\'s verification (trust deeds, partnership agreements, …): upload one as multipart/form-data (PDF, PNG or JPEG by content, at most 10 MiB; 1 credit, paid by the organisation), list an entity\'s documents and download their content.',
+  },
+  {
     name: 'Verification',
     description:
       'Start KYC for an individual or KYB for an entity. Only these operations (and back-office staff) start verification: they email the customer or the contact a secure link and spend the organisation\'s credits or bill the customer (402 `insufficient_credits` when an organisation-paid check lacks credits), except the `manual` KYB lane, which does neither.',
@@ -346,7 +351,7 @@ const TAGS: OpenAPIV3_1.TagObject[] = [
   {
     name: 'Catalog',
     description:
-      'The read-only catalog of designated-service codes used in `designatedServices`, `preExistingServices` and `service_codes`. Any valid API key may read it.',
+      'The read-only catalogs: designated-service codes used in `designatedServices`, `preExistingServices` and `service_codes`, and entity document type codes. Any valid API key may read them.',
   },
 ];
 

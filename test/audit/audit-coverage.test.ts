@@ -9,6 +9,7 @@ import { cliCommandModules } from '../../src/cli/commands/index.js';
 import { registerOrganisationCommands } from '../../src/cli/commands/organisations.command.js';
 import { createAuditChainSealer, type AuditChainSealer } from '../../src/modules/audit/audit-chain.sealer.js';
 import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
+import { multipart, pdfBytes } from '../documents/document-helpers.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 import { runSvc } from '../helpers/svc-process.js';
 
@@ -175,6 +176,27 @@ const API_SCENARIOS: ApiScenario[] = [
       await call(org, 'POST', `/v1/entities/${entity.id}/kyb`, 200, undefined, key);
       return [
         { action: 'entity.kyb_started', subject: { type: 'entity', id: entity.id } },
+        { action: 'organisation.credits_charged', subject: { type: 'organisation', id: org.id } },
+      ];
+    },
+  },
+  {
+    route: 'POST /v1/entities/:id/documents',
+    run: async (org, key) => {
+      const entity = await createEntity(org);
+      const { payload, contentType } = multipart([
+        { name: 'file', data: pdfBytes(), filename: 'deed.pdf' },
+        { name: 'type', value: 'TRUST_DEED' },
+      ]);
+      const response = await ctx.app.inject({
+        method: 'POST',
+        url: `/v1/entities/${entity.id}/documents`,
+        headers: { authorization: `Bearer ${org.key}`, 'content-type': contentType, 'idempotency-key': key },
+        payload,
+      });
+      expect(response.statusCode, response.body).toBe(201);
+      return [
+        { action: 'entity.document_uploaded', subject: { type: 'entity', id: entity.id } },
         { action: 'organisation.credits_charged', subject: { type: 'organisation', id: org.id } },
       ];
     },

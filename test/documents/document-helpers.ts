@@ -1,0 +1,71 @@
+import { readdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import type { FastifyInstance } from 'fastify';
+
+export type Part = { name: string; value: string } | { name: string; data: Buffer; filename?: string; contentType?: string };
+
+/** A multipart/form-data body and its Content-Type, built by hand so tests control every byte. */
+export function multipart(parts: Part[]): { payload: Buffer; contentType: string } {
+  const boundary = `----svc-test-${Math.random().toString(36).slice(2)}`;
+  const pieces: Buffer[] = [];
+  for (const part of parts) {
+    if ('value' in part) {
+      pieces.push(Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="${part.name}"\r\n\r\n${part.value}\r\n`, 'utf8'));
+    } else {
+      const filename = part.filename === undefined ? '' : `; filename="${part.filename}"`;
+      pieces.push(
+        Buffer.from(
+          `--${boundary}\r\nContent-Disposition: form-data; name="${part.name}"${filename}\r\nContent-Type: ${part.contentType ?? 'application/octet-stream'}\r\n\r\n`,
+          'utf8',
+        ),
+        part.data,
+        Buffer.from('\r\n'),
+      );
+    }
+  }
+  pieces.push(Buffer.from(`--${boundary}--\r\n`));
+  return { payload: Buffer.concat(pieces), contentType: `multipart/form-data; boundary=${boundary}` };
+}
+
+function padded(head: Buffer, size: number): Buffer {
+  const data = Buffer.alloc(size, 0x41);
+  head.copy(data, 0, 0, Math.min(head.length, size));
+  // Varied content, so two files of one size differ.
+  if (size > head.length + 8) data.writeDoubleLE(Math.random(), size - 8);
+  return data;
+}
+export const pdfBytes = (size = 2048) => padded(Buffer.from('%PDF-1.7\n'), size);
+export const pngBytes = (size = 2048) => padded(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), size);
+export const jpegBytes = (size = 2048) => padded(Buffer.from([0xff, 0xd8, 0xff, 0xe0]), size);
+
+export async function upload(
+  app: FastifyInstance,
+  key: string | null,
+  entityRef: string,
+  parts: Part[],
+  headers: Record<string, string> = {},
+) {
+  const { payload, contentType } = multipart(parts);
+  return app.inject({
+    method: 'POST',
+    url: `/v1/entities/${encodeURIComponent(entityRef)}/documents`,
+    headers: { 'content-type': contentType, ...(key ? { authorization: `Bearer ${key}` } : {}), ...headers },
+    payload,
+  });
+}
+
+/** The upload spool files currently in the temp directory. */
+export async function spooledFiles(): Promise<string[]> {
+  return (await readdir(tmpdir())).filter((name) => name.startsWith('svc-upload-'));
+}
+
+/** Waits until no spool file is left (removal runs when the response closes), or fails after `ms`. */
+export async function expectNoSpooledFiles(ms = 3000): Promise<void> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const left = await spooledFiles();
+    if (left.length === 0) return;
+    if (Date.now() > deadline) throw new Error(`spooled files left: ${left.join(', ')}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}

@@ -1,0 +1,101 @@
+import { createHash } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { createDatabase, type Database } from '../../src/db/client.js';
+import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
+import { MAX_DOCUMENT_BYTES } from '../../src/modules/documents/document-types.js';
+import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
+import { multipart, pdfBytes } from '../documents/document-helpers.js';
+import { createTestDatabase } from '../helpers/database.js';
+import { ALL_SCOPES } from '../helpers/harness.js';
+import { startServerProcess, type ServerProcess } from './processes.js';
+
+/** The issue's bound: uploading and downloading 10 MiB documents grows the server's RSS by less than this. */
+const MAX_GROWTH_BYTES = 30 * 1024 * 1024;
+const ROUNDS = 6;
+
+let database: Database;
+let drop: () => Promise<void>;
+let server: ServerProcess | undefined;
+
+beforeAll(async () => {
+  const testDatabase = await createTestDatabase();
+  drop = testDatabase.drop;
+  database = createDatabase(testDatabase.url);
+  server = await startServerProcess({ DATABASE_URL: testDatabase.url });
+});
+
+afterAll(async () => {
+  await server?.stop();
+  await database?.close();
+  await drop?.();
+});
+
+async function rssOf(pid: number): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8');
+  const match = /^VmRSS:\s+(\d+) kB$/m.exec(status);
+  if (!match) throw new Error('no VmRSS line');
+  return Number(match[1]) * 1024;
+}
+
+const mb = (bytes: number) => Math.round((bytes / (1024 * 1024)) * 10) / 10;
+
+it('when 10 MiB documents are uploaded and downloaded over HTTP, the server RSS grows by less than 30 MB over its warmed-up baseline', async () => {
+  const org = await createOrganisationsService({ database }).create({ name: 'Documents memory', credits: 1000 });
+  const { key } = await createApiKeysService({ database }).create({ orgId: org.id, scopes: ALL_SCOPES });
+  const base = server!.url;
+  const headers = { authorization: `Bearer ${key}` };
+  const entityResponse = await fetch(`${base}/v1/entities`, {
+    method: 'POST',
+    headers: { ...headers, 'content-type': 'application/json' },
+    body: JSON.stringify({ type: 'TRUST', name: 'Memory Family Trust' }),
+  });
+  expect(entityResponse.status).toBe(201);
+  const entity = (await entityResponse.json()) as { id: string };
+  const pid = server!.child.pid!;
+  const cold = await rssOf(pid);
+
+  let peak = 0;
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      peak = Math.max(peak, await rssOf(pid));
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  })();
+
+  async function roundTrip(): Promise<void> {
+    const data = pdfBytes(MAX_DOCUMENT_BYTES);
+    const { payload, contentType } = multipart([
+      { name: 'type', value: 'TRUST_DEED' },
+      { name: 'file', data, filename: 'deed.pdf', contentType: 'application/pdf' },
+    ]);
+    const uploaded = await fetch(`${base}/v1/entities/${entity.id}/documents`, { method: 'POST', headers: { ...headers, 'content-type': contentType }, body: payload });
+    expect(uploaded.status, await uploaded.clone().text()).toBe(201);
+    const document = (await uploaded.json()) as { id: string; sha256: string };
+    const downloaded = await fetch(`${base}/v1/entities/${entity.id}/documents/${document.id}/content`, { headers });
+    expect(downloaded.status).toBe(200);
+    const hash = createHash('sha256');
+    for await (const chunk of downloaded.body!) hash.update(chunk);
+    expect(hash.digest('hex')).toBe(document.sha256);
+  }
+
+  // Warm-up: code paths compiled, pools and buffers at their working size.
+  for (let round = 0; round < 2; round += 1) await roundTrip();
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  const baselineSamples: number[] = [];
+  for (let sample = 0; sample < 10; sample += 1) {
+    baselineSamples.push(await rssOf(pid));
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  const baseline = Math.max(...baselineSamples);
+  peak = baseline;
+
+  for (let round = 0; round < ROUNDS; round += 1) await roundTrip();
+  sampling = false;
+  await sampler;
+
+  const growth = peak - baseline;
+  console.log(`document memory: cold RSS ${mb(cold)} MB, warmed-up baseline ${mb(baseline)} MB, peak ${mb(peak)} MB, growth ${mb(growth)} MB over ${ROUNDS} rounds of a 10 MiB upload + download`);
+  expect(growth, `RSS grew ${mb(growth)} MB (baseline ${mb(baseline)} MB, peak ${mb(peak)} MB)`).toBeLessThan(MAX_GROWTH_BYTES);
+});
