@@ -32,6 +32,8 @@ export const ROUTE_SCOPES: Readonly<Record<string, Scope | null>> = {
   'POST /v1/entities/:id/ubos': 'customers:write',
   'POST /v1/entities/:id/ubos/:uboId/send-link': 'verification:write',
   'POST /v1/entities/:id/kyb': 'verification:write',
+  'POST /v1/entities/:id/document-requests': 'verification:write',
+  'GET /v1/entities/:id/document-requests': 'customers:read',
   'POST /v1/groups': 'groups:write',
   'GET /v1/group-templates': 'groups:read',
   'GET /v1/designated-services': null,
