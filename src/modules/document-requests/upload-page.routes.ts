@@ -3,7 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { answerFor } from '../../plugins/errors.plugin.js';
 import { AppError } from '../../shared/app-error.js';
-import { DOCUMENT_TYPE_CODES, MAX_DOCUMENT_BYTES } from '../documents/document-types.js';
+import { DOCUMENT_TYPE_CODES, MAX_DOCUMENT_BYTES, type DocumentTypeCode } from '../documents/document-types.js';
 import { multipartFormOf, registerMultipartIntake } from '../documents/multipart-intake.js';
 import { storeDocument } from '../documents/documents.service.js';
 import { createDocumentRequestsService } from './document-requests.service.js';
@@ -78,7 +78,8 @@ export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> 
               orgId: input.orgId,
               actor: input.actor,
               entityId: input.entityId,
-              type: input.type,
+              // The service admits only the request's types, which are catalogue codes.
+              type: input.type as DocumentTypeCode,
               description: null,
               file: input.file,
               uploadedBy: 'contact',
