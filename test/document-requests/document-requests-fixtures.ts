@@ -26,12 +26,19 @@ export function pngOf(size = 16): Buffer {
   return PNG.sync.write(png);
 }
 
-/** A multipart/form-data body as a browser builds it: `parts` are [field, bytes, file name]. */
+/**
+ * A multipart/form-data body as a browser builds it: `parts` are [field, bytes, file name]; a file
+ * input left empty is ['FIELD', empty, ''], sent with filename="" as browsers do.
+ */
 export async function multipart(parts: Array<[string, Buffer, string]>): Promise<{ body: Buffer; contentType: string }> {
-  const form = new FormData();
-  for (const [field, bytes, name] of parts) form.append(field, new Blob([new Uint8Array(bytes)]), name);
-  const request = new Request('http://form.invalid/', { method: 'POST', body: form });
-  return { body: Buffer.from(await request.arrayBuffer()), contentType: request.headers.get('content-type')! };
+  const boundary = `----svcFormBoundary${Math.random().toString(36).slice(2)}`;
+  const chunks: Buffer[] = [];
+  for (const [field, bytes, name] of parts) {
+    const type = name === '' ? 'application/octet-stream' : name.endsWith('.png') ? 'image/png' : 'application/pdf';
+    chunks.push(Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="${field}"; filename="${name}"\r\nContent-Type: ${type}\r\n\r\n`), bytes, Buffer.from('\r\n'));
+  }
+  chunks.push(Buffer.from(`--${boundary}--\r\n`));
+  return { body: Buffer.concat(chunks), contentType: `multipart/form-data; boundary=${boundary}` };
 }
 
 /** POSTs files to an upload page. */
