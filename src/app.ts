@@ -21,6 +21,7 @@ import { metricsPlugin } from './plugins/metrics.plugin.js';
 import { gracefulClosePlugin } from './plugins/graceful-close.plugin.js';
 import { openapiPlugin } from './plugins/openapi.plugin.js';
 import { healthRoutes } from './modules/health/health.routes.js';
+import { uploadPageRoutes } from './modules/document-requests/upload-page.routes.js';
 import { apiModules } from './modules/index.js';
 
 export type AppDeps = {
@@ -227,6 +228,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(authPlugin, { defaults: deps.config.rateLimit });
   await app.register(idempotencyPlugin);
   await app.register(healthRoutes);
+  // The contact's document upload page: outside /v1, its link token the only credential.
+  await app.register(uploadPageRoutes);
   for (const module of apiModules) await app.register(module, { prefix: '/v1' });
   return app;
 }

@@ -6,6 +6,8 @@ import { createEmailSender } from './modules/emails/email-sender.js';
 import { createEventsFeedSealer } from './modules/events/events-feed.sealer.js';
 import { createDeliveryWorker } from './modules/webhooks/delivery.worker.js';
 import { createRetentionService, type RetentionTable } from './modules/retention/retention.service.js';
+import { createDocumentRequestsService } from './modules/document-requests/document-requests.service.js';
+import { systemClock } from './shared/clock.js';
 
 export type BackgroundJobs = { stop(): Promise<void> };
 
@@ -13,6 +15,8 @@ type Job = { stop(): Promise<void> };
 
 /** How often the retention purge runs (and once at start); each run is a pass over every organisation. */
 export const RETENTION_INTERVAL_MS = 10 * 60_000;
+/** How often OPEN document requests past their due time are expired (the page also expires one it sees at once). */
+export const DOCUMENT_REQUEST_EXPIRY_INTERVAL_MS = 60_000;
 
 /** A periodic task that never overlaps itself and is stopped with the process. */
 export function every(
@@ -58,6 +62,7 @@ export function startBackgroundJobs(deps: {
   });
   // A run over many organisations may be long: stopping ends it after the batch in flight.
   const stopping = new AbortController();
+  const documentRequests = createDocumentRequestsService({ database, publicBaseUrl: deps.config.publicBaseUrl, clock: systemClock });
   const emailSender = createEmailSender({ database, smtpUrl: deps.config.smtpUrl, from: deps.config.smtpFrom, logger });
   const jobs: Job[] = [
     // Every growing table is bounded (docs/decisions.md, "Retention and batched purges"). Every
@@ -70,6 +75,16 @@ export function startBackgroundJobs(deps: {
         if (rows > 0) logger.info({ purged }, `retention: purged ${rows} rows`);
       },
       (error) => logger.warn({ err: error }, 'retention purge failed'),
+      { atStart: true },
+    ),
+    // Every instance: claims per organisation with SKIP LOCKED, so instances share the due requests.
+    every(
+      DOCUMENT_REQUEST_EXPIRY_INTERVAL_MS,
+      async () => {
+        const expired = await documentRequests.expireDue();
+        if (expired > 0) logger.info({ expired }, `document requests: expired ${expired}`);
+      },
+      (error) => logger.warn({ err: error }, 'document request expiry failed'),
       { atStart: true },
     ),
   ];

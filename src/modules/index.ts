@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import { auditRoutes } from './audit/audit.routes.js';
 import { customersRoutes } from './customers/customers.routes.js';
 import { documentsRoutes } from './documents/documents.routes.js';
+import { documentRequestsRoutes } from './document-requests/document-requests.routes.js';
 import { designatedServicesRoutes } from './designated-services/designated-services.routes.js';
 import { entitiesRoutes } from './entities/entities.routes.js';
 import { eventsRoutes } from './events/events.routes.js';
@@ -10,4 +11,15 @@ import { verificationRoutes } from './verification/verification.routes.js';
 import { webhooksRoutes } from './webhooks/webhooks.routes.js';
 
 /** The v1 route modules, each registered under /v1 and building its own services from app.deps. */
-export const apiModules: FastifyPluginAsync[] = [customersRoutes, entitiesRoutes, groupsRoutes, verificationRoutes, designatedServicesRoutes, documentsRoutes, eventsRoutes, webhooksRoutes, auditRoutes];
+export const apiModules: FastifyPluginAsync[] = [
+  customersRoutes,
+  entitiesRoutes,
+  groupsRoutes,
+  verificationRoutes,
+  designatedServicesRoutes,
+  documentsRoutes,
+  documentRequestsRoutes,
+  eventsRoutes,
+  webhooksRoutes,
+  auditRoutes,
+];

@@ -334,6 +334,11 @@ const TAGS: OpenAPIV3_1.TagObject[] = [
       'Group workspaces for multi-party deals or matters, created from a group template or from explicit party slots, and the templates available to the organisation. Needs the organisation\'s `groups` feature (403 `feature_disabled` otherwise).',
   },
   {
+    name: 'Entity documents',
+    description:
+      "An entity's documents (PDF, PNG or JPEG, at most 10 MiB each) and requests to the entity's contact to upload them through a secure link: a request emails the contact and costs 1 credit (or bills the customer), the contact's uploads are covered by it, and the request is FULFILLED once every requested type has arrived or EXPIRED at its due time.",
+  },
+  {
     name: 'Events',
     description:
       'The events feed (scope `events:read`): every event of the organisation, the same envelopes webhooks carry, in the order the changes committed. Keep the last `next_cursor` and poll with it to never miss an event; events are kept `EVENT_RETENTION_DAYS` (30 by default).',

@@ -36,6 +36,8 @@ export const ROUTE_SCOPES: Readonly<Record<string, Scope | null>> = {
   'GET /v1/entities/:id/documents': 'customers:read',
   'GET /v1/entities/:id/documents/:documentId/content': 'customers:read',
   'GET /v1/document-types': null,
+  'POST /v1/entities/:id/document-requests': 'verification:write',
+  'GET /v1/entities/:id/document-requests': 'customers:read',
   'POST /v1/groups': 'groups:write',
   'GET /v1/group-templates': 'groups:read',
   'GET /v1/designated-services': null,

@@ -97,7 +97,7 @@ export function redactText(text: string): string {
  */
 export function redactUrl(url: string): string {
   const question = url.indexOf('?');
-  const path = question < 0 ? url : url.slice(0, question);
+  const path = redactLinkToken(question < 0 ? url : url.slice(0, question));
   const safePath = holdsSecretOrAddress(decodeSafely(path))
     ? path
         .split('/')
@@ -120,6 +120,13 @@ export function redactUrl(url: string): string {
     safe.append(safeName, SENSITIVE_QUERY.has(name.toLowerCase()) || holdsSecretOrAddress(value) ? REDACTED : value);
   }
   return `${safePath}?${safe.toString()}`;
+}
+
+/** An upload page's path carries its link token, a credential: `/documents/<token>` is logged as `/documents/[redacted]`. */
+const LINK_TOKEN_PATH = /^(\/+documents\/+)[^/]+/i;
+
+function redactLinkToken(path: string): string {
+  return LINK_TOKEN_PATH.test(path) ? path.replace(LINK_TOKEN_PATH, `$1${REDACTED}`) : path;
 }
 
 function decodeSafely(text: string): string {

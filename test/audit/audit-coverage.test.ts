@@ -202,6 +202,17 @@ const API_SCENARIOS: ApiScenario[] = [
     },
   },
   {
+    route: 'POST /v1/entities/:id/document-requests',
+    run: async (org, key) => {
+      const entity = await createEntity(org);
+      await call(org, 'POST', `/v1/entities/${entity.id}/document-requests`, 201, { types: ['CERTIFICATE_OF_REGISTRATION'] }, key);
+      return [
+        { action: 'entity.documents_requested', subject: { type: 'entity', id: entity.id } },
+        { action: 'organisation.credits_charged', subject: { type: 'organisation', id: org.id } },
+      ];
+    },
+  },
+  {
     route: 'POST /v1/groups',
     run: async (org, key) => {
       const customer = await createCustomer(org);

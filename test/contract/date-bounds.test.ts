@@ -180,6 +180,31 @@ describe('created_after and created_before', () => {
   });
 });
 
+describe('dueAt of a document request', () => {
+  const request = async (dueAt: string) => {
+    const entity = await ctx.request('POST', '/v1/entities', {
+      key: org.key,
+      body: { type: 'COMPANY', name: `Due ${Math.random().toString(36).slice(2, 8)} Pty Ltd`, contact: { fullName: 'Dana Due', email: 'dana.due@example.com' } },
+    });
+    expect(entity.statusCode, entity.body).toBe(201);
+    return ctx.request('POST', `/v1/entities/${entity.json().id}/document-requests`, { key: org.key, body: { types: ['OTHER'], dueAt } });
+  };
+
+  it('when dueAt lies outside years 0001 to 9999 or is not ISO 8601, it answers 422 naming it', async () => {
+    for (const value of ['0000-01-01T00:00:00Z', '9999-12-31T23:59:59-14:00']) {
+      expectRefused(await request(value), 'dueAt', /0001-01-01T00:00:00Z and 9999-12-31T23:59:59\.999Z.*UTC/);
+    }
+    for (const value of ['10000-01-01T00:00:00Z', '2026-02-30T00:00:00Z']) {
+      expectRefused(await request(value), 'dueAt', /ISO 8601/);
+    }
+  });
+
+  it('when dueAt is at the bounds of the date range, it answers 422 on the request rule (past, or too far ahead), never a 500', async () => {
+    expectRefused(await request('0001-01-01T00:00:00Z'), 'dueAt', /future/);
+    expectRefused(await request('9999-12-31T23:59:59.999Z'), 'dueAt', /at most 365 days/);
+  });
+});
+
 describe('coverage', () => {
   it('when the OpenAPI document has a date or date-time request field, this file proves its bounds', async () => {
     const document = (await generateOpenApiDocument()) as { paths: Record<string, Record<string, any>>; components?: { schemas?: Record<string, any> } };
@@ -208,6 +233,7 @@ describe('coverage', () => {
       ...RESOURCES.flatMap((resource) => CALENDAR_FIELDS.map((field) => `POST /${resource} ${field}`)),
       ...RESOURCES.map((resource) => `GET /${resource} ?updated_since`),
       ...FEEDS.flatMap((path) => FEED_FILTERS.map((filter) => `GET /${path} ?${filter}`)),
+      'POST /entities/{id}/document-requests dueAt',
     ];
     expect(found.sort()).toEqual(proven.sort());
   });

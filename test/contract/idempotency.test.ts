@@ -167,6 +167,7 @@ describe('replay', () => {
   const minimalBodies: Record<string, object> = {
     'PUT /v1/customers/:id/designated-services': { service_codes: [] },
     'POST /v1/entities/:id/ubos': { owners: [{ fullName: 'Idem Owner', email: 'idem.owner@example.com', roleTypes: ['DIRECTOR'] }] },
+    'POST /v1/entities/:id/document-requests': { types: ['OTHER'] },
   };
   const writeRoutes = Object.keys(ROUTE_SCOPES)
     .map((key) => key.split(' ') as [string, string])

@@ -37,6 +37,7 @@ const VALID_BODIES: Record<string, unknown> = {
   },
   'POST /v1/entities/:id/ubos/:uboId/send-link': {},
   'POST /v1/entities/:id/kyb': { method: 'manual' },
+  'POST /v1/entities/:id/document-requests': { types: ['OTHER'] },
   'POST /v1/groups': { name: 'Scope probe group' },
   'POST /v1/webhook-endpoints': { url: 'https://93.184.215.14/hooks' },
   'PATCH /v1/webhook-endpoints/:id': { description: 'scope probe' },

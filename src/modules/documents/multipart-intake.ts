@@ -94,7 +94,11 @@ class FileMeter extends Transform {
   private readonly hash = createHash('sha256');
   private head: Buffer = Buffer.alloc(0);
 
-  constructor(private readonly maxBytes: number) {
+  constructor(
+    private readonly maxBytes: number,
+    /** True for a part an HTML form sends for a file input left empty: no bytes is then no file, not a refusal. */
+    private readonly mayBeEmpty = false,
+  ) {
     super();
   }
 
@@ -110,6 +114,7 @@ class FileMeter extends Transform {
   }
 
   override _flush(callback: TransformCallback): void {
+    if (this.size === 0 && this.mayBeEmpty) return callback();
     if (this.mediaType === undefined && !this.sniff()) return callback(unsupportedContent());
     callback();
   }
@@ -213,7 +218,7 @@ export function readMultipartForm(headers: IncomingHttpHeaders, payload: Readabl
           if (hasIssues()) return failOnIssues();
           settled = true;
           payload.off('data', countBytes);
-          resolve({ fields: { ...fields }, files: [...files] });
+          resolve({ fields: { ...fields }, files: files.filter((file) => file !== undefined) });
         },
         (error: unknown) => fail(error),
       );
@@ -252,7 +257,10 @@ export function readMultipartForm(headers: IncomingHttpHeaders, payload: Readabl
       }
       const index = fileCount++;
       const path = join(tmpdir(), `${SPOOL_PREFIX}${randomUUID()}`);
-      const meter = new FileMeter(maxFileBytes);
+      // A browser sends a file input left empty as a part with filename="" and no bytes (HTML's form
+      // submission algorithm): that input chose no file, so it is skipped rather than refused as 415.
+      const unchosen = fileName === '';
+      const meter = new FileMeter(maxFileBytes, unchosen);
       const spool = createWriteStream(path, { flags: 'wx', mode: 0o600 });
       const removeOnceClosed = () => closedStream(spool).then(() => rm(path, { force: true })).catch(() => undefined);
       reading.add(meter);
@@ -260,7 +268,7 @@ export function readMultipartForm(headers: IncomingHttpHeaders, payload: Readabl
         pipeline(stream, meter, spool).then(
           () => {
             reading.delete(meter);
-            if (settled) return removeOnceClosed();
+            if (settled || (unchosen && meter.size === 0)) return removeOnceClosed();
             files[index] = {
               field: name,
               fileName: fileName === undefined || fileName === '' ? null : fileName,

@@ -57,7 +57,7 @@ export const eventSchema = z
     created: z.string().describe('When the event was written (ISO 8601, UTC).').meta({ example: '2026-01-31T09:00:00.000Z' }),
     data: z
       .record(z.string(), z.unknown())
-      .describe('As in the webhook: {customer} (the public DTO of the record at the change) for record events, {endpoint} for endpoint.disabled.'),
+      .describe('As in the webhook: {customer} (the public DTO of the record at the change) for record events, {endpoint} for endpoint.disabled, {document_request} for document_request.updated.'),
   })
   .describe('An event: exactly the JSON document its webhook deliveries carry.');
 export type EventDto = z.infer<typeof eventSchema>;

@@ -5,7 +5,7 @@ import { wakeAfterCommit, type Executor } from '../../db/client.js';
 import { FEED_CHANNEL } from '../events/events-feed.sealer.js';
 
 /** The types an endpoint can subscribe to. */
-export const EVENT_TYPES = ['customer.kyc_completed', 'aml.review_completed', 'customer.updated', 'endpoint.disabled'] as const;
+export const EVENT_TYPES = ['customer.kyc_completed', 'aml.review_completed', 'customer.updated', 'endpoint.disabled', 'document_request.updated'] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 /** Every type the feed can hold: a `webhook.test` reaches every endpoint it is sent to, subscribed or not. */
 export const FEED_EVENT_TYPES = [...EVENT_TYPES, 'webhook.test'] as const;
@@ -17,7 +17,7 @@ export type OutboxEvent = {
   customerId: string | null;
   /** The public DTO of the record at the moment of the change. */
   customer: unknown;
-  /** The event's `data` when it is about something other than a record (`endpoint.disabled`: `{endpoint}`); replaces `{customer}`. */
+  /** The event's `data` when it is about something other than a record (`endpoint.disabled`: `{endpoint}`, `document_request.updated`: `{document_request}`); replaces `{customer}`. */
   data?: Record<string, unknown>;
   /**
    * The DTO's `updated_at` is RECORD_UPDATED_AT: the statement writing the event replaces it with

@@ -1,0 +1,329 @@
+import { createHash, randomBytes } from 'node:crypto';
+import type { Database, Executor } from '../../db/client.js';
+import type { CustomerRow, DocumentRequestRow } from '../../db/schema.js';
+import { AppError } from '../../shared/app-error.js';
+import type { Clock } from '../../shared/clock.js';
+import { createOrgRotation, dueOrganisations } from '../../shared/fair-claims.js';
+import { Issues } from '../../shared/issues.js';
+import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
+import { createCustomersRepository } from '../customers/customers.repository.js';
+import type { RequestContext } from '../customers/customers.service.js';
+import { DOCUMENT_PRICE, DOCUMENT_TYPES } from '../documents/document-types.js';
+import { createEmailsRepository } from '../emails/emails.repository.js';
+import { createCreditCharger } from '../organisations/credits.service.js';
+import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
+import { createOutboxRepository } from '../webhooks/outbox.repository.js';
+import { createDocumentRequestsRepository, type RequestDocument } from './document-requests.repository.js';
+import { DEFAULT_DUE_DAYS, MAX_DUE_DAYS, type CreateDocumentRequestBody, type DocumentRequestDto } from './document-requests.schemas.js';
+
+const DAY_MS = 86_400_000;
+/** What a link token looks like: 32 random bytes, base64url. Anything else is not looked up at all. */
+const TOKEN_PATTERN = /^[A-Za-z0-9_-]{43}$/;
+const TYPE_NAMES: ReadonlyMap<string, string> = new Map(DOCUMENT_TYPES.map((type) => [type.code, type.name]));
+const TYPE_ENTITY_TYPES: ReadonlyMap<string, readonly string[]> = new Map(DOCUMENT_TYPES.map((type) => [type.code, type.entityTypes]));
+/** The actor of what happens because time passed (expiry). */
+const SYSTEM: Actor = { type: 'system', id: null };
+
+export const DOCUMENT_REQUEST_EVENT = 'document_request.updated';
+
+/** The name of a document type as the contact reads it. */
+export function documentTypeName(code: string): string {
+  return TYPE_NAMES.get(code) ?? code;
+}
+
+/** The directory key of a link token: its SHA-256, so the database never holds a usable token. */
+export function tokenHashOf(token: string): string {
+  return createHash('sha256').update(token).digest('hex');
+}
+
+export function toDocumentRequestDto(row: DocumentRequestRow, documents: readonly RequestDocument[]): DocumentRequestDto {
+  const own = documents.filter((document) => document.documentRequestId === row.id);
+  const received = new Set(own.map((document) => document.type));
+  return {
+    id: row.id,
+    object: 'document_request',
+    entity_id: row.entityId,
+    types: [...row.types],
+    message: row.message,
+    due_at: row.dueAt.toISOString(),
+    status: row.status,
+    payer: row.payer,
+    received_types: row.types.filter((type) => received.has(type)),
+    document_ids: own.map((document) => document.id),
+    fulfilled_at: row.fulfilledAt?.toISOString() ?? null,
+    expired_at: row.expiredAt?.toISOString() ?? null,
+    created_at: row.createdAt.toISOString(),
+    updated_at: row.updatedAt.toISOString(),
+  };
+}
+
+/** What the upload page shows of an OPEN request. */
+export type UploadPageView = {
+  orgId: string;
+  request: DocumentRequestRow;
+  organisationName: string;
+  entityName: string;
+  /** Per requested type, in the order requested: its name and whether a document has arrived. */
+  items: Array<{ code: string; name: string; received: boolean }>;
+  documentCount: number;
+};
+
+export function createDocumentRequestsService(deps: { database: Database; publicBaseUrl: string; clock: Clock }) {
+  const { database, clock } = deps;
+  const requests = createDocumentRequestsRepository(database.db);
+  const customers = createCustomersRepository(database.db);
+  const organisations = createOrganisationsRepository(database.db);
+  const emails = createEmailsRepository(database.db);
+  const audit = createAuditRepository(database.db);
+  const outbox = createOutboxRepository(database.db);
+  const charge = createCreditCharger(database.db);
+  const rotation = createOrgRotation();
+
+  async function dtoOf(row: DocumentRequestRow, tx: Executor): Promise<DocumentRequestDto> {
+    return toDocumentRequestDto(row, await requests.documentsOf(row.orgId, row.entityId, [row.id], tx));
+  }
+
+  async function announce(dto: DocumentRequestDto, orgId: string, tx: Executor): Promise<void> {
+    // customer_id is the entity: the feed's customer_id filter finds the entity's requests.
+    await outbox.record({ orgId, type: DOCUMENT_REQUEST_EVENT, customerId: dto.entity_id, customer: null, data: { document_request: dto } }, tx);
+  }
+
+  /**
+   * Closes an OPEN request in the caller's transaction: the status, the spent link's directory row, the
+   * audit row and the event together. False when another transaction closed it first.
+   */
+  async function close(row: DocumentRequestRow, outcome: 'FULFILLED' | 'EXPIRED', actor: Actor, tx: Executor): Promise<boolean> {
+    const now = clock.now();
+    const closed = await requests.close(row.orgId, row.id, outcome === 'FULFILLED' ? { status: outcome, fulfilledAt: now } : { status: outcome, expiredAt: now }, tx);
+    if (!closed) return false;
+    await requests.deleteTokens(row.orgId, row.id, tx);
+    const documents = await requests.documentsOf(row.orgId, row.entityId, [row.id], tx);
+    const after = toDocumentRequestDto(closed, documents);
+    await audit.record(
+      {
+        orgId: row.orgId,
+        actor,
+        action: outcome === 'FULFILLED' ? 'document_request.fulfilled' : 'document_request.expired',
+        subjectType: 'document_request',
+        subjectId: row.id,
+        before: toDocumentRequestDto(row, documents),
+        after,
+      },
+      tx,
+    );
+    await announce(after, row.orgId, tx);
+    return true;
+  }
+
+  async function payerFor(orgId: string, entity: CustomerRow, requested: 'organization' | 'customer' | undefined, tx: Executor) {
+    if (requested) return requested;
+    if (entity.defaultPayer) return entity.defaultPayer;
+    return (await organisations.findById(orgId, tx))?.defaultPayer ?? 'organization';
+  }
+
+  /**
+   * The OPEN request a token opens, read in `tx` (locked when asked), or why not: `invalid` for an
+   * unknown, spent or malformed token, `expired` when its due time has passed (the caller expires it).
+   */
+  async function resolve(token: string, tx: Executor, lock: { forUpdate?: boolean } = {}) {
+    if (!TOKEN_PATTERN.test(token)) return { kind: 'invalid' as const };
+    const entry = await requests.findToken(tokenHashOf(token), tx);
+    if (!entry) return { kind: 'invalid' as const };
+    const row = await requests.findById(entry.orgId, entry.documentRequestId, tx, lock);
+    if (!row || row.status !== 'OPEN') return { kind: 'invalid' as const };
+    if (row.dueAt.getTime() <= clock.now().getTime()) return { kind: 'expired' as const, row };
+    return { kind: 'open' as const, row };
+  }
+
+  /** Expires a request seen past its due time, in a transaction of its own (it must commit whatever the caller answers). */
+  async function expireNow(orgId: string, id: string): Promise<void> {
+    await database.transaction(async (tx) => {
+      const row = await requests.findById(orgId, id, tx, { forUpdate: true });
+      if (row && row.status === 'OPEN' && row.dueAt.getTime() <= clock.now().getTime()) await close(row, 'EXPIRED', SYSTEM, tx);
+    });
+  }
+
+  return {
+    /** POST /entities/{id}/document-requests. */
+    async create(ctx: RequestContext, ref: string, body: CreateDocumentRequestBody): Promise<DocumentRequestDto & { upload_url: string }> {
+      return database.transaction(async (tx) => {
+        const entity = await customers.findByRef(ctx.orgId, 'entity', ref, tx);
+        if (!entity) throw AppError.notFound('Entity');
+        const now = clock.now();
+        const types = [...new Set(body.types)];
+        const dueAt = body.dueAt ?? new Date(now.getTime() + DEFAULT_DUE_DAYS * DAY_MS);
+        const issues = new Issues();
+        for (const type of types) {
+          if (!TYPE_ENTITY_TYPES.get(type)?.includes(entity.type)) issues.add('types', `${type} does not apply to a ${entity.type} entity.`);
+        }
+        if (dueAt.getTime() <= now.getTime()) issues.add('dueAt', 'Must be in the future.');
+        else if (dueAt.getTime() > now.getTime() + MAX_DUE_DAYS * DAY_MS) issues.add('dueAt', `Must be at most ${MAX_DUE_DAYS} days ahead.`);
+        const contact = entity.contactCustomerId ? await customers.findById(ctx.orgId, entity.contactCustomerId, tx) : undefined;
+        if (!contact?.email) issues.add('contact', 'The request emails the contact person: set a contact with an email first.');
+        issues.throwIfAny();
+
+        const payer = await payerFor(ctx.orgId, entity, body.payer, tx);
+        const cost = payer === 'organization' ? DOCUMENT_PRICE : 0;
+        const row = await requests.insert(
+          {
+            orgId: ctx.orgId,
+            entityId: entity.id,
+            types,
+            message: body.message ?? null,
+            dueAt,
+            payer,
+            cost,
+            recipientEmail: contact!.email!,
+            apiKeyId: ctx.actor.type === 'api_key' ? ctx.actor.id : null,
+          },
+          tx,
+        );
+        const token = randomBytes(32).toString('base64url');
+        await requests.insertToken({ tokenHash: tokenHashOf(token), orgId: ctx.orgId, documentRequestId: row.id }, tx);
+        // The contact's uploads through the link are covered by this charge.
+        await charge(ctx, { cost, reason: 'document_request', customerId: entity.id, documentRequestId: row.id, what: 'This document request' }, tx);
+
+        const link = `${deps.publicBaseUrl}/documents/${token}`;
+        const organisation = await organisations.findById(ctx.orgId, tx);
+        await emails.queue(
+          {
+            orgId: ctx.orgId,
+            recipient: contact!.email!,
+            subject: `Documents requested for ${entity.name}`,
+            body: [
+              `Hello ${contact!.name},`,
+              '',
+              `${organisation?.name ?? 'We'} ask${organisation ? 's' : ''} you to upload these documents for ${entity.name}:`,
+              ...types.map((type) => `- ${documentTypeName(type)}`),
+              ...(body.message ? ['', body.message] : []),
+              '',
+              `Upload them here by ${dueAt.toUTCString()}: ${link}`,
+              '',
+              'This link is personal; do not forward it.',
+            ].join('\n'),
+            link,
+          },
+          tx,
+        );
+        const dto = toDocumentRequestDto(row, []);
+        await audit.record(
+          { orgId: ctx.orgId, actor: ctx.actor, action: 'entity.documents_requested', subjectType: 'entity', subjectId: entity.id, before: null, after: dto },
+          tx,
+        );
+        await announce(dto, ctx.orgId, tx);
+        return { ...dto, upload_url: link };
+      });
+    },
+
+    /** GET /entities/{id}/document-requests: oldest first, without links. */
+    async list(ctx: RequestContext, ref: string): Promise<{ object: 'list'; data: DocumentRequestDto[] }> {
+      const entity = await customers.findByRef(ctx.orgId, 'entity', ref);
+      if (!entity) throw AppError.notFound('Entity');
+      const rows = await requests.listForEntity(ctx.orgId, entity.id);
+      const documents = await requests.documentsOf(
+        ctx.orgId,
+        entity.id,
+        rows.map((row) => row.id),
+      );
+      return { object: 'list', data: rows.map((row) => toDocumentRequestDto(row, documents)) };
+    },
+
+    /**
+     * What the upload page shows for a token, or undefined when the link is not (or no longer) valid.
+     * A request seen past its due time is expired at once.
+     */
+    async openPage(token: string): Promise<UploadPageView | undefined> {
+      const found = await resolve(token, database.db);
+      if (found.kind === 'expired') await expireNow(found.row.orgId, found.row.id);
+      if (found.kind !== 'open') return undefined;
+      return viewOf(found.row, database.db);
+    },
+
+    /**
+     * Stores the contact's files for the request a token opens, in one transaction (the request row
+     * locked, so two uploads cannot both miss fulfilling it): each file through `store`, then, when
+     * every requested type has a document, the request is FULFILLED and its link spent. `invalid`
+     * when the link is not valid (a request past due is expired first).
+     */
+    async receive<File>(
+      token: string,
+      files: ReadonlyArray<{ type: string; file: File }>,
+      store: (tx: Executor, input: { orgId: string; actor: Actor; entityId: string; type: string; file: File; documentRequestId: string }) => Promise<unknown>,
+      limits: { maxDocuments: number },
+    ): Promise<{ kind: 'invalid' } | { kind: 'received'; fulfilled: boolean }> {
+      const outcome = await database.transaction(async (tx) => {
+        const found = await resolve(token, tx, { forUpdate: true });
+        if (found.kind === 'expired') {
+          await close(found.row, 'EXPIRED', SYSTEM, tx);
+          return { kind: 'invalid' as const };
+        }
+        if (found.kind !== 'open') return { kind: 'invalid' as const };
+        const { row } = found;
+        if (files.length === 0) throw AppError.field('files', 'Choose at least one file to upload.');
+        const requested = new Set(row.types);
+        const unknown = files.filter((file) => !requested.has(file.type));
+        if (unknown.length > 0) throw AppError.field('files', 'A file was sent for a document type this request does not ask for.');
+        const before = await requests.documentsOf(row.orgId, row.entityId, [row.id], tx);
+        if (before.length + files.length > limits.maxDocuments) {
+          throw AppError.field('files', `This request takes at most ${limits.maxDocuments} documents; ${before.length} have been received.`);
+        }
+        for (const { type, file } of files) {
+          await store(tx, { orgId: row.orgId, actor: SYSTEM, entityId: row.entityId, type, file, documentRequestId: row.id });
+        }
+        const received = new Set([...before.map((document) => document.type), ...files.map((file) => file.type)]);
+        if (row.types.every((type) => received.has(type))) {
+          await close(row, 'FULFILLED', SYSTEM, tx);
+          return { kind: 'received' as const, fulfilled: true };
+        }
+        // received_types and document_ids moved: updated_at says so (the event fires on status changes only).
+        await requests.touch(row.orgId, row.id, tx);
+        return { kind: 'received' as const, fulfilled: false };
+      });
+      return outcome;
+    },
+
+    /**
+     * One pass of the expiry job: OPEN requests past their due time become EXPIRED, organisation by
+     * organisation (a rotating start, so none is always first), each organisation's batch a
+     * transaction of its own with SKIP LOCKED, so several instances share the work. Returns how many expired.
+     */
+    async expireDue(options: { batchSize?: number; maxOrganisations?: number } = {}): Promise<number> {
+      const batchSize = options.batchSize ?? 100;
+      const now = clock.now();
+      const orgIds = await dueOrganisations(rotation, options.maxOrganisations ?? 50, (after, limit) => requests.organisationsWithDueRequests(after, limit, now));
+      let expired = 0;
+      for (const orgId of orgIds) {
+        // A full batch may have more behind it: the organisation is served until its due requests are gone.
+        for (let full = true; full; ) {
+          const claimed = await database.transaction(async (tx) => {
+            const due = await requests.claimDue(orgId, batchSize, now, tx);
+            let closed = 0;
+            for (const row of due) if (await close(row, 'EXPIRED', SYSTEM, tx)) closed += 1;
+            return { due: due.length, closed };
+          });
+          expired += claimed.closed;
+          full = claimed.due === batchSize;
+        }
+      }
+      return expired;
+    },
+  };
+
+  async function viewOf(row: DocumentRequestRow, tx: Executor): Promise<UploadPageView> {
+    const [organisation, entity, documents] = await Promise.all([
+      organisations.findById(row.orgId, tx),
+      customers.findById(row.orgId, row.entityId, tx),
+      requests.documentsOf(row.orgId, row.entityId, [row.id], tx),
+    ]);
+    const received = new Set(documents.map((document) => document.type));
+    return {
+      orgId: row.orgId,
+      request: row,
+      organisationName: organisation?.name ?? '',
+      entityName: entity?.name ?? '',
+      items: row.types.map((code) => ({ code, name: documentTypeName(code), received: received.has(code) })),
+      documentCount: documents.length,
+    };
+  }
+}
+export type DocumentRequestsService = ReturnType<typeof createDocumentRequestsService>;

@@ -1,0 +1,113 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { answerFor } from '../../plugins/errors.plugin.js';
+import { AppError } from '../../shared/app-error.js';
+import { DOCUMENT_TYPE_CODES, MAX_DOCUMENT_BYTES, type DocumentTypeCode } from '../documents/document-types.js';
+import { multipartFormOf, registerMultipartIntake } from '../documents/multipart-intake.js';
+import { storeDocument } from '../documents/documents.service.js';
+import { createDocumentRequestsService } from './document-requests.service.js';
+import { MAX_DOCUMENTS_PER_REQUEST } from './document-requests.schemas.js';
+import { renderErrorPage, renderInvalidLinkPage, renderThankYouPage, renderUploadPage, UPLOAD_PAGE_HEADERS } from './upload-page.view.js';
+
+/** Where the contact lands once every requested document has arrived: it names no token, since the link is spent by then. */
+export const THANK_YOU_PATH = '/documents/received';
+const MAX_FILE_MIB = MAX_DOCUMENT_BYTES / (1024 * 1024);
+
+const tokenParams = z.object({ token: z.string().max(256) }).strict();
+
+/**
+ * The contact's upload page (outside /v1, unauthenticated: the link's token is the only credential, and
+ * it opens this one request's page and nothing else). Plain HTML, no script, a strict CSP;
+ * post/redirect/get so a reload never sends the files twice. Every answer of this context, errors
+ * included, is a page with the same headers.
+ */
+export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<ZodTypeProvider>();
+  const service = createDocumentRequestsService({ database: app.deps.database, publicBaseUrl: app.deps.config.publicBaseUrl, clock: app.deps.clock });
+
+  app.addHook('onRequest', (_request, reply, done) => {
+    reply.headers(UPLOAD_PAGE_HEADERS);
+    done();
+  });
+
+  const html = (reply: FastifyReply, status: number, body: string) => reply.code(status).type('text/html; charset=utf-8').send(body);
+  const invalid = (reply: FastifyReply) => html(reply, 404, renderInvalidLinkPage());
+
+  // Errors of this context are pages too: an upload refused (413, 415, 422) shows the form again with
+  // the reason; anything else, a short page with the status.
+  app.setErrorHandler(async (error, request: FastifyRequest, reply) => {
+    const appError = answerFor(error, request, reply);
+    const token = (request.params as { token?: unknown } | undefined)?.token;
+    if (appError.status < 500 && typeof token === 'string' && request.method === 'POST') {
+      const view = await service.openPage(token).catch(() => undefined);
+      if (!view) return invalid(reply);
+      return html(reply, appError.status, renderUploadPage(view, { error: pageMessage(appError), maxFileMiB: MAX_FILE_MIB }));
+    }
+    return html(reply, appError.status, renderErrorPage(appError.status >= 500 ? 'Something went wrong on our side. Please try again later.' : appError.message));
+  });
+
+  app.get(THANK_YOU_PATH, { schema: { hide: true } }, async (_request, reply) => html(reply, 200, renderThankYouPage()));
+
+  app.get('/documents/:token', { schema: { hide: true, params: tokenParams } }, async (request, reply) => {
+    const view = await service.openPage(request.params.token);
+    if (!view) return invalid(reply);
+    const received = view.items.filter((item) => item.received).length;
+    const notice = received > 0 ? `Received ${received} of ${view.items.length} document types. Upload the rest when you have them.` : undefined;
+    return html(reply, 200, renderUploadPage(view, { notice, maxFileMiB: MAX_FILE_MIB }));
+  });
+
+  await app.register(async (uploads) => {
+    // A link that opens nothing is refused before a byte of the body is read or spooled.
+    uploads.addHook('preParsing', async (request) => {
+      const { token } = request.params as { token: string };
+      if (!(await service.openPage(token))) throw new AppError('not_found', 404, 'The link is not valid.');
+    });
+    registerMultipartIntake(uploads, { fileFields: DOCUMENT_TYPE_CODES, maxFiles: MAX_DOCUMENTS_PER_REQUEST, textFields: {} });
+    uploads.withTypeProvider<ZodTypeProvider>().post(
+      '/documents/:token',
+      { schema: { hide: true, params: tokenParams } },
+      async (request, reply) => {
+        const { token } = request.params as z.infer<typeof tokenParams>;
+        const form = multipartFormOf(request);
+        const outcome = await service.receive(
+          token,
+          form.files.map((file) => ({ type: file.field, file })),
+          (tx, input) =>
+            storeDocument(tx, {
+              orgId: input.orgId,
+              actor: input.actor,
+              entityId: input.entityId,
+              // The service admits only the request's types, which are catalogue codes.
+              type: input.type as DocumentTypeCode,
+              description: null,
+              file: input.file,
+              uploadedBy: 'contact',
+              documentRequestId: input.documentRequestId,
+            }),
+          { maxDocuments: MAX_DOCUMENTS_PER_REQUEST },
+        );
+        if (outcome.kind === 'invalid') return invalid(reply);
+        // Post/redirect/get: the page (or, once the link is spent, the thank-you page) is fetched anew.
+        return reply.code(303).header('Location', outcome.fulfilled ? THANK_YOU_PATH : `/documents/${token}`).type('text/html; charset=utf-8').send('');
+      },
+    );
+  });
+}
+
+/** What the contact reads for a refused upload. */
+function pageMessage(error: AppError): string {
+  switch (error.status) {
+    case 413:
+      return `A file is too large: each file may be at most ${MAX_FILE_MIB} MiB. Nothing was uploaded.`;
+    case 415:
+      return 'A file is not a PDF, PNG or JPEG document. Nothing was uploaded.';
+    case 422: {
+      const issues = (error.details?.issues ?? {}) as Record<string, string[]>;
+      const messages = Object.values(issues).flat();
+      return `${messages.length > 0 ? messages.join(' ') : error.message} Nothing was uploaded.`;
+    }
+    default:
+      return 'The upload could not be read. Please try again.';
+  }
+}
