@@ -332,6 +332,106 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/document-types": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The entity document type catalogue
+         * @description The read-only catalogue of document type codes that uploads and document requests name. Any valid key.
+         *
+         *     Any valid API key.
+         */
+        get: operations["listDocumentTypes"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/entities/{id}/documents": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List an entity's documents
+         * @description Every document of the entity (metadata only, no content), oldest first. Not paginated: an entity has few documents.
+         *
+         *     Required scope: `customers:read`.
+         */
+        get: operations["listEntityDocuments"];
+        put?: never;
+        /**
+         * Upload a document for an entity
+         * @description multipart/form-data with a `file` part (PDF, PNG or JPEG, at most 10485760 bytes: the type is read from the content, never from the name or the part's Content-Type), `type` (a code of GET /v1/document-types) and an optional `description`. Costs 1 credit, always paid by the organisation. With an Idempotency-Key, a retry carrying the same file replays the first answer; the same key with another file is a 409.
+         *
+         *     Required scope: `verification:write`.
+         */
+        post: operations["uploadEntityDocument"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/entities/{id}/documents/{documentId}/content": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download a document's content
+         * @description The bytes as uploaded, streamed, with the sniffed media type, `Content-Disposition: attachment` (the file name, RFC 6266/5987 encoded), `ETag` (the quoted SHA-256) and `Cache-Control: private, no-cache`. `If-None-Match` with the ETag answers 304.
+         *
+         *     Required scope: `customers:read`.
+         */
+        get: operations["getEntityDocumentContent"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/entities/{id}/document-requests": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List an entity's document requests
+         * @description Oldest first, as every list of the API; the upload links are never shown again.
+         *
+         *     Required scope: `customers:read`.
+         */
+        get: operations["listDocumentRequests"];
+        put?: never;
+        /**
+         * Ask the entity's contact for documents
+         * @description Emails the entity's contact a secure link to an upload page and charges 1 credit (payer=organization), or bills the customer (payer=customer). The contact's uploads arrive as documents with uploaded_by=contact and cost nothing more. The request is FULFILLED once every requested type has a document, or EXPIRED at dueAt. upload_url appears only in this response.
+         *
+         *     Required scope: `verification:write`.
+         */
+        post: operations["createDocumentRequest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/events": {
         parameters: {
             query?: never;
@@ -4615,6 +4715,867 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    listDocumentTypes: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always list.
+                         * @enum {string}
+                         */
+                        object: "list";
+                        /** @description The whole catalogue. */
+                        data: {
+                            /**
+                             * @description The stable code uploads and document requests name.
+                             * @example TRUST_DEED
+                             * @enum {string}
+                             */
+                            code: "TRUST_DEED" | "PARTNERSHIP_AGREEMENT" | "SMSF_DEED" | "CERTIFICATE_OF_REGISTRATION" | "COMPANY_EXTRACT" | "ID_OF_OFFICEHOLDER" | "OTHER";
+                            /** @description Short name. */
+                            name: string;
+                            /** @description What the document is. */
+                            description: string;
+                            /** @description The entity types it usually applies to (advice; any type may be uploaded for any entity). */
+                            entity_types: string[];
+                        }[];
+                    };
+                };
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listEntityDocuments: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always list.
+                         * @enum {string}
+                         */
+                        object: "list";
+                        /** @description Every document of the entity, oldest first (created_at, then id). */
+                        data: {
+                            /**
+                             * Format: uuid
+                             * @description The document id.
+                             */
+                            id: string;
+                            /**
+                             * @description Always document.
+                             * @enum {string}
+                             */
+                            object: "document";
+                            /**
+                             * Format: uuid
+                             * @description The entity the document belongs to.
+                             */
+                            entity_id: string;
+                            /**
+                             * @description A code of GET /v1/document-types.
+                             * @example TRUST_DEED
+                             * @enum {string}
+                             */
+                            type: "TRUST_DEED" | "PARTNERSHIP_AGREEMENT" | "SMSF_DEED" | "CERTIFICATE_OF_REGISTRATION" | "COMPANY_EXTRACT" | "ID_OF_OFFICEHOLDER" | "OTHER";
+                            /** @description What the uploader said the document is. */
+                            description: string | null;
+                            /**
+                             * @description The name the uploaded file had (display only).
+                             * @example trust-deed.pdf
+                             */
+                            file_name: string | null;
+                            /**
+                             * @description Read from the content at upload, never from the name or the declared type.
+                             * @enum {string}
+                             */
+                            media_type: "application/pdf" | "image/png" | "image/jpeg";
+                            /** @description The size of the content in bytes. */
+                            size_bytes: number;
+                            /**
+                             * @description Lower-case hex SHA-256 of the content; the content's ETag.
+                             * @example e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
+                             */
+                            sha256: string;
+                            /**
+                             * @description organization: uploaded through the API; contact: by the entity's contact through a document request's upload page.
+                             * @enum {string}
+                             */
+                            uploaded_by: "organization" | "contact";
+                            /** @description The document request the contact answered with it; null for API uploads. */
+                            document_request_id: string | null;
+                            /**
+                             * @description When the document was stored.
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            created_at: string;
+                        }[];
+                    };
+                };
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    uploadEntityDocument: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "multipart/form-data": {
+                    /**
+                     * Format: binary
+                     * @description The document: PDF, PNG or JPEG (read from the content), at most 10485760 bytes (10 MiB).
+                     */
+                    file: string;
+                    /**
+                     * @description A code of GET /v1/document-types.
+                     * @example TRUST_DEED
+                     * @enum {string}
+                     */
+                    type: "TRUST_DEED" | "PARTNERSHIP_AGREEMENT" | "SMSF_DEED" | "CERTIFICATE_OF_REGISTRATION" | "COMPANY_EXTRACT" | "ID_OF_OFFICEHOLDER" | "OTHER";
+                    /**
+                     * @description What the document is, for reviewers.
+                     * @example Deed of variation, 2021
+                     */
+                    description?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description An entity document's metadata; the content is at GET /v1/entities/{id}/documents/{documentId}/content. */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description The document id.
+                         */
+                        id: string;
+                        /**
+                         * @description Always document.
+                         * @enum {string}
+                         */
+                        object: "document";
+                        /**
+                         * Format: uuid
+                         * @description The entity the document belongs to.
+                         */
+                        entity_id: string;
+                        /**
+                         * @description A code of GET /v1/document-types.
+                         * @example TRUST_DEED
+                         * @enum {string}
+                         */
+                        type: "TRUST_DEED" | "PARTNERSHIP_AGREEMENT" | "SMSF_DEED" | "CERTIFICATE_OF_REGISTRATION" | "COMPANY_EXTRACT" | "ID_OF_OFFICEHOLDER" | "OTHER";
+                        /** @description What the uploader said the document is. */
+                        description: string | null;
+                        /**
+                         * @description The name the uploaded file had (display only).
+                         * @example trust-deed.pdf
+                         */
+                        file_name: string | null;
+                        /**
+                         * @description Read from the content at upload, never from the name or the declared type.
+                         * @enum {string}
+                         */
+                        media_type: "application/pdf" | "image/png" | "image/jpeg";
+                        /** @description The size of the content in bytes. */
+                        size_bytes: number;
+                        /**
+                         * @description Lower-case hex SHA-256 of the content; the content's ETag.
+                         * @example e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
+                         */
+                        sha256: string;
+                        /**
+                         * @description organization: uploaded through the API; contact: by the entity's contact through a document request's upload page.
+                         * @enum {string}
+                         */
+                        uploaded_by: "organization" | "contact";
+                        /** @description The document request the contact answered with it; null for API uploads. */
+                        document_request_id: string | null;
+                        /**
+                         * @description When the document was stored.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Payment required: `insufficient_credits` — the organisation lacks the credits for an organisation-paid check; nothing was started or charged. */
+            402: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Payload too large: `payload_too_large` — the file exceeds 10485760 bytes (10 MiB); nothing was stored or charged. */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Unsupported media type: `unsupported_media_type` — the request is not multipart/form-data, or the file is not a PDF, PNG or JPEG by its content; nothing was stored or charged. */
+            415: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getEntityDocumentContent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The entity UUID or your external_id. */
+                id: string;
+                /** @description The document id. */
+                documentId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The document's content. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/pdf": string;
+                    "image/png": string;
+                    "image/jpeg": string;
+                };
+            };
+            /** @description Not modified: `If-None-Match` names the content's ETag; no body. */
+            304: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listDocumentRequests: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The entity's document requests, oldest first. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always list.
+                         * @enum {string}
+                         */
+                        object: "list";
+                        /** @description The requests, oldest first. */
+                        data: {
+                            /**
+                             * Format: uuid
+                             * @description The document request id.
+                             */
+                            id: string;
+                            /**
+                             * @description Always document_request.
+                             * @enum {string}
+                             */
+                            object: "document_request";
+                            /**
+                             * Format: uuid
+                             * @description The entity whose documents are asked for.
+                             */
+                            entity_id: string;
+                            /**
+                             * @description The requested document type codes.
+                             * @example [
+                             *       "CERTIFICATE_OF_REGISTRATION"
+                             *     ]
+                             */
+                            types: string[];
+                            /** @description The note sent to the contact. */
+                            message: string | null;
+                            /**
+                             * @description When the link stops working; an OPEN request then becomes EXPIRED.
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            due_at: string;
+                            /**
+                             * @description OPEN until every requested type has a document (FULFILLED) or due_at passes (EXPIRED).
+                             * @enum {string}
+                             */
+                            status: "OPEN" | "FULFILLED" | "EXPIRED";
+                            /**
+                             * @description Who paid the request.
+                             * @enum {string}
+                             */
+                            payer: "organization" | "customer";
+                            /** @description The requested types that have at least one document from the contact. */
+                            received_types: string[];
+                            /** @description The documents the contact uploaded for this request, in the order received. */
+                            document_ids: string[];
+                            /** @description When the last outstanding type arrived. */
+                            fulfilled_at: string | null;
+                            /** @description When the request expired unanswered. */
+                            expired_at: string | null;
+                            /**
+                             * @description When the request was made.
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            created_at: string;
+                            /**
+                             * @description When the request last changed.
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            updated_at: string;
+                        }[];
+                    };
+                };
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createDocumentRequest: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Document type codes (GET /v1/document-types) the contact is asked for; duplicates count once.
+                     * @example [
+                     *       "CERTIFICATE_OF_REGISTRATION",
+                     *       "ID_OF_OFFICEHOLDER"
+                     *     ]
+                     */
+                    types: ("TRUST_DEED" | "PARTNERSHIP_AGREEMENT" | "SMSF_DEED" | "CERTIFICATE_OF_REGISTRATION" | "COMPANY_EXTRACT" | "ID_OF_OFFICEHOLDER" | "OTHER")[];
+                    /**
+                     * @description A note shown in the email and on the upload page.
+                     * @example Please upload these before settlement on Friday.
+                     */
+                    message?: string;
+                    /**
+                     * Format: date-time
+                     * @description When the link stops working (ISO 8601): in the future and at most 365 days ahead. Default: 14 days from now.
+                     * @example 2026-02-14T09:00:00Z
+                     */
+                    dueAt?: string;
+                    /**
+                     * @description Who pays the request's 1 credit. Omit to follow the entity's billing default, else the organisation's.
+                     * @enum {string}
+                     */
+                    payer?: "organization" | "customer";
+                };
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description The document request id.
+                         */
+                        id: string;
+                        /**
+                         * @description Always document_request.
+                         * @enum {string}
+                         */
+                        object: "document_request";
+                        /**
+                         * Format: uuid
+                         * @description The entity whose documents are asked for.
+                         */
+                        entity_id: string;
+                        /**
+                         * @description The requested document type codes.
+                         * @example [
+                         *       "CERTIFICATE_OF_REGISTRATION"
+                         *     ]
+                         */
+                        types: string[];
+                        /** @description The note sent to the contact. */
+                        message: string | null;
+                        /**
+                         * @description When the link stops working; an OPEN request then becomes EXPIRED.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        due_at: string;
+                        /**
+                         * @description OPEN until every requested type has a document (FULFILLED) or due_at passes (EXPIRED).
+                         * @enum {string}
+                         */
+                        status: "OPEN" | "FULFILLED" | "EXPIRED";
+                        /**
+                         * @description Who paid the request.
+                         * @enum {string}
+                         */
+                        payer: "organization" | "customer";
+                        /** @description The requested types that have at least one document from the contact. */
+                        received_types: string[];
+                        /** @description The documents the contact uploaded for this request, in the order received. */
+                        document_ids: string[];
+                        /** @description When the last outstanding type arrived. */
+                        fulfilled_at: string | null;
+                        /** @description When the request expired unanswered. */
+                        expired_at: string | null;
+                        /**
+                         * @description When the request was made.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                        /**
+                         * @description When the request last changed.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        updated_at: string;
+                        /**
+                         * Format: uri
+                         * @description The upload link emailed to the contact. Shown only in this response; treat it as a secret.
+                         */
+                        upload_url: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Payment required: `insufficient_credits` — the organisation lacks the credits for an organisation-paid check; nothing was started or charged. */
+            402: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     listEvents: {
         parameters: {
             query?: {
@@ -4622,7 +5583,7 @@ export interface operations {
                 limit?: number;
                 /** @description The next_cursor of the previous page, with the same filters. Keep the last one durably: it is where your next poll resumes. */
                 cursor?: string;
-                /** @description Only events of these types, comma-separated. Valid types: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, webhook.test. */
+                /** @description Only events of these types, comma-separated. Valid types: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, webhook.test. */
                 type?: string;
                 /** @description Only events about this customer or entity: its UUID or your external_id. Unknown → 404. */
                 customer_id?: string;
@@ -4660,7 +5621,7 @@ export interface operations {
                              */
                             id: string;
                             /**
-                             * @description The event type: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, webhook.test; later versions may add types, so ignore the ones you do not know.
+                             * @description The event type: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, webhook.test; later versions may add types, so ignore the ones you do not know.
                              * @example customer.updated
                              */
                             type: string;
@@ -4669,7 +5630,7 @@ export interface operations {
                              * @example 2026-01-31T09:00:00.000Z
                              */
                             created: string;
-                            /** @description As in the webhook: {customer} (the public DTO of the record at the change) for record events, {endpoint} for endpoint.disabled. */
+                            /** @description As in the webhook: {customer} (the public DTO of the record at the change) for record events, {endpoint} for endpoint.disabled, {document_request} for document_request.updated. */
                             data: {
                                 [key: string]: unknown;
                             };
@@ -4775,7 +5736,7 @@ export interface operations {
                          */
                         id: string;
                         /**
-                         * @description The event type: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, webhook.test; later versions may add types, so ignore the ones you do not know.
+                         * @description The event type: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, webhook.test; later versions may add types, so ignore the ones you do not know.
                          * @example customer.updated
                          */
                         type: string;
@@ -4784,7 +5745,7 @@ export interface operations {
                          * @example 2026-01-31T09:00:00.000Z
                          */
                         created: string;
-                        /** @description As in the webhook: {customer} (the public DTO of the record at the change) for record events, {endpoint} for endpoint.disabled. */
+                        /** @description As in the webhook: {customer} (the public DTO of the record at the change) for record events, {endpoint} for endpoint.disabled, {document_request} for document_request.updated. */
                         data: {
                             [key: string]: unknown;
                         };
@@ -5002,13 +5963,13 @@ export interface operations {
                      */
                     url: string;
                     /**
-                     * @description Event types the endpoint receives (customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled); empty or absent means every type.
+                     * @description Event types the endpoint receives (customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated); empty or absent means every type.
                      * @example [
                      *       "customer.kyc_completed",
                      *       "customer.updated"
                      *     ]
                      */
-                    events?: ("customer.kyc_completed" | "aml.review_completed" | "customer.updated" | "endpoint.disabled")[];
+                    events?: ("customer.kyc_completed" | "aml.review_completed" | "customer.updated" | "endpoint.disabled" | "document_request.updated")[];
                     /**
                      * @description Your note about the endpoint.
                      * @example CRM production
@@ -5415,7 +6376,7 @@ export interface operations {
                      *       "customer.updated"
                      *     ]
                      */
-                    events?: ("customer.kyc_completed" | "aml.review_completed" | "customer.updated" | "endpoint.disabled")[];
+                    events?: ("customer.kyc_completed" | "aml.review_completed" | "customer.updated" | "endpoint.disabled" | "document_request.updated")[];
                     /** @description false disables the endpoint (its queued deliveries fail); true enables it again and clears disabled_reason. */
                     enabled?: boolean;
                     /**
@@ -6340,7 +7301,7 @@ export interface operations {
                 cursor?: string;
                 /** @description Only events about this subject: the UUID of a customer, entity, group, API key (or any subject an event names), or a customer or entity external_id. Unknown in your organisation → 404. */
                 subject_id?: string;
-                /** @description Only events by this actor: an API key id of your organisation, `operator` (the operator CLI) or `system` (the service itself). An unknown key id → 404. */
+                /** @description Only events by this actor: an API key id of your organisation, `operator` (the operator CLI), `system` (the service itself) or `contact` (an entity's contact on a document request's upload page). An unknown key id → 404. */
                 actor?: string;
                 /** @description Only events with one of these actions, comma-separated (e.g. customer.created,api_key.revoked). An action no event has matches nothing. */
                 action?: string;
@@ -6390,12 +7351,12 @@ export interface operations {
                             /** @description Who made the change. */
                             actor: {
                                 /**
-                                 * @description api_key: a request with one of your keys; operator: the operator CLI; system: the service itself.
+                                 * @description api_key: a request with one of your keys; operator: the operator CLI; system: the service itself; contact: the entity's contact, through a document request's upload link.
                                  * @enum {string}
                                  */
-                                type: "api_key" | "operator" | "system";
+                                type: "api_key" | "operator" | "system" | "contact";
                                 /**
-                                 * @description The API key id, the operator (cli:<user>), or null for the system.
+                                 * @description The API key id, the operator (cli:<user>), the document request id for a contact, or null for the system.
                                  * @example 0b6f2c1e-3a4d-4e5f-8a9b-1c2d3e4f5a6b
                                  */
                                 id: string | null;

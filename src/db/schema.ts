@@ -134,7 +134,7 @@ export const auditLog = pgTable(
     // No foreign key: the audit trail outlives whatever it records, and every row is written in the
     // transaction of a change to a record of this organisation (migration 0008).
     orgId: uuid('org_id').notNull(),
-    actorType: text('actor_type', { enum: ['api_key', 'operator', 'system'] }).notNull(),
+    actorType: text('actor_type', { enum: ['api_key', 'operator', 'system', 'contact'] }).notNull(),
     actorId: text('actor_id'),
     action: text('action').notNull(),
     subjectType: text('subject_type').notNull(),

@@ -4,6 +4,7 @@ import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { minimalUpload } from '../helpers/multipart.js';
 
 let ctx: TestContext;
 let org: TestOrg;
@@ -84,7 +85,8 @@ describe('over-long ids', () => {
 
   it.each(cases)('when %s %s gets a %s of %i characters, it answers 404 not_found in the envelope', async (method, path, param, length) => {
     const url = path.replace(/:(\w+)/g, (_match, name: string) => (name === param ? 'a'.repeat(length) : randomUUID()));
-    const response = await ctx.request(method, url, { key: org.key, ...(method === 'GET' ? {} : { body: {} }) });
+    const body = `${method} ${path}` === 'POST /v1/entities/:id/documents' ? minimalUpload() : method === 'GET' ? undefined : {};
+    const response = await ctx.request(method, url, { key: org.key, body });
     expect(response.statusCode, response.body).toBe(404);
     expect(response.json()).toEqual({ error: { code: 'not_found', message: expect.any(String) } });
     expect(response.headers['cache-control']).toBe('no-store');

@@ -8,6 +8,7 @@ import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
 import { AppError } from '../../src/shared/app-error.js';
 import { createRetentionService } from '../../src/modules/retention/retention.service.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { minimalUpload } from '../helpers/multipart.js';
 
 let ctx: TestContext;
 let org: TestOrg;
@@ -165,6 +166,7 @@ describe('replay', () => {
 
   /** The smallest body each route's schema accepts, so the request reaches its handler. */
   const minimalBodies: Record<string, object> = {
+    'POST /v1/entities/:id/documents': minimalUpload(),
     'PUT /v1/customers/:id/designated-services': { service_codes: [] },
     'POST /v1/entities/:id/ubos': { owners: [{ fullName: 'Idem Owner', email: 'idem.owner@example.com', roleTypes: ['DIRECTOR'] }] },
     'POST /v1/entities/:id/document-requests': { types: ['OTHER'] },

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { ROUTE_SCOPES, SCOPES } from '../../src/plugins/route-scopes.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { minimalUpload } from '../helpers/multipart.js';
 
 /**
  * Table-driven over ROUTE_SCOPES: every route in the table that this build registers is covered;
@@ -38,6 +39,7 @@ const VALID_BODIES: Record<string, unknown> = {
   'POST /v1/entities/:id/ubos/:uboId/send-link': {},
   'POST /v1/entities/:id/kyb': { method: 'manual' },
   'POST /v1/entities/:id/document-requests': { types: ['OTHER'] },
+  'POST /v1/entities/:id/documents': minimalUpload(),
   'POST /v1/groups': { name: 'Scope probe group' },
   'POST /v1/webhook-endpoints': { url: 'https://93.184.215.14/hooks' },
   'PATCH /v1/webhook-endpoints/:id': { description: 'scope probe' },

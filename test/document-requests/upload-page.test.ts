@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
+import { createAuditChainSealer } from '../../src/modules/audit/audit-chain.sealer.js';
 import { MAX_DOCUMENT_BYTES } from '../../src/modules/documents/document-types.js';
 import { loggerOptions, redactUrl } from '../../src/shared/logging.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
@@ -134,8 +135,27 @@ describe('POST /documents/{token}', () => {
     expect(row.fulfilledAt).not.toBeNull();
     expect(await tokensOf(ctx, org.id)).toEqual([]);
     const [audit] = await auditOf(ctx, org.id, request.id, 'document_request.fulfilled');
-    expect(audit).toMatchObject({ actorType: 'system', subjectType: 'document_request' });
-    expect((await auditOf(ctx, org.id, entity.id, 'entity.document_uploaded')).length).toBe(2);
+    // The contact did it, through the request's link: the trail names the request as the actor, and
+    // GET /v1/audit-events finds it by actor=contact.
+    expect(audit).toMatchObject({ actorType: 'contact', actorId: request.id, subjectType: 'document_request' });
+    const uploads = await auditOf(ctx, org.id, entity.id, 'entity.document_uploaded');
+    expect(uploads.map((row) => [row.actorType, row.actorId])).toEqual([
+      ['contact', request.id],
+      ['contact', request.id],
+    ]);
+    const sealer = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
+    try {
+      await sealer.sealOnce();
+    } finally {
+      await sealer.stop();
+    }
+    const trail = await ctx.request('GET', '/v1/audit-events', { key: org.key, query: { actor: 'contact' } });
+    expect(trail.statusCode, trail.body).toBe(200);
+    expect(trail.json().data.map((event: { action: string; actor: { type: string; id: string } }) => [event.action, event.actor.type, event.actor.id])).toEqual([
+      ['entity.document_uploaded', 'contact', request.id],
+      ['entity.document_uploaded', 'contact', request.id],
+      ['document_request.fulfilled', 'contact', request.id],
+    ]);
     const events = (await eventsOf(ctx, org.id, 'document_request.updated')).map((event) => (event.document as any).data.document_request);
     expect(events.map((dto: { status: string }) => dto.status)).toEqual(['OPEN', 'FULFILLED']);
     expect(events[1].received_types).toEqual(['CERTIFICATE_OF_REGISTRATION', 'ID_OF_OFFICEHOLDER']);

@@ -2,30 +2,8 @@ import { readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import type { FastifyInstance } from 'fastify';
 
-export type Part = { name: string; value: string } | { name: string; data: Buffer; filename?: string; contentType?: string };
-
-/** A multipart/form-data body and its Content-Type, built by hand so tests control every byte. */
-export function multipart(parts: Part[]): { payload: Buffer; contentType: string } {
-  const boundary = `----svc-test-${Math.random().toString(36).slice(2)}`;
-  const pieces: Buffer[] = [];
-  for (const part of parts) {
-    if ('value' in part) {
-      pieces.push(Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="${part.name}"\r\n\r\n${part.value}\r\n`, 'utf8'));
-    } else {
-      const filename = part.filename === undefined ? '' : `; filename="${part.filename}"`;
-      pieces.push(
-        Buffer.from(
-          `--${boundary}\r\nContent-Disposition: form-data; name="${part.name}"${filename}\r\nContent-Type: ${part.contentType ?? 'application/octet-stream'}\r\n\r\n`,
-          'utf8',
-        ),
-        part.data,
-        Buffer.from('\r\n'),
-      );
-    }
-  }
-  pieces.push(Buffer.from(`--${boundary}--\r\n`));
-  return { payload: Buffer.concat(pieces), contentType: `multipart/form-data; boundary=${boundary}` };
-}
+export { multipart, MultipartBody, type Part } from '../helpers/multipart.js';
+import { multipart, type Part } from '../helpers/multipart.js';
 
 function padded(head: Buffer, size: number): Buffer {
   const data = Buffer.alloc(size, 0x41);

@@ -8,6 +8,7 @@ import { FEATURES, type Feature, type Payer } from '../../src/modules/organisati
 import { SCOPES } from '../../src/plugins/route-scopes.js';
 import { createTestDatabase } from './database.js';
 import { collectingLoggerOptions, recordSent } from './log-collector.js';
+import { MultipartBody } from './multipart.js';
 
 export const ALL_SCOPES = [...SCOPES];
 
@@ -91,8 +92,9 @@ export async function createTestContext(overrides: Partial<Config> = {}): Promis
     },
     async request(method, url, options = {}, target = app) {
       // Recorded here too: an app of a test's own does not record, nor does any app a body it refuses unparsed.
-      recordSent(options.body, options.query, Object.fromEntries(new URL(url, 'http://test.invalid').searchParams));
-      const headers: Record<string, string> = { ...(options.headers ?? {}) };
+      const form = options.body instanceof MultipartBody ? options.body : undefined;
+      recordSent(form ? undefined : options.body, options.query, Object.fromEntries(new URL(url, 'http://test.invalid').searchParams));
+      const headers: Record<string, string> = { ...(form ? { 'content-type': form.contentType } : {}), ...(options.headers ?? {}) };
       if (options.key) headers.authorization = `Bearer ${options.key}`;
       return target.inject({
         method: method as 'GET',
@@ -100,7 +102,7 @@ export async function createTestContext(overrides: Partial<Config> = {}): Promis
         query: options.query,
         headers,
         remoteAddress: options.remoteAddress,
-        ...(options.body !== undefined ? { payload: options.body as object } : {}),
+        ...(form ? { payload: form.payload } : options.body !== undefined ? { payload: options.body as object } : {}),
       });
     },
     async close() {

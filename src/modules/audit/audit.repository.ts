@@ -8,7 +8,8 @@ import type { ChainRow } from './audit-chain.js';
  * Who caused a change: an API key, an operator at the CLI, or the system itself; for an API request,
  * its request id and Idempotency-Key (both kept on the audit row).
  */
-export type Actor = { type: 'api_key' | 'operator' | 'system'; id: string | null; requestId?: string; idempotencyKey?: string };
+/** `contact`: an entity's contact through a document request's upload link; the id is the request's. */
+export type Actor = { type: 'api_key' | 'operator' | 'system' | 'contact'; id: string | null; requestId?: string; idempotencyKey?: string };
 
 /** The channel an audit write wakes once committed: the sealers of every instance (audit-chain.sealer.ts). */
 export const AUDIT_CHANNEL = 'audit_log';
@@ -37,7 +38,7 @@ export type AuditEventFilters = {
   /** Only rows after this sequence (0: from the start). */
   after: number;
   subjectId?: string;
-  actor?: { type: 'api_key' | 'operator' | 'system'; id?: string };
+  actor?: { type: 'api_key' | 'operator' | 'system' | 'contact'; id?: string };
   actions?: readonly string[];
   createdAfter?: Date;
   createdBefore?: Date;
@@ -185,7 +186,7 @@ export function createAuditRepository(db: Executor) {
           idempotencyKey: auditLog.idempotencyKey,
         })
         .from(auditLog)
-        // The CASE keeps the cast away from operator and system actor ids, which are not UUIDs.
+        // The CASE keeps the cast away from the ids of other actors, which are not API keys (and not all UUIDs).
         .leftJoin(
           apiKeys,
           and(eq(apiKeys.orgId, auditLog.orgId), sql`${apiKeys.id} = CASE WHEN ${auditLog.actorType} = 'api_key' THEN ${auditLog.actorId}::uuid END`),

@@ -39,7 +39,7 @@ export const listAuditEventsQuery = z
       .min(1)
       .max(255)
       .optional()
-      .describe('Only events by this actor: an API key id of your organisation, `operator` (the operator CLI) or `system` (the service itself). An unknown key id → 404.')
+      .describe('Only events by this actor: an API key id of your organisation, `operator` (the operator CLI), `system` (the service itself) or `contact` (an entity\'s contact on a document request\'s upload page). An unknown key id → 404.')
       .meta({ example: 'operator' }),
     action: actionList.optional(),
     created_after: dateTimeSchema().optional().describe('Only events created strictly after this instant (ISO 8601).').meta({ example: '2026-01-31T09:00:00Z' }),
@@ -66,8 +66,10 @@ export const auditEventSchema = z
     created_at: z.string().describe('When the change was written (ISO 8601, UTC).').meta({ example: '2026-01-31T09:00:00.000Z' }),
     actor: z
       .object({
-        type: z.enum(['api_key', 'operator', 'system']).describe('api_key: a request with one of your keys; operator: the operator CLI; system: the service itself.'),
-        id: z.string().nullable().describe('The API key id, the operator (cli:<user>), or null for the system.').meta({ example: '0b6f2c1e-3a4d-4e5f-8a9b-1c2d3e4f5a6b' }),
+        type: z
+          .enum(['api_key', 'operator', 'system', 'contact'])
+          .describe("api_key: a request with one of your keys; operator: the operator CLI; system: the service itself; contact: the entity's contact, through a document request's upload link."),
+        id: z.string().nullable().describe('The API key id, the operator (cli:<user>), the document request id for a contact, or null for the system.').meta({ example: '0b6f2c1e-3a4d-4e5f-8a9b-1c2d3e4f5a6b' }),
         key_label: z.string().nullable().describe("The API key's label at the time of reading; null for other actors or an unlabelled key."),
       })
       .describe('Who made the change.'),

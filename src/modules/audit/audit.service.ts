@@ -92,8 +92,8 @@ export function createAuditService(deps: { database: Database; cursorKey?: Curso
   }
 
   async function resolveActor(orgId: string, ref: string): Promise<NonNullable<AuditEventFilters['actor']>> {
-    if (ref === 'operator' || ref === 'system') return { type: ref };
-    if (!isUuid(ref)) throw AppError.field('actor', 'Must be an API key id, operator or system.');
+    if (ref === 'operator' || ref === 'system' || ref === 'contact') return { type: ref };
+    if (!isUuid(ref)) throw AppError.field('actor', 'Must be an API key id, operator, system or contact.');
     const key = await keys.findById(ref);
     if (!key || key.orgId !== orgId) throw AppError.notFound('API key');
     return { type: 'api_key', id: key.id };

@@ -42,7 +42,7 @@ const dateTime = z.string().describe('ISO 8601 date-time (UTC).').meta({ example
 export const documentRequestSchema = z
   .object({
     id: z.uuid().describe('The document request id.'),
-    object: z.literal('document_request'),
+    object: z.literal('document_request').describe('Always document_request.'),
     entity_id: z.uuid().describe('The entity whose documents are asked for.'),
     types: z.array(z.string()).describe('The requested document type codes.').meta({ example: ['CERTIFICATE_OF_REGISTRATION'] }),
     message: z.string().nullable().describe('The note sent to the contact.'),
@@ -65,6 +65,9 @@ export const createdDocumentRequestSchema = documentRequestSchema.extend({
 });
 
 export const documentRequestListSchema = z
-  .object({ object: z.literal('list'), data: z.array(documentRequestSchema) })
+  .object({
+    object: z.literal('list').describe('Always list.'),
+    data: z.array(documentRequestSchema).describe('The requests, oldest first.'),
+  })
   .strict()
   .describe("The entity's document requests, oldest first.");

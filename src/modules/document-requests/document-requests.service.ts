@@ -20,7 +20,6 @@ const DAY_MS = 86_400_000;
 /** What a link token looks like: 32 random bytes, base64url. Anything else is not looked up at all. */
 const TOKEN_PATTERN = /^[A-Za-z0-9_-]{43}$/;
 const TYPE_NAMES: ReadonlyMap<string, string> = new Map(DOCUMENT_TYPES.map((type) => [type.code, type.name]));
-const TYPE_ENTITY_TYPES: ReadonlyMap<string, readonly string[]> = new Map(DOCUMENT_TYPES.map((type) => [type.code, type.entityTypes]));
 /** The actor of what happens because time passed (expiry). */
 const SYSTEM: Actor = { type: 'system', id: null };
 
@@ -153,9 +152,6 @@ export function createDocumentRequestsService(deps: { database: Database; public
         const types = [...new Set(body.types)];
         const dueAt = body.dueAt ?? new Date(now.getTime() + DEFAULT_DUE_DAYS * DAY_MS);
         const issues = new Issues();
-        for (const type of types) {
-          if (!TYPE_ENTITY_TYPES.get(type)?.includes(entity.type)) issues.add('types', `${type} does not apply to a ${entity.type} entity.`);
-        }
         if (dueAt.getTime() <= now.getTime()) issues.add('dueAt', 'Must be in the future.');
         else if (dueAt.getTime() > now.getTime() + MAX_DUE_DAYS * DAY_MS) issues.add('dueAt', `Must be at most ${MAX_DUE_DAYS} days ahead.`);
         const contact = entity.contactCustomerId ? await customers.findById(ctx.orgId, entity.contactCustomerId, tx) : undefined;
@@ -267,12 +263,13 @@ export function createDocumentRequestsService(deps: { database: Database; public
         if (before.length + files.length > limits.maxDocuments) {
           throw AppError.field('files', `This request takes at most ${limits.maxDocuments} documents; ${before.length} have been received.`);
         }
+        const contact: Actor = { type: 'contact', id: row.id };
         for (const { type, file } of files) {
-          await store(tx, { orgId: row.orgId, actor: SYSTEM, entityId: row.entityId, type, file, documentRequestId: row.id });
+          await store(tx, { orgId: row.orgId, actor: contact, entityId: row.entityId, type, file, documentRequestId: row.id });
         }
         const received = new Set([...before.map((document) => document.type), ...files.map((file) => file.type)]);
         if (row.types.every((type) => received.has(type))) {
-          await close(row, 'FULFILLED', SYSTEM, tx);
+          await close(row, 'FULFILLED', contact, tx);
           return { kind: 'received' as const, fulfilled: true };
         }
         // received_types and document_ids moved: updated_at says so (the event fires on status changes only).
