@@ -11,6 +11,7 @@ import { createOrganisationsService } from '../../src/modules/organisations/orga
 import { FEATURES } from '../../src/modules/organisations/organisations.schemas.js';
 import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
 import { ALL_SCOPES, testConfig } from '../helpers/harness.js';
+import { multipart, MultipartBody } from '../helpers/multipart.js';
 import { startCluster, type PgCluster } from '../helpers/pg-cluster.js';
 import {
   compareWithBudget,
@@ -60,8 +61,8 @@ async function send(request: Omit<Request, 'status'> & { status?: number }): Pro
   const response = await app.inject({
     method: request.method,
     url: request.url,
-    headers: { authorization: `Bearer ${apiKey}`, ...request.headers },
-    ...(request.body !== undefined ? { payload: request.body as object } : {}),
+    headers: { authorization: `Bearer ${apiKey}`, ...(request.body instanceof MultipartBody ? { 'content-type': request.body.contentType } : {}), ...request.headers },
+    ...(request.body instanceof MultipartBody ? { payload: request.body.payload } : request.body !== undefined ? { payload: request.body as object } : {}),
   });
   if (request.status !== undefined && response.statusCode !== request.status) {
     throw new Error(`${request.method} ${request.url}: expected ${request.status}, got ${response.statusCode} ${response.body}`);
@@ -196,6 +197,30 @@ const SCENARIOS: Scenario[] = [
         headers: idem(),
         status: 201,
       };
+    },
+  },
+  {
+    // A 64 KiB PDF: its bytes are one chunk row, stored out of line (TOAST), in the request's transaction.
+    name: 'POST /v1/entities/:id/documents (64 KiB PDF)',
+    route: 'POST /v1/entities/:id/documents',
+    prepare: async () => {
+      const entity = await createEntity();
+      const data = Buffer.alloc(64 * 1024, 0x41);
+      Buffer.from('%PDF-1.7\n').copy(data);
+      data.write(next(), data.length - 6);
+      const body = multipart([
+        { name: 'file', data, filename: 'deed.pdf' },
+        { name: 'type', value: 'TRUST_DEED' },
+      ]);
+      return { method: 'POST', url: `/v1/entities/${entity.id}/documents`, body, headers: idem(), status: 201 };
+    },
+  },
+  {
+    name: 'POST /v1/entities/:id/document-requests',
+    route: 'POST /v1/entities/:id/document-requests',
+    prepare: async () => {
+      const entity = await createEntity();
+      return { method: 'POST', url: `/v1/entities/${entity.id}/document-requests`, body: { types: ['CERTIFICATE_OF_REGISTRATION'] }, headers: idem(), status: 201 };
     },
   },
   {
