@@ -58,7 +58,7 @@ describe('tenant keys in the catalog', () => {
         ORDER BY 1, 2`,
     );
     // The directories are keyed by the hash or token they exist to look up.
-    const directories = new Set(['api_key_hashes_pkey', 'verification_link_tokens_pkey']);
+    const directories = new Set(['api_key_hashes_pkey', 'verification_link_tokens_pkey', 'document_request_tokens_pkey']);
     expect(keys.length).toBeGreaterThan(20);
     expect(keys.filter((key) => key.first !== 'org_id' && !directories.has(key.index))).toEqual([]);
   });
