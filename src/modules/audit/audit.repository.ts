@@ -1,6 +1,7 @@
 import { and, asc, eq, gt, gte, inArray, isNotNull, isNull, lt, lte, sql, type SQL } from 'drizzle-orm';
 import { boundAsGiven as bound, builtOnce } from '../../db/built-once.js';
 import { wakeAfterCommit, type Executor } from '../../db/client.js';
+import { organisationsWith } from '../../db/skip-scan.js';
 import { apiKeys, auditChainHeads, auditCheckpoints, auditLog } from '../../db/schema.js';
 import type { ChainRow } from './audit-chain.js';
 
@@ -214,16 +215,7 @@ export function createAuditRepository(db: Executor) {
      * scan of the small partial index audit_log_unsealed_idx, one probe per organisation.
      */
     async organisationsWithUnsealedRows(after: string, limit: number, tx: Executor = db): Promise<string[]> {
-      const result = await tx.execute<{ org_id: string }>(sql`
-        WITH RECURSIVE unsealed AS (
-          (SELECT org_id FROM audit_log WHERE sequence IS NULL AND org_id > ${after}::uuid ORDER BY org_id LIMIT 1)
-          UNION ALL
-          SELECT (SELECT a.org_id FROM audit_log a WHERE a.sequence IS NULL AND a.org_id > unsealed.org_id ORDER BY a.org_id LIMIT 1)
-            FROM unsealed
-           WHERE unsealed.org_id IS NOT NULL
-        )
-        SELECT org_id FROM unsealed WHERE org_id IS NOT NULL LIMIT ${limit}`);
-      return result.rows.map((row) => row.org_id);
+      return organisationsWith(tx, { table: 'audit_log', pending: sql`sequence IS NULL`, after, limit });
     },
 
     /** The organisation's head row, so there is always one to lock; a statement of its own (see lockHead). */

@@ -1,5 +1,6 @@
 import { and, asc, eq, inArray, lte, sql } from 'drizzle-orm';
 import type { Executor } from '../../db/client.js';
+import { organisationsWith } from '../../db/skip-scan.js';
 import { documentRequests, documentRequestTokens, entityDocuments, type DocumentRequestRow } from '../../db/schema.js';
 
 export type NewDocumentRequest = typeof documentRequests.$inferInsert;
@@ -89,19 +90,7 @@ export function createDocumentRequestsRepository(db: Executor) {
      * a skip scan of document_requests_open_due_idx, one probe per organisation with open requests.
      */
     async organisationsWithDueRequests(after: string, limit: number, now: Date, tx: Executor = db): Promise<string[]> {
-      const result = await tx.execute<{ org_id: string }>(sql`
-        WITH RECURSIVE open_orgs AS (
-          (SELECT org_id FROM document_requests WHERE status = 'OPEN' AND org_id > ${after}::uuid ORDER BY org_id LIMIT 1)
-          UNION ALL
-          SELECT (SELECT r.org_id FROM document_requests r WHERE r.status = 'OPEN' AND r.org_id > open_orgs.org_id ORDER BY r.org_id LIMIT 1)
-            FROM open_orgs
-           WHERE open_orgs.org_id IS NOT NULL
-        )
-        SELECT org_id FROM open_orgs
-         WHERE org_id IS NOT NULL
-           AND EXISTS (SELECT 1 FROM document_requests r WHERE r.org_id = open_orgs.org_id AND r.status = 'OPEN' AND r.due_at <= ${now.toISOString()}::timestamptz)
-         LIMIT ${limit}`);
-      return result.rows.map((row) => row.org_id);
+      return organisationsWith(tx, { table: 'document_requests', pending: sql`status = 'OPEN'`, due: sql`due_at <= ${now.toISOString()}::timestamptz`, after, limit });
     },
 
     /**

@@ -1,6 +1,7 @@
 import { and, asc, desc, eq, getTableColumns, lte, sql } from 'drizzle-orm';
 import type { Executor } from '../../db/client.js';
 import { emails } from '../../db/schema.js';
+import { organisationsWith } from '../../db/skip-scan.js';
 import { claimFairly, createOrgRotation, dueOrganisations } from '../../shared/fair-claims.js';
 
 export type EmailRow = typeof emails.$inferSelect;
@@ -13,20 +14,8 @@ export function createEmailsRepository(db: Executor) {
    * Organisations after `after` (org_id order) with an email due now, at most `limit`: a skip scan of
    * emails_due_idx, one probe per organisation with queued emails and one to check it has a due one.
    */
-  async function organisationsWithDueEmails(after: string, limit: number, tx: Executor): Promise<string[]> {
-    const result = await tx.execute<{ org_id: string }>(sql`
-      WITH RECURSIVE queued AS (
-        (SELECT org_id FROM emails WHERE status = 'queued' AND org_id > ${after}::uuid ORDER BY org_id LIMIT 1)
-        UNION ALL
-        SELECT (SELECT e.org_id FROM emails e WHERE e.status = 'queued' AND e.org_id > queued.org_id ORDER BY e.org_id LIMIT 1)
-          FROM queued
-         WHERE queued.org_id IS NOT NULL
-      )
-      SELECT org_id FROM queued
-       WHERE org_id IS NOT NULL
-         AND EXISTS (SELECT 1 FROM emails e WHERE e.org_id = queued.org_id AND e.status = 'queued' AND e.next_attempt_at <= clock_timestamp())
-       LIMIT ${limit}`);
-    return result.rows.map((row) => row.org_id);
+  function organisationsWithDueEmails(after: string, limit: number, tx: Executor): Promise<string[]> {
+    return organisationsWith(tx, { table: 'emails', pending: sql`status = 'queued'`, due: sql`next_attempt_at <= clock_timestamp()`, after, limit });
   }
 
   /**

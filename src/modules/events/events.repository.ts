@@ -1,5 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { Executor } from '../../db/client.js';
+import { organisationsWith } from '../../db/skip-scan.js';
 
 /** A sealed event as the feed reads it: its place and the exact JSON document webhooks carry. */
 export type FeedEventRow = { id: string; position: number; payload: string };
@@ -49,16 +50,7 @@ export function createEventsRepository(db: Executor) {
      * scan of the small partial index outbox_events_unsealed_idx, one probe per organisation.
      */
     async organisationsWithUnsealedEvents(after: string, limit: number, tx: Executor = db): Promise<string[]> {
-      const result = await tx.execute<{ org_id: string }>(sql`
-        WITH RECURSIVE unsealed AS (
-          (SELECT org_id FROM outbox_events WHERE position IS NULL AND org_id > ${after}::uuid ORDER BY org_id LIMIT 1)
-          UNION ALL
-          SELECT (SELECT e.org_id FROM outbox_events e WHERE e.position IS NULL AND e.org_id > unsealed.org_id ORDER BY e.org_id LIMIT 1)
-            FROM unsealed
-           WHERE unsealed.org_id IS NOT NULL
-        )
-        SELECT org_id FROM unsealed WHERE org_id IS NOT NULL LIMIT ${limit}`);
-      return result.rows.map((row) => row.org_id);
+      return organisationsWith(tx, { table: 'outbox_events', pending: sql`position IS NULL`, after, limit });
     },
 
     /** The organisation's head row, so there is always one to lock; a statement of its own (see lockHead). */
