@@ -3,6 +3,7 @@ import { PNG } from 'pngjs';
 import { expect } from 'vitest';
 import { documentRequests, documentRequestTokens, emails, entityDocuments } from '../../src/db/schema.js';
 import type { TestContext, TestOrg } from '../helpers/harness.js';
+import { multipart as buildMultipart } from '../helpers/multipart.js';
 
 /** A small but real PDF (one empty page). */
 export const PDF = Buffer.from(
@@ -30,20 +31,21 @@ export function pngOf(size = 16): Buffer {
  * A multipart/form-data body as a browser builds it: `parts` are [field, bytes, file name]; a file
  * input left empty is ['FIELD', empty, ''], sent with filename="" as browsers do.
  */
-export async function multipart(parts: Array<[string, Buffer, string]>): Promise<{ body: Buffer; contentType: string }> {
-  const boundary = `----svcFormBoundary${Math.random().toString(36).slice(2)}`;
-  const chunks: Buffer[] = [];
-  for (const [field, bytes, name] of parts) {
-    const type = name === '' ? 'application/octet-stream' : name.endsWith('.png') ? 'image/png' : 'application/pdf';
-    chunks.push(Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="${field}"; filename="${name}"\r\nContent-Type: ${type}\r\n\r\n`), bytes, Buffer.from('\r\n'));
-  }
-  chunks.push(Buffer.from(`--${boundary}--\r\n`));
-  return { body: Buffer.concat(chunks), contentType: `multipart/form-data; boundary=${boundary}` };
+export function multipart(parts: Array<[string, Buffer, string]>): { body: Buffer; contentType: string } {
+  const form = buildMultipart(
+    parts.map(([name, data, filename]) => ({
+      name,
+      data,
+      filename,
+      contentType: filename === '' ? 'application/octet-stream' : filename.endsWith('.png') ? 'image/png' : 'application/pdf',
+    })),
+  );
+  return { body: form.payload, contentType: form.contentType };
 }
 
 /** POSTs files to an upload page. */
 export async function upload(ctx: TestContext, token: string, parts: Array<[string, Buffer, string]>) {
-  const { body, contentType } = await multipart(parts);
+  const { body, contentType } = multipart(parts);
   return ctx.app.inject({ method: 'POST', url: `/documents/${token}`, headers: { 'content-type': contentType }, payload: body });
 }
 

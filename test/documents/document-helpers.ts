@@ -1,4 +1,5 @@
-import { readdir } from 'node:fs/promises';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import type { FastifyInstance } from 'fastify';
 
@@ -30,6 +31,22 @@ export async function upload(
     headers: { 'content-type': contentType, ...(key ? { authorization: `Bearer ${key}` } : {}), ...headers },
     payload,
   });
+}
+
+/**
+ * Points this test process's temporary directory (os.tmpdir(), where uploads are spooled) at a fresh
+ * one of its own, so spool files are counted without other test files' uploads running beside it.
+ * Returns the undo.
+ */
+export async function usePrivateTempDir(): Promise<() => Promise<void>> {
+  const previous = process.env.TMPDIR;
+  const dir = await mkdtemp(join(tmpdir(), 'svc-documents-test-'));
+  process.env.TMPDIR = dir;
+  return async () => {
+    if (previous === undefined) delete process.env.TMPDIR;
+    else process.env.TMPDIR = previous;
+    await rm(dir, { recursive: true, force: true });
+  };
 }
 
 /** The upload spool files currently in the temp directory. */

@@ -6,15 +6,21 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_DOCUMENT_BYTES } from '../../src/modules/documents/document-types.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 import { createEntity, createIndividual, expectValidation, sql } from '../entities/entity-test-helpers.js';
-import { expectNoSpooledFiles, jpegBytes, pdfBytes, pngBytes, spooledFiles, upload, type Part } from './document-helpers.js';
+import { expectNoSpooledFiles, jpegBytes, pdfBytes, pngBytes, spooledFiles, upload, usePrivateTempDir, type Part } from './document-helpers.js';
 
 let ctx: TestContext;
 let org: TestOrg;
+let restoreTempDir: (() => Promise<void>) | undefined;
 beforeAll(async () => {
+  // Spool files are counted here: other test files' uploads must not land in the same directory.
+  restoreTempDir = await usePrivateTempDir();
   ctx = await createTestContext();
   org = await ctx.createOrg({ credits: 1000 });
 });
-afterAll(async () => ctx?.close());
+afterAll(async () => {
+  await ctx?.close();
+  await restoreTempDir?.();
+});
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
 const filePart = (data: Buffer, filename = 'deed.pdf', contentType = 'application/pdf'): Part => ({ name: 'file', data, filename, contentType });
