@@ -235,8 +235,11 @@ describe('reads at the default limits write once per key and second', () => {
       expect(writes.byTable.api_key_usage).toBeLessThanOrEqual(instance.fullChecks.length + 2 * keys.length);
       // The budget, one row per key per second of traffic, with each key allowed its ramp
       // (at most 4 more leases: 1, 2, 4, 8, 16 tokens reach the limit of 25), its row's insert and
-      // the return at close.
-      expect(writes.byTable.api_key_usage).toBeLessThanOrEqual(keySeconds + keys.length * (4 + 2));
+      // the return at close, plus the second leases of the stalled seconds bounded just above (a
+      // stall's bunched requests are real demand; without this the two bounds disagreed, and a run
+      // beside a heavier suite failed here by 4 writes after passing the stall bound).
+      const stallLeases = steadyOverOne.reduce((sum, [, count]) => sum + count - 1, 0);
+      expect(writes.byTable.api_key_usage).toBeLessThanOrEqual(keySeconds + keys.length * (4 + 2) + stallLeases);
       // last_used_at: at most once a minute per key.
       expect(writes.byTable.api_keys).toBeLessThanOrEqual(keys.length * Math.ceil(trafficSeconds / 60));
     } finally {
