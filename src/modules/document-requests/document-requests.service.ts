@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Database, Executor } from '../../db/client.js';
-import type { CustomerRow, DocumentRequestRow } from '../../db/schema.js';
+import type { DocumentRequestRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import type { Clock } from '../../shared/clock.js';
 import { createOrgRotation, dueOrganisations } from '../../shared/fair-claims.js';
@@ -8,9 +8,11 @@ import { Issues } from '../../shared/issues.js';
 import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
 import type { RequestContext } from '../customers/customers.service.js';
-import { DOCUMENT_PRICE, DOCUMENT_TYPES } from '../documents/document-types.js';
+import { DOCUMENT_PRICE, DOCUMENT_TYPES, type DocumentTypeCode } from '../documents/document-types.js';
+import { storeDocument } from '../documents/documents.service.js';
+import type { SpooledFile } from '../documents/multipart-intake.js';
 import { createEmailsRepository } from '../emails/emails.repository.js';
-import { createCreditCharger } from '../organisations/credits.service.js';
+import { createCreditCharger, createPayerResolver } from '../organisations/credits.service.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
 import { createOutboxRepository } from '../webhooks/outbox.repository.js';
 import { createDocumentRequestsRepository, type RequestDocument } from './document-requests.repository.js';
@@ -76,6 +78,7 @@ export function createDocumentRequestsService(deps: { database: Database; public
   const audit = createAuditRepository(database.db);
   const outbox = createOutboxRepository(database.db);
   const charge = createCreditCharger(database.db);
+  const payerFor = createPayerResolver(database.db);
   const rotation = createOrgRotation();
 
   async function dtoOf(row: DocumentRequestRow, tx: Executor): Promise<DocumentRequestDto> {
@@ -114,11 +117,6 @@ export function createDocumentRequestsService(deps: { database: Database; public
     return true;
   }
 
-  async function payerFor(orgId: string, entity: CustomerRow, requested: 'organization' | 'customer' | undefined, tx: Executor) {
-    if (requested) return requested;
-    if (entity.defaultPayer) return entity.defaultPayer;
-    return (await organisations.findById(orgId, tx))?.defaultPayer ?? 'organization';
-  }
 
   /**
    * The OPEN request a token opens, read in `tx` (locked when asked), or why not: `invalid` for an
@@ -236,15 +234,15 @@ export function createDocumentRequestsService(deps: { database: Database; public
     },
 
     /**
-     * Stores the contact's files for the request a token opens, in one transaction (the request row
-     * locked, so two uploads cannot both miss fulfilling it): each file through `store`, then, when
+     * Stores the contact's files (each spooled file's field is the type it answers) for the request a
+     * token opens, in one transaction (the request row locked, so two uploads cannot both miss fulfilling
+     * it): each file as a free document of the request, uploaded by the contact, then, when
      * every requested type has a document, the request is FULFILLED and its link spent. `invalid`
      * when the link is not valid (a request past due is expired first).
      */
-    async receive<File>(
+    async receive(
       token: string,
-      files: ReadonlyArray<{ type: string; file: File }>,
-      store: (tx: Executor, input: { orgId: string; actor: Actor; entityId: string; type: string; file: File; documentRequestId: string }) => Promise<unknown>,
+      files: readonly SpooledFile[],
       limits: { maxDocuments: number },
     ): Promise<{ kind: 'invalid' } | { kind: 'received'; fulfilled: boolean }> {
       const outcome = await database.transaction(async (tx) => {
@@ -257,17 +255,26 @@ export function createDocumentRequestsService(deps: { database: Database; public
         const { row } = found;
         if (files.length === 0) throw AppError.field('files', 'Choose at least one file to upload.');
         const requested = new Set(row.types);
-        const unknown = files.filter((file) => !requested.has(file.type));
+        const unknown = files.filter((file) => !requested.has(file.field));
         if (unknown.length > 0) throw AppError.field('files', 'A file was sent for a document type this request does not ask for.');
         const before = await requests.documentsOf(row.orgId, row.entityId, [row.id], tx);
         if (before.length + files.length > limits.maxDocuments) {
           throw AppError.field('files', `This request takes at most ${limits.maxDocuments} documents; ${before.length} have been received.`);
         }
         const contact: Actor = { type: 'contact', id: row.id };
-        for (const { type, file } of files) {
-          await store(tx, { orgId: row.orgId, actor: contact, entityId: row.entityId, type, file, documentRequestId: row.id });
+        for (const file of files) {
+          await storeDocument(tx, {
+            orgId: row.orgId,
+            actor: contact,
+            entityId: row.entityId,
+            // Admitted above: one of the request's types, which are catalogue codes.
+            type: file.field as DocumentTypeCode,
+            file,
+            uploadedBy: 'contact',
+            documentRequestId: row.id,
+          });
         }
-        const received = new Set([...before.map((document) => document.type), ...files.map((file) => file.type)]);
+        const received = new Set([...before.map((document) => document.type), ...files.map((file) => file.field)]);
         if (row.types.every((type) => received.has(type))) {
           await close(row, 'FULFILLED', contact, tx);
           return { kind: 'received' as const, fulfilled: true };

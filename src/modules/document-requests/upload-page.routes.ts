@@ -3,9 +3,8 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { answerFor } from '../../plugins/errors.plugin.js';
 import { AppError } from '../../shared/app-error.js';
-import { DOCUMENT_TYPE_CODES, MAX_DOCUMENT_BYTES, type DocumentTypeCode } from '../documents/document-types.js';
+import { DOCUMENT_TYPE_CODES, MAX_DOCUMENT_BYTES } from '../documents/document-types.js';
 import { multipartFormOf, registerMultipartIntake } from '../documents/multipart-intake.js';
-import { storeDocument } from '../documents/documents.service.js';
 import { createDocumentRequestsService } from './document-requests.service.js';
 import { MAX_DOCUMENTS_PER_REQUEST } from './document-requests.schemas.js';
 import { renderErrorPage, renderInvalidLinkPage, renderThankYouPage, renderUploadPage, UPLOAD_PAGE_HEADERS } from './upload-page.view.js';
@@ -69,24 +68,8 @@ export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> 
       { schema: { hide: true, params: tokenParams } },
       async (request, reply) => {
         const { token } = request.params as z.infer<typeof tokenParams>;
-        const form = multipartFormOf(request);
-        const outcome = await service.receive(
-          token,
-          form.files.map((file) => ({ type: file.field, file })),
-          (tx, input) =>
-            storeDocument(tx, {
-              orgId: input.orgId,
-              actor: input.actor,
-              entityId: input.entityId,
-              // The service admits only the request's types, which are catalogue codes.
-              type: input.type as DocumentTypeCode,
-              description: null,
-              file: input.file,
-              uploadedBy: 'contact',
-              documentRequestId: input.documentRequestId,
-            }),
-          { maxDocuments: MAX_DOCUMENTS_PER_REQUEST },
-        );
+        // Each file's field is the type code it answers.
+        const outcome = await service.receive(token, multipartFormOf(request).files, { maxDocuments: MAX_DOCUMENTS_PER_REQUEST });
         if (outcome.kind === 'invalid') return invalid(reply);
         // Post/redirect/get: the page (or, once the link is spent, the thank-you page) is fetched anew.
         return reply.code(303).header('Location', outcome.fulfilled ? THANK_YOU_PATH : `/documents/${token}`).type('text/html; charset=utf-8').send('');

@@ -7,8 +7,8 @@ export type DocumentRef = { orgId: string; documentId: string };
 /** The bytes to store, read once from start to end (a file's read stream, or any async source of buffers). */
 export type DocumentSource = Readable | AsyncIterable<Buffer | Uint8Array>;
 
-/** What a write stored, measured on the bytes themselves (the caller compares it with what it expected). */
-export type WrittenContent = { size: number; sha256: string };
+/** What a write stored, counted on the bytes themselves (the caller compares it with what the intake measured). */
+export type WrittenContent = { size: number };
 
 /**
  * Where the bytes of entity documents live. `entity_documents.storage` names the store that holds a

@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { and, eq } from 'drizzle-orm';
 import type { Executor } from '../../db/client.js';
@@ -31,7 +30,6 @@ export function createPostgresDocumentStorage(chunkBytes = DOCUMENT_CHUNK_BYTES)
     kind: 'postgres',
 
     async write(ref: DocumentRef, source: DocumentSource, tx: Executor): Promise<WrittenContent> {
-      const hash = createHash('sha256');
       // One buffer, refilled: an INSERT's parameters are on the wire once its promise settles.
       const pending = Buffer.allocUnsafe(chunkBytes);
       let filled = 0;
@@ -39,7 +37,6 @@ export function createPostgresDocumentStorage(chunkBytes = DOCUMENT_CHUNK_BYTES)
       let seq = 0;
       for await (const piece of source as AsyncIterable<Buffer | Uint8Array>) {
         const bytes = Buffer.isBuffer(piece) ? piece : Buffer.from(piece.buffer, piece.byteOffset, piece.byteLength);
-        hash.update(bytes);
         size += bytes.length;
         let offset = 0;
         while (offset < bytes.length) {
@@ -54,7 +51,7 @@ export function createPostgresDocumentStorage(chunkBytes = DOCUMENT_CHUNK_BYTES)
         }
       }
       if (filled > 0) await insertChunk(ref, seq, pending.subarray(0, filled), tx);
-      return { size, sha256: hash.digest('hex') };
+      return { size };
     },
 
     read(ref: DocumentRef, options: { sizeBytes: number; db: Executor }): Readable {

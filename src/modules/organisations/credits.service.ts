@@ -65,3 +65,18 @@ export function createCreditCharger(db: Executor) {
   };
 }
 export type CreditCharger = ReturnType<typeof createCreditCharger>;
+
+export type Payer = 'organization' | 'customer';
+
+/**
+ * Who pays an emailing check or request (DESIGN §3, "Payer default"): the one the caller asked for,
+ * else the record's own default, else the organisation's (`organization` when none is set).
+ */
+export function createPayerResolver(db: Executor) {
+  const organisations = createOrganisationsRepository(db);
+  return async function payerFor(orgId: string, record: { defaultPayer: Payer | null }, requested: Payer | undefined, tx: Executor): Promise<Payer> {
+    if (requested) return requested;
+    if (record.defaultPayer) return record.defaultPayer;
+    return (await organisations.findById(orgId, tx))?.defaultPayer ?? 'organization';
+  };
+}

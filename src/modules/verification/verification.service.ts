@@ -11,8 +11,7 @@ import { createEntitiesRepository } from '../entities/entities.repository.js';
 import { createEntitiesService } from '../entities/entities.service.js';
 import { toBeneficialOwnerDto } from '../entities/entity-dto.js';
 import { createEmailsRepository } from '../emails/emails.repository.js';
-import { createCreditCharger } from '../organisations/credits.service.js';
-import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
+import { createCreditCharger, createPayerResolver, type Payer } from '../organisations/credits.service.js';
 import { priceOf, type KybMethod } from './pricing.js';
 import type { StartKybBody, StartKycBody } from './verification.schemas.js';
 import { createVerificationRepository } from './verification.repository.js';
@@ -29,7 +28,6 @@ export function createVerificationService(deps: { database: Database; publicBase
   const customers = createCustomersRepository(database.db);
   const entityOwners = createEntitiesRepository(database.db);
   const entities = createEntitiesService({ database });
-  const organisations = createOrganisationsRepository(database.db);
   const verifications = createVerificationRepository(database.db);
   const emails = createEmailsRepository(database.db);
   const changes = createCustomerChangeRecorder(database.db);
@@ -122,11 +120,8 @@ export function createVerificationService(deps: { database: Database; publicBase
     return { updated, link };
   }
 
-  async function payerFor(ctx: RequestContext, subject: CustomerRow, requested: 'organization' | 'customer' | undefined, tx: Executor) {
-    if (requested) return requested;
-    if (subject.defaultPayer) return subject.defaultPayer;
-    return (await organisations.findById(ctx.orgId, tx))?.defaultPayer ?? 'organization';
-  }
+  const resolvePayer = createPayerResolver(database.db);
+  const payerFor = (ctx: RequestContext, subject: CustomerRow, requested: Payer | undefined, tx: Executor) => resolvePayer(ctx.orgId, subject, requested, tx);
 
   return {
     /** POST /entities/{id}/kyb. */
