@@ -14,7 +14,7 @@ import { startServerProcess, type ServerProcess } from './processes.js';
 const MAX_GROWTH_BYTES = 30 * 1024 * 1024;
 const ROUNDS = 6;
 // Enough for the allocator and the garbage collector to reach their working size (see the warm-up below).
-const WARM_UP_ROUNDS = 6;
+const WARM_UP_ROUNDS = 10;
 
 let database: Database;
 let drop: () => Promise<void>;
