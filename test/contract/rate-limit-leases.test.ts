@@ -121,11 +121,14 @@ describe('leased windows', () => {
     const leaving = await ctx.buildInstance();
     const served = 3;
     for (let index = 0; index < served; index += 1) expect((await get(key.key, leaving)).statusCode).toBe(200);
-    expect((await usageOf(key.id))!.day_count).toBe(20);
+    // Its first request leased a slice of 10; a request that finds its burst second gone leases a new
+    // burst slice and tops the day up to match, so on a slow machine the leaving instance may hold more.
+    const beforeClose = (await usageOf(key.id))!.day_count;
+    expect(beforeClose).toBeGreaterThanOrEqual(20);
 
     await leaving.close();
 
-    expect((await usageOf(key.id))!.day_count).toBe(10 + served);
+    expect((await usageOf(key.id))!.day_count, `${beforeClose} before the instance closed`).toBe(10 + served);
     // The tokens given back are good for the next request: the daily count reflects what was served.
     const next = await get(key.key, ctx.app);
     expect(next.statusCode).toBe(200);
