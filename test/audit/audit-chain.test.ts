@@ -158,7 +158,13 @@ describe('sealing', () => {
       ['test.changed', 3],
       ['test.late', 4],
     ]);
-    expect(rows[3].created_at.getTime()).toBeLessThan(rows[2].created_at.getTime());
+    // Compared in PostgreSQL, to the microsecond: both rows can fall within one JavaScript millisecond.
+    const { rows: order } = await sql(
+      `SELECT (SELECT created_at FROM audit_log WHERE org_id = $1 AND action = 'test.late')
+            < (SELECT created_at FROM audit_log WHERE org_id = $1 AND action = 'test.changed') AS written_first`,
+      [org.id],
+    );
+    expect(order[0].written_first).toBe(true);
     expect(await service().verify(org.id)).toMatchObject({ ok: true, rows: 4 });
   });
 
