@@ -15,10 +15,15 @@ RUN npm run build
 # Runtime: production dependencies only, the compiled code, migrations and the CLI entry point. Not the
 # optional embedded-postgres (an image always has DATABASE_URL) nor the dev tools (tsx, esbuild).
 FROM node:24.21.0-bookworm-slim AS runtime
+# NODE_OPTIONS: V8 in Node 24 lets the young generation grow to 2 × 64 MB (Node 20: 2 × 16 MB), which
+# put the idle server at ~280 MB of RSS instead of ~180 MB; garbage is collected as young either way.
+# V8 reads the size only when the process starts, so it cannot be set in bin/svc.js like the old
+# generation's growth step. Every node in the image gets it: serve, worker, the CLI, the healthcheck.
 ENV NODE_ENV=production \
     PORT=8080 \
     HOST=0.0.0.0 \
-    LOG_FORMAT=json
+    LOG_FORMAT=json \
+    NODE_OPTIONS=--max-semi-space-size=16
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --omit=optional --no-audit --no-fund \
