@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import pg from 'pg';
 import ts from 'typescript';
+import { imageEnvironment } from './image-environment.js';
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 export const DURATION = Number(process.env.BENCH_DURATION ?? 10);
@@ -246,9 +247,19 @@ export const DIAGNOSTIC_LOG_LEVEL = process.env.BENCH_LOG_LEVEL || undefined;
  * deployment (docker-compose.yml) runs the API: deliveries belong to a separate `svc worker`
  * process. The bench creates no webhook endpoint, so there would be nothing to deliver anyway.
  */
+/**
+ * The NODE_OPTIONS the image gives every process (the Dockerfile's runtime stage): the project runs
+ * with the V8 settings operators run it with (BENCH_IMAGE_NODE_OPTIONS=off: without them, a diagnostic).
+ */
+export function imageNodeOptions(): string | undefined {
+  return process.env.BENCH_IMAGE_NODE_OPTIONS === 'off' ? undefined : imageEnvironment(root).NODE_OPTIONS;
+}
+
 export function projectServerEnv(databaseUrl: string, port: number): NodeJS.ProcessEnv {
+  const nodeOptions = imageNodeOptions();
   return {
     ...cleanEnv(),
+    ...(nodeOptions ? { NODE_OPTIONS: nodeOptions } : {}),
     DATABASE_URL: databaseUrl,
     PORT: String(port),
     HOST: '127.0.0.1',

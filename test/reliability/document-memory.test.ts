@@ -3,6 +3,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { imageEnvironment } from '../../bench/image-environment.js';
 import { createDatabase, type Database } from '../../src/db/client.js';
 import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
 import { MAX_DOCUMENT_BYTES } from '../../src/modules/documents/document-types.js';
@@ -90,7 +91,11 @@ const describeProfile = (profile: RssProfile) =>
 /** The same transfer through Node's core modules only (bare-transfer-server.mjs), measured the same way. */
 async function profileBareNode(): Promise<RssProfile> {
   const script = fileURLToPath(new URL('./bare-transfer-server.mjs', import.meta.url));
-  const child = spawn(process.execPath, [script], { stdio: ['ignore', 'pipe', 'inherit'] });
+  // The service's V8 settings (the image's NODE_OPTIONS), so the two differ only in what they run.
+  const child = spawn(process.execPath, [script], {
+    env: { ...process.env, NODE_OPTIONS: imageEnvironment(fileURLToPath(new URL('../..', import.meta.url))).NODE_OPTIONS ?? '' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   try {
     const port = await new Promise<string>((resolve, reject) => {
       child.once('exit', (code) => reject(new Error(`the bare server exited (${code})`)));

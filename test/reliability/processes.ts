@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { imageEnvironment } from '../../bench/image-environment.js';
 import { freeLoopbackPort } from '../../src/db/embedded-postgres.js';
 import { collectProcessOutput, recordSent } from '../helpers/log-collector.js';
 
@@ -17,7 +18,10 @@ export type ServerProcess = {
   crash(): Promise<void>;
 };
 
-/** Starts `svc serve` as its own process on the given database and waits until /readyz answers. */
+/**
+ * Starts `svc serve` as its own process on the given database and waits until /readyz answers. It runs
+ * with the V8 settings of the image (the Dockerfile's NODE_OPTIONS), as the container does.
+ */
 export async function startServerProcess(env: Record<string, string>): Promise<ServerProcess> {
   const port = await freeLoopbackPort();
   let output = '';
@@ -25,6 +29,7 @@ export async function startServerProcess(env: Record<string, string>): Promise<S
     cwd: root,
     env: {
       ...process.env,
+      NODE_OPTIONS: imageEnvironment(root).NODE_OPTIONS ?? '',
       PORT: String(port),
       HOST: '127.0.0.1',
       LOG_LEVEL: 'warn',
