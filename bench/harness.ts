@@ -241,13 +241,6 @@ export function cleanEnv(): NodeJS.ProcessEnv {
 export const DIAGNOSTIC_LOG_LEVEL = process.env.BENCH_LOG_LEVEL || undefined;
 
 /**
- * The project's server as operators run it (README, docs/operations.md): the compiled build,
- * NODE_ENV=production, on `databaseUrl`, every other setting at its default (LOG_LEVEL info, pool of
- * 10, no rate-limit override). The one setting given is WEBHOOK_WORKER=off, as the documented
- * deployment (docker-compose.yml) runs the API: deliveries belong to a separate `svc worker`
- * process. The bench creates no webhook endpoint, so there would be nothing to deliver anyway.
- */
-/**
  * The NODE_OPTIONS the image gives every process (the Dockerfile's runtime stage): the project runs
  * with the V8 settings operators run it with (BENCH_IMAGE_NODE_OPTIONS=off: without them, a diagnostic).
  */
@@ -255,6 +248,14 @@ export function imageNodeOptions(): string | undefined {
   return process.env.BENCH_IMAGE_NODE_OPTIONS === 'off' ? undefined : imageEnvironment(root).NODE_OPTIONS;
 }
 
+/**
+ * The project's server as operators run it (README, docs/operations.md): the compiled build,
+ * NODE_ENV=production, on `databaseUrl`, every other setting at its default (LOG_LEVEL info, pool of
+ * 10, no rate-limit override), with the image's NODE_OPTIONS. The one setting given is
+ * WEBHOOK_WORKER=off, as the documented deployment (docker-compose.yml) runs the API: deliveries
+ * belong to a separate `svc worker` process. The bench creates no webhook endpoint, so there would
+ * be nothing to deliver anyway.
+ */
 export function projectServerEnv(databaseUrl: string, port: number): NodeJS.ProcessEnv {
   const nodeOptions = imageNodeOptions();
   return {
