@@ -126,7 +126,7 @@ export function redactUrl(url: string): string {
 const LINK_TOKEN_PATH = /^(\/+documents\/+)[^/]+/i;
 
 function redactLinkToken(path: string): string {
-  return LINK_TOKEN_PATH.test(path) ? path.replace(LINK_TOKEN_PATH, `$1${REDACTED}`) : path;
+  return path.replace(LINK_TOKEN_PATH, `$1${REDACTED}`);
 }
 
 function decodeSafely(text: string): string {

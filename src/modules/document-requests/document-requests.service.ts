@@ -117,7 +117,6 @@ export function createDocumentRequestsService(deps: { database: Database; public
     return true;
   }
 
-
   /**
    * The OPEN request a token opens, read in `tx` (locked when asked), or why not: `invalid` for an
    * unknown, spent or malformed token, `expired` when its due time has passed (the caller expires it).
@@ -245,7 +244,7 @@ export function createDocumentRequestsService(deps: { database: Database; public
       files: readonly SpooledFile[],
       limits: { maxDocuments: number },
     ): Promise<{ kind: 'invalid' } | { kind: 'received'; fulfilled: boolean }> {
-      const outcome = await database.transaction(async (tx) => {
+      return database.transaction(async (tx) => {
         const found = await resolve(token, tx, { forUpdate: true });
         if (found.kind === 'expired') {
           await close(found.row, 'EXPIRED', SYSTEM, tx);
@@ -283,7 +282,6 @@ export function createDocumentRequestsService(deps: { database: Database; public
         await requests.touch(row.orgId, row.id, tx);
         return { kind: 'received' as const, fulfilled: false };
       });
-      return outcome;
     },
 
     /**

@@ -49,8 +49,9 @@ export function createRetentionService(deps: {
   }
 
   /** Runs `batch` until one comes back short (nothing more to take now, or the rest is locked). */
-  async function drain(signal: AbortSignal | undefined, batch: () => Promise<number>): Promise<void> {
-    while (!signal?.aborted && (await batch()) >= batchSize) {
+  /** Runs `batch` until it returns fewer rows than `size` (a full batch may have more behind it). */
+  async function drain(signal: AbortSignal | undefined, batch: () => Promise<number>, size = batchSize): Promise<void> {
+    while (!signal?.aborted && (await batch()) >= size) {
       /* next batch, in a transaction of its own */
     }
   }
@@ -82,12 +83,16 @@ export function createRetentionService(deps: {
     });
     // Documents before requests: a request goes only once no document of it remains.
     const documentBatch = Math.max(1, Math.floor(batchSize / DOCUMENTS_PER_BATCH_DIVISOR));
-    while (!signal?.aborted) {
-      const { documents, chunks } = await repository.purgeDocuments(orgId, settings.documentYears, documentBatch);
-      record(counts, 'entity_documents', documents);
-      record(counts, 'document_chunks', chunks);
-      if (documents < documentBatch) break;
-    }
+    await drain(
+      signal,
+      async () => {
+        const { documents, chunks } = await repository.purgeDocuments(orgId, settings.documentYears, documentBatch);
+        record(counts, 'entity_documents', documents);
+        record(counts, 'document_chunks', chunks);
+        return documents;
+      },
+      documentBatch,
+    );
     await drain(signal, async () => {
       const rows = await repository.purgeDocumentRequests(orgId, settings.documentYears, batchSize);
       record(counts, 'document_requests', rows);

@@ -11,7 +11,7 @@ import { createEntitiesRepository } from '../entities/entities.repository.js';
 import { createEntitiesService } from '../entities/entities.service.js';
 import { toBeneficialOwnerDto } from '../entities/entity-dto.js';
 import { createEmailsRepository } from '../emails/emails.repository.js';
-import { createCreditCharger, createPayerResolver, type Payer } from '../organisations/credits.service.js';
+import { createCreditCharger, createPayerResolver } from '../organisations/credits.service.js';
 import { priceOf, type KybMethod } from './pricing.js';
 import type { StartKybBody, StartKycBody } from './verification.schemas.js';
 import { createVerificationRepository } from './verification.repository.js';
@@ -120,8 +120,7 @@ export function createVerificationService(deps: { database: Database; publicBase
     return { updated, link };
   }
 
-  const resolvePayer = createPayerResolver(database.db);
-  const payerFor = (ctx: RequestContext, subject: CustomerRow, requested: Payer | undefined, tx: Executor) => resolvePayer(ctx.orgId, subject, requested, tx);
+  const payerFor = createPayerResolver(database.db);
 
   return {
     /** POST /entities/{id}/kyb. */
@@ -142,7 +141,7 @@ export function createVerificationService(deps: { database: Database; publicBase
         const { updated, link } = await arm(ctx, tx, {
           subject: entity,
           lane: { kind: 'KYB', method },
-          payer: await payerFor(ctx, entity, request.payer, tx),
+          payer: await payerFor(ctx.orgId, entity, request.payer, tx),
           recipient: contact?.email ?? undefined,
           recipientName: contact?.name ?? entity.name,
           customMessage: request.customMessage,
@@ -162,7 +161,7 @@ export function createVerificationService(deps: { database: Database; publicBase
         const { updated, link } = await arm(ctx, tx, {
           subject: person,
           lane: { kind: 'KYC' },
-          payer: await payerFor(ctx, person, request.payer, tx),
+          payer: await payerFor(ctx.orgId, person, request.payer, tx),
           recipient: person.representativeEmail ?? person.email ?? undefined,
           recipientName: person.representativeName ?? person.name,
           customMessage: request.customMessage,
@@ -185,7 +184,7 @@ export function createVerificationService(deps: { database: Database; publicBase
         const { link } = await arm(ctx, tx, {
           subject: person!,
           lane: { kind: 'KYC' },
-          payer: await payerFor(ctx, entity, request.payer, tx),
+          payer: await payerFor(ctx.orgId, entity, request.payer, tx),
           recipient: person!.representativeEmail ?? person!.email ?? undefined,
           recipientName: person!.representativeName ?? person!.name,
           customMessage: request.customMessage,
