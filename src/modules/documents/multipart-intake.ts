@@ -362,8 +362,6 @@ export function registerMultipartIntake(app: FastifyInstance, options: Multipart
     done(notMultipart());
   });
   app.addHook('preValidation', (request: FastifyRequest, _reply: FastifyReply, done) => {
-    // A GET (say, the page holding the form) in the same context takes no body.
-    if (request.method === 'GET' || request.method === 'HEAD') return done();
     done(intakeStates.get(request)?.form ? undefined : notMultipart());
   });
 }
