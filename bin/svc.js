@@ -16,17 +16,6 @@ import { dirname, join, resolve } from 'node:path';
 // later, the limits V8 already grew to stay.
 setFlagsFromString('--heap-growing-percent=50');
 
-// Node 20 reached its end of life in April 2026. It still runs the service (the test suite runs on it
-// too), but the server and the worker say so when they start; operator commands stay quiet, their
-// stderr being for their own messages. Supported: Node 24 LTS (the container's) and Node 22.
-const major = Number(process.versions.node.split('.')[0]);
-if (major < 22 && ['serve', 'worker'].includes(process.argv[2] ?? '')) {
-  process.stderr.write(
-    `Warning: Node.js ${process.versions.node} is past its end of life (April 2026) and no longer supported; ` +
-      'use Node.js 24 LTS (or 22).\n',
-  );
-}
-
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const build = process.env.SVC_BUILD_DIR
   ? resolve(process.env.SVC_BUILD_DIR)

