@@ -95,7 +95,12 @@ async function main() {
           ...(duration ? { duration } : {}),
         }),
       upsert: (side, duration) =>
-        upsertLoad(server[side], `http://127.0.0.1:${ports[side]}${side === 'baseline' ? '/customers' : '/v1/customers'}`, side === 'baseline' ? json : auth, duration),
+        upsertLoad(
+          server[side],
+          `http://127.0.0.1:${ports[side]}${side === 'baseline' ? '/customers' : '/v1/customers'}`,
+          side === 'baseline' ? json : auth,
+          duration,
+        ),
     };
 
     const lines: string[] = [
@@ -118,8 +123,10 @@ async function main() {
         for (const side of order) measures[side].push(await run(side));
       }
       const rps = (side: Side) => Math.round(median(measures[side].map((measure) => measure.rps)));
-      const cpu = (side: Side) => `${median(measures[side].map((measure) => measure.serverCpuUs))} / ${median(measures[side].map((measure) => measure.postgresCpuUs))}`;
-      const ratios = (side: Side) => measures[side].map((measure, index) => (measure.rps / measures.baseline[index]!.rps).toFixed(2)).join(', ');
+      const cpu = (side: Side) =>
+        `${median(measures[side].map((measure) => measure.serverCpuUs))} / ${median(measures[side].map((measure) => measure.postgresCpuUs))}`;
+      const ratios = (side: Side) =>
+        measures[side].map((measure, index) => (measure.rps / measures.baseline[index]!.rps).toFixed(2)).join(', ');
       const change = ((rps('after') / rps('before') - 1) * 100).toFixed(1);
       const ahead = measures.after.filter((measure, index) => measure.rps > measures.before[index]!.rps).length;
       lines.push(
@@ -127,13 +134,18 @@ async function main() {
         '',
         '| Side | req/s | CPU µs per request, server / PostgreSQL | Ratio to the baseline, per round |',
         '|---|---:|---|---|',
-        ...(['before', 'after', 'baseline'] as const).map((side) => `| ${side} | ${rps(side)} | ${cpu(side)} | ${side === 'baseline' ? '' : ratios(side)} |`),
+        ...(['before', 'after', 'baseline'] as const).map(
+          (side) => `| ${side} | ${rps(side)} | ${cpu(side)} | ${side === 'baseline' ? '' : ratios(side)} |`,
+        ),
         '',
         `After against before: ${Number(change) >= 0 ? '+' : ''}${change}% req/s; after ahead in ${ahead} of ${ROUNDS} rounds.`,
         '',
       );
     }
-    lines.push(`Log lines written: before ${logVolume('before').lines.toLocaleString('en')}, after ${logVolume('after').lines.toLocaleString('en')}.`, '');
+    lines.push(
+      `Log lines written: before ${logVolume('before').lines.toLocaleString('en')}, after ${logVolume('after').lines.toLocaleString('en')}.`,
+      '',
+    );
     process.stdout.write(`${lines.join('\n')}\n`);
   } finally {
     for (const child of servers) child.kill('SIGTERM');

@@ -43,7 +43,16 @@ async function seed(pool: pg.Pool, orgId: string, total: number): Promise<string
   const subjects = Array.from({ length: 1_000 }, (_, index) => `00000000-0000-4000-8000-${String(index).padStart(12, '0')}`);
   let previousHash = GENESIS_HASH;
   for (let from = 1; from <= total; from += PAGE) {
-    const columns = { id: [] as string[], sequence: [] as number[], createdAt: [] as string[], subjectId: [] as string[], before: [] as string[], after: [] as string[], requestId: [] as string[], hash: [] as string[] };
+    const columns = {
+      id: [] as string[],
+      sequence: [] as number[],
+      createdAt: [] as string[],
+      subjectId: [] as string[],
+      before: [] as string[],
+      after: [] as string[],
+      requestId: [] as string[],
+      hash: [] as string[],
+    };
     for (let sequence = from; sequence < Math.min(total + 1, from + PAGE); sequence += 1) {
       const id = String(firstId + BigInt(sequence - 1));
       const createdAt = new Date(start + sequence * step);
@@ -91,7 +100,17 @@ async function seed(pool: pg.Pool, orgId: string, total: number): Promise<string
        SELECT v.id, $1, 'operator', 'cli:bench', 'customer.updated', 'customer', v.subject_id, v.before, v.after, v.request_id, v.created_at, v.sequence, v.hash
          FROM unnest($2::bigint[], $3::bigint[], $4::timestamptz[], $5::uuid[], $6::jsonb[], $7::jsonb[], $8::text[], $9::text[])
               AS v(id, sequence, created_at, subject_id, before, after, request_id, hash)`,
-      [orgId, columns.id, columns.sequence, columns.createdAt, columns.subjectId, columns.before, columns.after, columns.requestId, columns.hash],
+      [
+        orgId,
+        columns.id,
+        columns.sequence,
+        columns.createdAt,
+        columns.subjectId,
+        columns.before,
+        columns.after,
+        columns.requestId,
+        columns.hash,
+      ],
     );
     if ((from - 1) % 100_000 === 0) process.stdout.write(`  seeded ${from - 1 + columns.id.length} of ${total}\n`);
   }
@@ -112,7 +131,12 @@ function timedSvc(databaseUrl: string | undefined, args: string[]): Timed {
   const started = process.hrtime.bigint();
   let stdout: string;
   try {
-    stdout = execFileSync('/usr/bin/time', ['-v', '-o', report, process.execPath, 'bin/svc.js', ...args], { cwd: root, env, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+    stdout = execFileSync('/usr/bin/time', ['-v', '-o', report, process.execPath, 'bin/svc.js', ...args], {
+      cwd: root,
+      env,
+      encoding: 'utf8',
+      maxBuffer: 64 * 1024 * 1024,
+    });
   } catch (error) {
     const failed = error as { stderr?: string; stdout?: string; message: string };
     throw new Error(`svc ${args.join(' ')} failed: ${failed.stderr || failed.message}\n${failed.stdout ?? ''}`);
@@ -154,7 +178,8 @@ async function main(): Promise<void> {
       // Offline: no DATABASE_URL at all.
       const verified = timedSvc(undefined, ['audit', 'verify', '--file', file]);
       const verdict = JSON.parse(verified.stdout) as { ok: boolean; rows: number; head_hash: string };
-      if (!verdict.ok || verdict.rows !== size.rows || verdict.head_hash !== manifest.head_hash) throw new Error(`verify --file: ${verified.stdout}`);
+      if (!verdict.ok || verdict.rows !== size.rows || verdict.head_hash !== manifest.head_hash)
+        throw new Error(`verify --file: ${verified.stdout}`);
       results.push({ ...size, exported, verified, bytes });
       process.stdout.write(
         `${size.name}: export ${round(exported.seconds)} s, ${Math.round(size.rows / exported.seconds)} rows/s, peak RSS ${round(exported.maxRssMb)} MB, ${round(bytes / 1e6)} MB; ` +
@@ -180,8 +205,8 @@ async function main(): Promise<void> {
       `Peak RSS of the export at ${largeRun!.rows.toLocaleString('en-US')} rows against ${smallRun!.rows.toLocaleString('en-US')}: ${round(largeRun!.exported.maxRssMb - smallRun!.exported.maxRssMb)} MB more ` +
         `(${round(largeRun!.exported.maxRssMb / smallRun!.exported.maxRssMb, 2)}×) for ${round(largeRun!.rows / smallRun!.rows, 0)}× the rows; \`verify --file\`: ${round(largeRun!.verified.maxRssMb - smallRun!.verified.maxRssMb)} MB more.`,
       'The export reads keyset pages of 5,000 rows in one REPEATABLE READ READ ONLY transaction and writes each page before reading the next (awaiting drain);',
-      '`verify --file` reads the file line by line and keeps only the previous row (the manifest is read first from the file\'s last 64 KB).',
-      'Both times include the process start (about 0.5 s here); the export\'s also the count and range queries.',
+      "`verify --file` reads the file line by line and keeps only the previous row (the manifest is read first from the file's last 64 KB).",
+      "Both times include the process start (about 0.5 s here); the export's also the count and range queries.",
       '',
     ];
     writeFileSync(RESULTS, `${lines.join('\n')}`);

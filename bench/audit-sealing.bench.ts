@@ -77,7 +77,9 @@ async function backendTicksSince(pool: pg.Pool, before: Map<number, number>): Pr
 }
 
 async function auditRows(pool: pg.Pool): Promise<{ rows: number; sealed: number }> {
-  const { rows } = await pool.query<{ rows: number; sealed: number }>('SELECT count(*)::int AS rows, count(sequence)::int AS sealed FROM audit_log');
+  const { rows } = await pool.query<{ rows: number; sealed: number }>(
+    'SELECT count(*)::int AS rows, count(sequence)::int AS sealed FROM audit_log',
+  );
   return rows[0]!;
 }
 
@@ -108,15 +110,26 @@ async function main() {
       servers.push(server[side]);
     }
     const run = (side: Side, duration?: number) =>
-      upsertLoad(server[side], `http://127.0.0.1:${ports[side]}/v1/customers`, { authorization: `Bearer ${scratch[side]!.key}`, 'content-type': 'application/json' }, duration ?? DURATION);
+      upsertLoad(
+        server[side],
+        `http://127.0.0.1:${ports[side]}/v1/customers`,
+        { authorization: `Bearer ${scratch[side]!.key}`, 'content-type': 'application/json' },
+        duration ?? DURATION,
+      );
 
     for (const side of SIDES) await run(side, 2); // warm-up: JIT, prepared statements, caches
     await drained(scratch['sealing on']!.pool, 60_000);
-    const before = { 'sealing on': await auditRows(scratch['sealing on']!.pool), 'sealing off': await auditRows(scratch['sealing off']!.pool) };
+    const before = {
+      'sealing on': await auditRows(scratch['sealing on']!.pool),
+      'sealing off': await auditRows(scratch['sealing off']!.pool),
+    };
 
     const measures: Record<Side, Measure[]> = { 'sealing on': [], 'sealing off': [] };
     const requests: Record<Side, number> = { 'sealing on': 0, 'sealing off': 0 };
-    const cpu: Record<Side, { server: number[]; database: number[] }> = { 'sealing on': { server: [], database: [] }, 'sealing off': { server: [], database: [] } };
+    const cpu: Record<Side, { server: number[]; database: number[] }> = {
+      'sealing on': { server: [], database: [] },
+      'sealing off': { server: [], database: [] },
+    };
     const catchUps: Array<{ ms: number; left: number }> = [];
     for (let round = 0; round < ROUNDS; round += 1) {
       const order = round % 2 === 0 ? SIDES : [...SIDES].reverse();
@@ -133,8 +146,15 @@ async function main() {
         requests[side] += count;
       }
     }
-    const after = { 'sealing on': await auditRows(scratch['sealing on']!.pool), 'sealing off': await auditRows(scratch['sealing off']!.pool) };
-    const verdict = svc(scratch['sealing on']!.url, ['audit', 'verify', '--org', scratch['sealing on']!.org.id]) as { ok: boolean; rows: number; unsealed: number };
+    const after = {
+      'sealing on': await auditRows(scratch['sealing on']!.pool),
+      'sealing off': await auditRows(scratch['sealing off']!.pool),
+    };
+    const verdict = svc(scratch['sealing on']!.url, ['audit', 'verify', '--org', scratch['sealing on']!.org.id]) as {
+      ok: boolean;
+      rows: number;
+      unsealed: number;
+    };
 
     const rps = (side: Side) => median(measures[side].map((measure) => measure.rps));
     const perRound = measures['sealing on'].map((measure, index) => measure.rps / measures['sealing off'][index]!.rps);
@@ -146,7 +166,7 @@ async function main() {
       '',
       `Production build, default configuration (LOG_LEVEL info, pool of 10), WEBHOOK_WORKER=off; the off side with AUDIT_SEALING=off; one server and one scratch database per side; ${ROUNDS} rounds of ${DURATION} s per side, ABBA; medians. ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}.`,
       '',
-      '| Side | Upserts/s (median) | Per round | p50 / p99 ms | CPU µs per request: server / this database\'s backends (sealing catch-up included) | Audit rows written / sealed per request | Errors/non-2xx |',
+      "| Side | Upserts/s (median) | Per round | p50 / p99 ms | CPU µs per request: server / this database's backends (sealing catch-up included) | Audit rows written / sealed per request | Errors/non-2xx |",
       '|---|---:|---|---|---|---|---:|',
       ...SIDES.map((side) => {
         const sideMeasures = measures[side];

@@ -38,7 +38,11 @@ const UPSERT = `
 
 app.post('/customers', async (request) => {
   const body = request.body as Body;
-  const { rows } = await pool.query({ name: 'customer_upsert', text: UPSERT, values: [orgId, body.externalId, body.fullName, body.email, body.phone] });
+  const { rows } = await pool.query({
+    name: 'customer_upsert',
+    text: UPSERT,
+    values: [orgId, body.externalId, body.fullName, body.email, body.phone],
+  });
   return rows[0];
 });
 
@@ -90,7 +94,12 @@ app.post('/customers/same-statements', async (request, reply) => {
     await client.query({ name: 'audit', text: AUDIT, values: [orgId, before.id, JSON.stringify(snapshot), JSON.stringify(after)] });
     const id = randomUUID();
     const created = new Date().toISOString();
-    const payload = JSON.stringify({ id, type: 'customer.updated', created, data: { customer: { ...after, updated_at: updatedAt.toISOString() } } });
+    const payload = JSON.stringify({
+      id,
+      type: 'customer.updated',
+      created,
+      data: { customer: { ...after, updated_at: updatedAt.toISOString() } },
+    });
     await client.query({ name: 'event', text: EVENT, values: [id, orgId, before.id, payload, created] });
     await client.query('COMMIT');
     return { ...after, updated_at: updatedAt };
@@ -111,7 +120,11 @@ const UPDATED_SINCE = `
 app.get('/customers', async (request) => {
   const query = request.query as { updated_since: string; limit?: string };
   const limit = Number(query.limit ?? 50);
-  const { rows } = await pool.query({ name: 'customers_updated_since', text: UPDATED_SINCE, values: [orgId, query.updated_since, limit + 1] });
+  const { rows } = await pool.query({
+    name: 'customers_updated_since',
+    text: UPDATED_SINCE,
+    values: [orgId, query.updated_since, limit + 1],
+  });
   return { object: 'list', data: rows.slice(0, limit), has_more: rows.length > limit };
 });
 

@@ -81,7 +81,10 @@ async function seed(pool: pg.Pool, orgId: string, total: number): Promise<void> 
 type Stat = { p50: number; p99: number; rows: number };
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 
-async function send(url: string, key: string): Promise<{ elapsed: number; rows: number; body: { data?: unknown[]; next_cursor?: string; has_more?: boolean } }> {
+async function send(
+  url: string,
+  key: string,
+): Promise<{ elapsed: number; rows: number; body: { data?: unknown[]; next_cursor?: string; has_more?: boolean } }> {
   const started = performance.now();
   const response = await fetch(url, { headers: { authorization: `Bearer ${key}` } });
   const body = (await response.json()) as { data?: unknown[]; next_cursor?: string; has_more?: boolean; error?: unknown };
@@ -116,7 +119,7 @@ async function timedPair(smallUrl: string, smallKey: string, largeUrl: string, l
 /** The cursor half way through the feed, reached as a consumer would: page by page. */
 async function middleCursor(base: string, org: Org): Promise<string> {
   let cursor = '';
-  for (let seen = 0; seen < org.size / 2; ) {
+  for (let seen = 0; seen < org.size / 2;) {
     const { body } = await send(`${base}/v1/events?limit=100${cursor ? `&cursor=${cursor}` : ''}`, org.key);
     seen += body.data?.length ?? 0;
     cursor = body.next_cursor!;
@@ -129,11 +132,24 @@ async function middleCursor(base: string, org: Org): Promise<string> {
 async function plans(pool: pg.Pool, org: Org): Promise<string[]> {
   const hot = (await pool.query(`SELECT id FROM customers WHERE org_id = $1 AND external_id = 'feed-1'`, [org.id])).rows[0].id as string;
   const middle = Math.floor(org.size / 2);
-  const someId = (await pool.query('SELECT id FROM outbox_events WHERE org_id = $1 AND position = $2', [org.id, middle])).rows[0].id as string;
+  const someId = (await pool.query('SELECT id FROM outbox_events WHERE org_id = $1 AND position = $2', [org.id, middle])).rows[0]
+    .id as string;
   const statements: Array<[string, string, unknown[]]> = [
-    ['first page', 'SELECT id, position, payload FROM outbox_events WHERE org_id = $1 AND position > $2 ORDER BY position LIMIT $3', [org.id, 0, 101]],
-    ['deep page', 'SELECT id, position, payload FROM outbox_events WHERE org_id = $1 AND position > $2 ORDER BY position LIMIT $3', [org.id, middle, 101]],
-    ['customer_id page', 'SELECT id, position, payload FROM outbox_events WHERE org_id = $1 AND position > $2 AND customer_id = $3 ORDER BY position LIMIT $4', [org.id, 0, hot, 101]],
+    [
+      'first page',
+      'SELECT id, position, payload FROM outbox_events WHERE org_id = $1 AND position > $2 ORDER BY position LIMIT $3',
+      [org.id, 0, 101],
+    ],
+    [
+      'deep page',
+      'SELECT id, position, payload FROM outbox_events WHERE org_id = $1 AND position > $2 ORDER BY position LIMIT $3',
+      [org.id, middle, 101],
+    ],
+    [
+      'customer_id page',
+      'SELECT id, position, payload FROM outbox_events WHERE org_id = $1 AND position > $2 AND customer_id = $3 ORDER BY position LIMIT $4',
+      [org.id, 0, hot, 101],
+    ],
     ['by id', 'SELECT id, payload FROM outbox_events WHERE org_id = $1 AND id = $2', [org.id, someId]],
   ];
   const out: string[] = [];
@@ -150,9 +166,25 @@ async function main() {
   const { url, pool } = scratch;
   try {
     const orgs: Record<'small' | 'large', Org> = {} as Record<'small' | 'large', Org>;
-    for (const [side, size] of [['small', SMALL], ['large', LARGE]] as const) {
+    for (const [side, size] of [
+      ['small', SMALL],
+      ['large', LARGE],
+    ] as const) {
       const org = svc(url, ['org', 'create', '--name', `feed ${size}`]) as { id: string };
-      const { key } = svc(url, ['key', 'create', '--org', org.id, '--scopes', 'events:read', '--label', 'bench', '--burst-limit', String(BENCH_KEY_LIMITS.burst), '--daily-limit', String(BENCH_KEY_LIMITS.daily)]) as { key: string };
+      const { key } = svc(url, [
+        'key',
+        'create',
+        '--org',
+        org.id,
+        '--scopes',
+        'events:read',
+        '--label',
+        'bench',
+        '--burst-limit',
+        String(BENCH_KEY_LIMITS.burst),
+        '--daily-limit',
+        String(BENCH_KEY_LIMITS.daily),
+      ]) as { key: string };
       const started = Date.now();
       await seed(pool, org.id, size);
       process.stderr.write(`seeded ${size.toLocaleString('en')} events in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
@@ -162,7 +194,12 @@ async function main() {
     await pool.query('VACUUM ANALYZE customers');
 
     const port = await freeLoopbackPort();
-    const server = await startProcess(['bin/svc.js', 'serve'], projectServerEnv(url, port), `http://127.0.0.1:${port}/readyz`, 'feed-project');
+    const server = await startProcess(
+      ['bin/svc.js', 'serve'],
+      projectServerEnv(url, port),
+      `http://127.0.0.1:${port}/readyz`,
+      'feed-project',
+    );
     const base = `http://127.0.0.1:${port}`;
     const results: Array<{ request: string; small: Stat; large: Stat }> = [];
     try {
@@ -170,9 +207,19 @@ async function main() {
       const pair = async (request: string, smallPath: string, largePath: string) =>
         results.push({ request, ...(await timedPair(`${base}${smallPath}`, small.key, `${base}${largePath}`, large.key)) });
       await pair('first page', '/v1/events?limit=100', '/v1/events?limit=100');
-      await pair('deep page (a cursor half way through the feed)', `/v1/events?limit=100&cursor=${await middleCursor(base, small)}`, `/v1/events?limit=100&cursor=${await middleCursor(base, large)}`);
-      await pair('customer_id (external_id of a customer with every 50th event), first page', '/v1/events?limit=100&customer_id=feed-1', '/v1/events?limit=100&customer_id=feed-1');
-      const middleId = async (org: Org) => (await pool.query('SELECT id FROM outbox_events WHERE org_id = $1 AND position = $2', [org.id, Math.floor(org.size / 2)])).rows[0].id as string;
+      await pair(
+        'deep page (a cursor half way through the feed)',
+        `/v1/events?limit=100&cursor=${await middleCursor(base, small)}`,
+        `/v1/events?limit=100&cursor=${await middleCursor(base, large)}`,
+      );
+      await pair(
+        'customer_id (external_id of a customer with every 50th event), first page',
+        '/v1/events?limit=100&customer_id=feed-1',
+        '/v1/events?limit=100&customer_id=feed-1',
+      );
+      const middleId = async (org: Org) =>
+        (await pool.query('SELECT id FROM outbox_events WHERE org_id = $1 AND position = $2', [org.id, Math.floor(org.size / 2)])).rows[0]
+          .id as string;
       await pair('GET /events/{id}', `/v1/events/${await middleId(small)}`, `/v1/events/${await middleId(large)}`);
     } finally {
       server.kill('SIGTERM');

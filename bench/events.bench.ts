@@ -94,11 +94,13 @@ async function main() {
     const orgs: Record<Side, { id: string; key: string }> = {
       'events on': { id: scratch.org.id, key: scratch.key },
       'event row only': createBenchOrganisation(url, 'Bench, no endpoint'),
-      'events off': createBenchOrganisation(url, 'Bench, records not the integration\'s'),
+      'events off': createBenchOrganisation(url, "Bench, records not the integration's"),
     };
     // The endpoint is never called (no worker runs): its deliveries stay pending. A private URL needs
     // the CLI's WEBHOOK_ALLOW_PRIVATE_URLS; the server itself runs at its defaults.
-    svc(url, ['webhook', 'add', '--org', orgs['events on'].id, '--url', 'http://127.0.0.1:9/bench'], { WEBHOOK_ALLOW_PRIVATE_URLS: 'true' });
+    svc(url, ['webhook', 'add', '--org', orgs['events on'].id, '--url', 'http://127.0.0.1:9/bench'], {
+      WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+    });
     await seedUpsertTargets(pool, orgs['events on'].id, 'INTEGRATION');
     await seedUpsertTargets(pool, orgs['event row only'].id, 'INTEGRATION');
     await seedUpsertTargets(pool, orgs['events off'].id, 'BULK_IMPORT');
@@ -106,10 +108,18 @@ async function main() {
 
     const port = await freeLoopbackPort();
     server = await startProcess(['bin/svc.js', 'serve'], projectServerEnv(url, port), `http://127.0.0.1:${port}/readyz`, 'project');
-    const run = (side: Side, duration?: number) => upsertLoad(server!, `http://127.0.0.1:${port}/v1/customers`, { authorization: `Bearer ${orgs[side].key}`, 'content-type': 'application/json' }, duration ?? DURATION);
+    const run = (side: Side, duration?: number) =>
+      upsertLoad(
+        server!,
+        `http://127.0.0.1:${port}/v1/customers`,
+        { authorization: `Bearer ${orgs[side].key}`, 'content-type': 'application/json' },
+        duration ?? DURATION,
+      );
 
     for (const side of SIDES) await run(side, 2); // warm-up: JIT, prepared statements, caches
-    const before = Object.fromEntries(await Promise.all(SIDES.map(async (side) => [side, await writtenRows(pool, orgs[side].id)] as const))) as Record<Side, { events: number; deliveries: number }>;
+    const before = Object.fromEntries(
+      await Promise.all(SIDES.map(async (side) => [side, await writtenRows(pool, orgs[side].id)] as const)),
+    ) as Record<Side, { events: number; deliveries: number }>;
     const measures: Record<Side, Measure[]> = { 'events on': [], 'event row only': [], 'events off': [] };
     const requests: Record<Side, number> = { 'events on': 0, 'event row only': 0, 'events off': 0 };
     const databaseCpu: Record<Side, number[]> = { 'events on': [], 'event row only': [], 'events off': [] };
@@ -124,7 +134,9 @@ async function main() {
         requests[side] += count;
       }
     }
-    const after = Object.fromEntries(await Promise.all(SIDES.map(async (side) => [side, await writtenRows(pool, orgs[side].id)] as const))) as Record<Side, { events: number; deliveries: number }>;
+    const after = Object.fromEntries(
+      await Promise.all(SIDES.map(async (side) => [side, await writtenRows(pool, orgs[side].id)] as const)),
+    ) as Record<Side, { events: number; deliveries: number }>;
 
     const rps = (side: Side) => median(measures[side].map((measure) => measure.rps));
     // Each round's sides ran within seconds of each other: the median of the rounds' ratios is what
@@ -137,7 +149,7 @@ async function main() {
       '',
       `Production build, default configuration (LOG_LEVEL info, pool of 10), WEBHOOK_WORKER=off; one server for all three sides; ${ROUNDS} rounds of ${DURATION} s per side, taking turns; medians. ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}.`,
       '',
-      '| Side | Upserts/s (median) | Per round | p50 / p99 ms | CPU µs per request: server / this database\'s backends | Rows written per request: events, deliveries | Errors/non-2xx |',
+      "| Side | Upserts/s (median) | Per round | p50 / p99 ms | CPU µs per request: server / this database's backends | Rows written per request: events, deliveries | Errors/non-2xx |",
       '|---|---:|---|---|---|---|---:|',
       ...SIDES.map((side) => {
         const sideMeasures = measures[side];

@@ -107,7 +107,10 @@ export async function startProcess(args: string[], env: NodeJS.ProcessEnv, ready
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
     if (child.exitCode !== null) throw new Error(`${args.join(' ')} exited with ${child.exitCode}; see ${logFile}`);
-    const up = await fetch(readyUrl).then((response) => response.ok, () => false);
+    const up = await fetch(readyUrl).then(
+      (response) => response.ok,
+      () => false,
+    );
     if (up) return child;
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
@@ -173,11 +176,22 @@ export const median = (values: number[]) => {
 export function medianOf(measures: Measure[]): Measure {
   const pick = (key: keyof Omit<Measure, 'ratios'>) => Math.round(median(measures.map((measure) => measure[key])) * 100) / 100;
   const total = (key: 'errors' | 'non2xx') => measures.reduce((sum, measure) => sum + measure[key], 0);
-  return { rps: pick('rps'), p50: pick('p50'), p99: pick('p99'), errors: total('errors'), non2xx: total('non2xx'), serverCpuUs: pick('serverCpuUs'), postgresCpuUs: pick('postgresCpuUs') };
+  return {
+    rps: pick('rps'),
+    p50: pick('p50'),
+    p99: pick('p99'),
+    errors: total('errors'),
+    non2xx: total('non2xx'),
+    serverCpuUs: pick('serverCpuUs'),
+    postgresCpuUs: pick('postgresCpuUs'),
+  };
 }
 
 /** ROUNDS runs of each side, taking turns in ABBA order; medians, with each round's ratio. */
-export async function compare(runBaseline: () => Promise<Measure>, runProject: () => Promise<Measure>): Promise<{ baseline: Measure; project: Measure }> {
+export async function compare(
+  runBaseline: () => Promise<Measure>,
+  runProject: () => Promise<Measure>,
+): Promise<{ baseline: Measure; project: Measure }> {
   const baselines: Measure[] = [];
   const projects: Measure[] = [];
   for (let round = 0; round < ROUNDS; round += 1) {
@@ -208,7 +222,10 @@ export async function seed(pool: pg.Pool, orgId: string, total: number) {
          FROM generate_series($2::int, $3::int) AS g`,
       [orgId, have + 1, have + Math.max(0, total - have)],
     );
-    await client.query(`UPDATE customers SET updated_at = now() WHERE org_id = $1 AND id IN (SELECT id FROM customers WHERE org_id = $1 AND added_via = 'BULK_IMPORT' ORDER BY random() LIMIT 50)`, [orgId]);
+    await client.query(
+      `UPDATE customers SET updated_at = now() WHERE org_id = $1 AND id IN (SELECT id FROM customers WHERE org_id = $1 AND added_via = 'BULK_IMPORT' ORDER BY random() LIMIT 50)`,
+      [orgId],
+    );
     await client.query('COMMIT');
   } finally {
     client.release();
@@ -331,12 +348,18 @@ export const BENCH_KEY_LIMITS = { burst: 1_000_000, daily: 1_000_000_000 };
 export function createBenchOrganisation(url: string, name: string): { id: string; key: string } {
   const org = svc(url, ['org', 'create', '--name', name]) as { id: string };
   const { key } = svc(url, [
-    'key', 'create',
-    '--org', org.id,
-    '--scopes', 'customers:read,customers:write',
-    '--label', 'bench',
-    '--burst-limit', String(BENCH_KEY_LIMITS.burst),
-    '--daily-limit', String(BENCH_KEY_LIMITS.daily),
+    'key',
+    'create',
+    '--org',
+    org.id,
+    '--scopes',
+    'customers:read,customers:write',
+    '--label',
+    'bench',
+    '--burst-limit',
+    String(BENCH_KEY_LIMITS.burst),
+    '--daily-limit',
+    String(BENCH_KEY_LIMITS.daily),
   ]) as { key: string };
   return { id: org.id, key };
 }
@@ -390,7 +413,12 @@ export function upsertLoad(server: ChildProcess, url: string, headers: Record<st
           return {
             ...request,
             headers: { ...request.headers, ...headers },
-            body: JSON.stringify({ externalId: `bench-${id}`, fullName: `Bench Person ${id}`, email: `p${id}@bench.test`, phone: String(upsertCounter) }),
+            body: JSON.stringify({
+              externalId: `bench-${id}`,
+              fullName: `Bench Person ${id}`,
+              email: `p${id}@bench.test`,
+              phone: String(upsertCounter),
+            }),
           };
         },
       },

@@ -58,7 +58,10 @@ async function seedShape(pool: pg.Pool, orgId: string, total: number, shape: Sha
            FROM generate_series(1, $2::int) AS g`,
         [orgId, total],
       );
-      await client.query(`UPDATE customers SET updated_at = now() WHERE org_id = $1 AND id IN (SELECT id FROM customers WHERE org_id = $1 ORDER BY random() LIMIT 50)`, [orgId]);
+      await client.query(
+        `UPDATE customers SET updated_at = now() WHERE org_id = $1 AND id IN (SELECT id FROM customers WHERE org_id = $1 ORDER BY random() LIMIT 50)`,
+        [orgId],
+      );
     }
     // The counters the triggers would have kept (migration 0011's backfill, for this organisation).
     await client.query(
@@ -116,7 +119,9 @@ async function timedPair(smallUrl: string, smallKey: string, largeUrl: string, l
 async function deepCursor(base: string, query: string, key: string): Promise<string | undefined> {
   let cursor: string | undefined;
   for (let page = 0; page < 50; page++) {
-    const response = await fetch(`${base}/v1/customers?${query}${cursor ? `&cursor=${cursor}` : ''}`, { headers: { authorization: `Bearer ${key}` } });
+    const response = await fetch(`${base}/v1/customers?${query}${cursor ? `&cursor=${cursor}` : ''}`, {
+      headers: { authorization: `Bearer ${key}` },
+    });
     const body = (await response.json()) as { next_cursor: string | null };
     if (!body.next_cursor) break;
     cursor = body.next_cursor;
@@ -133,7 +138,20 @@ async function main() {
     for (const shape of ['lifetime', 'bulk'] as const) {
       for (const size of [SMALL, LARGE]) {
         const org = svc(url, ['org', 'create', '--name', `${shape} ${size}`]) as { id: string };
-        const { key } = svc(url, ['key', 'create', '--org', org.id, '--scopes', 'customers:read', '--label', 'bench', '--burst-limit', String(BENCH_KEY_LIMITS.burst), '--daily-limit', String(BENCH_KEY_LIMITS.daily)]) as { key: string };
+        const { key } = svc(url, [
+          'key',
+          'create',
+          '--org',
+          org.id,
+          '--scopes',
+          'customers:read',
+          '--label',
+          'bench',
+          '--burst-limit',
+          String(BENCH_KEY_LIMITS.burst),
+          '--daily-limit',
+          String(BENCH_KEY_LIMITS.daily),
+        ]) as { key: string };
         const started = Date.now();
         await seedShape(pool, org.id, size, shape);
         process.stderr.write(`seeded ${size.toLocaleString('en')} ${shape} records in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
@@ -144,14 +162,26 @@ async function main() {
     await pool.query('VACUUM ANALYZE customer_counts');
 
     const port = await freeLoopbackPort();
-    const server = await startProcess(['bin/svc.js', 'serve'], projectServerEnv(url, port), `http://127.0.0.1:${port}/readyz`, 'lists-project');
+    const server = await startProcess(
+      ['bin/svc.js', 'serve'],
+      projectServerEnv(url, port),
+      `http://127.0.0.1:${port}/readyz`,
+      'lists-project',
+    );
     const base = `http://127.0.0.1:${port}`;
     const lines: string[] = [];
     try {
       for (const shape of ['lifetime', 'bulk'] as const) {
         const results: Array<{ request: string; small: Stat; large: Stat }> = [];
         const quantile = async (orgId: string, fraction: number) =>
-          ((await pool.query(`SELECT percentile_disc($2::float8) WITHIN GROUP (ORDER BY updated_at) AS at FROM customers WHERE org_id = $1`, [orgId, 1 - fraction])).rows[0].at as Date).toISOString();
+          (
+            (
+              await pool.query(
+                `SELECT percentile_disc($2::float8) WITHIN GROUP (ORDER BY updated_at) AS at FROM customers WHERE org_id = $1`,
+                [orgId, 1 - fraction],
+              )
+            ).rows[0].at as Date
+          ).toISOString();
         const requests = async (org: { id: string }) => {
           const day = new Date(Date.now() - 86_400_000).toISOString();
           const list: Array<[string, string]> = [
@@ -171,7 +201,9 @@ async function main() {
         const smallRequests = await requests(smallOrg);
         const largeRequests = await requests(largeOrg);
         const pair = (request: string, smallPath: string, largePath: string) =>
-          timedPair(`${base}${smallPath}`, smallOrg.key, `${base}${largePath}`, largeOrg.key).then((measured) => results.push({ request, ...measured }));
+          timedPair(`${base}${smallPath}`, smallOrg.key, `${base}${largePath}`, largeOrg.key).then((measured) =>
+            results.push({ request, ...measured }),
+          );
         for (let index = 0; index < smallRequests.length; index++) {
           const [label, smallQuery] = smallRequests[index]!;
           const largeQuery = largeRequests[index]![1];
@@ -180,22 +212,44 @@ async function main() {
           if (first.small.rows < first.large.rows && first.small.rows > 0) {
             // A page of as many rows at both sizes: the DTOs of 100 rows cost more than those of 7.
             const limit = first.small.rows;
-            await pair(`${label}, first page, limit=${limit} at both sizes`, `/v1/customers?${smallQuery.replace('limit=100', `limit=${limit}`)}`, `/v1/customers?${largeQuery.replace('limit=100', `limit=${limit}`)}`);
+            await pair(
+              `${label}, first page, limit=${limit} at both sizes`,
+              `/v1/customers?${smallQuery.replace('limit=100', `limit=${limit}`)}`,
+              `/v1/customers?${largeQuery.replace('limit=100', `limit=${limit}`)}`,
+            );
           }
           const smallCursor = await deepCursor(base, smallQuery, smallOrg.key);
           const largeCursor = await deepCursor(base, largeQuery, largeOrg.key);
-          if (smallCursor && largeCursor) await pair(`${label}, deep page`, `/v1/customers?${smallQuery}&cursor=${smallCursor}`, `/v1/customers?${largeQuery}&cursor=${largeCursor}`);
+          if (smallCursor && largeCursor)
+            await pair(
+              `${label}, deep page`,
+              `/v1/customers?${smallQuery}&cursor=${smallCursor}`,
+              `/v1/customers?${largeQuery}&cursor=${largeCursor}`,
+            );
           if ([0, 1, 2, 5, 6].includes(index)) {
-            await pair(`${label}, include=total_count`, `/v1/customers?${smallQuery}&include=total_count`, `/v1/customers?${largeQuery}&include=total_count`);
+            await pair(
+              `${label}, include=total_count`,
+              `/v1/customers?${smallQuery}&include=total_count`,
+              `/v1/customers?${largeQuery}&include=total_count`,
+            );
           }
         }
-        const someId = async (orgId: string) => (await pool.query(`SELECT id FROM customers WHERE org_id = $1 ORDER BY created_at LIMIT 1 OFFSET 5000`, [orgId])).rows[0].id as string;
+        const someId = async (orgId: string) =>
+          (await pool.query(`SELECT id FROM customers WHERE org_id = $1 ORDER BY created_at LIMIT 1 OFFSET 5000`, [orgId])).rows[0]
+            .id as string;
         await pair('GET /customers/{id}', `/v1/customers/${await someId(smallOrg.id)}`, `/v1/customers/${await someId(largeOrg.id)}`);
 
-        lines.push(`### Shape \`${shape}\``, '', `| Request (100 rows a page) | rows | p50 ${SMALL.toLocaleString('en')} | p50 ${LARGE.toLocaleString('en')} | p99 ${SMALL.toLocaleString('en')} | p99 ${LARGE.toLocaleString('en')} | p50 growth | p99 growth | p99 ≤ 1.5× and ≤ 25 ms |`, '|---|---:|---:|---:|---:|---:|---:|---:|---|');
+        lines.push(
+          `### Shape \`${shape}\``,
+          '',
+          `| Request (100 rows a page) | rows | p50 ${SMALL.toLocaleString('en')} | p50 ${LARGE.toLocaleString('en')} | p99 ${SMALL.toLocaleString('en')} | p99 ${LARGE.toLocaleString('en')} | p50 growth | p99 growth | p99 ≤ 1.5× and ≤ 25 ms |`,
+          '|---|---:|---:|---:|---:|---:|---:|---:|---|',
+        );
         for (const { request, small, large } of results) {
           const met = large.p99 <= Math.max(1.5 * small.p99, 0) && large.p99 <= 25;
-          lines.push(`| ${request} | ${small.rows} / ${large.rows} | ${small.p50.toFixed(1)} ms | ${large.p50.toFixed(1)} ms | ${small.p99.toFixed(1)} ms | ${large.p99.toFixed(1)} ms | ${(large.p50 / small.p50).toFixed(2)}× | ${(large.p99 / small.p99).toFixed(2)}× | ${met ? 'met' : '**missed**'} |`);
+          lines.push(
+            `| ${request} | ${small.rows} / ${large.rows} | ${small.p50.toFixed(1)} ms | ${large.p50.toFixed(1)} ms | ${small.p99.toFixed(1)} ms | ${large.p99.toFixed(1)} ms | ${(large.p50 / small.p50).toFixed(2)}× | ${(large.p99 / small.p99).toFixed(2)}× | ${met ? 'met' : '**missed**'} |`,
+          );
         }
         lines.push('');
       }

@@ -63,9 +63,19 @@ async function main() {
   const projectLog = 'project';
   const baselineLog = 'baseline';
   try {
-    const project = await startProcess([...profile, 'bin/svc.js', 'serve'], projectServerEnv(url, projectPort), `http://127.0.0.1:${projectPort}/readyz`, projectLog);
+    const project = await startProcess(
+      [...profile, 'bin/svc.js', 'serve'],
+      projectServerEnv(url, projectPort),
+      `http://127.0.0.1:${projectPort}/readyz`,
+      projectLog,
+    );
     servers.push(project);
-    const baseline = await startProcess([baselineScript], baselineServerEnv(url, baselinePort, org.id), `http://127.0.0.1:${baselinePort}/healthz`, baselineLog);
+    const baseline = await startProcess(
+      [baselineScript],
+      baselineServerEnv(url, baselinePort, org.id),
+      `http://127.0.0.1:${baselinePort}/healthz`,
+      baselineLog,
+    );
     servers.push(baseline);
     const projectUrl = `http://127.0.0.1:${projectPort}`;
     const baselineUrl = `http://127.0.0.1:${baselinePort}`;
@@ -159,7 +169,11 @@ async function main() {
           explain: explain.rows.map((row) => row['QUERY PLAN']).join('\n'),
         };
         polls[String(size)] = measure;
-        rows.push({ scenario: `GET /v1/customers?updated_since=…&limit=50 at ${size.toLocaleString('en')} rows`, project: measure.project, baseline: measure.baseline });
+        rows.push({
+          scenario: `GET /v1/customers?updated_since=…&limit=50 at ${size.toLocaleString('en')} rows`,
+          project: measure.project,
+          baseline: measure.baseline,
+        });
       }
       sampleRss();
 
@@ -181,7 +195,12 @@ async function main() {
 
 const ratioOf = (row: Row) => median(row.project.ratios ?? [row.project.rps / row.baseline.rps]);
 
-function formatReport(rows: Row[], rss: { project: number; baseline: number }, polls: Record<string, Poll>, logs: Record<'project' | 'baseline', { lines: number; bytes: number }>): string {
+function formatReport(
+  rows: Row[],
+  rss: { project: number; baseline: number },
+  polls: Record<string, Poll>,
+  logs: Record<'project' | 'baseline', { lines: number; bytes: number }>,
+): string {
   const find = (prefix: string) => rows.find((row) => !row.diagnostic && row.scenario.startsWith(prefix));
   const get = find('GET /v1/customers/{id}');
   const upsert = find('POST /v1/customers (upsert');
@@ -209,10 +228,14 @@ function formatReport(rows: Row[], rss: { project: number; baseline: number }, p
     '|---|---:|---|',
   ];
   if (get) lines.push(`| GET by id, project/baseline req/s | ${ratioOf(get).toFixed(2)}× | ≥ 0.75×: ${verdict(ratioOf(get) >= 0.75)} |`);
-  if (upsert) lines.push(`| Upsert, project/baseline req/s | ${ratioOf(upsert).toFixed(2)}× | ≥ 0.5×: ${verdict(ratioOf(upsert) >= 0.5)} |`);
-  for (const row of pollRows) lines.push(`| Polling ${row.scenario.replace(/^.* at /, 'at ')}, project/baseline req/s | ${ratioOf(row).toFixed(2)}× | |`);
+  if (upsert)
+    lines.push(`| Upsert, project/baseline req/s | ${ratioOf(upsert).toFixed(2)}× | ≥ 0.5×: ${verdict(ratioOf(upsert) >= 0.5)} |`);
+  for (const row of pollRows)
+    lines.push(`| Polling ${row.scenario.replace(/^.* at /, 'at ')}, project/baseline req/s | ${ratioOf(row).toFixed(2)}× | |`);
   if (pollGrowth !== undefined) {
-    lines.push(`| Polling median latency at ${Number(sizes[1]).toLocaleString('en')} rows / at ${Number(sizes[0]).toLocaleString('en')} rows (project) | ${pollGrowth.toFixed(2)}× | ≤ 1.5× (earlier target): ${verdict(pollGrowth <= 1.5)} |`);
+    lines.push(
+      `| Polling median latency at ${Number(sizes[1]).toLocaleString('en')} rows / at ${Number(sizes[0]).toLocaleString('en')} rows (project) | ${pollGrowth.toFixed(2)}× | ≤ 1.5× (earlier target): ${verdict(pollGrowth <= 1.5)} |`,
+    );
   }
   lines.push(
     `| Peak RSS under load, project (baseline; ratio) | ${rss.project} MB (${rss.baseline} MB; ${(rss.project / Math.max(rss.baseline, 1)).toFixed(2)}×) | ≤ 200 MB: ${verdict(rss.project <= 200)} |`,
@@ -230,15 +253,28 @@ function formatReport(rows: Row[], rss: { project: number; baseline: number }, p
     '',
     '| Scenario | Project server | Project PostgreSQL | Baseline server | Baseline PostgreSQL |',
     '|---|---:|---:|---:|---:|',
-    ...rows.map((row) => `| ${row.scenario} | ${row.project.serverCpuUs} | ${row.project.postgresCpuUs} | ${row.baseline.serverCpuUs} | ${row.baseline.postgresCpuUs} |`),
+    ...rows.map(
+      (row) =>
+        `| ${row.scenario} | ${row.project.serverCpuUs} | ${row.project.postgresCpuUs} | ${row.baseline.serverCpuUs} | ${row.baseline.postgresCpuUs} |`,
+    ),
     '',
     `Peak RSS under load: project ${rss.project} MB, baseline ${rss.baseline} MB.`,
     '',
   );
   if (sizes.length === 2) {
     const [small, large] = sizes.map((size) => polls[size]!);
-    lines.push(`Polling median latency at ${Number(sizes[1]).toLocaleString('en')} rows vs ${Number(sizes[0]).toLocaleString('en')}: ${pollGrowth!.toFixed(2)}× (project), p50 ${small!.project.p50} → ${large!.project.p50} ms.`, '');
-    lines.push(`EXPLAIN of the baseline's polling query at ${Number(sizes[1]).toLocaleString('en')} rows:`, '', '```', large!.explain, '```', '');
+    lines.push(
+      `Polling median latency at ${Number(sizes[1]).toLocaleString('en')} rows vs ${Number(sizes[0]).toLocaleString('en')}: ${pollGrowth!.toFixed(2)}× (project), p50 ${small!.project.p50} → ${large!.project.p50} ms.`,
+      '',
+    );
+    lines.push(
+      `EXPLAIN of the baseline's polling query at ${Number(sizes[1]).toLocaleString('en')} rows:`,
+      '',
+      '```',
+      large!.explain,
+      '```',
+      '',
+    );
   }
   return `${lines.join('\n')}\n`;
 }

@@ -87,7 +87,12 @@ const receiver = await startReceiver();
 try {
   await runMigrations(url);
   const database = createDatabase(url, { poolSize: 10 });
-  const org = await createOrganisationsService({ database }).create({ name: 'Bench', features: [], credits: 0, defaultPayer: 'organization' });
+  const org = await createOrganisationsService({ database }).create({
+    name: 'Bench',
+    features: [],
+    credits: 0,
+    defaultPayer: 'organization',
+  });
   const endpoint = await createWebhooksService({ database, allowPrivateUrls: true }).addEndpoint({ orgId: org.id, url: receiver.url });
 
   // A payload of realistic size: an individual DTO.

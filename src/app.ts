@@ -58,7 +58,11 @@ export type ResolvedDeps = Required<Omit<AppDeps, 'logger' | 'validateResponses'
 declare module 'fastify' {
   interface FastifyInstance {
     deps: ResolvedDeps;
-    metrics?: { rateLimited(window: string): void; retentionPurged(table: string, rows: number): void; pageRead(target: PageTarget, reason: PageReason): void };
+    metrics?: {
+      rateLimited(window: string): void;
+      retentionPurged(table: string, rows: number): void;
+      pageRead(target: PageTarget, reason: PageReason): void;
+    };
   }
 }
 
@@ -149,7 +153,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
     // A compressed body is not JSON text; the JSON parser is the only one, so this covers every body.
     if (request.headers['content-encoding'] !== undefined && !IDENTITY_ENCODING.test(request.headers['content-encoding'])) {
-      return done(new AppError('unsupported_media_type', 415, 'Request bodies must not be content-encoded (Content-Encoding: identity only).'), undefined);
+      return done(
+        new AppError('unsupported_media_type', 415, 'Request bodies must not be content-encoded (Content-Encoding: identity only).'),
+        undefined,
+      );
     }
     const bytes = typeof body === 'string' ? Buffer.from(body) : body;
     // JSON text is UTF-8 (RFC 8259); decoding invalid bytes would silently store U+FFFD instead.
@@ -202,7 +209,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     exact: deps.exactReplicaReads ?? true,
     observe: (target, reason) => app.metrics?.pageRead(target, reason),
   });
-  app.decorate('deps', { config: deps.config, database: deps.database, pageReads, clock: deps.clock ?? systemClock, businessRegister: deps.businessRegister });
+  app.decorate('deps', {
+    config: deps.config,
+    database: deps.database,
+    pageReads,
+    clock: deps.clock ?? systemClock,
+    businessRegister: deps.businessRegister,
+  });
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('X-Request-Id', request.id);
     // Responses carry personal data (and a 404 is cacheable by default): no cache may keep any of

@@ -111,7 +111,9 @@ export function startBackgroundJobs(deps: {
     });
   } else {
     // Said at every start: an instance left this way by mistake would quietly hold the chain back.
-    logger.warn('AUDIT_SEALING=off: this instance does not seal the audit chain (a diagnostic setting); its rows wait for an instance that does');
+    logger.warn(
+      'AUDIT_SEALING=off: this instance does not seal the audit chain (a diagnostic setting); its rows wait for an instance that does',
+    );
   }
   if (deps.webhookWorker) {
     // Queued emails go out after their transaction committed; a failed send is retried, never lost.

@@ -41,8 +41,7 @@ export async function startServer(config: Config, options: { worker?: boolean } 
   // (a scrape reads the pool), then close the pool, and last stop the embedded PostgreSQL if this
   // process started it. A failing step does not skip the later ones: the pool and the embedded
   // server still close.
-  const close = () =>
-    (closing ??= inOrder([() => app?.close(), () => jobs?.stop(), () => metrics?.close(), () => connection.close()]));
+  const close = () => (closing ??= inOrder([() => app?.close(), () => jobs?.stop(), () => metrics?.close(), () => connection.close()]));
 
   let sandbox: Awaited<ReturnType<typeof bootstrapSandbox>>;
   try {
@@ -137,7 +136,7 @@ function printOrganisationHint(): void {
   const lines = [
     '',
     'This database (DATABASE_URL) has no organisation yet, and none is created for you. Create one and an',
-    'API key with the operator CLI, from the service\'s directory (`docker compose exec api …` in the compose stack):',
+    "API key with the operator CLI, from the service's directory (`docker compose exec api …` in the compose stack):",
     '',
     '  node bin/svc.js org create --name "My organisation" --credits 100',
     `  node bin/svc.js key create --org <id printed above> --scopes ${SCOPES.join(',')}`,
@@ -156,7 +155,10 @@ const SHUTDOWN_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
 const REPEATED_SIGNAL_MS = 1_000;
 
 /** Runs until SIGINT/SIGTERM, then shuts down gracefully (in-flight requests finish first). */
-export function closeOnSignals(target: { close(): Promise<void> }, logger: { info(message: string): void; error(error: unknown): void }): void {
+export function closeOnSignals(
+  target: { close(): Promise<void> },
+  logger: { info(message: string): void; error(error: unknown): void },
+): void {
   let shutdownSignal: { signal: NodeJS.Signals; at: number } | undefined;
   // Under compose's 30 s stop_grace_period (and Kubernetes' default 30 s), so the orderly path
   // finishes before the orchestrator's SIGKILL. SIGINT and SIGTERM are handled below rather than by

@@ -93,7 +93,9 @@ export default async function setup(project: TestProject) {
     try {
       const { alreadyPartitioned } = await convertDatabaseToHashPartitioned(withDatabase(server.url, template));
       for (const { table, key } of alreadyPartitioned) {
-        process.stderr.write(`partitioned variant: ${table} is already partitioned by ${key}; left as it is, its keys need not include org_id\n`);
+        process.stderr.write(
+          `partitioned variant: ${table} is already partitioned by ${key}; left as it is, its keys need not include org_id\n`,
+        );
       }
     } catch (error) {
       const cleanup = new pg.Client({ connectionString: server.url });
@@ -107,14 +109,14 @@ export default async function setup(project: TestProject) {
   project.provide('adminDatabaseUrl', server.url);
   project.provide('templateDatabase', template);
   project.provide('schemaVariant', schemaVariant);
-  process.stderr.write(`test database: ${server.source}${schemaVariant === 'partitioned' ? ', tenant tables hash-partitioned on org_id' : ''}\n`);
+  process.stderr.write(
+    `test database: ${server.source}${schemaVariant === 'partitioned' ? ', tenant tables hash-partitioned on org_id' : ''}\n`,
+  );
 
   return async () => {
     const client = new pg.Client({ connectionString: server.url });
     await client.connect();
-    const leftovers = await client.query(`SELECT datname FROM pg_database WHERE datname LIKE $1 ORDER BY datname DESC`, [
-      `${template}%`,
-    ]);
+    const leftovers = await client.query(`SELECT datname FROM pg_database WHERE datname LIKE $1 ORDER BY datname DESC`, [`${template}%`]);
     for (const row of leftovers.rows) await client.query(`DROP DATABASE IF EXISTS ${row.datname} WITH (FORCE)`);
     await client.end();
     await server.stop();

@@ -17,7 +17,9 @@ function configOrExit(): Config {
 
 const program = new Command()
   .name('svc')
-  .description('Customer and entity verification API: server, worker and operator commands.\nEvery operator command prints one JSON document on stdout (audit export without --out: the data itself); logs go to stderr.')
+  .description(
+    'Customer and entity verification API: server, worker and operator commands.\nEvery operator command prints one JSON document on stdout (audit export without --out: the data itself); logs go to stderr.',
+  )
   .showHelpAfterError()
   .exitOverride();
 

@@ -30,8 +30,12 @@ export function fail(error: unknown): never {
   } else if (isDatabaseError(error)) {
     // A failed statement's message quotes its SQL and bound values (personal data): name it by state.
     const logged = serializeError(error);
-    const where = [logged.constraint && `constraint ${logged.constraint}`, logged.table && `table ${logged.table}`].filter(Boolean).join(', ');
-    process.stderr.write(`error: the database refused the command (${logged.type} ${logged.sqlState ?? logged.code ?? ''}${where ? `, ${where}` : ''})\n`);
+    const where = [logged.constraint && `constraint ${logged.constraint}`, logged.table && `table ${logged.table}`]
+      .filter(Boolean)
+      .join(', ');
+    process.stderr.write(
+      `error: the database refused the command (${logged.type} ${logged.sqlState ?? logged.code ?? ''}${where ? `, ${where}` : ''})\n`,
+    );
   } else {
     process.stderr.write(`error: ${error instanceof Error ? error.message : String(error)}\n`);
   }
@@ -42,7 +46,10 @@ export function fail(error: unknown): never {
 function isDatabaseError(error: unknown): boolean {
   if (typeof error !== 'object' || error === null) return false;
   const candidate = error as { query?: unknown; severity?: unknown; code?: unknown };
-  return typeof candidate.query === 'string' || (typeof candidate.severity === 'string' && typeof candidate.code === 'string' && /^[0-9A-Z]{5}$/.test(candidate.code));
+  return (
+    typeof candidate.query === 'string' ||
+    (typeof candidate.severity === 'string' && typeof candidate.code === 'string' && /^[0-9A-Z]{5}$/.test(candidate.code))
+  );
 }
 
 /** How a command runs, when not as every other: */

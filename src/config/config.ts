@@ -32,7 +32,10 @@ const trustedProxyList = z
   .optional()
   .transform((value, ctx) => {
     if (value === undefined || value.trim() === '') return [] as string[];
-    const entries = value.split(',').map((part) => part.trim()).filter(Boolean);
+    const entries = value
+      .split(',')
+      .map((part) => part.trim())
+      .filter(Boolean);
     for (const entry of entries) {
       if (entry === 'true' || entry === '*') {
         ctx.addIssue({ code: 'custom', message: 'must list proxy addresses or CIDR ranges, never a blanket "true"' });
@@ -54,10 +57,16 @@ const portList = z
   .transform((value, ctx) => {
     if (value === undefined) return [] as number[];
     const ports: number[] = [];
-    for (const entry of value.split(',').map((part) => part.trim()).filter(Boolean)) {
+    for (const entry of value
+      .split(',')
+      .map((part) => part.trim())
+      .filter(Boolean)) {
       const port = /^\d{1,5}$/.test(entry) ? Number(entry) : Number.NaN;
       if (!(port >= 1 && port <= 65535)) {
-        ctx.addIssue({ code: 'custom', message: `"${entry}" is not a port number (1-65535); give a comma-separated list such as 8443,9443` });
+        ctx.addIssue({
+          code: 'custom',
+          message: `"${entry}" is not a port number (1-65535); give a comma-separated list such as 8443,9443`,
+        });
         return z.NEVER;
       }
       if (!ports.includes(port)) ports.push(port);
@@ -125,13 +134,22 @@ const environmentSchema = z.object({
     .min(1, 'must be at least 1 hour')
     .max(8_760, 'must be at most 8760 hours (a year)')
     .default(72),
-  METRICS_PORT: z.coerce.number({ error: 'must be a port number' }).int('must be a port number').min(0).max(65535, 'must be at most 65535').optional(),
+  METRICS_PORT: z.coerce
+    .number({ error: 'must be a port number' })
+    .int('must be a port number')
+    .min(0)
+    .max(65535, 'must be at most 65535')
+    .optional(),
   DATABASE_POOL_SIZE: positiveInt(10),
   DATABASE_STATEMENT_TIMEOUT_MS: positiveInt(DATABASE_DEFAULTS.statementTimeoutMs),
   DATABASE_LOCK_TIMEOUT_MS: positiveInt(DATABASE_DEFAULTS.lockTimeoutMs),
   DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS: positiveInt(DATABASE_DEFAULTS.idleInTransactionTimeoutMs),
   // Unset: a second more than the statement timeout.
-  DATABASE_QUERY_TIMEOUT_MS: z.coerce.number({ error: 'must be a whole number' }).int('must be a whole number').positive('must be greater than zero').optional(),
+  DATABASE_QUERY_TIMEOUT_MS: z.coerce
+    .number({ error: 'must be a whole number' })
+    .int('must be a whole number')
+    .positive('must be greater than zero')
+    .optional(),
   DATABASE_CONNECT_TIMEOUT_MS: positiveInt(DATABASE_DEFAULTS.connectTimeoutMs),
   DATABASE_PREPARED_STATEMENTS: booleanFlag(true),
   // Retention (docs/decisions.md, "Retention and batched purges"): rows older than this are purged.
@@ -223,20 +241,22 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
   const present = Object.fromEntries(Object.entries(environment).filter(([, value]) => value !== undefined && value.trim() !== ''));
   const parsed = environmentSchema.safeParse(present);
   if (!parsed.success) {
-    throw new ConfigError(
-      parsed.error.issues.map((issue) => `${issue.path.join('.') || 'environment'}: ${issue.message}`),
-    );
+    throw new ConfigError(parsed.error.issues.map((issue) => `${issue.path.join('.') || 'environment'}: ${issue.message}`));
   }
   const env = parsed.data;
   const queryTimeoutMs = env.DATABASE_QUERY_TIMEOUT_MS ?? env.DATABASE_STATEMENT_TIMEOUT_MS + 1_000;
   const timeoutProblems: string[] = [];
   if (env.DATABASE_LOCK_TIMEOUT_MS * 2 >= env.DATABASE_STATEMENT_TIMEOUT_MS) {
     // A write can wait for two locks in turn (the row's tuple lock, then its holder): 409 record_locked must come first.
-    timeoutProblems.push(`DATABASE_LOCK_TIMEOUT_MS: must be less than half of DATABASE_STATEMENT_TIMEOUT_MS (${env.DATABASE_STATEMENT_TIMEOUT_MS})`);
+    timeoutProblems.push(
+      `DATABASE_LOCK_TIMEOUT_MS: must be less than half of DATABASE_STATEMENT_TIMEOUT_MS (${env.DATABASE_STATEMENT_TIMEOUT_MS})`,
+    );
   }
   if (queryTimeoutMs <= env.DATABASE_STATEMENT_TIMEOUT_MS) {
     // The client's bound is the fallback for when the server cannot enforce its own: it must not fire first.
-    timeoutProblems.push(`DATABASE_QUERY_TIMEOUT_MS: must be greater than DATABASE_STATEMENT_TIMEOUT_MS (${env.DATABASE_STATEMENT_TIMEOUT_MS})`);
+    timeoutProblems.push(
+      `DATABASE_QUERY_TIMEOUT_MS: must be greater than DATABASE_STATEMENT_TIMEOUT_MS (${env.DATABASE_STATEMENT_TIMEOUT_MS})`,
+    );
   }
   if (timeoutProblems.length > 0) throw new ConfigError(timeoutProblems);
   if (env.DATABASE_DIRECT_URL !== undefined && env.DATABASE_URL === undefined) {
@@ -255,8 +275,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     dataDir: env.DATA_DIR,
     logLevel: env.LOG_LEVEL,
     logPretty:
-      env.LOG_FORMAT === 'pretty' ||
-      (env.LOG_FORMAT === 'auto' && env.NODE_ENV !== 'production' && !['true', '1'].includes(env.CI ?? '')),
+      env.LOG_FORMAT === 'pretty' || (env.LOG_FORMAT === 'auto' && env.NODE_ENV !== 'production' && !['true', '1'].includes(env.CI ?? '')),
     publicBaseUrl: (env.PUBLIC_BASE_URL ?? `http://localhost:${env.PORT}`).replace(/\/+$/, ''),
     trustProxy: env.TRUST_PROXY,
     rateLimit: { burst: env.RATE_LIMIT_BURST, daily: env.RATE_LIMIT_DAILY },

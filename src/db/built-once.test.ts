@@ -42,7 +42,7 @@ describe('statements built once', () => {
     expect(mapped.kycStartedAt).toBeInstanceOf(Date);
   });
 
-  it('when it runs on a transaction, it runs on that transaction\'s connection: it sees the transaction\'s uncommitted write and is rolled back with it', async () => {
+  it("when it runs on a transaction, it runs on that transaction's connection: it sees the transaction's uncommitted write and is rolled back with it", async () => {
     const id = await insertCustomer('bo-tx');
     const outcome = ctx.database.transaction(async (tx) => {
       await tx.update(customers).set({ phone: 'uncommitted' }).where(eq(customers.id, id));
@@ -63,7 +63,7 @@ describe('statements built once', () => {
     expect([first.rows[0]![0], second.rows[0]![0]]).toEqual([1, 2]);
   });
 
-  it('when it fails, its error is what a Drizzle query throws: a DrizzleQueryError with the statement, and PostgreSQL\'s error as its cause', async () => {
+  it("when it fails, its error is what a Drizzle query throws: a DrizzleQueryError with the statement, and PostgreSQL's error as its cause", async () => {
     const dividing = builtOnce('test_failing', () => sql`SELECT 1 / ${sql.placeholder('n')}::int AS quotient`);
     const viaDrizzle = await ctx.database.db.execute(sql`SELECT 1 / ${0}::int AS quotient`).catch((error: unknown) => error);
     const error = await dividing.run(ctx.database.db, { n: 0 }).catch((failure: unknown) => failure);
@@ -71,7 +71,9 @@ describe('statements built once', () => {
     expect(error).toBeInstanceOf(DrizzleQueryError);
     expect((error as DrizzleQueryError).query).toMatch(/^select 1 \/ \$1::int as quotient$/i);
     expect((error as DrizzleQueryError).params).toEqual([0]);
-    expect(((error as DrizzleQueryError).cause as { code?: string }).code).toBe(((viaDrizzle as DrizzleQueryError).cause as { code?: string }).code);
+    expect(((error as DrizzleQueryError).cause as { code?: string }).code).toBe(
+      ((viaDrizzle as DrizzleQueryError).cause as { code?: string }).code,
+    );
     expect(((error as DrizzleQueryError).cause as { code?: string }).code).toBe('22012');
   });
 });
@@ -80,7 +82,12 @@ describe('the customers UPDATE built once per column set', () => {
   it('when an update clears jsonb, array, date and timestamp columns, they become SQL NULL or empty as sent, not the JSON text "null"', async () => {
     const id = await insertCustomer('bo-null');
     const repository = createCustomersRepository(ctx.database.db);
-    const updated = await repository.update(org.id, id, { preCommencementAssessment: null, clientSinceDate: null, kycStartedAt: null, designatedServices: [] });
+    const updated = await repository.update(org.id, id, {
+      preCommencementAssessment: null,
+      clientSinceDate: null,
+      kycStartedAt: null,
+      designatedServices: [],
+    });
     expect(updated).toMatchObject({ preCommencementAssessment: null, clientSinceDate: null, kycStartedAt: null, designatedServices: [] });
     const { rows } = await ctx.database.pool.query(
       `SELECT pre_commencement_assessment IS NULL AS assessment_null, client_since_date IS NULL AS date_null, kyc_started_at IS NULL AS started_null, designated_services FROM customers WHERE id = $1`,

@@ -1,5 +1,15 @@
 import { createHash } from 'node:crypto';
-import { DrizzleQueryError, fillPlaceholders, getTableColumns, is, sql, SQL, type InferSelectModel, type Query, type Table } from 'drizzle-orm';
+import {
+  DrizzleQueryError,
+  fillPlaceholders,
+  getTableColumns,
+  is,
+  sql,
+  SQL,
+  type InferSelectModel,
+  type Query,
+  type Table,
+} from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import pg from 'pg';
 import { isStaleStatement, statementName, statementTargetOf, type Executor, type StatementTarget } from './client.js';
@@ -101,7 +111,8 @@ export function boundAsGiven(name: string): SQL {
 export function rowMapper<T extends Table>(table: T): (raw: unknown[]) => InferSelectModel<T> {
   const columns = Object.entries(getTableColumns(table)).map(([key, column]) => ({ key, column }));
   return (raw) => {
-    if (raw.length !== columns.length) throw new Error(`A row of ${raw.length} columns cannot be a whole row of a ${columns.length}-column table`);
+    if (raw.length !== columns.length)
+      throw new Error(`A row of ${raw.length} columns cannot be a whole row of a ${columns.length}-column table`);
     const row: Record<string, unknown> = {};
     for (let index = 0; index < columns.length; index++) {
       const { key, column } = columns[index]!;

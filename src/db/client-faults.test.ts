@@ -55,9 +55,10 @@ afterAll(async () => {
   await testDatabase?.drop();
 });
 
-
 const itemIds = async (from: number, to: number) =>
-  (await admin.query<{ id: number }>('SELECT id FROM fault_items WHERE id BETWEEN $1 AND $2 ORDER BY id', [from, to])).rows.map((row) => row.id);
+  (await admin.query<{ id: number }>('SELECT id FROM fault_items WHERE id BETWEEN $1 AND $2 ORDER BY id', [from, to])).rows.map(
+    (row) => row.id,
+  );
 
 /** At least one idle connection, opened before the fault is armed (so the cut hits the statement, not the connection's setup). */
 async function warm(): Promise<void> {
@@ -86,19 +87,36 @@ async function expectLostConnectionContract(arm: () => void, call: () => Promise
   proxy.disarm();
   expect(proxy.cuts()).toBeGreaterThan(cutsBefore);
   expect(ms).toBeLessThan(PROMPT_MS);
-  expect(isDatabaseUnavailable(error), `not reported as unavailable: ${String(error)} (cause: ${String((error as { cause?: unknown }).cause)})`).toBe(true);
+  expect(
+    isDatabaseUnavailable(error),
+    `not reported as unavailable: ${String(error)} (cause: ${String((error as { cause?: unknown }).cause)})`,
+  ).toBe(true);
   await expectRecovered();
   return error;
 }
 
 describe('a connection lost mid round trip (through a cutting proxy)', () => {
   const builtOnceSelect = builtOnce('fault_built_once', () => sql`SELECT ${sql.placeholder('n')}::int AS n`);
-  const cases: Array<{ when: string; type: string; call: () => Promise<unknown>; armsItself?: boolean; written?: () => Promise<number[]> }> = [
+  const cases: Array<{
+    when: string;
+    type: string;
+    call: () => Promise<unknown>;
+    armsItself?: boolean;
+    written?: () => Promise<number[]>;
+  }> = [
     { when: 'after RowDescription', type: 'T', call: () => faulty.query('SELECT generate_series(1, 3) AS n') },
     { when: 'after the first DataRow', type: 'D', call: () => faulty.query('SELECT generate_series(1, $1::int) AS n', [3]) },
     { when: 'between CommandComplete and ReadyForQuery', type: 'C', call: () => faulty.query('SELECT $1::int AS n', [1]) },
-    { when: 'after ParseComplete of a named statement', type: '1', call: () => faulty.query({ name: 'fault_parse_named', text: 'SELECT $1::int + 1 AS n', values: [1] }) },
-    { when: 'between CommandComplete and ReadyForQuery of a built-once statement', type: 'C', call: () => builtOnceSelect.run(faulty.db, { n: 1 }) },
+    {
+      when: 'after ParseComplete of a named statement',
+      type: '1',
+      call: () => faulty.query({ name: 'fault_parse_named', text: 'SELECT $1::int + 1 AS n', values: [1] }),
+    },
+    {
+      when: 'between CommandComplete and ReadyForQuery of a built-once statement',
+      type: 'C',
+      call: () => builtOnceSelect.run(faulty.db, { n: 1 }),
+    },
     {
       when: 'between CommandComplete and ReadyForQuery of a statement in a transaction',
       type: 'C',
@@ -146,7 +164,7 @@ describe('a connection lost mid round trip (through a cutting proxy)', () => {
     expect(await itemIds(20, 20)).toEqual([]);
   });
 
-  it('when the connection is cut after the COMMIT\'s CommandComplete but before its ReadyForQuery, the transaction rejects promptly as unavailable and the next call succeeds', async () => {
+  it("when the connection is cut after the COMMIT's CommandComplete but before its ReadyForQuery, the transaction rejects promptly as unavailable and the next call succeeds", async () => {
     await expectLostConnectionContract(
       () => {},
       () =>
@@ -173,49 +191,56 @@ describe('a connection lost mid round trip (through a cutting proxy)', () => {
     await expectRecovered();
   });
 
-  it('when connections are cut at random points of the protocol under concurrent calls, every call settles promptly, fails only as unavailable, and the pool recovers', { timeout: 60_000 }, async () => {
-    await warm();
-    const statement = builtOnce('fault_random', () => sql`SELECT ${sql.placeholder('n')}::int AS n, repeat('x', 200) AS filler`);
-    const failures: string[] = [];
-    let succeeded = 0;
-    let failed = 0;
-    let slowest = 0;
-    const calls: Array<(round: number, slot: number) => Promise<unknown>> = [
-      () => faulty.query('SELECT generate_series(1, 20) AS n'),
-      (round, slot) => faulty.query({ name: 'fault_random_named', text: 'SELECT $1::int AS n', values: [round * 10 + slot] }),
-      (_round, slot) => statement.run(faulty.db, { n: slot }),
-      (round, slot) =>
-        faulty.transaction(async (tx) => {
-          const id = 1_000 + round * 10 + slot;
-          await tx.execute(sql`INSERT INTO fault_items (id) VALUES (${id})`);
-          await tx.execute(sql`UPDATE fault_items SET note = 'updated' WHERE id = ${id}`);
-        }),
-    ];
-    for (let round = 0; round < 25; round += 1) {
-      proxy.cutAfterRandomBytes(200 + ((round * 97) % 1_500));
-      await Promise.all(
-        calls.map(async (call, slot) => {
-          const started = performance.now();
-          try {
-            await call(round, slot);
-            succeeded += 1;
-          } catch (error) {
-            failed += 1;
-            if (!isDatabaseUnavailable(error)) failures.push(`round ${round} slot ${slot}: ${String(error)} (cause: ${String((error as { cause?: unknown }).cause)})`);
-          } finally {
-            slowest = Math.max(slowest, performance.now() - started);
-          }
-        }),
+  it(
+    'when connections are cut at random points of the protocol under concurrent calls, every call settles promptly, fails only as unavailable, and the pool recovers',
+    { timeout: 60_000 },
+    async () => {
+      await warm();
+      const statement = builtOnce('fault_random', () => sql`SELECT ${sql.placeholder('n')}::int AS n, repeat('x', 200) AS filler`);
+      const failures: string[] = [];
+      let succeeded = 0;
+      let failed = 0;
+      let slowest = 0;
+      const calls: Array<(round: number, slot: number) => Promise<unknown>> = [
+        () => faulty.query('SELECT generate_series(1, 20) AS n'),
+        (round, slot) => faulty.query({ name: 'fault_random_named', text: 'SELECT $1::int AS n', values: [round * 10 + slot] }),
+        (_round, slot) => statement.run(faulty.db, { n: slot }),
+        (round, slot) =>
+          faulty.transaction(async (tx) => {
+            const id = 1_000 + round * 10 + slot;
+            await tx.execute(sql`INSERT INTO fault_items (id) VALUES (${id})`);
+            await tx.execute(sql`UPDATE fault_items SET note = 'updated' WHERE id = ${id}`);
+          }),
+      ];
+      for (let round = 0; round < 25; round += 1) {
+        proxy.cutAfterRandomBytes(200 + ((round * 97) % 1_500));
+        await Promise.all(
+          calls.map(async (call, slot) => {
+            const started = performance.now();
+            try {
+              await call(round, slot);
+              succeeded += 1;
+            } catch (error) {
+              failed += 1;
+              if (!isDatabaseUnavailable(error))
+                failures.push(`round ${round} slot ${slot}: ${String(error)} (cause: ${String((error as { cause?: unknown }).cause)})`);
+            } finally {
+              slowest = Math.max(slowest, performance.now() - started);
+            }
+          }),
+        );
+        proxy.disarm();
+      }
+      expect(failures).toEqual([]);
+      expect(failed).toBeGreaterThan(0); // the proxy did cut
+      expect(slowest).toBeLessThan(QUERY_TIMEOUT_MS);
+      await expectRecovered();
+      // Transactions are all or nothing: a row is there only with its UPDATE.
+      const { rows } = await admin.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM fault_items WHERE id >= 1000 AND note IS DISTINCT FROM 'updated'`,
       );
-      proxy.disarm();
-    }
-    expect(failures).toEqual([]);
-    expect(failed).toBeGreaterThan(0); // the proxy did cut
-    expect(slowest).toBeLessThan(QUERY_TIMEOUT_MS);
-    await expectRecovered();
-    // Transactions are all or nothing: a row is there only with its UPDATE.
-    const { rows } = await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM fault_items WHERE id >= 1000 AND note IS DISTINCT FROM 'updated'`);
-    expect(rows[0]!.n).toBe(0);
-    expect(succeeded + failed).toBe(100);
-  });
+      expect(rows[0]!.n).toBe(0);
+      expect(succeeded + failed).toBe(100);
+    },
+  );
 });

@@ -58,7 +58,6 @@ function sqlState(error: unknown): string | undefined {
   return undefined;
 }
 
-
 const openTransactions = async () =>
   (
     await admin.query<{ n: number }>(
@@ -67,7 +66,9 @@ const openTransactions = async () =>
   ).rows[0]!.n;
 
 const itemIds = async (from: number, to: number) =>
-  (await admin.query<{ id: number }>('SELECT id FROM contract_items WHERE id BETWEEN $1 AND $2 ORDER BY id', [from, to])).rows.map((row) => row.id);
+  (await admin.query<{ id: number }>('SELECT id FROM contract_items WHERE id BETWEEN $1 AND $2 ORDER BY id', [from, to])).rows.map(
+    (row) => row.id,
+  );
 
 const childIds = async () => (await admin.query<{ id: number }>('SELECT id FROM tx_children ORDER BY id')).rows.map((row) => row.id);
 
@@ -97,7 +98,7 @@ describe('Database.transaction', () => {
     await expectPoolSettled(database);
   });
 
-  it('when a statement fails mid-transaction, nothing of the transaction is written, the caller gets the statement\'s error, and the connection goes back clean', async () => {
+  it("when a statement fails mid-transaction, nothing of the transaction is written, the caller gets the statement's error, and the connection goes back clean", async () => {
     const { error } = await rejection(
       database.transaction(async (tx) => {
         await tx.execute(sql`INSERT INTO contract_items (id) VALUES (20)`);
@@ -115,7 +116,7 @@ describe('Database.transaction', () => {
     expect(rows).toEqual([{ ok: 1 }]);
   });
 
-  it('when the work throws after writing, nothing of it is written and the work\'s own error is what the caller gets', async () => {
+  it("when the work throws after writing, nothing of it is written and the work's own error is what the caller gets", async () => {
     const failure = new Error('work failed');
     const { error } = await rejection(
       database.transaction(async (tx) => {
@@ -129,7 +130,7 @@ describe('Database.transaction', () => {
     expect(await openTransactions()).toBe(0);
   });
 
-  it('when the COMMIT itself fails (a deferred constraint), the caller gets PostgreSQL\'s error, nothing is written, and the connection goes back clean', async () => {
+  it("when the COMMIT itself fails (a deferred constraint), the caller gets PostgreSQL's error, nothing is written, and the connection goes back clean", async () => {
     const { error } = await rejection(
       database.transaction(async (tx) => {
         await tx.execute(sql`INSERT INTO tx_children (id, parent_id) VALUES (30, 999)`);
@@ -209,7 +210,7 @@ describe('Database.transaction', () => {
 });
 
 describe('Database.query', () => {
-  it('when given text and values, or a named config, it runs one statement and returns pg\'s result', async () => {
+  it("when given text and values, or a named config, it runs one statement and returns pg's result", async () => {
     const plain = await database.query<{ n: number }>('SELECT $1::int + 1 AS n', [41]);
     expect(plain.rows).toEqual([{ n: 42 }]);
     const named = await database.query<{ n: number }>({ name: 'contract_named_add', text: 'SELECT $1::int + 2 AS n', values: [40] });
@@ -232,7 +233,13 @@ describe('Database.query', () => {
 
 describe('timeouts', () => {
   it('when timeouts and an application name are configured, every session runs with them', async () => {
-    const configured = open({ poolSize: 2, statementTimeoutMs: 1_500, lockTimeoutMs: 2_500, idleInTransactionTimeoutMs: 3_500, applicationName: 'contract-test' });
+    const configured = open({
+      poolSize: 2,
+      statementTimeoutMs: 1_500,
+      lockTimeoutMs: 2_500,
+      idleInTransactionTimeoutMs: 3_500,
+      applicationName: 'contract-test',
+    });
     const read = () =>
       configured.query<Record<string, string>>(
         `SELECT current_setting('statement_timeout') AS statement, current_setting('lock_timeout') AS lock,
@@ -244,7 +251,9 @@ describe('timeouts', () => {
     expect(one.rows[0]).toEqual(expected);
     expect(two.rows[0]).toEqual(expected);
     // And inside a transaction.
-    const inside = await configured.transaction(async (tx) => (await tx.execute(sql`SELECT current_setting('statement_timeout') AS statement`)).rows[0]);
+    const inside = await configured.transaction(
+      async (tx) => (await tx.execute(sql`SELECT current_setting('statement_timeout') AS statement`)).rows[0],
+    );
     expect(inside).toEqual({ statement: '1500ms' });
   });
 
@@ -447,13 +456,17 @@ describe('a terminated backend', () => {
 });
 
 describe('a schema change under prepared statements', () => {
-  it('when a column\'s type changes under named statements already prepared on the pooled connections, the same statements succeed again', async () => {
+  it("when a column's type changes under named statements already prepared on the pooled connections, the same statements succeed again", async () => {
     await admin.query(`CREATE TABLE schema_outside (id int PRIMARY KEY, amount int); INSERT INTO schema_outside VALUES (1, 7), (2, 8)`);
     const pooled = open({ poolSize: 2, connectTimeoutMs: 2_000 });
-    const statement = builtOnce('contract_schema_outside', () =>
-      sql`SELECT amount, pg_backend_pid() AS pid, pg_sleep(0.05) FROM schema_outside WHERE id = ${sql.placeholder('id')}`,
+    const statement = builtOnce(
+      'contract_schema_outside',
+      () => sql`SELECT amount, pg_backend_pid() AS pid, pg_sleep(0.05) FROM schema_outside WHERE id = ${sql.placeholder('id')}`,
     );
-    const named = { name: 'contract_schema_outside_q', text: 'SELECT amount, pg_backend_pid() AS pid, pg_sleep(0.05) FROM schema_outside WHERE id = $1' };
+    const named = {
+      name: 'contract_schema_outside_q',
+      text: 'SELECT amount, pg_backend_pid() AS pid, pg_sleep(0.05) FROM schema_outside WHERE id = $1',
+    };
     const runBoth = async () => {
       // Two at once, each holding its connection ~50 ms: both pooled connections prepare (and later reuse) them.
       const built = await Promise.all([statement.run(pooled.db, { id: 1 }), statement.run(pooled.db, { id: 2 })]);
@@ -476,12 +489,15 @@ describe('a schema change under prepared statements', () => {
     expect((await runBoth()).amounts).toEqual([7, 8, 7, 8]);
   });
 
-  it('when a column\'s type changes under a named statement prepared on a transaction\'s connection, the transaction is retried once as a whole and commits exactly once', async () => {
+  it("when a column's type changes under a named statement prepared on a transaction's connection, the transaction is retried once as a whole and commits exactly once", async () => {
     await admin.query(`
       CREATE TABLE schema_inside (id int PRIMARY KEY, amount int); INSERT INTO schema_inside VALUES (1, 5);
       CREATE TABLE schema_inside_log (n serial PRIMARY KEY, note text)`);
     const single = open({ poolSize: 1, connectTimeoutMs: 2_000 });
-    const statement = builtOnce('contract_schema_inside', () => sql`SELECT amount, pg_backend_pid() AS pid FROM schema_inside WHERE id = ${sql.placeholder('id')}`);
+    const statement = builtOnce(
+      'contract_schema_inside',
+      () => sql`SELECT amount, pg_backend_pid() AS pid FROM schema_inside WHERE id = ${sql.placeholder('id')}`,
+    );
     let attempts = 0;
     const work = (note: string) =>
       single.transaction(async (tx) => {
@@ -509,7 +525,10 @@ describe('a schema change under prepared statements', () => {
 
   it('when a named statement no longer exists on its connection (DEALLOCATE ALL, as a pooler would), it is prepared again and succeeds', async () => {
     const single = open({ poolSize: 1, connectTimeoutMs: 2_000 });
-    const statement = builtOnce('contract_deallocated', () => sql`SELECT ${sql.placeholder('n')}::int * 2 AS doubled, pg_backend_pid() AS pid`);
+    const statement = builtOnce(
+      'contract_deallocated',
+      () => sql`SELECT ${sql.placeholder('n')}::int * 2 AS doubled, pg_backend_pid() AS pid`,
+    );
     const named = { name: 'contract_deallocated_q', text: 'SELECT $1::int * 3 AS tripled, pg_backend_pid() AS pid' };
     const first = await statement.run(single.db, { n: 2 });
     const firstQuery = await single.query({ ...named, values: [2] });
@@ -538,84 +557,102 @@ describe('Database.listen', () => {
       )
     ).rows.map((row) => row.pid);
 
-  it('when a NOTIFY is sent on the channel, the callback gets its payload; after the listening backend is terminated it listens again and later NOTIFYs still arrive', { timeout: 30_000 }, async () => {
-    const channel = 'contract_channel';
-    const payloads: Array<string | undefined> = [];
-    const subscription = await database.listen(channel, (payload) => payloads.push(payload));
-    try {
-      await admin.query(`SELECT pg_notify($1, 'one')`, [channel]);
-      await vi.waitFor(() => expect(payloads).toContain('one'), { timeout: 2_000, interval: 20 });
+  it(
+    'when a NOTIFY is sent on the channel, the callback gets its payload; after the listening backend is terminated it listens again and later NOTIFYs still arrive',
+    { timeout: 30_000 },
+    async () => {
+      const channel = 'contract_channel';
+      const payloads: Array<string | undefined> = [];
+      const subscription = await database.listen(channel, (payload) => payloads.push(payload));
+      try {
+        await admin.query(`SELECT pg_notify($1, 'one')`, [channel]);
+        await vi.waitFor(() => expect(payloads).toContain('one'), { timeout: 2_000, interval: 20 });
 
-      const [pid, ...others] = await listeningPids(channel);
-      expect(pid).toBeDefined();
-      expect(others).toEqual([]);
-      await terminate(pid!);
+        const [pid, ...others] = await listeningPids(channel);
+        expect(pid).toBeDefined();
+        expect(others).toEqual([]);
+        await terminate(pid!);
 
-      // It listens again on a new backend...
-      let relistened: number | undefined;
-      await vi.waitFor(
-        async () => {
-          const pids = await listeningPids(channel);
-          expect(pids).toHaveLength(1);
-          expect(pids[0]).not.toBe(pid);
-          relistened = pids[0];
-        },
-        { timeout: 15_000, interval: 100 },
+        // It listens again on a new backend...
+        let relistened: number | undefined;
+        await vi.waitFor(
+          async () => {
+            const pids = await listeningPids(channel);
+            expect(pids).toHaveLength(1);
+            expect(pids[0]).not.toBe(pid);
+            relistened = pids[0];
+          },
+          { timeout: 15_000, interval: 100 },
+        );
+        expect(relistened).toBeDefined();
+        // ...where a NOTIFY sent after that reaches the callback.
+        await admin.query(`SELECT pg_notify($1, 'two')`, [channel]);
+        await vi.waitFor(() => expect(payloads).toContain('two'), { timeout: 2_000, interval: 20 });
+        // NOTIFYs of other channels do not.
+        await admin.query(`SELECT pg_notify('contract_other_channel', 'other')`);
+        await admin.query(`SELECT pg_notify($1, 'three')`, [channel]);
+        await vi.waitFor(() => expect(payloads).toContain('three'), { timeout: 2_000, interval: 20 });
+        expect(payloads).not.toContain('other');
+      } finally {
+        await subscription.close();
+      }
+      // Closed: its connection is gone and nothing more arrives.
+      await vi.waitFor(async () => expect(await listeningPids(channel)).toEqual([]), { timeout: 2_000, interval: 20 });
+      const count = payloads.length;
+      await admin.query(`SELECT pg_notify($1, 'after close')`, [channel]);
+      await sleep(200);
+      expect(payloads).toHaveLength(count);
+    },
+  );
+
+  it(
+    'when several channels are listened to, they share one connection: after its backend is terminated every channel listens again and each subscriber is told; closing the last ends it',
+    { timeout: 30_000 },
+    async () => {
+      const listeningBackends = async () =>
+        (
+          await admin.query<{ pid: number }>(
+            `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'listen %shared_channel_%' AND pid <> pg_backend_pid()`,
+          )
+        ).rows.map((row) => row.pid);
+      const heard: string[] = [];
+      const told = { a: 0, b: 0 };
+      const a = await database.listen(
+        'shared_channel_a',
+        (payload) => heard.push(`a:${payload}`),
+        () => (told.a += 1),
       );
-      expect(relistened).toBeDefined();
-      // ...where a NOTIFY sent after that reaches the callback.
-      await admin.query(`SELECT pg_notify($1, 'two')`, [channel]);
-      await vi.waitFor(() => expect(payloads).toContain('two'), { timeout: 2_000, interval: 20 });
-      // NOTIFYs of other channels do not.
-      await admin.query(`SELECT pg_notify('contract_other_channel', 'other')`);
-      await admin.query(`SELECT pg_notify($1, 'three')`, [channel]);
-      await vi.waitFor(() => expect(payloads).toContain('three'), { timeout: 2_000, interval: 20 });
-      expect(payloads).not.toContain('other');
-    } finally {
-      await subscription.close();
-    }
-    // Closed: its connection is gone and nothing more arrives.
-    await vi.waitFor(async () => expect(await listeningPids(channel)).toEqual([]), { timeout: 2_000, interval: 20 });
-    const count = payloads.length;
-    await admin.query(`SELECT pg_notify($1, 'after close')`, [channel]);
-    await sleep(200);
-    expect(payloads).toHaveLength(count);
-  });
-
-  it('when several channels are listened to, they share one connection: after its backend is terminated every channel listens again and each subscriber is told; closing the last ends it', { timeout: 30_000 }, async () => {
-    const listeningBackends = async () =>
-      (await admin.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'listen %shared_channel_%' AND pid <> pg_backend_pid()`)).rows.map(
-        (row) => row.pid,
+      const b = await database.listen(
+        'shared_channel_b',
+        (payload) => heard.push(`b:${payload}`),
+        () => (told.b += 1),
       );
-    const heard: string[] = [];
-    const told = { a: 0, b: 0 };
-    const a = await database.listen('shared_channel_a', (payload) => heard.push(`a:${payload}`), () => (told.a += 1));
-    const b = await database.listen('shared_channel_b', (payload) => heard.push(`b:${payload}`), () => (told.b += 1));
-    try {
-      expect(told).toEqual({ a: 1, b: 1 });
-      const [pid, ...others] = await listeningBackends();
-      expect(pid).toBeDefined();
-      expect(others).toEqual([]);
-      await admin.query(`SELECT pg_notify('shared_channel_a', '1'), pg_notify('shared_channel_b', '1')`);
-      await vi.waitFor(() => expect(heard.sort()).toEqual(['a:1', 'b:1']), { timeout: 2_000, interval: 20 });
+      try {
+        expect(told).toEqual({ a: 1, b: 1 });
+        const [pid, ...others] = await listeningBackends();
+        expect(pid).toBeDefined();
+        expect(others).toEqual([]);
+        await admin.query(`SELECT pg_notify('shared_channel_a', '1'), pg_notify('shared_channel_b', '1')`);
+        await vi.waitFor(() => expect(heard.sort()).toEqual(['a:1', 'b:1']), { timeout: 2_000, interval: 20 });
 
-      await terminate(pid!);
-      await vi.waitFor(() => expect(told).toEqual({ a: 2, b: 2 }), { timeout: 15_000, interval: 100 });
-      const after = await listeningBackends();
-      expect(after).toHaveLength(1);
-      expect(after[0]).not.toBe(pid);
-      await admin.query(`SELECT pg_notify('shared_channel_a', '2'), pg_notify('shared_channel_b', '2')`);
-      await vi.waitFor(() => expect(heard).toEqual(expect.arrayContaining(['a:2', 'b:2'])), { timeout: 2_000, interval: 20 });
+        await terminate(pid!);
+        await vi.waitFor(() => expect(told).toEqual({ a: 2, b: 2 }), { timeout: 15_000, interval: 100 });
+        const after = await listeningBackends();
+        expect(after).toHaveLength(1);
+        expect(after[0]).not.toBe(pid);
+        await admin.query(`SELECT pg_notify('shared_channel_a', '2'), pg_notify('shared_channel_b', '2')`);
+        await vi.waitFor(() => expect(heard).toEqual(expect.arrayContaining(['a:2', 'b:2'])), { timeout: 2_000, interval: 20 });
 
-      await a.close();
-      expect(await listeningBackends()).toHaveLength(1);
-      await admin.query(`SELECT pg_notify('shared_channel_a', '3'), pg_notify('shared_channel_b', '3')`);
-      await vi.waitFor(() => expect(heard).toContain('b:3'), { timeout: 2_000, interval: 20 });
-      expect(heard).not.toContain('a:3');
-    } finally {
-      await a.close();
-      await b.close();
-    }
-    await vi.waitFor(async () => expect(await listeningBackends()).toEqual([]), { timeout: 2_000, interval: 20 });
-  });
+        await a.close();
+        expect(await listeningBackends()).toHaveLength(1);
+        await admin.query(`SELECT pg_notify('shared_channel_a', '3'), pg_notify('shared_channel_b', '3')`);
+        await vi.waitFor(() => expect(heard).toContain('b:3'), { timeout: 2_000, interval: 20 });
+        expect(heard).not.toContain('a:3');
+      } finally {
+        await a.close();
+        await b.close();
+      }
+      await vi.waitFor(async () => expect(await listeningBackends()).toEqual([]), { timeout: 2_000, interval: 20 });
+    },
+  );
 });

@@ -84,7 +84,10 @@ const transactionTargets = new AsyncLocalStorage<StatementTarget>();
 export function statementTargetOf(executor: Executor): StatementTarget {
   const target = targets.get(executor) ?? transactionTargets.getStore();
   // A transaction Drizzle opened by itself (db.transaction) runs on a connection nobody told us of.
-  if (!target) throw new Error('Built-once statements run on a Database\'s pool or inside Database.transaction, not in a transaction opened with db.transaction');
+  if (!target)
+    throw new Error(
+      "Built-once statements run on a Database's pool or inside Database.transaction, not in a transaction opened with db.transaction",
+    );
   return target;
 }
 
@@ -203,7 +206,11 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
   const ambient = new AsyncLocalStorage<Tx>();
   const listeners = new Set<Listener>();
 
-  async function query<R extends pg.QueryResultRow>(statement: string | pg.QueryConfig, values?: unknown[], retried = false): Promise<pg.QueryResult<R>> {
+  async function query<R extends pg.QueryResultRow>(
+    statement: string | pg.QueryConfig,
+    values?: unknown[],
+    retried = false,
+  ): Promise<pg.QueryResult<R>> {
     const named = typeof statement === 'string' ? statement : { ...statement, name: statementName(statement.name, names) };
     try {
       return await pool.query<R>(named as pg.QueryConfig, values);
@@ -260,7 +267,12 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
 
   function openListeningConnection(): ListeningConnection | undefined {
     if (listening || subscriptions.size === 0) return listening;
-    const client = new pg.Client({ ...directConfig, query_timeout: undefined, statement_timeout: undefined, idle_in_transaction_session_timeout: undefined });
+    const client = new pg.Client({
+      ...directConfig,
+      query_timeout: undefined,
+      statement_timeout: undefined,
+      idle_in_transaction_session_timeout: undefined,
+    });
     const state: ListeningConnection = { client, channels: new Set<string>(), ready: Promise.resolve(), dropped: false };
     listening = state;
     const drop = () => {
@@ -301,7 +313,11 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
     subscription.onListening?.();
   }
 
-  async function listen(channel: string, onNotification: (payload: string | undefined) => void, onListening?: () => void): Promise<Listener> {
+  async function listen(
+    channel: string,
+    onNotification: (payload: string | undefined) => void,
+    onListening?: () => void,
+  ): Promise<Listener> {
     const subscription: Subscription = { channel, onNotification, onListening };
     subscriptions.add(subscription);
     // While a dropped connection waits to be opened again, the reopening takes this subscription along.

@@ -52,7 +52,8 @@ export async function connect(config: Config, logger: Logger, options: { migrate
   }
   const database = createDatabase(resolved.url, { ...config.database, directUrl });
   // Only the HTTP server reads lists; the CLI and the worker never open it.
-  const replica = options.replica && config.databaseReplicaUrl ? createDatabase(config.databaseReplicaUrl, replicaOptions(config)) : undefined;
+  const replica =
+    options.replica && config.databaseReplicaUrl ? createDatabase(config.databaseReplicaUrl, replicaOptions(config)) : undefined;
   let closed = false;
   return {
     database,

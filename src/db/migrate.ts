@@ -37,7 +37,9 @@ export async function runMigrations(connectionString: string): Promise<{ applied
     try {
       await client.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK_ID]);
       await client.query('CREATE SCHEMA IF NOT EXISTS drizzle');
-      await client.query('CREATE TABLE IF NOT EXISTS drizzle.__drizzle_migrations (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)');
+      await client.query(
+        'CREATE TABLE IF NOT EXISTS drizzle.__drizzle_migrations (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)',
+      );
       const newest = await client.query<{ created_at: string | number | null }>(
         'SELECT created_at FROM drizzle.__drizzle_migrations ORDER BY created_at DESC LIMIT 1',
       );
@@ -49,7 +51,10 @@ export async function runMigrations(connectionString: string): Promise<{ applied
           // Breakpoint chunks can be blank (a trailing `--> statement-breakpoint`).
           if (statement.trim() !== '') await client.query(statement);
         }
-        await client.query('INSERT INTO drizzle.__drizzle_migrations (hash, created_at) VALUES ($1, $2)', [migration.hash, migration.folderMillis]);
+        await client.query('INSERT INTO drizzle.__drizzle_migrations (hash, created_at) VALUES ($1, $2)', [
+          migration.hash,
+          migration.folderMillis,
+        ]);
         applied += 1;
       }
       await client.query('COMMIT');

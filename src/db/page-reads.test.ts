@@ -37,7 +37,8 @@ function recorder() {
 }
 
 /** A page that says which server port answered it. */
-const whichServer = async (executor: Executor) => (await executor.execute<{ port: number }>(sql`SELECT inet_server_port() AS port`)).rows[0]!.port;
+const whichServer = async (executor: Executor) =>
+  (await executor.execute<{ port: number }>(sql`SELECT inet_server_port() AS port`)).rows[0]!.port;
 
 describe('page reads', () => {
   it('when no replica is configured, every page reads the primary', async () => {

@@ -77,9 +77,11 @@ export function createPageReads(options: PageReadsOptions): PageReads {
           async (tx) => {
             if (watermark) {
               // NULL (not in recovery: not a standby of this primary) counts as behind.
-              const [row] = (await tx.execute<{ replayed: boolean | null }>(
-                sql`SELECT pg_last_wal_replay_lsn() >= ${watermark.rows[0]!.lsn}::pg_lsn AS replayed`,
-              )).rows;
+              const [row] = (
+                await tx.execute<{ replayed: boolean | null }>(
+                  sql`SELECT pg_last_wal_replay_lsn() >= ${watermark.rows[0]!.lsn}::pg_lsn AS replayed`,
+                )
+              ).rows;
               if (row?.replayed !== true) return BEHIND;
             }
             return read(tx);

@@ -20,8 +20,14 @@ import {
 
 // Millisecond precision everywhere: a JS Date holds milliseconds, so cursors and columns agree exactly.
 const timestamptz = (name: string) => timestamp(name, { withTimezone: true, precision: 3, mode: 'date' });
-const createdAt = () => timestamptz('created_at').notNull().default(sql`clock_timestamp()`);
-const updatedAt = () => timestamptz('updated_at').notNull().default(sql`clock_timestamp()`);
+const createdAt = () =>
+  timestamptz('created_at')
+    .notNull()
+    .default(sql`clock_timestamp()`);
+const updatedAt = () =>
+  timestamptz('updated_at')
+    .notNull()
+    .default(sql`clock_timestamp()`);
 const orgId = () =>
   uuid('org_id')
     .notNull()
@@ -39,9 +45,14 @@ const tenantId = () => uuid('id').notNull().defaultRandom();
 export const organisations = pgTable('organisations', {
   id: uuid('id').primaryKey().defaultRandom(),
   name: text('name').notNull(),
-  features: text('features').array().notNull().default(sql`'{}'::text[]`),
+  features: text('features')
+    .array()
+    .notNull()
+    .default(sql`'{}'::text[]`),
   credits: integer('credits').notNull().default(0),
-  defaultPayer: text('default_payer', { enum: ['organization', 'customer'] }).notNull().default('organization'),
+  defaultPayer: text('default_payer', { enum: ['organization', 'customer'] })
+    .notNull()
+    .default('organization'),
   isSandbox: boolean('is_sandbox').notNull().default(false),
   createdAt: createdAt(),
   updatedAt: updatedAt(),
@@ -62,7 +73,10 @@ export const apiKeys = pgTable(
     keyHash: text('key_hash').notNull(),
     scopes: text('scopes').array().notNull(),
     /** Normalized IPv4/IPv6 CIDR ranges; empty means any address. */
-    allowedIps: text('allowed_ips').array().notNull().default(sql`'{}'::text[]`),
+    allowedIps: text('allowed_ips')
+      .array()
+      .notNull()
+      .default(sql`'{}'::text[]`),
     burstLimit: integer('burst_limit'),
     dailyLimit: integer('daily_limit'),
     expiresAt: timestamptz('expires_at'),
@@ -86,7 +100,11 @@ export const apiKeyHashes = pgTable(
     apiKeyId: uuid('api_key_id').notNull(),
   },
   (table) => [
-    foreignKey({ name: 'api_key_hashes_api_key_fk', columns: [table.orgId, table.apiKeyId], foreignColumns: [apiKeys.orgId, apiKeys.id] }).onDelete('cascade'),
+    foreignKey({
+      name: 'api_key_hashes_api_key_fk',
+      columns: [table.orgId, table.apiKeyId],
+      foreignColumns: [apiKeys.orgId, apiKeys.id],
+    }).onDelete('cascade'),
   ],
 );
 
@@ -103,7 +121,11 @@ export const apiKeyUsage = pgTable(
   },
   (table) => [
     primaryKey({ name: 'api_key_usage_pkey', columns: [table.orgId, table.apiKeyId] }),
-    foreignKey({ name: 'api_key_usage_api_key_fk', columns: [table.orgId, table.apiKeyId], foreignColumns: [apiKeys.orgId, apiKeys.id] }).onDelete('cascade'),
+    foreignKey({
+      name: 'api_key_usage_api_key_fk',
+      columns: [table.orgId, table.apiKeyId],
+      foreignColumns: [apiKeys.orgId, apiKeys.id],
+    }).onDelete('cascade'),
   ],
 );
 
@@ -120,7 +142,11 @@ export const idempotencyKeys = pgTable(
   },
   (table) => [
     primaryKey({ name: 'idempotency_keys_pkey', columns: [table.orgId, table.apiKeyId, table.key] }),
-    foreignKey({ name: 'idempotency_keys_api_key_fk', columns: [table.orgId, table.apiKeyId], foreignColumns: [apiKeys.orgId, apiKeys.id] }).onDelete('cascade'),
+    foreignKey({
+      name: 'idempotency_keys_api_key_fk',
+      columns: [table.orgId, table.apiKeyId],
+      foreignColumns: [apiKeys.orgId, apiKeys.id],
+    }).onDelete('cascade'),
     // The retention purge's batches, per organisation.
     index('idempotency_keys_org_created_idx').on(table.orgId, table.createdAt),
   ],
@@ -159,9 +185,13 @@ export const auditLog = pgTable(
     index('audit_log_subject_idx').on(table.orgId, table.subjectId, table.sequence),
     index('audit_log_org_created_idx').on(table.orgId, table.createdAt),
     // Sealed rows only: a row enters it once, when sealed, not also on the write path.
-    uniqueIndex('audit_log_chain_idx').on(table.orgId, table.sequence).where(sql`sequence IS NOT NULL`),
+    uniqueIndex('audit_log_chain_idx')
+      .on(table.orgId, table.sequence)
+      .where(sql`sequence IS NOT NULL`),
     // The sealer's work: small, since a row leaves it within a second of its commit.
-    index('audit_log_unsealed_idx').on(table.orgId, table.createdAt, table.id).where(sql`sequence IS NULL`),
+    index('audit_log_unsealed_idx')
+      .on(table.orgId, table.createdAt, table.id)
+      .where(sql`sequence IS NULL`),
   ],
 );
 
@@ -252,25 +282,41 @@ export const customers = pgTable(
     amlTerrorism: boolean('aml_terrorism').notNull().default(false),
     addedVia: text('added_via').notNull(),
     isDesignatedService: boolean('is_designated_service'),
-    designatedServices: text('designated_services').array().notNull().default(sql`'{}'::text[]`),
-    preExistingServices: text('pre_existing_services').array().notNull().default(sql`'{}'::text[]`),
+    designatedServices: text('designated_services')
+      .array()
+      .notNull()
+      .default(sql`'{}'::text[]`),
+    preExistingServices: text('pre_existing_services')
+      .array()
+      .notNull()
+      .default(sql`'{}'::text[]`),
     preExistingServiceSince: date('pre_existing_service_since', { mode: 'string' }),
     clientSinceDate: date('client_since_date', { mode: 'string' }),
     preCommencementAssessment: jsonb('pre_commencement_assessment'),
-    riskAnswers: jsonb('risk_answers').notNull().default(sql`'{}'::jsonb`),
-    riskRating: text('risk_rating', { enum: ['LOW', 'MEDIUM', 'HIGH'] }).notNull().default('LOW'),
+    riskAnswers: jsonb('risk_answers')
+      .notNull()
+      .default(sql`'{}'::jsonb`),
+    riskRating: text('risk_rating', { enum: ['LOW', 'MEDIUM', 'HIGH'] })
+      .notNull()
+      .default('LOW'),
     clientClassification: text('client_classification').notNull().default('NOT_DESIGNATED'),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
   (table) => [
     primaryKey({ name: 'customers_pkey', columns: [table.orgId, table.id] }),
-    uniqueIndex('customers_org_external_id_key').on(table.orgId, table.externalId).where(sql`external_id IS NOT NULL`),
+    uniqueIndex('customers_org_external_id_key')
+      .on(table.orgId, table.externalId)
+      .where(sql`external_id IS NOT NULL`),
     uniqueIndex('customers_individual_name_email_key')
       .on(table.orgId, sql`lower(${table.email})`, sql`lower(${table.name})`)
       .where(sql`kind = 'individual' AND email IS NOT NULL`),
-    uniqueIndex('customers_entity_abn_key').on(table.orgId, table.abn).where(sql`kind = 'entity' AND abn IS NOT NULL`),
-    uniqueIndex('customers_entity_acn_key').on(table.orgId, table.acn).where(sql`kind = 'entity' AND acn IS NOT NULL`),
+    uniqueIndex('customers_entity_abn_key')
+      .on(table.orgId, table.abn)
+      .where(sql`kind = 'entity' AND abn IS NOT NULL`),
+    uniqueIndex('customers_entity_acn_key')
+      .on(table.orgId, table.acn)
+      .where(sql`kind = 'entity' AND acn IS NOT NULL`),
     uniqueIndex('customers_entity_name_type_key')
       .on(table.orgId, sql`lower(${table.name})`, table.type)
       .where(sql`kind = 'entity'`),
@@ -278,9 +324,36 @@ export const customers = pgTable(
     // within an organisation and kind; each filter the spec allows has an index that yields its rows in
     // that order, so a page reads its own rows and no more. Every index ends with the filtered columns,
     // so a page's rows are chosen by an index-only scan and only the page itself is read from the table.
-    index('customers_list_idx').on(table.orgId, table.kind, table.createdAt, table.id, table.updatedAt, table.kycStatus, table.amlStatus, table.type),
-    index('customers_status_list_idx').on(table.orgId, table.kind, table.kycStatus, table.createdAt, table.id, table.updatedAt, table.amlStatus, table.type),
-    index('customers_aml_list_idx').on(table.orgId, table.kind, table.amlStatus, table.createdAt, table.id, table.updatedAt, table.kycStatus, table.type),
+    index('customers_list_idx').on(
+      table.orgId,
+      table.kind,
+      table.createdAt,
+      table.id,
+      table.updatedAt,
+      table.kycStatus,
+      table.amlStatus,
+      table.type,
+    ),
+    index('customers_status_list_idx').on(
+      table.orgId,
+      table.kind,
+      table.kycStatus,
+      table.createdAt,
+      table.id,
+      table.updatedAt,
+      table.amlStatus,
+      table.type,
+    ),
+    index('customers_aml_list_idx').on(
+      table.orgId,
+      table.kind,
+      table.amlStatus,
+      table.createdAt,
+      table.id,
+      table.updatedAt,
+      table.kycStatus,
+      table.type,
+    ),
     index('customers_entity_type_list_idx')
       .on(table.orgId, table.type, table.createdAt, table.id, table.updatedAt, table.kycStatus, table.amlStatus)
       .where(sql`kind = 'entity'`),
@@ -338,8 +411,16 @@ export const beneficialOwners = pgTable(
   },
   (table) => [
     primaryKey({ name: 'beneficial_owners_pkey', columns: [table.orgId, table.id] }),
-    foreignKey({ name: 'beneficial_owners_entity_fk', columns: [table.orgId, table.entityId], foreignColumns: [customers.orgId, customers.id] }).onDelete('cascade'),
-    foreignKey({ name: 'beneficial_owners_customer_fk', columns: [table.orgId, table.customerId], foreignColumns: [customers.orgId, customers.id] }),
+    foreignKey({
+      name: 'beneficial_owners_entity_fk',
+      columns: [table.orgId, table.entityId],
+      foreignColumns: [customers.orgId, customers.id],
+    }).onDelete('cascade'),
+    foreignKey({
+      name: 'beneficial_owners_customer_fk',
+      columns: [table.orgId, table.customerId],
+      foreignColumns: [customers.orgId, customers.id],
+    }),
     uniqueIndex('beneficial_owners_entity_customer_key').on(table.orgId, table.entityId, table.customerId),
   ],
 );
@@ -360,15 +441,24 @@ export const verifications = pgTable(
     linkToken: text('link_token'),
     recipientEmail: text('recipient_email'),
     customMessage: text('custom_message'),
-    eddCheckTypes: text('edd_check_types').array().notNull().default(sql`'{}'::text[]`),
-    startedAt: timestamptz('started_at').notNull().default(sql`clock_timestamp()`),
+    eddCheckTypes: text('edd_check_types')
+      .array()
+      .notNull()
+      .default(sql`'{}'::text[]`),
+    startedAt: timestamptz('started_at')
+      .notNull()
+      .default(sql`clock_timestamp()`),
     completedAt: timestamptz('completed_at'),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
   (table) => [
     primaryKey({ name: 'verifications_pkey', columns: [table.orgId, table.id] }),
-    foreignKey({ name: 'verifications_customer_fk', columns: [table.orgId, table.customerId], foreignColumns: [customers.orgId, customers.id] }).onDelete('cascade'),
+    foreignKey({
+      name: 'verifications_customer_fk',
+      columns: [table.orgId, table.customerId],
+      foreignColumns: [customers.orgId, customers.id],
+    }).onDelete('cascade'),
     foreignKey({
       name: 'verifications_beneficial_owner_fk',
       columns: [table.orgId, table.beneficialOwnerId],
@@ -416,8 +506,16 @@ export const creditLedger = pgTable(
   },
   (table) => [
     primaryKey({ name: 'credit_ledger_pkey', columns: [table.orgId, table.id] }),
-    foreignKey({ name: 'credit_ledger_verification_fk', columns: [table.orgId, table.verificationId], foreignColumns: [verifications.orgId, verifications.id] }),
-    foreignKey({ name: 'credit_ledger_document_fk', columns: [table.orgId, table.documentId], foreignColumns: [entityDocuments.orgId, entityDocuments.id] }),
+    foreignKey({
+      name: 'credit_ledger_verification_fk',
+      columns: [table.orgId, table.verificationId],
+      foreignColumns: [verifications.orgId, verifications.id],
+    }),
+    foreignKey({
+      name: 'credit_ledger_document_fk',
+      columns: [table.orgId, table.documentId],
+      foreignColumns: [entityDocuments.orgId, entityDocuments.id],
+    }),
     foreignKey({
       name: 'credit_ledger_document_request_fk',
       columns: [table.orgId, table.documentRequestId],
@@ -436,20 +534,30 @@ export const emails = pgTable(
     subject: text('subject').notNull(),
     body: text('body').notNull(),
     link: text('link'),
-    status: text('status', { enum: ['queued', 'sent', 'recorded', 'failed'] }).notNull().default('queued'),
+    status: text('status', { enum: ['queued', 'sent', 'recorded', 'failed'] })
+      .notNull()
+      .default('queued'),
     attempts: integer('attempts').notNull().default(0),
     lastError: text('last_error'),
-    nextAttemptAt: timestamptz('next_attempt_at').notNull().default(sql`clock_timestamp()`),
+    nextAttemptAt: timestamptz('next_attempt_at')
+      .notNull()
+      .default(sql`clock_timestamp()`),
     sentAt: timestamptz('sent_at'),
     verificationId: uuid('verification_id'),
     createdAt: createdAt(),
   },
   (table) => [
     primaryKey({ name: 'emails_pkey', columns: [table.orgId, table.id] }),
-    foreignKey({ name: 'emails_verification_fk', columns: [table.orgId, table.verificationId], foreignColumns: [verifications.orgId, verifications.id] }),
+    foreignKey({
+      name: 'emails_verification_fk',
+      columns: [table.orgId, table.verificationId],
+      foreignColumns: [verifications.orgId, verifications.id],
+    }),
     // The sender's claim: the organisations with queued emails (skipping from one to the next), then
     // each one's due emails in order (emails.repository.ts).
-    index('emails_due_idx').on(table.orgId, table.nextAttemptAt).where(sql`status = 'queued'`),
+    index('emails_due_idx')
+      .on(table.orgId, table.nextAttemptAt)
+      .where(sql`status = 'queued'`),
     index('emails_org_idx').on(table.orgId, table.createdAt),
   ],
 );
@@ -475,7 +583,9 @@ export const documentRequests = pgTable(
     types: text('types').array().notNull(),
     message: text('message'),
     dueAt: timestamptz('due_at').notNull(),
-    status: text('status', { enum: ['OPEN', 'FULFILLED', 'EXPIRED'] }).notNull().default('OPEN'),
+    status: text('status', { enum: ['OPEN', 'FULFILLED', 'EXPIRED'] })
+      .notNull()
+      .default('OPEN'),
     payer: text('payer', { enum: ['organization', 'customer'] }).notNull(),
     cost: integer('cost').notNull().default(0),
     recipientEmail: text('recipient_email').notNull(),
@@ -488,10 +598,16 @@ export const documentRequests = pgTable(
   },
   (table) => [
     primaryKey({ name: 'document_requests_pkey', columns: [table.orgId, table.id] }),
-    foreignKey({ name: 'document_requests_entity_fk', columns: [table.orgId, table.entityId], foreignColumns: [customers.orgId, customers.id] }).onDelete('cascade'),
+    foreignKey({
+      name: 'document_requests_entity_fk',
+      columns: [table.orgId, table.entityId],
+      foreignColumns: [customers.orgId, customers.id],
+    }).onDelete('cascade'),
     index('document_requests_entity_idx').on(table.orgId, table.entityId, table.createdAt, table.id),
     // The expiry job's work: open requests by due time.
-    index('document_requests_open_due_idx').on(table.orgId, table.dueAt).where(sql`status = 'OPEN'`),
+    index('document_requests_open_due_idx')
+      .on(table.orgId, table.dueAt)
+      .where(sql`status = 'OPEN'`),
   ],
 );
 
@@ -544,7 +660,11 @@ export const entityDocuments = pgTable(
   },
   (table) => [
     primaryKey({ name: 'entity_documents_pkey', columns: [table.orgId, table.id] }),
-    foreignKey({ name: 'entity_documents_entity_fk', columns: [table.orgId, table.entityId], foreignColumns: [customers.orgId, customers.id] }).onDelete('cascade'),
+    foreignKey({
+      name: 'entity_documents_entity_fk',
+      columns: [table.orgId, table.entityId],
+      foreignColumns: [customers.orgId, customers.id],
+    }).onDelete('cascade'),
     foreignKey({
       name: 'entity_documents_request_fk',
       columns: [table.orgId, table.documentRequestId],
@@ -603,10 +723,16 @@ export const outboxEvents = pgTable(
     primaryKey({ name: 'outbox_events_pkey', columns: [table.orgId, table.id] }),
     index('outbox_events_org_idx').on(table.orgId, table.createdAt),
     // Sealed events only: an event is indexed here once, by the sealer, not also while it waits (the write path stays lean).
-    uniqueIndex('outbox_events_feed_idx').on(table.orgId, table.position).where(sql`position IS NOT NULL`),
-    index('outbox_events_customer_feed_idx').on(table.orgId, table.customerId, table.position).where(sql`customer_id IS NOT NULL AND position IS NOT NULL`),
+    uniqueIndex('outbox_events_feed_idx')
+      .on(table.orgId, table.position)
+      .where(sql`position IS NOT NULL`),
+    index('outbox_events_customer_feed_idx')
+      .on(table.orgId, table.customerId, table.position)
+      .where(sql`customer_id IS NOT NULL AND position IS NOT NULL`),
     // The sealer's work: small, since a row leaves it within a second of its commit.
-    index('outbox_events_unsealed_idx').on(table.orgId, table.createdAt, table.id).where(sql`position IS NULL`),
+    index('outbox_events_unsealed_idx')
+      .on(table.orgId, table.createdAt, table.id)
+      .where(sql`position IS NULL`),
   ],
 );
 
@@ -626,7 +752,10 @@ export const webhookEndpoints = pgTable(
     orgId: orgId(),
     url: text('url').notNull(),
     secret: text('secret').notNull(),
-    eventTypes: text('event_types').array().notNull().default(sql`'{}'::text[]`),
+    eventTypes: text('event_types')
+      .array()
+      .notNull()
+      .default(sql`'{}'::text[]`),
     description: text('description'),
     enabled: boolean('enabled').notNull().default(true),
     disabledReason: text('disabled_reason'),
@@ -648,9 +777,13 @@ export const webhookDeliveries = pgTable(
     orgId: orgId(),
     eventId: uuid('event_id').notNull(),
     endpointId: uuid('endpoint_id').notNull(),
-    status: text('status', { enum: ['pending', 'succeeded', 'failed'] }).notNull().default('pending'),
+    status: text('status', { enum: ['pending', 'succeeded', 'failed'] })
+      .notNull()
+      .default('pending'),
     attempts: integer('attempts').notNull().default(0),
-    nextAttemptAt: timestamptz('next_attempt_at').notNull().default(sql`clock_timestamp()`),
+    nextAttemptAt: timestamptz('next_attempt_at')
+      .notNull()
+      .default(sql`clock_timestamp()`),
     /** Set while a worker holds the delivery; another worker may take it once this passes. */
     lockedUntil: timestamptz('locked_until'),
     lockedBy: text('locked_by'),
@@ -661,13 +794,21 @@ export const webhookDeliveries = pgTable(
   },
   (table) => [
     primaryKey({ name: 'webhook_deliveries_pkey', columns: [table.orgId, table.id] }),
-    foreignKey({ name: 'webhook_deliveries_event_fk', columns: [table.orgId, table.eventId], foreignColumns: [outboxEvents.orgId, outboxEvents.id] }).onDelete('cascade'),
-    foreignKey({ name: 'webhook_deliveries_endpoint_fk', columns: [table.orgId, table.endpointId], foreignColumns: [webhookEndpoints.orgId, webhookEndpoints.id] }).onDelete(
-      'cascade',
-    ),
+    foreignKey({
+      name: 'webhook_deliveries_event_fk',
+      columns: [table.orgId, table.eventId],
+      foreignColumns: [outboxEvents.orgId, outboxEvents.id],
+    }).onDelete('cascade'),
+    foreignKey({
+      name: 'webhook_deliveries_endpoint_fk',
+      columns: [table.orgId, table.endpointId],
+      foreignColumns: [webhookEndpoints.orgId, webhookEndpoints.id],
+    }).onDelete('cascade'),
     // The worker's claim: the organisations with pending deliveries (skipping from one to the next),
     // then each one's due deliveries in order (delivery.repository.ts).
-    index('webhook_deliveries_due_idx').on(table.orgId, table.nextAttemptAt).where(sql`status = 'pending'`),
+    index('webhook_deliveries_due_idx')
+      .on(table.orgId, table.nextAttemptAt)
+      .where(sql`status = 'pending'`),
     index('webhook_deliveries_org_idx').on(table.orgId, table.eventId),
     index('webhook_deliveries_org_created_idx').on(table.orgId, table.createdAt),
     index('webhook_deliveries_endpoint_idx').on(table.orgId, table.endpointId, table.createdAt, table.id),
@@ -691,9 +832,11 @@ export const webhookAttempts = pgTable(
   },
   (table) => [
     primaryKey({ name: 'webhook_attempts_pkey', columns: [table.orgId, table.id] }),
-    foreignKey({ name: 'webhook_attempts_delivery_fk', columns: [table.orgId, table.deliveryId], foreignColumns: [webhookDeliveries.orgId, webhookDeliveries.id] }).onDelete(
-      'cascade',
-    ),
+    foreignKey({
+      name: 'webhook_attempts_delivery_fk',
+      columns: [table.orgId, table.deliveryId],
+      foreignColumns: [webhookDeliveries.orgId, webhookDeliveries.id],
+    }).onDelete('cascade'),
     index('webhook_attempts_delivery_idx').on(table.orgId, table.deliveryId),
     index('webhook_attempts_org_created_idx').on(table.orgId, table.createdAt),
   ],
@@ -720,7 +863,10 @@ export const groupTemplates = pgTable(
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
-  (table) => [primaryKey({ name: 'group_templates_pkey', columns: [table.orgId, table.id] }), uniqueIndex('group_templates_org_code_key').on(table.orgId, table.code)],
+  (table) => [
+    primaryKey({ name: 'group_templates_pkey', columns: [table.orgId, table.id] }),
+    uniqueIndex('group_templates_org_code_key').on(table.orgId, table.code),
+  ],
 );
 
 export const groups = pgTable(
@@ -730,7 +876,9 @@ export const groups = pgTable(
     orgId: orgId(),
     name: text('name').notNull(),
     reference: text('reference'),
-    status: text('status', { enum: ['ACTIVE', 'ON_HOLD', 'COMPLETE', 'ARCHIVED'] }).notNull().default('ACTIVE'),
+    status: text('status', { enum: ['ACTIVE', 'ON_HOLD', 'COMPLETE', 'ARCHIVED'] })
+      .notNull()
+      .default('ACTIVE'),
     templateId: uuid('template_id'),
     industry: text('industry'),
     createdAt: createdAt(),
@@ -738,7 +886,11 @@ export const groups = pgTable(
   },
   (table) => [
     primaryKey({ name: 'groups_pkey', columns: [table.orgId, table.id] }),
-    foreignKey({ name: 'groups_template_fk', columns: [table.orgId, table.templateId], foreignColumns: [groupTemplates.orgId, groupTemplates.id] }),
+    foreignKey({
+      name: 'groups_template_fk',
+      columns: [table.orgId, table.templateId],
+      foreignColumns: [groupTemplates.orgId, groupTemplates.id],
+    }),
     uniqueIndex('groups_active_reference_key')
       .on(table.orgId, table.reference)
       .where(sql`status = 'ACTIVE' AND reference IS NOT NULL`),
@@ -761,8 +913,16 @@ export const groupParties = pgTable(
   },
   (table) => [
     primaryKey({ name: 'group_parties_pkey', columns: [table.orgId, table.id] }),
-    foreignKey({ name: 'group_parties_group_fk', columns: [table.orgId, table.groupId], foreignColumns: [groups.orgId, groups.id] }).onDelete('cascade'),
-    foreignKey({ name: 'group_parties_customer_fk', columns: [table.orgId, table.customerId], foreignColumns: [customers.orgId, customers.id] }),
+    foreignKey({
+      name: 'group_parties_group_fk',
+      columns: [table.orgId, table.groupId],
+      foreignColumns: [groups.orgId, groups.id],
+    }).onDelete('cascade'),
+    foreignKey({
+      name: 'group_parties_customer_fk',
+      columns: [table.orgId, table.customerId],
+      foreignColumns: [customers.orgId, customers.id],
+    }),
     index('group_parties_group_idx').on(table.orgId, table.groupId, table.position),
   ],
 );

@@ -171,7 +171,9 @@ export function answerFor(error: unknown, request: FastifyRequest, reply: Fastif
 /** One handler renders every error, including Fastify's own, as the spec's envelope. */
 export const errorsPlugin = fp(
   async (app: FastifyInstance) => {
-    app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => renderError(reply, answerFor(error, request, reply)));
+    app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) =>
+      renderError(reply, answerFor(error, request, reply)),
+    );
 
     app.setNotFoundHandler((request, reply) => {
       renderError(reply, new AppError('not_found', 404, `No route for ${request.method} ${request.url.split('?')[0]}.`));

@@ -24,7 +24,7 @@ export function requestFingerprint(method: string, path: string, body: unknown):
 export function idempotencyKeyOf(request: FastifyRequest): string | undefined {
   const header = request.headers['idempotency-key'];
   if (header === undefined) return undefined;
-  return Array.isArray(header) ? header[0] ?? '' : header;
+  return Array.isArray(header) ? (header[0] ?? '') : header;
 }
 
 type Outcome = { kind: 'sent'; status: number; body: string; replayed: boolean } | { kind: 'error'; error: AppError };

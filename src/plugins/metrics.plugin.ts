@@ -198,7 +198,11 @@ export async function listenForMetrics(app: FastifyInstance, options: { port: nu
     return registry.metrics();
   });
   listener.setNotFoundHandler((request, reply) => {
-    const error = new AppError('not_found', 404, `No route for ${request.method} ${request.url.split('?')[0]}; this port serves GET /metrics only.`);
+    const error = new AppError(
+      'not_found',
+      404,
+      `No route for ${request.method} ${request.url.split('?')[0]}; this port serves GET /metrics only.`,
+    );
     return reply.code(404).send(errorEnvelope(error));
   });
   listener.setErrorHandler((error, _request, reply) => {

@@ -44,7 +44,7 @@ const COMPONENT_RESPONSES: Record<string, OpenAPIV3_1.ResponseObject> = {
     RATE_HEADERS,
   ),
   Unauthorized: errorResponse(
-    'Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller\'s IP address is not on the key\'s allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`.',
+    "Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`.",
     ['X-Request-Id', 'WWW-Authenticate'],
   ),
   InsufficientCredits: errorResponse(
@@ -52,11 +52,11 @@ const COMPONENT_RESPONSES: Record<string, OpenAPIV3_1.ResponseObject> = {
     RATE_HEADERS,
   ),
   Forbidden: errorResponse(
-    'Forbidden: `forbidden_scope` — the API key lacks the operation\'s scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method).',
+    "Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method).",
     RATE_HEADERS,
   ),
   NotFound: errorResponse(
-    'Not found: `not_found` — no such record in the API key\'s organisation (an id of another organisation answers the same), or an id longer than any record can have.',
+    "Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have.",
     RATE_HEADERS,
   ),
   Conflict: errorResponse(
@@ -73,13 +73,10 @@ const COMPONENT_RESPONSES: Record<string, OpenAPIV3_1.ResponseObject> = {
     RATE_HEADERS,
   ),
   RateLimited: errorResponse(
-    'Rate limited: `rate_limited` — the API key\'s burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds.',
+    "Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds.",
     [...RATE_HEADERS, 'Retry-After'],
   ),
-  InternalError: errorResponse(
-    'Internal error: `internal` — nothing was changed; quote `details.request_id` to support.',
-    RATE_HEADERS,
-  ),
+  InternalError: errorResponse('Internal error: `internal` — nothing was changed; quote `details.request_id` to support.', RATE_HEADERS),
   ServiceUnavailable: errorResponse(
     'Service unavailable: `database_unavailable` — the database is briefly unreachable or overloaded; `service_unavailable` — this server is shutting down. Nothing was changed; retry after `Retry-After` seconds.',
     [...RATE_HEADERS, 'Retry-After'],
@@ -107,7 +104,8 @@ const DEFAULT_DESCRIPTION = 'Default Response';
 
 const COMPONENT_HEADERS: Record<string, OpenAPIV3_1.HeaderObject> = {
   'X-Request-Id': {
-    description: 'The request id (yours from `X-Request-Id` when it is 1–128 characters of `[A-Za-z0-9._:-]`, else generated). Quote it to support.',
+    description:
+      'The request id (yours from `X-Request-Id` when it is 1–128 characters of `[A-Za-z0-9._:-]`, else generated). Quote it to support.',
     schema: { type: 'string' },
   },
   RateLimit: {
@@ -138,7 +136,11 @@ const IDEMPOTENCY_KEY_PARAMETER: OpenAPIV3_1.ParameterObject = {
 
 /** `/v1/customers/:id/aml` → `Customers`; the first path segment names the resource group. */
 export function defaultTag(url: string): string {
-  const first = url.slice(V1_PREFIX.length).split('/').find((segment) => segment !== '') ?? 'API';
+  const first =
+    url
+      .slice(V1_PREFIX.length)
+      .split('/')
+      .find((segment) => segment !== '') ?? 'API';
   const words = first.replace(/-/g, ' ');
   return words.charAt(0).toUpperCase() + words.slice(1);
 }
@@ -179,8 +181,7 @@ const transformRoute: SwaggerTransform = (input) => {
   const method = methods[0] ?? 'GET';
   const key = routeKey(method, route.url);
   const scope = ROUTE_SCOPES[key];
-  const scopeText =
-    scope === undefined ? '' : scope === null ? 'Any valid API key.' : `Required scope: \`${scope}\`.`;
+  const scopeText = scope === undefined ? '' : scope === null ? 'Any valid API key.' : `Required scope: \`${scope}\`.`;
 
   schema.operationId ??= defaultOperationId(method, route.url);
   schema.tags ??= [defaultTag(route.url)];
@@ -248,9 +249,7 @@ function addCommonResponses(operation: Operation): void {
   for (const [status, name, applies] of common) {
     if (applies && responses[status] === undefined) responses[status] = ref('responses', name);
   }
-  operation.responses = Object.fromEntries(
-    Object.entries(responses).sort(([a], [b]) => a.localeCompare(b)),
-  ) as OpenAPIV3_1.ResponsesObject;
+  operation.responses = Object.fromEntries(Object.entries(responses).sort(([a], [b]) => a.localeCompare(b))) as OpenAPIV3_1.ResponsesObject;
 }
 
 function hasPathParameter(operation: Operation): boolean {
@@ -302,7 +301,7 @@ const TAGS: OpenAPIV3_1.TagObject[] = [
   {
     name: 'Customers',
     description:
-      'Individual customers (`INDIVIDUAL`, `SOLE_TRADER`), verified by KYC: create or upsert by `externalId`, read by the service\'s id or your own external id, list and poll for changes with `updated_since`, update, and record the designated services you provide them. Ingesting never starts verification, sends an email or spends credits.',
+      "Individual customers (`INDIVIDUAL`, `SOLE_TRADER`), verified by KYC: create or upsert by `externalId`, read by the service's id or your own external id, list and poll for changes with `updated_since`, update, and record the designated services you provide them. Ingesting never starts verification, sends an email or spends credits.",
   },
   {
     name: 'Entities',
@@ -321,17 +320,17 @@ const TAGS: OpenAPIV3_1.TagObject[] = [
   {
     name: 'Entity documents',
     description:
-      'Documents supporting an entity\'s verification (trust deeds, partnership agreements, …): upload one as multipart/form-data (PDF, PNG or JPEG by content, at most 10 MiB; 1 credit, paid by the organisation), list an entity\'s documents and download their content.',
+      "Documents supporting an entity's verification (trust deeds, partnership agreements, …): upload one as multipart/form-data (PDF, PNG or JPEG by content, at most 10 MiB; 1 credit, paid by the organisation), list an entity's documents and download their content.",
   },
   {
     name: 'Verification',
     description:
-      'Start KYC for an individual or KYB for an entity. Only these operations (and back-office staff) start verification: they email the customer or the contact a secure link and spend the organisation\'s credits or bill the customer (402 `insufficient_credits` when an organisation-paid check lacks credits), except the `manual` KYB lane, which does neither.',
+      "Start KYC for an individual or KYB for an entity. Only these operations (and back-office staff) start verification: they email the customer or the contact a secure link and spend the organisation's credits or bill the customer (402 `insufficient_credits` when an organisation-paid check lacks credits), except the `manual` KYB lane, which does neither.",
   },
   {
     name: 'Groups',
     description:
-      'Group workspaces for multi-party deals or matters, created from a group template or from explicit party slots, and the templates available to the organisation. Needs the organisation\'s `groups` feature (403 `feature_disabled` otherwise).',
+      "Group workspaces for multi-party deals or matters, created from a group template or from explicit party slots, and the templates available to the organisation. Needs the organisation's `groups` feature (403 `feature_disabled` otherwise).",
   },
   {
     name: 'Entity documents',
@@ -351,7 +350,7 @@ const TAGS: OpenAPIV3_1.TagObject[] = [
   {
     name: 'Audit',
     description:
-      'The compliance trail (scope `audit:read`): every recorded change, by whom (API key, operator or the service) and when, with its old and new values, in the order of the organisation\'s tamper-evident hash chain. Personal data appears as stored; secrets never do.',
+      "The compliance trail (scope `audit:read`): every recorded change, by whom (API key, operator or the service) and when, with its old and new values, in the order of the organisation's tamper-evident hash chain. Personal data appears as stored; secrets never do.",
   },
   {
     name: 'Catalog',

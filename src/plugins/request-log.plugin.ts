@@ -20,7 +20,8 @@ export class RequestLogController extends LogController {
     const line = requestLine(request.method, request.routeOptions.url, reply.statusCode, reply.elapsedTime);
     if (!error) reply.log.info(line, 'request');
     // A client that hangs up while its answer is sent is no fault of the service.
-    else if (CLIENT_GONE_CODES.has((error as { code?: string }).code ?? '')) reply.log.info({ ...line, err: error }, 'client went away while its response was sent');
+    else if (CLIENT_GONE_CODES.has((error as { code?: string }).code ?? ''))
+      reply.log.info({ ...line, err: error }, 'client went away while its response was sent');
     else reply.log.warn({ ...line, err: error }, 'request failed while sending its response');
   }
 

@@ -72,7 +72,19 @@ const SENSITIVE_KEYS = new Set(
 );
 
 /** Query parameters whose values never reach the logs, whatever they hold (the path and the other parameters do). */
-const SENSITIVE_QUERY = new Set(['email', 'full_name', 'fullname', 'name', 'key', 'api_key', 'apikey', 'token', 'access_token', 'phone', 'to']);
+const SENSITIVE_QUERY = new Set([
+  'email',
+  'full_name',
+  'fullname',
+  'name',
+  'key',
+  'api_key',
+  'apikey',
+  'token',
+  'access_token',
+  'phone',
+  'to',
+]);
 
 /** An API key (see api-key-secret.ts), wherever it sits in a string; the prefix alone is enough to hide it. */
 const API_KEY_IN_TEXT = /svc_live_[0-9A-Za-z]*/g;
@@ -344,7 +356,11 @@ export function carriesLogContext(options: unknown): boolean {
  * mixin: pino serializes a child's bindings when the child is made, on every request, even when
  * the request never logs a line.
  */
-export function requestChildLogger<T extends { child(bindings: object, options?: object): T }>(logger: T, bindings: object, options: object): T {
+export function requestChildLogger<T extends { child(bindings: object, options?: object): T }>(
+  logger: T,
+  bindings: object,
+  options: object,
+): T {
   const child = logger.child({}, options) as T & { [LOG_CONTEXT]?: object };
   child[LOG_CONTEXT] = { ...bindings };
   return child;
@@ -448,7 +464,9 @@ function logMethodHook(this: unknown, args: unknown[], method: LogFn): void {
 // Options
 
 /** The one set of pino options of the service: JSON, `LOG_LEVEL`, serializers instead of redaction paths. */
-export function loggerOptions(config: Pick<Config, 'logLevel'>): LoggerOptions & { serializers: NonNullable<LoggerOptions['serializers']> } {
+export function loggerOptions(
+  config: Pick<Config, 'logLevel'>,
+): LoggerOptions & { serializers: NonNullable<LoggerOptions['serializers']> } {
   const withStack = config.logLevel === 'debug' || config.logLevel === 'trace';
   const errorSerializer = (error: unknown) => toLoggedError(error, withStack, 0);
   return {

@@ -141,7 +141,18 @@ describe('sealing', () => {
     let written!: () => void;
     const wrote = new Promise<void>((resolve) => (written = resolve));
     const late = ctx.database.transaction(async (tx) => {
-      await audit.record({ orgId: org.id, actor: { type: 'system', id: null }, action: 'test.late', subjectType: 'test', subjectId: null, before: null, after: { late: true } }, tx);
+      await audit.record(
+        {
+          orgId: org.id,
+          actor: { type: 'system', id: null },
+          action: 'test.late',
+          subjectType: 'test',
+          subjectId: null,
+          before: null,
+          after: { late: true },
+        },
+        tx,
+      );
       written();
       await held;
     });
@@ -223,7 +234,10 @@ describe('sealing', () => {
     // As an upgrade finds them: sequence and hash null, and no head row.
     await sql('UPDATE audit_log SET sequence = NULL, hash = NULL WHERE org_id = $1', [org.id]);
     await sql('DELETE FROM audit_chain_heads WHERE org_id = $1', [org.id]);
-    await sql(`INSERT INTO audit_log (org_id, actor_type, action, subject_type, created_at) VALUES ($1, 'system', 'legacy.row', 'test', now() - interval '1 day')`, [org.id]);
+    await sql(
+      `INSERT INTO audit_log (org_id, actor_type, action, subject_type, created_at) VALUES ($1, 'system', 'legacy.row', 'test', now() - interval '1 day')`,
+      [org.id],
+    );
     await sealer.sealOnce();
     const { rows } = await sql('SELECT action, sequence FROM audit_log WHERE org_id = $1 ORDER BY sequence', [org.id]);
     expect(rows.map((row) => [row.action, Number(row.sequence)])).toEqual([
@@ -239,7 +253,10 @@ describe('sealing', () => {
     const jobs = startBackgroundJobs({ config: ctx.config, database, logger: pino({ level: 'silent' }), webhookWorker: false });
     try {
       const org = await ctx.createOrg();
-      const created = await ctx.request('POST', '/v1/customers', { key: org.key, body: { fullName: 'Grace Hopper', email: 'grace@example.com' } });
+      const created = await ctx.request('POST', '/v1/customers', {
+        key: org.key,
+        body: { fullName: 'Grace Hopper', email: 'grace@example.com' },
+      });
       expect(created.statusCode, created.body).toBe(201);
       const committed = Date.now();
       let sealedAfter: number | undefined;
@@ -264,20 +281,35 @@ describe('svc audit verify finds tampering', () => {
   it('when nothing was touched, the chain verifies: every row, its first and last sequence and the head hash', async () => {
     const { orgId, rows } = await sealedChain(5);
     const verdict = await service().verify(orgId);
-    expect(verdict).toEqual({ ok: true, org_id: orgId, rows: 7, first_sequence: 1, last_sequence: 7, head_hash: rows[6]!.hash, unsealed: 0 });
+    expect(verdict).toEqual({
+      ok: true,
+      org_id: orgId,
+      rows: 7,
+      first_sequence: 1,
+      last_sequence: 7,
+      head_hash: rows[6]!.hash,
+      unsealed: 0,
+    });
     expect((await service().head(orgId)).hash).toBe(rows[6]!.hash);
   });
 
   it('when a row is edited in SQL (its after changed), verify names that row as edited', async () => {
     const { orgId, rows } = await sealedChain(5);
     await sql(`UPDATE audit_log SET after = '{"n": 99, "name": "Eve"}' WHERE org_id = $1 AND sequence = 3`, [orgId]);
-    expect(await service().verify(orgId)).toMatchObject({ ok: false, broken_at: { sequence: 3, id: String(rows[2]!.id), problem: 'edited' } });
+    expect(await service().verify(orgId)).toMatchObject({
+      ok: false,
+      broken_at: { sequence: 3, id: String(rows[2]!.id), problem: 'edited' },
+    });
   });
 
   it('when a row is edited and its hash recomputed, verify names the row as edited (its follower no longer chains)', async () => {
     const { orgId, rows } = await sealedChain(5);
     await sql(`UPDATE audit_log SET actor_id = 'cli:eve' WHERE org_id = $1 AND sequence = 3`, [orgId]);
-    await sql('UPDATE audit_log SET hash = $3 WHERE org_id = $1 AND id = $2', [orgId, rows[2]!.id, chainHash(rows[1]!.hash!, await chainRowOf(orgId, rows[2]!.id))]);
+    await sql('UPDATE audit_log SET hash = $3 WHERE org_id = $1 AND id = $2', [
+      orgId,
+      rows[2]!.id,
+      chainHash(rows[1]!.hash!, await chainRowOf(orgId, rows[2]!.id)),
+    ]);
     const verdict = await service().verify(orgId);
     expect(verdict).toMatchObject({ ok: false, broken_at: { sequence: 4, id: String(rows[3]!.id), problem: 'edited' } });
   });
@@ -329,7 +361,11 @@ describe('svc audit verify finds tampering', () => {
       [orgId],
     );
     const id = inserted[0].id as number;
-    await sql('UPDATE audit_log SET hash = $3 WHERE org_id = $1 AND id = $2', [orgId, id, chainHash(rows[4]!.hash!, await chainRowOf(orgId, id))]);
+    await sql('UPDATE audit_log SET hash = $3 WHERE org_id = $1 AND id = $2', [
+      orgId,
+      id,
+      chainHash(rows[4]!.hash!, await chainRowOf(orgId, id)),
+    ]);
     expect(await service().verify(orgId)).toMatchObject({ ok: false, broken_at: { sequence: 6, id: String(id), problem: 'inserted' } });
   });
 
@@ -341,7 +377,10 @@ describe('svc audit verify finds tampering', () => {
       const { orgId, rows } = await sealedChain(5);
       await swap(orgId, a, b);
       const verdict = await service().verify(orgId);
-      expect(verdict, `${a} <-> ${b}`).toMatchObject({ ok: false, broken_at: { sequence: a, id: String(rows[b - 1]!.id), problem: 'reordered' } });
+      expect(verdict, `${a} <-> ${b}`).toMatchObject({
+        ok: false,
+        broken_at: { sequence: a, id: String(rows[b - 1]!.id), problem: 'reordered' },
+      });
     }
   });
 

@@ -25,7 +25,10 @@ function svc(...args: string[]): Promise<SvcResult> {
 async function sealedOrganisation() {
   const org = await ctx.createOrg();
   for (const n of [1, 2, 3]) {
-    const created = await ctx.request('POST', '/v1/customers', { key: org.key, body: { fullName: `Person ${n}`, email: `p${n}@example.com` } });
+    const created = await ctx.request('POST', '/v1/customers', {
+      key: org.key,
+      body: { fullName: `Person ${n}`, email: `p${n}@example.com` },
+    });
     expect(created.statusCode).toBe(201);
   }
   await sealer.sealOnce();
@@ -38,7 +41,10 @@ describe('svc audit head', () => {
     const result = await svc('audit', 'head', '--org', org.id);
     expect(result.code, result.stderr).toBe(0);
     const head = JSON.parse(result.stdout);
-    const { rows } = await ctx.database.pool.query('SELECT sequence, hash FROM audit_log WHERE org_id = $1 ORDER BY sequence DESC LIMIT 1', [org.id]);
+    const { rows } = await ctx.database.pool.query(
+      'SELECT sequence, hash FROM audit_log WHERE org_id = $1 ORDER BY sequence DESC LIMIT 1',
+      [org.id],
+    );
     expect(head).toEqual({ org_id: org.id, sequence: 5, hash: rows[0].hash, sealed_at: expect.any(String) });
   });
 
@@ -60,7 +66,15 @@ describe('svc audit verify', () => {
     const result = await svc('audit', 'verify', '--org', org.id);
     expect(result.code, result.stderr).toBe(0);
     const head = JSON.parse((await svc('audit', 'head', '--org', org.id)).stdout);
-    expect(JSON.parse(result.stdout)).toEqual({ ok: true, org_id: org.id, rows: 5, first_sequence: 1, last_sequence: 5, head_hash: head.hash, unsealed: 0 });
+    expect(JSON.parse(result.stdout)).toEqual({
+      ok: true,
+      org_id: org.id,
+      rows: 5,
+      first_sequence: 1,
+      last_sequence: 5,
+      head_hash: head.hash,
+      unsealed: 0,
+    });
   });
 
   it('when a row was edited in SQL, it prints the broken row on stdout as one JSON document, says so on stderr and exits 2', async () => {
@@ -71,7 +85,11 @@ describe('svc audit verify', () => {
     );
     const result = await svc('audit', 'verify', '--org', org.id);
     expect(result.code).toBe(2);
-    expect(JSON.parse(result.stdout)).toMatchObject({ ok: false, org_id: org.id, broken_at: { sequence: 4, id: String(rows[0].id), problem: 'edited' } });
+    expect(JSON.parse(result.stdout)).toMatchObject({
+      ok: false,
+      org_id: org.id,
+      broken_at: { sequence: 4, id: String(rows[0].id), problem: 'edited' },
+    });
     expect(result.stderr).toMatch(/audit chain broken at sequence 4 \(edited\)/);
   });
 

@@ -54,7 +54,10 @@ async function trail(key: string, query: Record<string, string> = {}): Promise<A
   const events: AuditEvent[] = [];
   let cursor: string | undefined;
   for (;;) {
-    const response = await ctx.request('GET', '/v1/audit-events', { key, query: { ...query, limit: '100', ...(cursor ? { cursor } : {}) } });
+    const response = await ctx.request('GET', '/v1/audit-events', {
+      key,
+      query: { ...query, limit: '100', ...(cursor ? { cursor } : {}) },
+    });
     expect(response.statusCode, response.body).toBe(200);
     const body = response.json() as { data: AuditEvent[]; has_more: boolean; next_cursor: string };
     events.push(...body.data);
@@ -66,16 +69,27 @@ async function trail(key: string, query: Record<string, string> = {}): Promise<A
 const WEBHOOK_URL = 'https://93.184.215.14/hooks/coverage';
 
 async function call(org: TestOrg, method: string, url: string, status: number, body?: unknown, idempotencyKey?: string): Promise<any> {
-  const response = await ctx.request(method, url, { key: org.key, body, headers: idempotencyKey ? { 'idempotency-key': idempotencyKey } : {} });
+  const response = await ctx.request(method, url, {
+    key: org.key,
+    body,
+    headers: idempotencyKey ? { 'idempotency-key': idempotencyKey } : {},
+  });
   expect(response.statusCode, `${method} ${url}: ${response.body}`).toBe(status);
   return response.body ? response.json() : undefined;
 }
 
 const suffix = () => Math.random().toString(36).slice(2, 8);
-const createCustomer = (org: TestOrg) => call(org, 'POST', '/v1/customers', 201, { fullName: `Person ${suffix()}`, email: `p.${suffix()}@example.com` });
+const createCustomer = (org: TestOrg) =>
+  call(org, 'POST', '/v1/customers', 201, { fullName: `Person ${suffix()}`, email: `p.${suffix()}@example.com` });
 const createEntity = (org: TestOrg) =>
-  call(org, 'POST', '/v1/entities', 201, { type: 'COMPANY', name: `Entity ${suffix()} Pty Ltd`, contact: { fullName: `Contact ${suffix()}`, email: `c.${suffix()}@example.com` } });
-const owners = () => ({ owners: [{ fullName: `Olive Owner ${suffix()}`, email: `owner.${suffix()}@example.com`, roleTypes: ['SHAREHOLDER'], percentageHeld: 60 }] });
+  call(org, 'POST', '/v1/entities', 201, {
+    type: 'COMPANY',
+    name: `Entity ${suffix()} Pty Ltd`,
+    contact: { fullName: `Contact ${suffix()}`, email: `c.${suffix()}@example.com` },
+  });
+const owners = () => ({
+  owners: [{ fullName: `Olive Owner ${suffix()}`, email: `owner.${suffix()}@example.com`, roleTypes: ['SHAREHOLDER'], percentageHeld: 60 }],
+});
 const createEndpoint = async (org: TestOrg) => {
   const endpoint = await call(org, 'POST', '/v1/webhook-endpoints', 201, { url: WEBHOOK_URL });
   secretsSeen.push(endpoint.secret);
@@ -99,7 +113,14 @@ const API_SCENARIOS: ApiScenario[] = [
     run: async (org, key) => {
       const externalId = `crm-${suffix()}`;
       await call(org, 'POST', '/v1/customers', 201, { externalId, fullName: 'Ada Upserted', email: 'ada.u@example.com' });
-      const updated = await call(org, 'POST', '/v1/customers', 200, { externalId, fullName: 'Ada Upserted', email: 'ada.u@example.com', phone: '+61 400 111 222' }, key);
+      const updated = await call(
+        org,
+        'POST',
+        '/v1/customers',
+        200,
+        { externalId, fullName: 'Ada Upserted', email: 'ada.u@example.com', phone: '+61 400 111 222' },
+        key,
+      );
       return [{ action: 'customer.upserted', subject: { type: 'customer', id: updated.id } }];
     },
   },
@@ -216,7 +237,14 @@ const API_SCENARIOS: ApiScenario[] = [
     route: 'POST /v1/groups',
     run: async (org, key) => {
       const customer = await createCustomer(org);
-      const group = await call(org, 'POST', '/v1/groups', 201, { name: `Matter ${suffix()}`, parties: [{ roleLabel: 'Buyer', partyType: 'INDIVIDUAL', customerId: customer.id }] }, key);
+      const group = await call(
+        org,
+        'POST',
+        '/v1/groups',
+        201,
+        { name: `Matter ${suffix()}`, parties: [{ roleLabel: 'Buyer', partyType: 'INDIVIDUAL', customerId: customer.id }] },
+        key,
+      );
       return [{ action: 'group.created', subject: { type: 'group', id: group.id } }];
     },
   },
@@ -287,7 +315,9 @@ describe('coverage of the API', () => {
       const idempotencyKey = `coverage-${randomUUID()}`;
       const expected = await scenario.run(org, idempotencyKey);
       const events = (await trail(org.key)).filter((event) => event.idempotency_key === idempotencyKey);
-      expect(events.map((event) => ({ action: event.action, subject: event.subject })).sort(byAction)).toEqual([...expected].sort(byAction));
+      expect(events.map((event) => ({ action: event.action, subject: event.subject })).sort(byAction)).toEqual(
+        [...expected].sort(byAction),
+      );
       for (const event of events) {
         expect(event.actor).toEqual({ type: 'api_key', id: org.keyId, key_label: null });
         expect(event.request_id).toEqual(expect.any(String));
@@ -300,7 +330,10 @@ describe('coverage of the API', () => {
     const customer = await createCustomer(org);
     await call(org, 'POST', `/v1/customers/${customer.id}/kyc`, 200, undefined, 'coverage-charge');
     const [charge] = await trail(org.key, { action: 'organisation.credits_charged' });
-    const { rows } = await ctx.database.pool.query('SELECT delta, balance_after, reason, verification_id FROM credit_ledger WHERE org_id = $1 AND delta < 0', [org.id]);
+    const { rows } = await ctx.database.pool.query(
+      'SELECT delta, balance_after, reason, verification_id FROM credit_ledger WHERE org_id = $1 AND delta < 0',
+      [org.id],
+    );
     expect(rows).toHaveLength(1);
     expect(charge!.changes).toEqual({
       credits: { old: rows[0].balance_after - rows[0].delta, new: rows[0].balance_after },
@@ -317,7 +350,9 @@ describe('in the transaction of the change', () => {
   /** A test-only constraint trigger: it raises at COMMIT, after every statement of the request ran. */
   async function failAtCommit(table: string, column: string, value: string) {
     const name = `coverage_fail_${suffix()}`;
-    await ctx.database.pool.query(`CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'coverage: refused at commit'; END $$`);
+    await ctx.database.pool.query(
+      `CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'coverage: refused at commit'; END $$`,
+    );
     await ctx.database.pool.query(
       `CREATE CONSTRAINT TRIGGER ${name} AFTER INSERT OR UPDATE ON ${table} DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.${column} = '${value}') EXECUTE FUNCTION ${name}()`,
     );
@@ -333,7 +368,11 @@ describe('in the transaction of the change', () => {
     const drop = await failAtCommit('audit_log', 'subject_id', customer.id);
     const key = `coverage-${randomUUID()}`;
     try {
-      const refused = await ctx.request('PATCH', `/v1/customers/${customer.id}`, { key: org.key, body: { phone: '+61 400 555 666' }, headers: { 'idempotency-key': key } });
+      const refused = await ctx.request('PATCH', `/v1/customers/${customer.id}`, {
+        key: org.key,
+        body: { phone: '+61 400 555 666' },
+        headers: { 'idempotency-key': key },
+      });
       expect(refused.statusCode, refused.body).toBe(500);
     } finally {
       await drop();
@@ -342,7 +381,9 @@ describe('in the transaction of the change', () => {
     expect((await trail(org.key)).filter((event) => event.idempotency_key === key)).toEqual([]);
     // Nothing of the request committed, its idempotency record neither: the retry runs it.
     await call(org, 'PATCH', `/v1/customers/${customer.id}`, 200, { phone: '+61 400 555 666' }, key);
-    expect((await trail(org.key)).filter((event) => event.idempotency_key === key).map((event) => event.action)).toEqual(['customer.patched']);
+    expect((await trail(org.key)).filter((event) => event.idempotency_key === key).map((event) => event.action)).toEqual([
+      'customer.patched',
+    ]);
   });
 
   it('when the change cannot commit, after its audit row was written, no audit row remains', async () => {
@@ -357,7 +398,10 @@ describe('in the transaction of the change', () => {
       await drop();
     }
     expect((await trail(org.key)).filter((event) => event.idempotency_key === key)).toEqual([]);
-    const { rows } = await ctx.database.pool.query('SELECT count(*)::int AS n FROM audit_log WHERE org_id = $1 AND idempotency_key = $2', [org.id, key]);
+    const { rows } = await ctx.database.pool.query('SELECT count(*)::int AS n FROM audit_log WHERE org_id = $1 AND idempotency_key = $2', [
+      org.id,
+      key,
+    ]);
     expect(rows[0].n).toBe(0);
     const ledger = await ctx.database.pool.query('SELECT count(*)::int AS n FROM credit_ledger WHERE org_id = $1 AND delta < 0', [org.id]);
     expect(ledger.rows[0].n).toBe(0);
@@ -370,7 +414,18 @@ describe('in the transaction of the change', () => {
 const OPERATOR = { type: 'operator', id: `cli:${userInfo().username}`, key_label: null };
 
 /** The commands that change nothing (reads, exports, checks): every other command needs a scenario. */
-const READ_ONLY_COMMANDS = new Set(['org list', 'org show', 'key list', 'webhook list', 'webhook deliveries', 'emails', 'audit head', 'audit verify', 'audit export', 'openapi']);
+const READ_ONLY_COMMANDS = new Set([
+  'org list',
+  'org show',
+  'key list',
+  'webhook list',
+  'webhook deliveries',
+  'emails',
+  'audit head',
+  'audit verify',
+  'audit export',
+  'openapi',
+]);
 
 /** The operator commands as `svc` registers them (main.ts adds only serve, worker and migrate). */
 function leafCommands(): string[] {
@@ -392,7 +447,10 @@ async function svc(...args: string[]): Promise<any> {
 /** A file of the template to create (template create reads one). */
 function templateFile(): string {
   const path = join(mkdtempSync(join(tmpdir(), 'coverage-')), 'template.json');
-  writeFileSync(path, JSON.stringify({ code: `estate-${suffix()}`, name: 'Estate administration', industry: 'LEGAL', roles: [{ roleLabel: 'Executor' }] }));
+  writeFileSync(
+    path,
+    JSON.stringify({ code: `estate-${suffix()}`, name: 'Estate administration', industry: 'LEGAL', roles: [{ roleLabel: 'Executor' }] }),
+  );
   return path;
 }
 
@@ -560,7 +618,8 @@ const CLI_SCENARIOS: CliScenario[] = [
       // An organisation whose chain starts with rows from 8 years ago (written straight into the
       // database, as an old deployment left them), sealed before anything of today: the purge then
       // has a prefix past retention to delete, and records it behind a checkpoint.
-      const [created] = (await ctx.database.pool.query<{ id: string }>(`INSERT INTO organisations (name) VALUES ('Old Org') RETURNING id`)).rows;
+      const [created] = (await ctx.database.pool.query<{ id: string }>(`INSERT INTO organisations (name) VALUES ('Old Org') RETURNING id`))
+        .rows;
       const orgId = created!.id;
       await ctx.database.pool.query(
         `INSERT INTO audit_log (org_id, actor_type, actor_id, action, subject_type, subject_id, before, after, created_at)
@@ -610,7 +669,9 @@ describe('coverage of the operator CLI', () => {
 
 describe('secrets', () => {
   it('when every mutation above has run, no audit row holds a key plaintext or hash, a webhook secret or a link token', async () => {
-    const { rows } = await ctx.database.pool.query<{ content: string }>('SELECT coalesce(before::text, \'\') || coalesce(after::text, \'\') AS content FROM audit_log');
+    const { rows } = await ctx.database.pool.query<{ content: string }>(
+      "SELECT coalesce(before::text, '') || coalesce(after::text, '') AS content FROM audit_log",
+    );
     const { rows: stored } = await ctx.database.pool.query<{ secret: string }>(
       `SELECT key_hash AS secret FROM api_keys
        UNION ALL SELECT secret FROM webhook_endpoints
@@ -620,7 +681,9 @@ describe('secrets', () => {
     const secrets = [...secretsSeen, ...stored.map((row) => row.secret)];
     expect(secrets.length).toBeGreaterThan(40);
     expect(rows.length).toBeGreaterThan(40);
-    const leaks = rows.flatMap((row) => secrets.filter((secret) => row.content.includes(secret)).map((secret) => `${secret.slice(0, 6)}… in ${row.content.slice(0, 120)}`));
+    const leaks = rows.flatMap((row) =>
+      secrets.filter((secret) => row.content.includes(secret)).map((secret) => `${secret.slice(0, 6)}… in ${row.content.slice(0, 120)}`),
+    );
     expect(leaks).toEqual([]);
   });
 });

@@ -84,8 +84,11 @@ describe('GET /v1/audit-events access', () => {
     await sealer.sealOnce();
     const events = await walk(mine);
     expect(events.map((event) => event.action)).toEqual(['organisation.created', 'api_key.created']);
-    expect(events.every((event) => event.subject.id !== theirs.id && event.subject.id !== theirEntity.id && event.subject.id !== theirs.keyId)).toBe(true);
-    for (const subject of [theirEntity.id as string, 'their-entity', theirs.keyId, theirs.id]) expectNotFound(await list(mine, { subject_id: subject }));
+    expect(
+      events.every((event) => event.subject.id !== theirs.id && event.subject.id !== theirEntity.id && event.subject.id !== theirs.keyId),
+    ).toBe(true);
+    for (const subject of [theirEntity.id as string, 'their-entity', theirs.keyId, theirs.id])
+      expectNotFound(await list(mine, { subject_id: subject }));
     expectNotFound(await list(mine, { actor: theirs.keyId }));
     expectNotFound(await list(mine, { subject_id: '7b3c9d4e-1f2a-4b5c-8d6e-9f0a1b2c3d4e' }));
   });
@@ -94,7 +97,11 @@ describe('GET /v1/audit-events access', () => {
 describe('GET /v1/audit-events content', () => {
   it('when a customer is created with an Idempotency-Key and then patched, each event names the actor and its key label, the subject, the changed fields old and new, the request id and the key', async () => {
     const org = await ctx.createOrg();
-    const labelled = await createApiKeysService({ database: ctx.database }).create({ orgId: org.id, scopes: ['customers:write'], label: 'CRM sync' });
+    const labelled = await createApiKeysService({ database: ctx.database }).create({
+      orgId: org.id,
+      scopes: ['customers:write'],
+      label: 'CRM sync',
+    });
     const created = await ctx.request('POST', '/v1/customers', {
       key: labelled.key,
       headers: { 'idempotency-key': 'create-ada-1', 'x-request-id': 'req-create-ada' },
@@ -108,7 +115,9 @@ describe('GET /v1/audit-events content', () => {
     const events = await walk(org, { subject_id: 'crm-ada' });
     expect(events.map((event) => event.action)).toEqual(['customer.created', 'customer.patched']);
     const [creation, patch] = events as [AuditEvent, AuditEvent];
-    expect(Object.keys(creation).sort()).toEqual(['action', 'actor', 'changes', 'created_at', 'id', 'idempotency_key', 'request_id', 'sequence', 'subject'].sort());
+    expect(Object.keys(creation).sort()).toEqual(
+      ['action', 'actor', 'changes', 'created_at', 'id', 'idempotency_key', 'request_id', 'sequence', 'subject'].sort(),
+    );
     expect(creation).toMatchObject({
       actor: { type: 'api_key', id: labelled.id, key_label: 'CRM sync' },
       subject: { type: 'customer', id: created.json().id },
@@ -133,7 +142,10 @@ describe('GET /v1/audit-events content', () => {
     await sealer.sealOnce();
     const first = await page(org);
     expect(first.data).toHaveLength(2);
-    const created = await ctx.request('POST', '/v1/customers', { key: org.key, body: { fullName: 'Late Sealed', email: 'late@example.com' } });
+    const created = await ctx.request('POST', '/v1/customers', {
+      key: org.key,
+      body: { fullName: 'Late Sealed', email: 'late@example.com' },
+    });
     expect(created.statusCode).toBe(201);
     const before = await page(org, { cursor: first.next_cursor });
     expect(before.data).toEqual([]);
@@ -145,23 +157,46 @@ describe('GET /v1/audit-events content', () => {
 
   it('when secrets are made (an API key, a webhook signing secret, a verification link), none of them is stored in the trail or listed', async () => {
     const org = await ctx.createOrg({ credits: 10 });
-    const key = await createApiKeysService({ database: ctx.database }).create({ orgId: org.id, scopes: ['customers:read'], label: 'secret check' }, OPERATOR);
+    const key = await createApiKeysService({ database: ctx.database }).create(
+      { orgId: org.id, scopes: ['customers:read'], label: 'secret check' },
+      OPERATOR,
+    );
     await createApiKeysService({ database: ctx.database }).revoke(key.id, OPERATOR);
-    const endpoint = await createWebhooksService({ database: ctx.database, allowPrivateUrls: true }).addEndpoint({ orgId: org.id, url: 'http://127.0.0.1:9/hooks' }, OPERATOR);
-    const customer = await ctx.request('POST', '/v1/customers', { key: org.key, body: { externalId: 'crm-link', fullName: 'Link Person', email: 'link@example.com' } });
+    const endpoint = await createWebhooksService({ database: ctx.database, allowPrivateUrls: true }).addEndpoint(
+      { orgId: org.id, url: 'http://127.0.0.1:9/hooks' },
+      OPERATOR,
+    );
+    const customer = await ctx.request('POST', '/v1/customers', {
+      key: org.key,
+      body: { externalId: 'crm-link', fullName: 'Link Person', email: 'link@example.com' },
+    });
     expect(customer.statusCode).toBe(201);
     const started = await ctx.request('POST', '/v1/customers/crm-link/kyc', { key: org.key });
     expect(started.statusCode, started.body).toBe(200);
     await sealer.sealOnce();
 
     const { rows: hashes } = await ctx.database.pool.query('SELECT key_hash FROM api_keys WHERE org_id = $1', [org.id]);
-    const { rows: tokens } = await ctx.database.pool.query('SELECT link_token FROM verifications WHERE org_id = $1 AND link_token IS NOT NULL', [org.id]);
-    const secrets = [key.key, endpoint.secret, org.key, ...hashes.map((row) => row.key_hash as string), ...tokens.map((row) => row.link_token as string)];
+    const { rows: tokens } = await ctx.database.pool.query(
+      'SELECT link_token FROM verifications WHERE org_id = $1 AND link_token IS NOT NULL',
+      [org.id],
+    );
+    const secrets = [
+      key.key,
+      endpoint.secret,
+      org.key,
+      ...hashes.map((row) => row.key_hash as string),
+      ...tokens.map((row) => row.link_token as string),
+    ];
     expect(tokens.length).toBeGreaterThan(0);
     expect(secrets.every((secret) => typeof secret === 'string' && secret.length >= 16)).toBe(true);
 
-    const { rows: stored } = await ctx.database.pool.query('SELECT action, before::text AS before, after::text AS after FROM audit_log WHERE org_id = $1', [org.id]);
-    expect(stored.map((row) => row.action)).toEqual(expect.arrayContaining(['api_key.created', 'api_key.revoked', 'webhook_endpoint.created', 'customer.kyc_started']));
+    const { rows: stored } = await ctx.database.pool.query(
+      'SELECT action, before::text AS before, after::text AS after FROM audit_log WHERE org_id = $1',
+      [org.id],
+    );
+    expect(stored.map((row) => row.action)).toEqual(
+      expect.arrayContaining(['api_key.created', 'api_key.revoked', 'webhook_endpoint.created', 'customer.kyc_started']),
+    );
     const listed = JSON.stringify(await walk(org));
     for (const secret of secrets) {
       expect(stored.filter((row) => `${row.before} ${row.after}`.includes(secret))).toEqual([]);
@@ -174,8 +209,14 @@ describe('GET /v1/audit-events filters and cursor', () => {
   /** An organisation with events by an API key, by the operator and by the system, about several subjects. */
   async function busyOrganisation() {
     const org = await ctx.createOrg();
-    await ctx.request('POST', '/v1/customers', { key: org.key, body: { externalId: 'crm-1', fullName: 'One Person', email: 'one@example.com' } });
-    await ctx.request('POST', '/v1/customers', { key: org.key, body: { externalId: 'crm-2', fullName: 'Two Person', email: 'two@example.com' } });
+    await ctx.request('POST', '/v1/customers', {
+      key: org.key,
+      body: { externalId: 'crm-1', fullName: 'One Person', email: 'one@example.com' },
+    });
+    await ctx.request('POST', '/v1/customers', {
+      key: org.key,
+      body: { externalId: 'crm-2', fullName: 'Two Person', email: 'two@example.com' },
+    });
     await ctx.request('PATCH', '/v1/customers/crm-1', { key: org.key, body: { fullName: 'One M. Person' } });
     await createOrganisationsService({ database: ctx.database }).update(org.id, { addCredits: 5 }, OPERATOR);
     await sealer.sealOnce();
@@ -185,19 +226,36 @@ describe('GET /v1/audit-events filters and cursor', () => {
   it('when filtering by actor, action, subject and creation time, only matching events come back', async () => {
     const org = await busyOrganisation();
     const all = await walk(org);
-    expect(all.map((event) => event.action)).toEqual(['organisation.created', 'api_key.created', 'customer.created', 'customer.created', 'customer.patched', 'organisation.updated']);
+    expect(all.map((event) => event.action)).toEqual([
+      'organisation.created',
+      'api_key.created',
+      'customer.created',
+      'customer.created',
+      'customer.patched',
+      'organisation.updated',
+    ]);
     expect(all.map((event) => event.sequence)).toEqual([1, 2, 3, 4, 5, 6]);
 
-    expect((await walk(org, { actor: 'operator' })).map((event) => [event.action, event.actor.id])).toEqual([['organisation.updated', 'cli:auditor']]);
+    expect((await walk(org, { actor: 'operator' })).map((event) => [event.action, event.actor.id])).toEqual([
+      ['organisation.updated', 'cli:auditor'],
+    ]);
     expect((await walk(org, { actor: 'system' })).map((event) => event.action)).toEqual(['organisation.created', 'api_key.created']);
-    expect((await walk(org, { actor: org.keyId })).map((event) => event.action)).toEqual(['customer.created', 'customer.created', 'customer.patched']);
+    expect((await walk(org, { actor: org.keyId })).map((event) => event.action)).toEqual([
+      'customer.created',
+      'customer.created',
+      'customer.patched',
+    ]);
     expect((await walk(org, { action: 'customer.patched,organisation.updated' })).map((event) => event.sequence)).toEqual([5, 6]);
     expect((await walk(org, { subject_id: 'crm-1' })).map((event) => event.sequence)).toEqual([3, 5]);
     expect((await walk(org, { subject_id: org.keyId })).map((event) => event.action)).toEqual(['api_key.created']);
     const third = all[2]!;
     const fifth = all[4]!;
-    expect((await walk(org, { created_after: third.created_at })).every((event) => Date.parse(event.created_at) > Date.parse(third.created_at))).toBe(true);
-    expect((await walk(org, { created_before: fifth.created_at })).every((event) => Date.parse(event.created_at) < Date.parse(fifth.created_at))).toBe(true);
+    expect(
+      (await walk(org, { created_after: third.created_at })).every((event) => Date.parse(event.created_at) > Date.parse(third.created_at)),
+    ).toBe(true);
+    expect(
+      (await walk(org, { created_before: fifth.created_at })).every((event) => Date.parse(event.created_at) < Date.parse(fifth.created_at)),
+    ).toBe(true);
     expect((await walk(org, { created_before: fifth.created_at })).map((event) => event.sequence)).toContain(3);
   });
 
@@ -211,7 +269,9 @@ describe('GET /v1/audit-events filters and cursor', () => {
 
     expectInvalid(await list(org, { cursor: first.next_cursor, action: 'customer.created' }), 'cursor');
     const [payload, mac] = first.next_cursor.split('.');
-    const forged = Buffer.from(JSON.stringify({ s: 0, f: JSON.parse(Buffer.from(payload!, 'base64url').toString()).f })).toString('base64url');
+    const forged = Buffer.from(JSON.stringify({ s: 0, f: JSON.parse(Buffer.from(payload!, 'base64url').toString()).f })).toString(
+      'base64url',
+    );
     expectInvalid(await list(org, { cursor: `${forged}.${mac}` }), 'cursor');
     expectInvalid(await list(org, { cursor: 'not-a-cursor' }), 'cursor');
   });

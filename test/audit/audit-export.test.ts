@@ -33,7 +33,11 @@ function svc(...args: string[]): Promise<SvcResult> {
 
 /** `svc audit verify --file` needs no database: it runs without DATABASE_URL (and without DATA_DIR's embedded one). */
 function verifyFile(file: string, ...more: string[]): Promise<SvcResult> {
-  return runSvc(['audit', 'verify', '--file', file, ...more], { LOG_LEVEL: 'info', DATABASE_URL: undefined, DATA_DIR: join(folder, 'no-data-dir') });
+  return runSvc(['audit', 'verify', '--file', file, ...more], {
+    LOG_LEVEL: 'info',
+    DATABASE_URL: undefined,
+    DATA_DIR: join(folder, 'no-data-dir'),
+  });
 }
 
 let files = 0;
@@ -101,7 +105,9 @@ async function expectBroken(file: string, brokenAt: Record<string, unknown>): Pr
   const result = await verifyFile(file);
   expect(result.code, result.stderr).toBe(2);
   expect(JSON.parse(result.stdout)).toMatchObject({ ok: false, broken_at: brokenAt });
-  expect(result.stderr).toMatch(new RegExp(`audit export broken at sequence ${brokenAt.sequence as number} \\(${brokenAt.problem as string}\\)`));
+  expect(result.stderr).toMatch(
+    new RegExp(`audit export broken at sequence ${brokenAt.sequence as number} \\(${brokenAt.problem as string}\\)`),
+  );
 }
 
 describe('svc audit export --format ndjson', () => {
@@ -111,7 +117,10 @@ describe('svc audit export --format ndjson', () => {
     const result = await svc('audit', 'export', '--org', org.id);
     expect(result.code, result.stderr).toBe(0);
     expect(result.stderr).toBe('');
-    const lines = result.stdout.trimEnd().split('\n').map((line) => JSON.parse(line));
+    const lines = result.stdout
+      .trimEnd()
+      .split('\n')
+      .map((line) => JSON.parse(line));
     expect(lines).toHaveLength(head.sequence + 1);
     const records = lines.slice(0, -1);
     expect(records.map((record) => record.sequence)).toEqual(records.map((_, index) => index + 1));
@@ -131,7 +140,21 @@ describe('svc audit export --format ndjson', () => {
     // What GET /v1/audit-events returns, plus what the hash covers.
     const apiChange = records.find((record) => record.actor.type === 'api_key');
     expect(Object.keys(apiChange).sort()).toEqual(
-      ['action', 'actor', 'after', 'before', 'changes', 'created_at', 'hash', 'id', 'idempotency_key', 'org_id', 'request_id', 'sequence', 'subject'].sort(),
+      [
+        'action',
+        'actor',
+        'after',
+        'before',
+        'changes',
+        'created_at',
+        'hash',
+        'id',
+        'idempotency_key',
+        'org_id',
+        'request_id',
+        'sequence',
+        'subject',
+      ].sort(),
     );
     expect(apiChange.idempotency_key).toMatch(/^create-1-/);
     expect(apiChange.changes.email).toEqual({ old: null, new: 'p1@example.com' });
@@ -246,7 +269,15 @@ describe('svc audit export --format ndjson', () => {
     const records = lines.slice(0, -1).map((line) => JSON.parse(line));
     expect(records.map((record) => record.sequence)).toEqual([2, 3]);
     const { manifest } = JSON.parse(lines.at(-1)!);
-    expect(manifest).toMatchObject({ rows: 2, first_sequence: 2, last_sequence: 3, prev_hash: all[0].hash, head_hash: all[2].hash, from: '2026-01-02T00:00:00.000Z', to: '2026-01-04T00:00:00.000Z' });
+    expect(manifest).toMatchObject({
+      rows: 2,
+      first_sequence: 2,
+      last_sequence: 3,
+      prev_hash: all[0].hash,
+      head_hash: all[2].hash,
+      from: '2026-01-02T00:00:00.000Z',
+      to: '2026-01-04T00:00:00.000Z',
+    });
     const result = await verifyFile(file);
     expect(result.code, result.stderr).toBe(0);
     expect(JSON.parse(result.stdout)).toMatchObject({ ok: true, rows: 2, first_sequence: 2, last_sequence: 3 });
@@ -268,7 +299,9 @@ describe('svc audit export --format csv', () => {
     expect(JSON.parse(result.stdout)).toMatchObject({ org_id: org.id, rows: head.sequence, head_hash: head.hash, format: 'csv' });
     expect(existsSync(`${file}.partial`)).toBe(false);
     const text = readFileSync(file, 'utf8');
-    expect(text.split('\n')[0]).toBe('id,sequence,created_at,org_id,actor_type,actor_id,actor_key_label,action,subject_type,subject_id,changes,before,after,request_id,idempotency_key,hash');
+    expect(text.split('\n')[0]).toBe(
+      'id,sequence,created_at,org_id,actor_type,actor_id,actor_key_label,action,subject_type,subject_id,changes,before,after,request_id,idempotency_key,hash',
+    );
     expect(text.trimEnd().split('\n').at(-1)).toMatch(/^# manifest \{"org_id":/);
     const verified = await verifyFile(file);
     expect(verified.code, verified.stderr).toBe(0);

@@ -50,7 +50,10 @@ async function writeOldRows(orgId: string, count: number): Promise<void> {
 async function writeRow(orgId: string, n: number): Promise<void> {
   const audit = createAuditRepository(ctx.database.db);
   await ctx.database.transaction((tx) =>
-    audit.record({ orgId, actor: OPERATOR, action: 'test.changed', subjectType: 'test', subjectId: null, before: { n: n - 1 }, after: { n } }, tx),
+    audit.record(
+      { orgId, actor: OPERATOR, action: 'test.changed', subjectType: 'test', subjectId: null, before: { n: n - 1 }, after: { n } },
+      tx,
+    ),
   );
 }
 
@@ -70,16 +73,23 @@ async function agedChain(old: number, young = 2) {
 /** A date past the retention: 7 years and a day ago. */
 const pastRetention = () => new Date(Date.now() - (YEARS * 365 + 3) * 86_400_000);
 
-const purger = (options: { batchSize?: number; onPurged?: (rows: number) => void } = {}) => createAuditPurge({ database: ctx.database, ...options });
-const purge = (orgId: string, before = pastRetention(), options: { batchSize?: number; signal?: AbortSignal; onPurged?: (rows: number) => void } = {}) =>
-  purger(options).purge(orgId, before, { actor: OPERATOR, retentionYears: YEARS, signal: options.signal });
+const purger = (options: { batchSize?: number; onPurged?: (rows: number) => void } = {}) =>
+  createAuditPurge({ database: ctx.database, ...options });
+const purge = (
+  orgId: string,
+  before = pastRetention(),
+  options: { batchSize?: number; signal?: AbortSignal; onPurged?: (rows: number) => void } = {},
+) => purger(options).purge(orgId, before, { actor: OPERATOR, retentionYears: YEARS, signal: options.signal });
 const verify = (orgId: string) => createAuditService({ database: ctx.database }).verify(orgId);
 const sequences = async (orgId: string) =>
-  (await sql<{ sequence: string | null }>('SELECT sequence FROM audit_log WHERE org_id = $1 ORDER BY sequence NULLS LAST', [orgId])).map((row) =>
-    row.sequence === null ? null : Number(row.sequence),
+  (await sql<{ sequence: string | null }>('SELECT sequence FROM audit_log WHERE org_id = $1 ORDER BY sequence NULLS LAST', [orgId])).map(
+    (row) => (row.sequence === null ? null : Number(row.sequence)),
   );
 const checkpoints = (orgId: string) =>
-  sql<{ sequence: number; hash: string; signature: string }>('SELECT sequence, hash, signature FROM audit_checkpoints WHERE org_id = $1 ORDER BY sequence', [orgId]);
+  sql<{ sequence: number; hash: string; signature: string }>(
+    'SELECT sequence, hash, signature FROM audit_checkpoints WHERE org_id = $1 ORDER BY sequence',
+    [orgId],
+  );
 
 describe('svc audit purge: the retention boundary', () => {
   it('when the date is inside retention, it refuses with the latest date it accepts and deletes nothing', async () => {
@@ -97,7 +107,9 @@ describe('svc audit purge: the retention boundary', () => {
   it('when the CLI is given a date inside retention, it exits 1 with the reason on stderr, nothing on stdout, and deletes nothing', async () => {
     const { org } = await agedChain(2);
     const before = await sequences(org.id);
-    const result = await runSvc(['audit', 'purge', '--org', org.id, '--before', new Date().toISOString().slice(0, 10)], { DATABASE_URL: ctx.databaseUrl });
+    const result = await runSvc(['audit', 'purge', '--org', org.id, '--before', new Date().toISOString().slice(0, 10)], {
+      DATABASE_URL: ctx.databaseUrl,
+    });
     expect(result.code).toBe(1);
     expect(result.stdout).toBe('');
     expect(result.stderr).toMatch(/The purge is refused[\s\S]*inside the audit retention of 7 years/);
@@ -123,7 +135,10 @@ describe('svc audit purge: deleting behind a checkpoint', () => {
       `SELECT actor_type, actor_id, after FROM audit_log WHERE org_id = $1 AND action = 'audit_log.purged'`,
       [org.id],
     );
-    expect(recorded).toMatchObject({ actor_type: 'operator', after: { before: new Date(before).toISOString(), checkpoint: { sequence: 5, hash: hashAt(5) } } });
+    expect(recorded).toMatchObject({
+      actor_type: 'operator',
+      after: { before: new Date(before).toISOString(), checkpoint: { sequence: 5, hash: hashAt(5) } },
+    });
 
     await sealer.sealOnce();
     expect(await verify(org.id)).toMatchObject({ ok: true, first_sequence: 6, unsealed: 0 });
@@ -187,7 +202,11 @@ describe('svc audit purge: deleting behind a checkpoint', () => {
   it('when a checkpoint was made up without the key, the purge refuses to delete the rows below it', async () => {
     const { org, hashAt } = await agedChain(2, 3);
     // At the head: it would delete rows inside retention.
-    await sql(`INSERT INTO audit_checkpoints (org_id, sequence, hash, signature) VALUES ($1, 7, $2, $3)`, [org.id, hashAt(7), 'ab'.repeat(32)]);
+    await sql(`INSERT INTO audit_checkpoints (org_id, sequence, hash, signature) VALUES ($1, 7, $2, $3)`, [
+      org.id,
+      hashAt(7),
+      'ab'.repeat(32),
+    ]);
     const before = await sequences(org.id);
     await expect(purge(org.id)).rejects.toThrow(/checkpoint \(sequence 7\) whose signature does not match/);
     expect(await sequences(org.id)).toEqual(before);
@@ -206,7 +225,11 @@ describe('svc audit verify after a purge', () => {
   it("when the checkpoint's hash is edited, verify names the checkpoint", async () => {
     const { org, hashAt } = await purged();
     await sql('UPDATE audit_checkpoints SET hash = $2 WHERE org_id = $1', [org.id, hashAt(5)]);
-    expect(await verify(org.id)).toMatchObject({ ok: false, rows_checked: 0, broken_at: { sequence: 4, id: null, problem: 'checkpoint', detail: expect.stringMatching(/does not match its signature/) } });
+    expect(await verify(org.id)).toMatchObject({
+      ok: false,
+      rows_checked: 0,
+      broken_at: { sequence: 4, id: null, problem: 'checkpoint', detail: expect.stringMatching(/does not match its signature/) },
+    });
   });
 
   it("when the checkpoint's signature is edited, verify names the checkpoint", async () => {
@@ -228,20 +251,33 @@ describe('svc audit verify after a purge', () => {
     const [recorded] = await sql<{ id: string }>(`SELECT id FROM audit_log WHERE org_id = $1 AND action = 'audit_log.purged'`, [org.id]);
     expect(await verify(org.id)).toMatchObject({
       ok: false,
-      broken_at: { sequence: 4, id: null, problem: 'checkpoint', detail: expect.stringContaining(`recorded in row ${recorded!.id}, is missing`) },
+      broken_at: {
+        sequence: 4,
+        id: null,
+        problem: 'checkpoint',
+        detail: expect.stringContaining(`recorded in row ${recorded!.id}, is missing`),
+      },
     });
   });
 
   it('when the first row after the checkpoint is edited, verify names it as edited', async () => {
     const { org } = await purged();
-    const [row] = await sql<{ id: string }>(`UPDATE audit_log SET after = '{"n": 99}' WHERE org_id = $1 AND sequence = 5 RETURNING id`, [org.id]);
+    const [row] = await sql<{ id: string }>(`UPDATE audit_log SET after = '{"n": 99}' WHERE org_id = $1 AND sequence = 5 RETURNING id`, [
+      org.id,
+    ]);
     expect(await verify(org.id)).toMatchObject({ ok: false, broken_at: { sequence: 5, id: String(row!.id), problem: 'edited' } });
   });
 
   it('when a later row after the checkpoint is edited, verify names it as edited', async () => {
     const { org } = await purged();
-    const [row] = await sql<{ id: string }>(`UPDATE audit_log SET action = 'test.other' WHERE org_id = $1 AND sequence = 7 RETURNING id`, [org.id]);
-    expect(await verify(org.id)).toMatchObject({ ok: false, rows_checked: 2, broken_at: { sequence: 7, id: String(row!.id), problem: 'edited' } });
+    const [row] = await sql<{ id: string }>(`UPDATE audit_log SET action = 'test.other' WHERE org_id = $1 AND sequence = 7 RETURNING id`, [
+      org.id,
+    ]);
+    expect(await verify(org.id)).toMatchObject({
+      ok: false,
+      rows_checked: 2,
+      broken_at: { sequence: 7, id: String(row!.id), problem: 'edited' },
+    });
   });
 
   it('when the first row after the checkpoint is deleted, verify names its sequence as deleted', async () => {
@@ -277,7 +313,10 @@ describe('writers are never blocked by a purge', () => {
     await writer.connect();
     try {
       await writer.query('BEGIN');
-      await writer.query(`INSERT INTO audit_log (org_id, actor_type, action, subject_type) VALUES ($1, 'system', 'test.during_purge', 'test')`, [org.id]);
+      await writer.query(
+        `INSERT INTO audit_log (org_id, actor_type, action, subject_type) VALUES ($1, 'system', 'test.during_purge', 'test')`,
+        [org.id],
+      );
       const started = performance.now();
       expect(await purge(org.id, pastRetention(), { batchSize: 2 })).toMatchObject({ purged: 5 });
       // The pool's lock_timeout (3 s) would fail a purge that waited; the timer says it did not even start to.
@@ -297,7 +336,10 @@ describe('writers are never blocked by a purge', () => {
     const writes = (async () => {
       for (let n = 0; purging || n < 3; n += 1) {
         const started = performance.now();
-        const created = await ctx.request('POST', '/v1/customers', { key: org.key, body: { fullName: `Person ${n}`, email: `p${n}@example.com` } });
+        const created = await ctx.request('POST', '/v1/customers', {
+          key: org.key,
+          body: { fullName: `Person ${n}`, email: `p${n}@example.com` },
+        });
         expect(created.statusCode).toBe(201);
         expect(performance.now() - started).toBeLessThan(2_000);
         commits.push(performance.now());

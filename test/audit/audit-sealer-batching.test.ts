@@ -27,12 +27,18 @@ function countingTransactions(): { database: Database; transactions(): number } 
 /** Upserts `count` changes one after the other (each its own commit and wake), then waits until all are sealed. */
 async function streamOfCommits(orgKey: string, orgId: string, count: number): Promise<number> {
   for (let n = 0; n < count; n += 1) {
-    const response = await ctx.request('POST', '/v1/customers', { key: orgKey, body: { externalId: 'stream', fullName: 'Stream Person', email: 'stream@example.com', phone: String(n) } });
+    const response = await ctx.request('POST', '/v1/customers', {
+      key: orgKey,
+      body: { externalId: 'stream', fullName: 'Stream Person', email: 'stream@example.com', phone: String(n) },
+    });
     expect(response.statusCode, response.body).toBeLessThan(300);
   }
   const started = Date.now();
   for (;;) {
-    const { rows } = await ctx.database.pool.query<{ count: number }>('SELECT count(*)::int AS count FROM audit_log WHERE org_id = $1 AND sequence IS NULL', [orgId]);
+    const { rows } = await ctx.database.pool.query<{ count: number }>(
+      'SELECT count(*)::int AS count FROM audit_log WHERE org_id = $1 AND sequence IS NULL',
+      [orgId],
+    );
     if (rows[0]!.count === 0) return Date.now() - started;
     if (Date.now() - started > 5_000) throw new Error(`${rows[0]!.count} rows still unsealed after 5 s`);
     await new Promise((resolve) => setTimeout(resolve, 25));
@@ -54,7 +60,10 @@ describe('the audit chain sealer under a stream of commits', () => {
     } finally {
       await sealer.stop();
     }
-    const { rows } = await ctx.database.pool.query<{ sequences: string[] }>('SELECT array_agg(sequence ORDER BY sequence) AS sequences FROM audit_log WHERE org_id = $1', [org.id]);
+    const { rows } = await ctx.database.pool.query<{ sequences: string[] }>(
+      'SELECT array_agg(sequence ORDER BY sequence) AS sequences FROM audit_log WHERE org_id = $1',
+      [org.id],
+    );
     expect(rows[0]!.sequences.map(Number)).toEqual(rows[0]!.sequences.map((_, index) => index + 1));
   });
 

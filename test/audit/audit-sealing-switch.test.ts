@@ -14,7 +14,10 @@ afterAll(async () => {
 });
 
 async function sequences(orgId: string): Promise<Array<number | null>> {
-  const { rows } = await ctx.database.pool.query<{ sequence: string | null }>('SELECT sequence FROM audit_log WHERE org_id = $1 ORDER BY id', [orgId]);
+  const { rows } = await ctx.database.pool.query<{ sequence: string | null }>(
+    'SELECT sequence FROM audit_log WHERE org_id = $1 ORDER BY id',
+    [orgId],
+  );
   return rows.map((row) => (row.sequence === null ? null : Number(row.sequence)));
 }
 
@@ -51,7 +54,10 @@ describe('AUDIT_SEALING (a diagnostic switch)', () => {
     const org = await ctx.createOrg();
     try {
       for (const n of [1, 2]) {
-        const created = await ctx.request('POST', '/v1/customers', { key: org.key, body: { fullName: `Person ${n}`, email: `p${n}@example.com` } });
+        const created = await ctx.request('POST', '/v1/customers', {
+          key: org.key,
+          body: { fullName: `Person ${n}`, email: `p${n}@example.com` },
+        });
         expect(created.statusCode, created.body).toBe(201);
       }
       // Well past the sealer's 1 s poll and its wake after a commit: a running sealer would have sealed both.

@@ -39,7 +39,13 @@ const RECORDING = process.env.RECORD_WRITE_BUDGET === '1';
 /** A measurement whose second rolled over, or that met a timing-dependent path, is taken again (see measure()). */
 const ATTEMPTS = 3;
 
-type Request = { method: 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE'; url: string; body?: unknown; headers?: Record<string, string>; status: number };
+type Request = {
+  method: 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
+  url: string;
+  body?: unknown;
+  headers?: Record<string, string>;
+  status: number;
+};
 /** One measured request: `prepare` makes its fixtures (outside the measurement) and returns the request. */
 type Scenario = { name: string; route: string; reads?: boolean; prepare(): Promise<Request> };
 
@@ -61,8 +67,16 @@ async function send(request: Omit<Request, 'status'> & { status?: number }): Pro
   const response = await app.inject({
     method: request.method,
     url: request.url,
-    headers: { authorization: `Bearer ${apiKey}`, ...(request.body instanceof MultipartBody ? { 'content-type': request.body.contentType } : {}), ...request.headers },
-    ...(request.body instanceof MultipartBody ? { payload: request.body.payload } : request.body !== undefined ? { payload: request.body as object } : {}),
+    headers: {
+      authorization: `Bearer ${apiKey}`,
+      ...(request.body instanceof MultipartBody ? { 'content-type': request.body.contentType } : {}),
+      ...request.headers,
+    },
+    ...(request.body instanceof MultipartBody
+      ? { payload: request.body.payload }
+      : request.body !== undefined
+        ? { payload: request.body as object }
+        : {}),
   });
   if (request.status !== undefined && response.statusCode !== request.status) {
     throw new Error(`${request.method} ${request.url}: expected ${request.status}, got ${response.statusCode} ${response.body}`);
@@ -78,14 +92,20 @@ const createEntity = async () => {
   return send({
     method: 'POST',
     url: '/v1/entities',
-    body: { type: 'COMPANY', name: `Budget Entity ${tag} Pty Ltd`, contact: { fullName: `Contact ${tag}`, email: `contact.${tag}@example.com` } },
+    body: {
+      type: 'COMPANY',
+      name: `Budget Entity ${tag} Pty Ltd`,
+      contact: { fullName: `Contact ${tag}`, email: `contact.${tag}@example.com` },
+    },
     status: 201,
   });
 };
 // A public address literal: the URL guard accepts it without a DNS lookup, and no worker runs to post to it.
 const WEBHOOK_URL = 'https://93.184.215.14/hooks/budget';
 const createEndpoint = async () => send({ method: 'POST', url: '/v1/webhook-endpoints', body: { url: WEBHOOK_URL }, status: 201 });
-const owners = (tag: string) => ({ owners: [{ fullName: `Olive Owner ${tag}`, email: `owner.${tag}@example.com`, roleTypes: ['SHAREHOLDER'], percentageHeld: 60 }] });
+const owners = (tag: string) => ({
+  owners: [{ fullName: `Olive Owner ${tag}`, email: `owner.${tag}@example.com`, roleTypes: ['SHAREHOLDER'], percentageHeld: 60 }],
+});
 
 /** Every route measured; the names are the keys of write-budget.json. Writes carry an Idempotency-Key, as clients are told to send. */
 const SCENARIOS: Scenario[] = [
@@ -105,7 +125,13 @@ const SCENARIOS: Scenario[] = [
     prepare: async () => {
       const tag = next();
       await send({ method: 'POST', url: '/v1/customers', body: customerBody(tag), status: 201 });
-      return { method: 'POST', url: '/v1/customers', body: { ...customerBody(tag), phone: '+61 400 111 222' }, headers: idem(), status: 200 };
+      return {
+        method: 'POST',
+        url: '/v1/customers',
+        body: { ...customerBody(tag), phone: '+61 400 111 222' },
+        headers: idem(),
+        status: 200,
+      };
     },
   },
   {
@@ -146,7 +172,11 @@ const SCENARIOS: Scenario[] = [
       return {
         method: 'POST',
         url: '/v1/entities',
-        body: { type: 'COMPANY', name: `Budget Entity ${tag} Pty Ltd`, contact: { fullName: `Contact ${tag}`, email: `contact.${tag}@example.com` } },
+        body: {
+          type: 'COMPANY',
+          name: `Budget Entity ${tag} Pty Ltd`,
+          contact: { fullName: `Contact ${tag}`, email: `contact.${tag}@example.com` },
+        },
         headers: idem(),
         status: 201,
       };
@@ -157,7 +187,13 @@ const SCENARIOS: Scenario[] = [
     route: 'PATCH /v1/entities/:id',
     prepare: async () => {
       const entity = await createEntity();
-      return { method: 'PATCH', url: `/v1/entities/${entity.id}`, body: { address: '1 Example St, Sydney NSW 2000' }, headers: idem(), status: 200 };
+      return {
+        method: 'PATCH',
+        url: `/v1/entities/${entity.id}`,
+        body: { address: '1 Example St, Sydney NSW 2000' },
+        headers: idem(),
+        status: 200,
+      };
     },
   },
   {
@@ -220,7 +256,13 @@ const SCENARIOS: Scenario[] = [
     route: 'POST /v1/entities/:id/document-requests',
     prepare: async () => {
       const entity = await createEntity();
-      return { method: 'POST', url: `/v1/entities/${entity.id}/document-requests`, body: { types: ['CERTIFICATE_OF_REGISTRATION'] }, headers: idem(), status: 201 };
+      return {
+        method: 'POST',
+        url: `/v1/entities/${entity.id}/document-requests`,
+        body: { types: ['CERTIFICATE_OF_REGISTRATION'] },
+        headers: idem(),
+        status: 201,
+      };
     },
   },
   {
@@ -242,14 +284,26 @@ const SCENARIOS: Scenario[] = [
   {
     name: 'POST /v1/webhook-endpoints',
     route: 'POST /v1/webhook-endpoints',
-    prepare: async () => ({ method: 'POST', url: '/v1/webhook-endpoints', body: { url: WEBHOOK_URL, description: `Budget ${next()}` }, headers: idem(), status: 201 }),
+    prepare: async () => ({
+      method: 'POST',
+      url: '/v1/webhook-endpoints',
+      body: { url: WEBHOOK_URL, description: `Budget ${next()}` },
+      headers: idem(),
+      status: 201,
+    }),
   },
   {
     name: 'PATCH /v1/webhook-endpoints/:id',
     route: 'PATCH /v1/webhook-endpoints/:id',
     prepare: async () => {
       const endpoint = await createEndpoint();
-      return { method: 'PATCH', url: `/v1/webhook-endpoints/${endpoint.id}`, body: { description: `Renamed ${next()}` }, headers: idem(), status: 200 };
+      return {
+        method: 'PATCH',
+        url: `/v1/webhook-endpoints/${endpoint.id}`,
+        body: { description: `Renamed ${next()}` },
+        headers: idem(),
+        status: 200,
+      };
     },
   },
   {
@@ -342,7 +396,8 @@ async function measure(scenario: Scenario): Promise<{ measurement: Measurement; 
       !best ||
       (RECORDING
         ? cost(measurement) < cost(best.measurement)
-        : problems.length < best.problems.length || (problems.length === best.problems.length && cost(measurement) < cost(best.measurement)));
+        : problems.length < best.problems.length ||
+          (problems.length === best.problems.length && cost(measurement) < cost(best.measurement)));
     if (better) best = { measurement, problems };
     if (problems.length === 0 && !RECORDING) break;
     if (RECORDING && index >= 1) break;
@@ -380,7 +435,12 @@ beforeAll(async () => {
   // No jobs run: buildApp starts none (src/jobs.ts does, in `svc serve`/`svc worker` only).
   app = await buildApp({ config: testConfig({ databaseUrl: cluster.url('app') }), database, logger: false });
   await app.ready();
-  const org = await createOrganisationsService({ database }).create({ name: 'Budget Org', features: [...FEATURES], credits: 10_000, defaultPayer: 'organization' });
+  const org = await createOrganisationsService({ database }).create({
+    name: 'Budget Org',
+    features: [...FEATURES],
+    credits: 10_000,
+    defaultPayer: 'organization',
+  });
   apiKey = (await createApiKeysService({ database }).create({ orgId: org.id, scopes: ALL_SCOPES })).key;
 }, 120_000);
 
@@ -400,7 +460,10 @@ describe('the write budget', () => {
     const writes = Object.keys(ROUTE_SCOPES).filter((route) => !route.startsWith('GET '));
     const measured = new Set(SCENARIOS.map((scenario) => scenario.route));
     expect(writes.filter((route) => !measured.has(route))).toEqual([]);
-    expect(SCENARIOS.filter((scenario) => scenario.reads).map((scenario) => scenario.route)).toEqual(['GET /v1/customers/:id', 'GET /v1/customers']);
+    expect(SCENARIOS.filter((scenario) => scenario.reads).map((scenario) => scenario.route)).toEqual([
+      'GET /v1/customers/:id',
+      'GET /v1/customers',
+    ]);
   });
 
   it('when the budget file names a scenario no longer measured, it fails (re-record it)', () => {
@@ -413,7 +476,11 @@ describe('the write budget', () => {
     async (_name, scenario) => {
       const { measurement, problems } = await measure(scenario);
       recorded[scenario.name] = { statements: measurement.statements, fkChecks: measurement.fkChecks, walBytes: measurement.walBytes };
-      if (process.env.WRITE_BUDGET_VERBOSE === "2") console.log(JSON.stringify(measurement.statementList, null, 1)); if (process.env.WRITE_BUDGET_VERBOSE === '1') console.log(`${scenario.name}: ${measurement.statements} statements (${measurement.topLevel} top-level), ${measurement.fkChecks} FK checks, ${measurement.walBytes} WAL bytes; excess ${JSON.stringify(fkCheckExcess(measurement))}`);
+      if (process.env.WRITE_BUDGET_VERBOSE === '2') console.log(JSON.stringify(measurement.statementList, null, 1));
+      if (process.env.WRITE_BUDGET_VERBOSE === '1')
+        console.log(
+          `${scenario.name}: ${measurement.statements} statements (${measurement.topLevel} top-level), ${measurement.fkChecks} FK checks, ${measurement.walBytes} WAL bytes; excess ${JSON.stringify(fkCheckExcess(measurement))}`,
+        );
       expect(fkCheckExcess(measurement), `FK checks beyond one per inserted row: ${JSON.stringify(measurement.statementList)}`).toEqual([]);
       if (scenario.reads) {
         expect(measurement.writeStatements, 'a read writes nothing').toEqual([]);

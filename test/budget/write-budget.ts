@@ -95,7 +95,12 @@ export function measurementOf(rows: StatementRow[], walBytes: number): Measureme
     writeStatements,
     fkCheckCalls,
     insertedRows,
-    statementList: rows.map(({ query, calls, rows: count, toplevel }) => ({ query: query.replace(/\s+/g, ' ').trim(), calls, rows: count, toplevel })),
+    statementList: rows.map(({ query, calls, rows: count, toplevel }) => ({
+      query: query.replace(/\s+/g, ' ').trim(),
+      calls,
+      rows: count,
+      toplevel,
+    })),
   };
 }
 
@@ -149,7 +154,8 @@ export function fkCheckExcess(measured: Measurement): string[] {
       .filter((key) => bareName(key.parent) === parent && key.parentColumns.join(',') === columns.join(','))
       .map((key) => bareName(key.child));
     const allowed = children.reduce((sum, child) => sum + (measured.insertedRows[child] ?? 0), 0);
-    if (calls > allowed) excess.push(`${parent}(${columns.join(', ')}): ${calls} checks for ${allowed} inserted rows of ${children.join(', ')}`);
+    if (calls > allowed)
+      excess.push(`${parent}(${columns.join(', ')}): ${calls} checks for ${allowed} inserted rows of ${children.join(', ')}`);
   }
   return excess;
 }

@@ -88,10 +88,13 @@ describe('401 unauthorized', () => {
     await expectUnauthorized(await ctx.request('GET', '/v1/customers', { key: key.key }));
   });
 
-  it.each(['api_key', 'key', 'access_token'])('when a valid key is passed in the query string (?%s=), it is never accepted', async (name) => {
-    const response = await ctx.request('GET', '/v1/customers', { query: { [name]: org.key } });
-    await expectUnauthorized(response);
-  });
+  it.each(['api_key', 'key', 'access_token'])(
+    'when a valid key is passed in the query string (?%s=), it is never accepted',
+    async (name) => {
+      const response = await ctx.request('GET', '/v1/customers', { query: { [name]: org.key } });
+      await expectUnauthorized(response);
+    },
+  );
 
   it('when a valid key is sent, it is accepted (the 401 cases above fail for their own reason)', async () => {
     expect((await ctx.request('GET', '/v1/customers', { key: org.key })).statusCode).toBe(200);
@@ -99,7 +102,10 @@ describe('401 unauthorized', () => {
 });
 
 /** A request over a real socket, so the headers are framed and parsed by Node as a client would send them. */
-function socketRequest(port: number, headers: Record<string, string | string[]>): Promise<{ statusCode: number; body: string; headers: Record<string, unknown> }> {
+function socketRequest(
+  port: number,
+  headers: Record<string, string | string[]>,
+): Promise<{ statusCode: number; body: string; headers: Record<string, unknown> }> {
   return new Promise((resolve, reject) => {
     const request = httpRequest({ host: '127.0.0.1', port, path: '/v1/customers', headers }, (response) => {
       let body = '';
@@ -135,7 +141,9 @@ describe('repeated Authorization headers', () => {
 
   it('when two Authorization headers are injected, it answers the same 401', async () => {
     // Capitalised: the typed lower-case `authorization` field takes one string, an array means repeated lines.
-    await expectUnauthorized(await ctx.app.inject({ method: 'GET', url: '/v1/customers', headers: { Authorization: [`Bearer ${org.key}`, `Bearer ${org.key}`] } }));
+    await expectUnauthorized(
+      await ctx.app.inject({ method: 'GET', url: '/v1/customers', headers: { Authorization: [`Bearer ${org.key}`, `Bearer ${org.key}`] } }),
+    );
   });
 });
 
@@ -207,16 +215,22 @@ describe('last_used_at', () => {
 describe('IP allowlist', () => {
   const allowIps = ['203.0.113.0/24', '2001:db8::/32'];
 
-  it.each(['203.0.113.9', '2001:db8::1', '::ffff:203.0.113.9'])('when the request comes from an allowed address (%s), it passes', async (address) => {
-    const key = await ctx.createKey(org.id, { allowIps });
-    const response = await ctx.request('GET', '/v1/customers', { key: key.key, remoteAddress: address });
-    expect(response.statusCode).toBe(200);
-  });
+  it.each(['203.0.113.9', '2001:db8::1', '::ffff:203.0.113.9'])(
+    'when the request comes from an allowed address (%s), it passes',
+    async (address) => {
+      const key = await ctx.createKey(org.id, { allowIps });
+      const response = await ctx.request('GET', '/v1/customers', { key: key.key, remoteAddress: address });
+      expect(response.statusCode).toBe(200);
+    },
+  );
 
-  it.each(['198.51.100.1', '2001:db9::1', '127.0.0.1'])('when the request comes from another address (%s), it answers the same 401', async (address) => {
-    const key = await ctx.createKey(org.id, { allowIps });
-    await expectUnauthorized(await ctx.request('GET', '/v1/customers', { key: key.key, remoteAddress: address }));
-  });
+  it.each(['198.51.100.1', '2001:db9::1', '127.0.0.1'])(
+    'when the request comes from another address (%s), it answers the same 401',
+    async (address) => {
+      const key = await ctx.createKey(org.id, { allowIps });
+      await expectUnauthorized(await ctx.request('GET', '/v1/customers', { key: key.key, remoteAddress: address }));
+    },
+  );
 
   it('when the client address cannot be parsed, no allowlist matches it (not even 0.0.0.0/0)', async () => {
     const key = await ctx.createKey(org.id, { allowIps: ['0.0.0.0/0', '::/0'] });

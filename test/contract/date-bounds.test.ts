@@ -21,7 +21,10 @@ let entitySequence = 0;
 /** A create body that is valid in every respect but the date at `field`. */
 function createBody(resource: Resource, field: CalendarField, value: string): Record<string, unknown> {
   entitySequence += 1;
-  const base = resource === 'customers' ? person() : { type: 'COMPANY', name: `Dated ${entitySequence} ${Math.random().toString(36).slice(2, 8)} Pty Ltd` };
+  const base =
+    resource === 'customers'
+      ? person()
+      : { type: 'COMPANY', name: `Dated ${entitySequence} ${Math.random().toString(36).slice(2, 8)} Pty Ltd` };
   const existingClient = { ...base, risk: { isNewCustomer: false } };
   switch (field) {
     case 'clientSinceDate':
@@ -72,16 +75,23 @@ describe('calendar dates in request bodies', () => {
       );
       expect(rows[0][field]).toBe('0001-01-01');
       // The audit row is written from the row as the database returned it: year 1 survived the read too.
-      const audit = await ctx.database.pool.query(`SELECT after FROM audit_log WHERE subject_id = $1 AND action LIKE '%.created'`, [response.json().id]);
+      const audit = await ctx.database.pool.query(`SELECT after FROM audit_log WHERE subject_id = $1 AND action LIKE '%.created'`, [
+        response.json().id,
+      ]);
       const after = audit.rows[0].after as Record<string, any>;
       const audited = field === 'preCommencementAssessment.assessedAt' ? after.preCommencementAssessment?.assessedAt : after[field];
       expect(audited).toBe('0001-01-01');
     });
 
     it('when preExistingServiceSince is 9999-12-31, it is accepted and stored as written', async () => {
-      const response = await ctx.request('POST', `/v1/${resource}`, { key: org.key, body: createBody(resource, 'preExistingServiceSince', '9999-12-31') });
+      const response = await ctx.request('POST', `/v1/${resource}`, {
+        key: org.key,
+        body: createBody(resource, 'preExistingServiceSince', '9999-12-31'),
+      });
       expect(response.statusCode, response.body).toBe(201);
-      const { rows } = await ctx.database.pool.query(`SELECT pre_existing_service_since::text AS since FROM customers WHERE id = $1`, [response.json().id]);
+      const { rows } = await ctx.database.pool.query(`SELECT pre_existing_service_since::text AS since FROM customers WHERE id = $1`, [
+        response.json().id,
+      ]);
       expect(rows[0].since).toBe('9999-12-31');
     });
   });
@@ -108,13 +118,16 @@ describe('updated_since', () => {
     } finally {
       client.release();
     }
-    const { rows } = await ctx.database.pool.query(`SELECT count(*)::int AS n FROM customers WHERE external_id LIKE 'ancient-%' AND updated_at = timestamptz '0050-06-15T00:00:00Z'`);
+    const { rows } = await ctx.database.pool.query(
+      `SELECT count(*)::int AS n FROM customers WHERE external_id LIKE 'ancient-%' AND updated_at = timestamptz '0050-06-15T00:00:00Z'`,
+    );
     expect(rows[0].n).toBe(2);
   });
 
   const list = (resource: Resource, updatedSince: string) =>
     ctx.request('GET', `/v1/${resource}`, { key: org.key, query: { updated_since: updatedSince, limit: '100' } });
-  const externalIds = (response: LightMyRequestResponse) => response.json().data.map((row: { external_id: string | null }) => row.external_id);
+  const externalIds = (response: LightMyRequestResponse) =>
+    response.json().data.map((row: { external_id: string | null }) => row.external_id);
 
   describe.each(RESOURCES)('GET /%s', (resource) => {
     it('when updated_since lies outside years 0001 to 9999, as written or once converted to UTC, it answers 422 naming it', async () => {
@@ -184,7 +197,11 @@ describe('dueAt of a document request', () => {
   const request = async (dueAt: string) => {
     const entity = await ctx.request('POST', '/v1/entities', {
       key: org.key,
-      body: { type: 'COMPANY', name: `Due ${Math.random().toString(36).slice(2, 8)} Pty Ltd`, contact: { fullName: 'Dana Due', email: 'dana.due@example.com' } },
+      body: {
+        type: 'COMPANY',
+        name: `Due ${Math.random().toString(36).slice(2, 8)} Pty Ltd`,
+        contact: { fullName: 'Dana Due', email: 'dana.due@example.com' },
+      },
     });
     expect(entity.statusCode, entity.body).toBe(201);
     return ctx.request('POST', `/v1/entities/${entity.json().id}/document-requests`, { key: org.key, body: { types: ['OTHER'], dueAt } });
@@ -207,7 +224,10 @@ describe('dueAt of a document request', () => {
 
 describe('coverage', () => {
   it('when the OpenAPI document has a date or date-time request field, this file proves its bounds', async () => {
-    const document = (await generateOpenApiDocument()) as { paths: Record<string, Record<string, any>>; components?: { schemas?: Record<string, any> } };
+    const document = (await generateOpenApiDocument()) as {
+      paths: Record<string, Record<string, any>>;
+      components?: { schemas?: Record<string, any> };
+    };
     const found: string[] = [];
     const visit = (node: any, path: string, seen: Set<unknown>): void => {
       if (!node || typeof node !== 'object' || seen.has(node)) return;
@@ -215,14 +235,16 @@ describe('coverage', () => {
       if (typeof node.$ref === 'string') visit(document.components?.schemas?.[node.$ref.split('/').pop()!], path, seen);
       if (node.format === 'date' || node.format === 'date-time') found.push(path);
       for (const [key, child] of Object.entries(node)) {
-        if (key === 'properties') for (const [name, property] of Object.entries(child as object)) visit(property, path ? `${path}.${name}` : name, seen);
+        if (key === 'properties')
+          for (const [name, property] of Object.entries(child as object)) visit(property, path ? `${path}.${name}` : name, seen);
         else if (key !== '$ref') visit(child, path, seen);
       }
     };
     for (const [route, operations] of Object.entries(document.paths)) {
       for (const [method, operation] of Object.entries(operations)) {
         for (const parameter of operation.parameters ?? []) {
-          if (parameter.schema?.format === 'date' || parameter.schema?.format === 'date-time') found.push(`${method.toUpperCase()} ${route} ?${parameter.name}`);
+          if (parameter.schema?.format === 'date' || parameter.schema?.format === 'date-time')
+            found.push(`${method.toUpperCase()} ${route} ?${parameter.name}`);
         }
         const before = found.length;
         visit(operation.requestBody?.content?.['application/json']?.schema, '', new Set());

@@ -121,10 +121,10 @@ describe('revocation of a known key', () => {
   });
 });
 
-describe('a known key\'s invalid body', () => {
+describe("a known key's invalid body", () => {
   const invalid = { fullName: 'Someone', email: 'not-an-email' };
 
-  it('when a known key\'s body fails validation and the key is revoked, it answers 401, not 422', async () => {
+  it("when a known key's body fails validation and the key is revoked, it answers 401, not 422", async () => {
     const org = await ctx.createOrg();
     await makeKnown(org.key);
     await revoke(org.keyId);
@@ -134,7 +134,7 @@ describe('a known key\'s invalid body', () => {
     expectUnauthorized(response);
   });
 
-  it('when a known key\'s body fails validation and the key is valid, it answers 422 and still carries the RateLimit headers', async () => {
+  it("when a known key's body fails validation and the key is valid, it answers 422 and still carries the RateLimit headers", async () => {
     const org = await ctx.createOrg();
     await makeKnown(org.key);
 
@@ -147,8 +147,8 @@ describe('a known key\'s invalid body', () => {
   });
 });
 
-describe('a known key without the route\'s scope', () => {
-  it('when a known key lacks the route\'s scope, it answers 403 forbidden_scope and creates nothing', async () => {
+describe("a known key without the route's scope", () => {
+  it("when a known key lacks the route's scope, it answers 403 forbidden_scope and creates nothing", async () => {
     const org = await ctx.createOrg();
     const reader = await ctx.createKey(org.id, { scopes: ['customers:read'] });
     await makeKnown(reader.key);
@@ -162,7 +162,7 @@ describe('a known key without the route\'s scope', () => {
     expect(await customersOf(org.id)).toBe(0);
   });
 
-  it('when a known key lacks the route\'s scope and is also revoked, it answers 401, not 403', async () => {
+  it("when a known key lacks the route's scope and is also revoked, it answers 401, not 403", async () => {
     const org = await ctx.createOrg();
     const reader = await ctx.createKey(org.id, { scopes: ['customers:read'] });
     await makeKnown(reader.key);
@@ -175,8 +175,8 @@ describe('a known key without the route\'s scope', () => {
   });
 });
 
-describe('features of a known key\'s organisation', () => {
-  it('when an organisation\'s features change after its key is known, the very next groups request follows the new features', async () => {
+describe("features of a known key's organisation", () => {
+  it("when an organisation's features change after its key is known, the very next groups request follows the new features", async () => {
     const org = await ctx.createOrg({ features: ['groups'] });
     const organisations = createOrganisationsService({ database: ctx.database });
     expect((await ctx.request('GET', '/v1/group-templates', { key: org.key })).statusCode).toBe(200);

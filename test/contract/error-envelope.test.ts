@@ -114,7 +114,10 @@ describe('body parsing errors', () => {
   );
 
   it('when the body is JSON with a charset, it is accepted', async () => {
-    const response = await post({ fullName: 'Char Set', email: 'charset@example.com' }, { 'content-type': 'application/json; charset=utf-8' });
+    const response = await post(
+      { fullName: 'Char Set', email: 'charset@example.com' },
+      { 'content-type': 'application/json; charset=utf-8' },
+    );
     expect(response.statusCode).toBe(201);
   });
 

@@ -46,8 +46,28 @@ describe('Cache-Control: no-store on every response', () => {
     ['no such route', 404, () => ctx.request('GET', '/v1/nowhere', { key: org.key })],
     ['a malformed percent-encoding (answered by the router)', 404, () => ctx.request('GET', '/v1/customers/%E0%A4%A', { key: org.key })],
     ['an id past the router limit', 404, () => ctx.request('GET', `/v1/customers/${'a'.repeat(2000)}`, { key: org.key })],
-    ['malformed JSON', 400, () => ctx.app.inject({ method: 'POST', url: '/v1/customers', headers: { authorization: `Bearer ${org.key}`, 'content-type': 'application/json' }, payload: '{' })],
-    ['a body that is not JSON', 415, () => ctx.app.inject({ method: 'POST', url: '/v1/customers', headers: { authorization: `Bearer ${org.key}`, 'content-type': 'text/plain' }, payload: 'x' })],
+    [
+      'malformed JSON',
+      400,
+      () =>
+        ctx.app.inject({
+          method: 'POST',
+          url: '/v1/customers',
+          headers: { authorization: `Bearer ${org.key}`, 'content-type': 'application/json' },
+          payload: '{',
+        }),
+    ],
+    [
+      'a body that is not JSON',
+      415,
+      () =>
+        ctx.app.inject({
+          method: 'POST',
+          url: '/v1/customers',
+          headers: { authorization: `Bearer ${org.key}`, 'content-type': 'text/plain' },
+          payload: 'x',
+        }),
+    ],
     ['an invalid body', 422, () => ctx.request('POST', '/v1/customers', { key: org.key, body: { fullName: 'No Email' } })],
     [
       'a spent rate limit',

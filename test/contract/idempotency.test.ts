@@ -306,9 +306,7 @@ describe('what is stored', () => {
     const body = newCustomer();
     const first = await post(body, idempotencyKey);
     expect(first.statusCode).toBe(201);
-    await ctx.database.db.execute(
-      sql`UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE key = ${idempotencyKey}`,
-    );
+    await ctx.database.db.execute(sql`UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE key = ${idempotencyKey}`);
     const again = await post(body, idempotencyKey);
     expect(again.headers['idempotent-replayed']).toBeUndefined();
     // Processed anew: the upsert matches the existing record by externalId and answers 200.

@@ -53,10 +53,12 @@ async function burstWithinOneSecond(key: string, count: number, apps: FastifyIns
   for (let attempt = 0; ; attempt += 1) {
     const second = await startOfSecond();
     const responses = await Promise.all(Array.from({ length: count }, (_, index) => get(key, apps[index % apps.length])));
-    if (process.env.LEASE_TEST_DEBUG) console.log(`burst of ${count}: attempt ${attempt}, ${Date.now() - second * 1000} ms into the second`);
+    if (process.env.LEASE_TEST_DEBUG)
+      console.log(`burst of ${count}: attempt ${attempt}, ${Date.now() - second * 1000} ms into the second`);
     if (Math.floor(Date.now() / 1000) === second) return responses.map((response) => response.statusCode);
     // A whole suite runs beside this file: a quiet second can take a while to come.
-    if (attempt >= BURST_ATTEMPTS - 1) throw new Error(`the machine is too busy: ${count} requests did not fit in one second in ${attempt + 1} attempts`);
+    if (attempt >= BURST_ATTEMPTS - 1)
+      throw new Error(`the machine is too busy: ${count} requests did not fit in one second in ${attempt + 1} attempts`);
   }
 }
 
@@ -80,7 +82,7 @@ describe('leased windows', () => {
     expect([first, ...rest].map((response) => remaining(response, 'burst'))).toEqual([9_999, 9_998, 9_997, 9_996, 9_995]);
   });
 
-  it('when a key\'s slice of the day is spent, the instance takes the next slice and the remaining daily count goes on down by one per request', async () => {
+  it("when a key's slice of the day is spent, the instance takes the next slice and the remaining daily count goes on down by one per request", async () => {
     // dailyLimit 300: slices of 3 tokens.
     const key = await ctx.createKey(org.id, { dailyLimit: 300 });
     const responses: LightMyRequestResponse[] = [];
@@ -90,19 +92,23 @@ describe('leased windows', () => {
     expect((await usageOf(key.id))!.day_count).toBe(9);
   });
 
-  it('when requests of a key with burstLimit 200 (slices of 2) are spread over two instances within one second, no more than 200 are admitted in all', { timeout: 90_000 }, async () => {
-    const second = await ctx.buildInstance();
-    const key = await ctx.createKey(org.id, { burstLimit: 200 });
-    await get(key.key, ctx.app);
-    await get(key.key, second);
+  it(
+    'when requests of a key with burstLimit 200 (slices of 2) are spread over two instances within one second, no more than 200 are admitted in all',
+    { timeout: 90_000 },
+    async () => {
+      const second = await ctx.buildInstance();
+      const key = await ctx.createKey(org.id, { burstLimit: 200 });
+      await get(key.key, ctx.app);
+      await get(key.key, second);
 
-    const statuses = await burstWithinOneSecond(key.key, 260, [ctx.app, second]);
+      const statuses = await burstWithinOneSecond(key.key, 260, [ctx.app, second]);
 
-    const admitted = statuses.filter((status) => status === 200).length;
-    expect(statuses.filter((status) => status !== 200 && status !== 429)).toEqual([]);
-    expect(admitted).toBeGreaterThan(0);
-    expect(admitted).toBeLessThanOrEqual(200);
-  });
+      const admitted = statuses.filter((status) => status === 200).length;
+      expect(statuses.filter((status) => status !== 200 && status !== 429)).toEqual([]);
+      expect(admitted).toBeGreaterThan(0);
+      expect(admitted).toBeLessThanOrEqual(200);
+    },
+  );
 
   it('when requests of a key with dailyLimit 200 (slices of 2) are spread over two instances, no more than 200 are admitted in the day', async () => {
     const second = await ctx.buildInstance();
@@ -135,7 +141,7 @@ describe('leased windows', () => {
     expect(remaining(next, 'daily')).toBe(1_000 - (1 + served + 1));
   });
 
-  it('when a key\'s requests in flight at once all find the instance\'s lease empty, a request within the key\'s burst limit is not refused', async () => {
+  it("when a key's requests in flight at once all find the instance's lease empty, a request within the key's burst limit is not refused", async () => {
     // A product rule (docs/decisions.md: "Burst = requests per wall-clock second"): 200 requests in
     // one second of a key allowed 200 per second must all be served, however they are timed.
     const key = await ctx.createKey(org.id, { burstLimit: 200 });
@@ -147,7 +153,7 @@ describe('leased windows', () => {
     expect(refused, `refused within the limit; api_key_usage: ${JSON.stringify(await usageOf(key.id))}`).toBe(0);
   });
 
-  it('when a new key\'s first requests arrive at once, well within both its limits, none is refused as over the daily limit', async () => {
+  it("when a new key's first requests arrive at once, well within both its limits, none is refused as over the daily limit", async () => {
     // 120 requests against limits of 10,000 per second and 10,000 per day (slices of 100).
     const key = await ctx.createKey(org.id, { burstLimit: 10_000, dailyLimit: 10_000 });
 

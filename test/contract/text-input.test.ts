@@ -27,7 +27,11 @@ function expectRefused(response: { statusCode: number; json(): unknown; body: st
   expect(body.error.details!.issues![field]!.join(' ')).toMatch(mention);
 }
 
-const newPerson = (overrides: Record<string, unknown> = {}) => ({ fullName: `Person ${unique()}`, email: `p-${unique()}@example.test`, ...overrides });
+const newPerson = (overrides: Record<string, unknown> = {}) => ({
+  fullName: `Person ${unique()}`,
+  email: `p-${unique()}@example.test`,
+  ...overrides,
+});
 
 describe('NUL is checked on parsed values, not on the raw body text', () => {
   it('when a body string holds the escaped text "\\u0000" (a backslash, not a NUL), it is accepted and stored as sent', async () => {
@@ -57,7 +61,11 @@ describe('control characters', () => {
     ['NEL (C1 U+0085)', 'Ada\u0085Lovelace'],
     ['CSI (C1 U+009B)', 'Ada\u009b31mLovelace'],
   ])('when a name contains %s, it answers 422 naming the field', async (_name, fullName) => {
-    expectRefused(await ctx.request('POST', '/v1/customers', { key: org.key, body: newPerson({ fullName }) }), 'fullName', /control characters/);
+    expectRefused(
+      await ctx.request('POST', '/v1/customers', { key: org.key, body: newPerson({ fullName }) }),
+      'fullName',
+      /control characters/,
+    );
   });
 
   it('when an entity name (which reaches email subjects) contains CR LF, it answers 422 naming name', async () => {
@@ -108,7 +116,10 @@ describe('multi-line fields (customMessage, address)', () => {
 
   it('when an address spans lines, it is stored as sent', async () => {
     const address = '1 Example St\nSydney NSW 2000';
-    const response = await ctx.request('POST', '/v1/entities', { key: org.key, body: { type: 'COMPANY', name: `Lines ${unique()} Pty Ltd`, address } });
+    const response = await ctx.request('POST', '/v1/entities', {
+      key: org.key,
+      body: { type: 'COMPANY', name: `Lines ${unique()} Pty Ltd`, address },
+    });
     expect(response.statusCode, response.body).toBe(201);
     expect((await customerRow(ctx, response.json().id)).address).toBe(address);
   });
@@ -132,7 +143,11 @@ describe('unpaired surrogates', () => {
   });
 
   it('when the body bytes are not valid UTF-8 (an encoded surrogate), it answers 400 invalid_json instead of storing U+FFFD', async () => {
-    const payload = Buffer.concat([Buffer.from(`{"fullName":"Ada `), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from(`","email":"u@example.test"}`)]);
+    const payload = Buffer.concat([
+      Buffer.from(`{"fullName":"Ada `),
+      Buffer.from([0xed, 0xa0, 0x80]),
+      Buffer.from(`","email":"u@example.test"}`),
+    ]);
     const response = await ctx.app.inject({
       method: 'POST',
       url: '/v1/customers',
@@ -177,7 +192,10 @@ describe('NFC normalisation', () => {
     const email = `nfc-${unique()}@example.test`;
     const created = await ctx.request('POST', '/v1/customers', { key: org.key, body: { fullName: composed, email } });
     expect(created.statusCode, created.body).toBe(201);
-    const again = await ctx.request('POST', '/v1/customers', { key: org.key, body: { fullName: decomposed, email, phone: '+61400000009' } });
+    const again = await ctx.request('POST', '/v1/customers', {
+      key: org.key,
+      body: { fullName: decomposed, email, phone: '+61400000009' },
+    });
     expect(again.statusCode, again.body).toBe(200);
     expect(again.json().id).toBe(created.json().id);
   });
@@ -210,7 +228,12 @@ describe('NFC normalisation', () => {
 
 describe('hostile shapes', () => {
   const post = (payload: string) =>
-    ctx.app.inject({ method: 'POST', url: '/v1/customers', headers: { authorization: `Bearer ${org.key}`, 'content-type': 'application/json' }, payload });
+    ctx.app.inject({
+      method: 'POST',
+      url: '/v1/customers',
+      headers: { authorization: `Bearer ${org.key}`, 'content-type': 'application/json' },
+      payload,
+    });
 
   it('when a body nests far deeper than any schema, it answers 422 naming where, without walking (or overflowing the stack) any further', async () => {
     const depth = 100_000;
@@ -222,7 +245,9 @@ describe('hostile shapes', () => {
   });
 
   it('when a body holds thousands of refused strings, it answers 422 naming at most 100 of them', async () => {
-    const response = await post(JSON.stringify({ fullName: 'Ada', email: 'many@example.test', x: Array.from({ length: 5000 }, () => '\u0007') }));
+    const response = await post(
+      JSON.stringify({ fullName: 'Ada', email: 'many@example.test', x: Array.from({ length: 5000 }, () => '\u0007') }),
+    );
     expect(response.statusCode).toBe(422);
     expect(Object.keys((response.json() as Envelope).error.details!.issues!)).toHaveLength(100);
   });

@@ -19,7 +19,13 @@ afterAll(async () => {
 
 /** An app wired with the given register (as a deployment would plug one in), on this file's database. */
 async function appWith(register: BusinessRegister | undefined): Promise<FastifyInstance> {
-  const app = await buildApp({ config: ctx.config, database: ctx.database, logger: false, validateResponses: true, businessRegister: register });
+  const app = await buildApp({
+    config: ctx.config,
+    database: ctx.database,
+    logger: false,
+    validateResponses: true,
+    businessRegister: register,
+  });
   await app.ready();
   apps.push(app);
   return app;
@@ -27,7 +33,12 @@ async function appWith(register: BusinessRegister | undefined): Promise<FastifyI
 
 async function ingestSoleTrader(register: BusinessRegister | undefined, body: Record<string, unknown> = {}) {
   const app = await appWith(register);
-  const response = await ctx.request('POST', '/v1/customers', { key: org.key, body: person({ type: 'SOLE_TRADER', businessName: 'Acme', abn: '51 824 753 556', ...body }) }, app);
+  const response = await ctx.request(
+    'POST',
+    '/v1/customers',
+    { key: org.key, body: person({ type: 'SOLE_TRADER', businessName: 'Acme', abn: '51 824 753 556', ...body }) },
+    app,
+  );
   expect(response.statusCode, response.body).toBe(201);
   return customerRow(ctx, response.json().id);
 }
@@ -70,7 +81,12 @@ describe('ABN business-register lookup for sole traders', () => {
     const body = person({ externalId: `crm-abn-${Date.now()}` });
     const created = await ingestSoleTrader(register, body);
     const app = await appWith(register);
-    const response = await ctx.request('POST', '/v1/customers', { key: org.key, body: { externalId: body.externalId, phone: '0400 000 000' } }, app);
+    const response = await ctx.request(
+      'POST',
+      '/v1/customers',
+      { key: org.key, body: { externalId: body.externalId, phone: '0400 000 000' } },
+      app,
+    );
     expect(response.statusCode, response.body).toBe(200);
     expect(calls).toBe(1);
     expect((await customerRow(ctx, created.id)).business_register_status).toBe('REGISTER_VERIFIED');

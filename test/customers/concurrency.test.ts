@@ -22,11 +22,16 @@ describe('concurrent upserts', () => {
     const body = person({ externalId: 'crm-race-1', designatedServices: ['FIN-FX'] });
     const responses = await Promise.all(Array.from({ length: 20 }, () => upsert(ctx, org, body)));
     const statuses = responses.map((response) => response.statusCode);
-    expect(statuses.every((status) => status === 200 || status === 201), responses.map((r) => r.body).join(',')).toBe(true);
+    expect(
+      statuses.every((status) => status === 200 || status === 201),
+      responses.map((r) => r.body).join(','),
+    ).toBe(true);
     expect(statuses.filter((status) => status === 201)).toHaveLength(1);
     expect(new Set(responses.map((response) => response.json().id)).size).toBe(1);
     expect(await countCustomers(ctx, org.id, 'external_id = $2', ['crm-race-1'])).toBe(1);
-    const { rows } = await ctx.database.pool.query(`SELECT count(*)::int AS n FROM audit_log WHERE subject_id = $1`, [responses[0]!.json().id]);
+    const { rows } = await ctx.database.pool.query(`SELECT count(*)::int AS n FROM audit_log WHERE subject_id = $1`, [
+      responses[0]!.json().id,
+    ]);
     expect(rows[0].n).toBe(1);
   });
 
@@ -36,7 +41,10 @@ describe('concurrent upserts', () => {
       Array.from({ length: 20 }, (_, i) => upsert(ctx, org, { ...body, email: i % 2 ? String(body.email).toUpperCase() : body.email })),
     );
     const statuses = responses.map((response) => response.statusCode);
-    expect(statuses.every((status) => status === 200 || status === 201), statuses.join(',')).toBe(true);
+    expect(
+      statuses.every((status) => status === 200 || status === 201),
+      statuses.join(','),
+    ).toBe(true);
     expect(new Set(responses.map((response) => response.json().id)).size).toBe(1);
     expect(await countCustomers(ctx, org.id, 'lower(email) = lower($2)', [body.email])).toBe(1);
   });
@@ -47,7 +55,9 @@ describe('concurrent upserts', () => {
     expect(responses.every((response) => response.statusCode === 200 || response.statusCode === 201)).toBe(true);
     expect(new Set(responses.map((response) => response.json().id)).size).toBe(1);
     expect(await countCustomers(ctx, org.id, 'external_id = $2', ['crm-race-2'])).toBe(1);
-    const { rows } = await ctx.database.pool.query(`SELECT phone FROM customers WHERE org_id = $1 AND external_id = 'crm-race-2'`, [org.id]);
+    const { rows } = await ctx.database.pool.query(`SELECT phone FROM customers WHERE org_id = $1 AND external_id = 'crm-race-2'`, [
+      org.id,
+    ]);
     expect(rows[0].phone).toMatch(/^p\d+$/);
   });
 });
@@ -73,7 +83,10 @@ describe('cursor walk under concurrent writes', () => {
         await Promise.all([
           upsert(ctx, org, person({ externalId: `walk-new-${i}` })),
           ctx.request('PATCH', `/v1/customers/${target}`, { key: org.key, body: { phone: `w${i}` } }),
-          ctx.request('PUT', `/v1/customers/${target}/designated-services`, { key: org.key, body: { service_codes: i % 2 ? ['FIN-FX'] : [] } }),
+          ctx.request('PUT', `/v1/customers/${target}/designated-services`, {
+            key: org.key,
+            body: { service_codes: i % 2 ? ['FIN-FX'] : [] },
+          }),
         ]);
         writes += 3;
       }
@@ -180,7 +193,10 @@ async function raceOnePoll(org: TestOrg, read: (since: Date) => Promise<Poll>) {
 function apiPoll(org: TestOrg, startFrom: 'own clock' | 'Date header') {
   return async (since: Date): Promise<Poll> => {
     const start = new Date();
-    const response = await ctx.request('GET', '/v1/customers', { key: org.key, query: { updated_since: since.toISOString(), limit: '100' } });
+    const response = await ctx.request('GET', '/v1/customers', {
+      key: org.key,
+      query: { updated_since: since.toISOString(), limit: '100' },
+    });
     expect(response.statusCode, response.body).toBe(200);
     return { rows: response.json().data, start: startFrom === 'own clock' ? start : new Date(String(response.headers.date)) };
   };
@@ -249,7 +265,11 @@ describe('polling with updated_since (the spec: updated_since = the time the pre
     // Writers of the same organisation arriving while the poll waits go straight through: updates and an insert.
     const writersStart = Date.now();
     const [patched, created] = await Promise.all([
-      Promise.all(['a', 'b', 'c'].map((phone) => ctx.request('PATCH', `/v1/customers/${other.id}`, { key: org.key, body: { phone: `queued-${phone}` } }))),
+      Promise.all(
+        ['a', 'b', 'c'].map((phone) =>
+          ctx.request('PATCH', `/v1/customers/${other.id}`, { key: org.key, body: { phone: `queued-${phone}` } }),
+        ),
+      ),
       upsert(ctx, org, person()),
     ]);
     const writersTook = Date.now() - writersStart;
@@ -294,7 +314,7 @@ describe('polling with updated_since (the spec: updated_since = the time the pre
         committed = true;
         return at;
       });
-    for (let afterCommit = 0; afterCommit < 3; ) {
+    for (let afterCommit = 0; afterCommit < 3;) {
       const since = new Date(previousDate.getTime() - 1_000).toISOString();
       const response = await ctx.request('GET', '/v1/customers', { key: org.key, query: { updated_since: since, limit: '100' } });
       expect(response.statusCode, response.body).toBe(200);
@@ -322,10 +342,10 @@ describe('updated_at stamps (migration 0009)', () => {
       // Stamped with the next whole millisecond after the trigger's clock reading, so strictly later
       // than the statement's start; rounding to the nearest millisecond would often land at or before it.
       for (let i = 0; i < 50; i += 1) {
-        const { rows } = await client.query(`UPDATE customers SET phone = $2 WHERE id = $1 RETURNING updated_at, statement_timestamp() AS started`, [
-          customer.id,
-          `stamp-${i}`,
-        ]);
+        const { rows } = await client.query(
+          `UPDATE customers SET phone = $2 WHERE id = $1 RETURNING updated_at, statement_timestamp() AS started`,
+          [customer.id, `stamp-${i}`],
+        );
         const { updated_at: stamped, started } = rows[0] as { updated_at: Date; started: Date };
         expect(stamped.getTime()).toBeGreaterThan(started.getTime());
       }

@@ -45,10 +45,25 @@ describe('name provenance', () => {
   it('when an officer corrected the names (rank 20), a later API upsert with other names does not overwrite them', async () => {
     const body = person({ externalId: 'crm-prov-1', firstName: 'Jane', lastName: 'Citizen' });
     const dto = await createCustomer(ctx, org, body);
-    await ctx.database.pool.query(`UPDATE customers SET first_name = 'Janet', last_name = 'Citizen-Smith', name_provenance_rank = 20 WHERE id = $1`, [dto.id]);
-    const response = await upsert(ctx, org, { externalId: 'crm-prov-1', firstName: 'J', middleName: 'X', lastName: 'Citizen', phone: '42' });
+    await ctx.database.pool.query(
+      `UPDATE customers SET first_name = 'Janet', last_name = 'Citizen-Smith', name_provenance_rank = 20 WHERE id = $1`,
+      [dto.id],
+    );
+    const response = await upsert(ctx, org, {
+      externalId: 'crm-prov-1',
+      firstName: 'J',
+      middleName: 'X',
+      lastName: 'Citizen',
+      phone: '42',
+    });
     expect(response.statusCode).toBe(200);
-    expect(await customerRow(ctx, dto.id)).toMatchObject({ first_name: 'Janet', middle_name: null, last_name: 'Citizen-Smith', name_provenance_rank: 20, phone: '42' });
+    expect(await customerRow(ctx, dto.id)).toMatchObject({
+      first_name: 'Janet',
+      middle_name: null,
+      last_name: 'Citizen-Smith',
+      name_provenance_rank: 20,
+      phone: '42',
+    });
   });
 
   it('when names were written by the API (rank 10), a later API upsert replaces them', async () => {
@@ -106,7 +121,10 @@ describe('freeze after VERIFIED', () => {
     expect(dto.identity).toBeNull();
     await markVerified(dto.id);
     const response = await get(dto.id);
-    expect(response.json()).toMatchObject({ kyc_status: 'VERIFIED', identity: { verified_legal_name: 'Jane Q Citizen', verified_country: 'AUS' } });
+    expect(response.json()).toMatchObject({
+      kyc_status: 'VERIFIED',
+      identity: { verified_legal_name: 'Jane Q Citizen', verified_country: 'AUS' },
+    });
     expect(Object.keys(response.json().identity).sort()).toEqual(['verified_country', 'verified_legal_name']);
   });
 });
@@ -132,7 +150,12 @@ describe('PATCH /customers/{id}', () => {
   it('when PATCH omits fields, they stay untouched', async () => {
     const dto = await createCustomer(ctx, org, person({ phone: '99', risk: { metFaceToFace: true } }));
     await patch(dto.id, { fullName: 'Renamed Someone' });
-    expect(await customerRow(ctx, dto.id)).toMatchObject({ name: 'Renamed Someone', email: dto.email, phone: '99', risk_answers: { metFaceToFace: true } });
+    expect(await customerRow(ctx, dto.id)).toMatchObject({
+      name: 'Renamed Someone',
+      email: dto.email,
+      phone: '99',
+      risk_answers: { metFaceToFace: true },
+    });
   });
 
   it('when PATCH would give a record the name and email of another individual, it answers 409 conflict', async () => {
@@ -153,10 +176,19 @@ describe('PATCH /customers/{id}', () => {
   });
 
   it('when an upsert turns a SOLE_TRADER into an INDIVIDUAL, the sole-trader fields are cleared', async () => {
-    const dto = await createCustomer(ctx, org, person({ externalId: 'crm-type', type: 'SOLE_TRADER', businessName: 'Acme', abn: '51824753556' }));
+    const dto = await createCustomer(
+      ctx,
+      org,
+      person({ externalId: 'crm-type', type: 'SOLE_TRADER', businessName: 'Acme', abn: '51824753556' }),
+    );
     const response = await upsert(ctx, org, { externalId: 'crm-type', type: 'INDIVIDUAL' });
     expect(response.json().type).toBe('INDIVIDUAL');
-    expect(await customerRow(ctx, dto.id)).toMatchObject({ type: 'INDIVIDUAL', business_name: null, abn: null, business_register_status: null });
+    expect(await customerRow(ctx, dto.id)).toMatchObject({
+      type: 'INDIVIDUAL',
+      business_name: null,
+      abn: null,
+      business_register_status: null,
+    });
   });
 
   it('when the record does not exist, it answers 404', async () => {
@@ -168,7 +200,10 @@ describe('risk rating and audit', () => {
   it('when PUT assigns a high-risk code (FIN-CRYPTO), the rating becomes HIGH after the answers, with an audit row carrying the actor key', async () => {
     const dto = await createCustomer(ctx, org, person({ designatedServices: [] }));
     expect((await customerRow(ctx, dto.id)).risk_rating).toBe('LOW');
-    const response = await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, { key: org.key, body: { service_codes: ['FIN-CRYPTO'] } });
+    const response = await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, {
+      key: org.key,
+      body: { service_codes: ['FIN-CRYPTO'] },
+    });
     expect(response.statusCode).toBe(200);
     // FIN-CRYPTO weighs 3 (MEDIUM); handling cash or crypto adds 2 → HIGH.
     expect((await customerRow(ctx, dto.id)).risk_rating).toBe('MEDIUM');
@@ -187,7 +222,11 @@ describe('risk rating and audit', () => {
     await patch(dto.id, { risk: { metFaceToFace: false } });
     expect(await customerRow(ctx, dto.id)).toMatchObject({ risk_rating: 'MEDIUM', client_classification: 'STANDARD_CDD' });
     await patch(dto.id, { risk: { operatesCashBusiness: true } });
-    expect(await customerRow(ctx, dto.id)).toMatchObject({ risk_rating: 'HIGH', client_classification: 'ENHANCED_CDD', risk_answers: { metFaceToFace: false, operatesCashBusiness: true } });
+    expect(await customerRow(ctx, dto.id)).toMatchObject({
+      risk_rating: 'HIGH',
+      client_classification: 'ENHANCED_CDD',
+      risk_answers: { metFaceToFace: false, operatesCashBusiness: true },
+    });
   });
 
   it('when the risk answers include complexStructure, the rating is HIGH whatever the services', async () => {
@@ -202,7 +241,12 @@ describe('risk rating and audit', () => {
     await patch(dto.id, { phone: '2' });
     await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, { key: org.key, body: { service_codes: ['FIN-FX'] } });
     const audit = await auditRows(dto.id);
-    expect(audit.map((row) => row.action)).toEqual(['customer.created', 'customer.upserted', 'customer.patched', 'customer.designated_services_replaced']);
+    expect(audit.map((row) => row.action)).toEqual([
+      'customer.created',
+      'customer.upserted',
+      'customer.patched',
+      'customer.designated_services_replaced',
+    ]);
     for (const row of audit) expect(row).toMatchObject({ actor_type: 'api_key', actor_id: org.keyId, subject_type: 'customer' });
     expect(audit[0]!.before).toBeNull();
     expect(audit[0]!.after).toMatchObject({ name: body.fullName, phone: null });
@@ -214,7 +258,14 @@ describe('risk rating and audit', () => {
   });
 
   it('when an upsert repeats the same body, it writes no audit row, fires no event and leaves updated_at alone', async () => {
-    const body = person({ externalId: 'crm-noop', phone: '5', designatedServices: ['FIN-FX'], risk: { isNewCustomer: true }, firstName: 'A', lastName: 'B' });
+    const body = person({
+      externalId: 'crm-noop',
+      phone: '5',
+      designatedServices: ['FIN-FX'],
+      risk: { isNewCustomer: true },
+      firstName: 'A',
+      lastName: 'B',
+    });
     const dto = await createCustomer(ctx, org, body);
     const before = await customerRow(ctx, dto.id);
     await new Promise((resolve) => setTimeout(resolve, 20));
@@ -229,7 +280,10 @@ describe('risk rating and audit', () => {
   it('when PUT repeats the stored set or PATCH repeats stored values, nothing is audited and updated_at stays', async () => {
     const dto = await createCustomer(ctx, org, person({ designatedServices: ['FIN-FX'], phone: '3' }));
     const committed = (await get(dto.id)).json().updated_at;
-    await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, { key: org.key, body: { service_codes: ['FIN-FX', 'FIN-FX'] } });
+    await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, {
+      key: org.key,
+      body: { service_codes: ['FIN-FX', 'FIN-FX'] },
+    });
     await patch(dto.id, { phone: '3', fullName: dto.full_name });
     expect(await auditRows(dto.id)).toHaveLength(1);
     expect((await get(dto.id)).json().updated_at).toBe(committed);
@@ -241,14 +295,17 @@ describe('risk rating and audit', () => {
     const committed = (await get(dto.id)).json().updated_at;
     const reordered = await upsert(ctx, org, { ...body, designatedServices: ['PRO-REAL-ESTATE', 'FIN-FX', 'FIN-FX'] });
     expect(reordered.statusCode).toBe(200);
-    const put = await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, { key: org.key, body: { service_codes: ['PRO-REAL-ESTATE', 'FIN-FX'] } });
+    const put = await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, {
+      key: org.key,
+      body: { service_codes: ['PRO-REAL-ESTATE', 'FIN-FX'] },
+    });
     expect(put.json().designated_services).toEqual(['FIN-FX', 'PRO-REAL-ESTATE']);
     expect(await auditRows(dto.id)).toHaveLength(1);
     expect(await outboxEvents(dto.id)).toHaveLength(0);
     expect((await get(dto.id)).json().updated_at).toBe(committed);
   });
 
-  it('when a record\'s updated_at is ahead of the clock, a change still moves it forward by at least a millisecond', async () => {
+  it("when a record's updated_at is ahead of the clock, a change still moves it forward by at least a millisecond", async () => {
     const dto = await createCustomer(ctx, org, person());
     const ahead = new Date(Date.now() + 3_600_000);
     // Written with triggers off (replica role), as a clock stepped back would leave it.
@@ -284,7 +341,9 @@ describe('side-record storage', () => {
   });
 
   it('when the server supports lz4, audit snapshots and event payloads are compressed with it, and neither table checks a foreign key per row', async () => {
-    const { rows: support } = await ctx.database.pool.query(`SELECT 'lz4' = ANY (enumvals) AS lz4 FROM pg_settings WHERE name = 'default_toast_compression'`);
+    const { rows: support } = await ctx.database.pool.query(
+      `SELECT 'lz4' = ANY (enumvals) AS lz4 FROM pg_settings WHERE name = 'default_toast_compression'`,
+    );
     const { rows: settings } = await ctx.database.pool.query(
       `SELECT attrelid::regclass::text || '.' || attname AS name, attcompression AS method FROM pg_attribute
         WHERE (attrelid, attname) IN (('audit_log'::regclass, 'before'), ('audit_log'::regclass, 'after'), ('outbox_events'::regclass, 'payload'))
@@ -347,7 +406,7 @@ describe('customer.updated outbox events', () => {
     expect(new Date(current.updated_at).getTime() - new Date(dto.updated_at).getTime()).toBeGreaterThanOrEqual(300);
   });
 
-  it('when a late commit re-stamps a record, only that transaction\'s events are rewritten: the record\'s earlier events keep the DTO of their moment', async () => {
+  it("when a late commit re-stamps a record, only that transaction's events are rewritten: the record's earlier events keep the DTO of their moment", async () => {
     const dto = await createCustomer(ctx, org, person({ externalId: 'crm-evt-slow-2' }));
     await patch(dto.id, { phone: 'first' });
     const afterFirst = (await get(dto.id)).json();
@@ -360,7 +419,11 @@ describe('customer.updated outbox events', () => {
     });
     const current = (await get(dto.id)).json();
     const events = await outboxEvents(dto.id);
-    expect(events.map((event) => event.payload.data.customer.updated_at)).toEqual([afterFirst.updated_at, current.updated_at, current.updated_at]);
+    expect(events.map((event) => event.payload.data.customer.updated_at)).toEqual([
+      afterFirst.updated_at,
+      current.updated_at,
+      current.updated_at,
+    ]);
     expect(events[0]!.payload.data.customer).toEqual(afterFirst);
     expect(events[2]!.payload.data.customer).toEqual(current);
     expect(new Date(current.updated_at).getTime() - new Date(afterFirst.updated_at).getTime()).toBeGreaterThanOrEqual(300);
@@ -382,7 +445,10 @@ describe('{id} routes', () => {
       expect((await get(ref)).json().id).toBe(dto.id);
       expect((await ctx.request('GET', `/v1/customers/${encodeURIComponent(ref)}/aml`, { key: org.key })).statusCode).toBe(200);
       expect((await patch(ref, { phone: ref.slice(0, 5) })).statusCode).toBe(200);
-      const put = await ctx.request('PUT', `/v1/customers/${encodeURIComponent(ref)}/designated-services`, { key: org.key, body: { service_codes: [] } });
+      const put = await ctx.request('PUT', `/v1/customers/${encodeURIComponent(ref)}/designated-services`, {
+        key: org.key,
+        body: { service_codes: [] },
+      });
       expect(put.json().id).toBe(dto.id);
     }
   });
@@ -402,7 +468,7 @@ describe('{id} routes', () => {
     }
   });
 
-  it("when {id} belongs to another organisation, it answers 404", async () => {
+  it('when {id} belongs to another organisation, it answers 404', async () => {
     const other = await ctx.createOrg();
     const theirs = await createCustomer(ctx, other, person({ externalId: 'crm-theirs' }));
     expect((await get(theirs.id)).statusCode).toBe(404);
@@ -454,13 +520,27 @@ describe('AML block and catalog', () => {
   it('when a customer is read, the DTO holds exactly the spec fields', async () => {
     const dto = await createCustomer(ctx, org, person({ designatedServices: ['FIN-FX'], risk: { complexStructure: true } }));
     expect(Object.keys((await get(dto.id)).json()).sort()).toEqual(
-      ['added_via', 'aml', 'created_at', 'email', 'external_id', 'full_name', 'id', 'identity', 'kyc_completed_at', 'kyc_started_at', 'kyc_status', 'type', 'updated_at'].sort(),
+      [
+        'added_via',
+        'aml',
+        'created_at',
+        'email',
+        'external_id',
+        'full_name',
+        'id',
+        'identity',
+        'kyc_completed_at',
+        'kyc_started_at',
+        'kyc_status',
+        'type',
+        'updated_at',
+      ].sort(),
     );
   });
 });
 
 describe('a change and its side records', () => {
-  it('when an upsert, a PATCH and a PUT change a record, each audit row\'s after is exactly the stored record, and each event shows the committed updated_at', async () => {
+  it("when an upsert, a PATCH and a PUT change a record, each audit row's after is exactly the stored record, and each event shows the committed updated_at", async () => {
     const body = person({ externalId: 'crm-exact-after', risk: { isNewCustomer: true } });
     const dto = await createCustomer(ctx, org, body);
     const repository = createCustomersRepository(ctx.database.db);
@@ -471,9 +551,20 @@ describe('a change and its side records', () => {
       return rows[rows.length - 1]!.after as Record<string, unknown>;
     };
     const changes = [
-      () => upsert(ctx, org, { ...body, phone: '1', firstName: 'Ada', lastName: 'Lovelace', risk: { isNewCustomer: true, handlesCashOrCrypto: true } }),
+      () =>
+        upsert(ctx, org, {
+          ...body,
+          phone: '1',
+          firstName: 'Ada',
+          lastName: 'Lovelace',
+          risk: { isNewCustomer: true, handlesCashOrCrypto: true },
+        }),
       () => patch(dto.id, { phone: '2', risk: { complexStructure: true } }),
-      () => ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, { key: org.key, body: { service_codes: ['FIN-FX', 'RE-BROKER'] } }),
+      () =>
+        ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, {
+          key: org.key,
+          body: { service_codes: ['FIN-FX', 'RE-BROKER'] },
+        }),
     ];
     for (const change of changes) {
       const response = await change();
@@ -491,7 +582,8 @@ describe('a change and its side records', () => {
     const body = person({ externalId: 'crm-answer-stored', risk: { isNewCustomer: true } });
     const dto = await createCustomer(ctx, org, body);
     const changes = [
-      () => upsert(ctx, org, { ...body, phone: '31', firstName: 'Ada', lastName: 'Lovelace', type: 'SOLE_TRADER', businessName: 'Ada Pty' }),
+      () =>
+        upsert(ctx, org, { ...body, phone: '31', firstName: 'Ada', lastName: 'Lovelace', type: 'SOLE_TRADER', businessName: 'Ada Pty' }),
       () => patch(dto.id, { fullName: `${body.fullName as string} Jr`, risk: { complexStructure: true } }),
       () => ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, { key: org.key, body: { service_codes: ['FIN-FX'] } }),
     ];

@@ -26,7 +26,10 @@ export async function customerRow(ctx: TestContext, id: string): Promise<Record<
 }
 
 export async function countCustomers(ctx: TestContext, orgId: string, where = 'TRUE', params: unknown[] = []): Promise<number> {
-  const { rows } = await ctx.database.pool.query(`SELECT count(*)::int AS n FROM customers WHERE org_id = $1 AND ${where}`, [orgId, ...params]);
+  const { rows } = await ctx.database.pool.query(`SELECT count(*)::int AS n FROM customers WHERE org_id = $1 AND ${where}`, [
+    orgId,
+    ...params,
+  ]);
   return rows[0].n;
 }
 

@@ -79,7 +79,11 @@ describe('status of a new record', () => {
   });
 
   it('when only preExistingServices are sent, they never trigger due diligence (NOT_REQUIRED) but are recorded', async () => {
-    const { status, row } = await statusOf({ risk: { isNewCustomer: false }, preExistingServices: ['FIN-CRYPTO'], preExistingServiceSince: '2019-05-01' });
+    const { status, row } = await statusOf({
+      risk: { isNewCustomer: false },
+      preExistingServices: ['FIN-CRYPTO'],
+      preExistingServiceSince: '2019-05-01',
+    });
     expect(status).toBe('NOT_REQUIRED');
     expect(row.pre_existing_services).toEqual(['FIN-CRYPTO']);
     expect(row.designated_services).toEqual([]);
@@ -90,7 +94,10 @@ describe('status after later service changes', () => {
   it('when PUT designated-services adds a service to a NOT_REQUIRED record, it moves to NOT_STARTED', async () => {
     const dto = await createCustomer(ctx, org, person({ designatedServices: [] }));
     expect(dto.kyc_status).toBe('NOT_REQUIRED');
-    const response = await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, { key: org.key, body: { service_codes: ['RE-BROKER'] } });
+    const response = await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, {
+      key: org.key,
+      body: { service_codes: ['RE-BROKER'] },
+    });
     expect(response.statusCode).toBe(200);
     expect(response.json()).toMatchObject({ kyc_status: 'NOT_STARTED', designated_services: ['RE-BROKER'] });
     expect((await customerRow(ctx, dto.id)).is_designated_service).toBe(true);
@@ -126,7 +133,10 @@ describe('status after later service changes', () => {
   it('when services are added to a record whose due diligence is already under way, its status is not touched', async () => {
     const dto = await createCustomer(ctx, org, person({ designatedServices: ['FIN-LOANS'] }));
     await ctx.database.pool.query(`UPDATE customers SET kyc_status = 'IN_PROGRESS' WHERE id = $1`, [dto.id]);
-    const response = await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, { key: org.key, body: { service_codes: ['FIN-LOANS', 'FIN-CRYPTO'] } });
+    const response = await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, {
+      key: org.key,
+      body: { service_codes: ['FIN-LOANS', 'FIN-CRYPTO'] },
+    });
     expect(response.json()).toMatchObject({ kyc_status: 'IN_PROGRESS', designated_services: ['FIN-LOANS', 'FIN-CRYPTO'] });
   });
 
@@ -173,7 +183,11 @@ describe('ingest never starts KYC', () => {
     const count = async (table: string) =>
       (await ctx.database.pool.query(`SELECT count(*)::int AS n FROM ${table} WHERE org_id = $1`, [fresh.id])).rows[0].n as number;
     const ledgerBefore = await count('credit_ledger');
-    const body = person({ externalId: 'kyc-owed', designatedServices: ['FIN-CRYPTO'], representative: { fullName: 'Ann Attorney', email: 'ann@example.com' } });
+    const body = person({
+      externalId: 'kyc-owed',
+      designatedServices: ['FIN-CRYPTO'],
+      representative: { fullName: 'Ann Attorney', email: 'ann@example.com' },
+    });
     const created = await upsert(ctx, fresh, body);
     expect(created.statusCode).toBe(201);
     expect(created.json()).toMatchObject({ kyc_status: 'NOT_STARTED', kyc_started_at: null, kyc_completed_at: null });
@@ -181,7 +195,10 @@ describe('ingest never starts KYC', () => {
     const again = await upsert(ctx, fresh, { externalId: 'kyc-owed', designatedServices: ['FIN-FX'], phone: '1' });
     expect(again.json()).toMatchObject({ kyc_status: 'NOT_STARTED', kyc_started_at: null });
     await ctx.request('PATCH', `/v1/customers/kyc-owed`, { key: fresh.key, body: { risk: { handlesCashOrCrypto: true } } });
-    const put = await ctx.request('PUT', `/v1/customers/${notOwed.id}/designated-services`, { key: fresh.key, body: { service_codes: ['RE-BROKER'] } });
+    const put = await ctx.request('PUT', `/v1/customers/${notOwed.id}/designated-services`, {
+      key: fresh.key,
+      body: { service_codes: ['RE-BROKER'] },
+    });
     expect(put.json()).toMatchObject({ kyc_status: 'NOT_STARTED', kyc_started_at: null });
 
     expect(await count('verifications')).toBe(0);

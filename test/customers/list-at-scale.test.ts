@@ -17,7 +17,10 @@ const SINCE = '2026-03-01T00:00:00.000Z';
 const at = (offsetMs: number) => new Date(Date.parse(SINCE) + offsetMs).toISOString();
 
 /** Rows with exact creation and change times, written as a bulk import would (no stamping triggers), then counted as migration 0011 counts. */
-async function seedRows(orgId: string, rows: Array<{ name: string; created: string; updated: string; kycStatus?: string; amlStatus?: string }>) {
+async function seedRows(
+  orgId: string,
+  rows: Array<{ name: string; created: string; updated: string; kycStatus?: string; amlStatus?: string }>,
+) {
   const client = await ctx.database.pool.connect();
   try {
     await client.query('BEGIN');
@@ -87,7 +90,11 @@ describe('GET /customers?updated_since: every part of the changed set', () => {
       { name: 'after, never changed', created: at(10), updated: at(10) },
       { name: 'after, changed late', created: at(20), updated: at(86_400_000) },
       // Ties on created_at are ordered by id, across parts.
-      ...Array.from({ length: 4 }, (_, index) => ({ name: `tie ${index}`, created: at(-1_500), updated: at(index % 2 === 0 ? 5_000 : -1_000) })),
+      ...Array.from({ length: 4 }, (_, index) => ({
+        name: `tie ${index}`,
+        created: at(-1_500),
+        updated: at(index % 2 === 0 ? 5_000 : -1_000),
+      })),
       ...Array.from({ length: 4 }, (_, index) => ({ name: `tie after ${index}`, created: at(30), updated: at(30) })),
       // Screened ones, for the filters combined with updated_since.
       { name: 'late review', created: at(-86_400_000), updated: at(60_000), amlStatus: 'NEEDS_REVIEW' },
@@ -100,7 +107,17 @@ describe('GET /customers?updated_since: every part of the changed set', () => {
   it('when rows were created after updated_since, in the second up to it, or long before and changed after it, a walk returns exactly those changed after it, in (created_at, id) order, at every page size', async () => {
     const want = await expected(org.id, 'updated_at > $2', [SINCE]);
     const names = await expected(org.id, 'updated_at > $2', [SINCE], 'name');
-    expect(names).toEqual(expect.arrayContaining(['late, changed after', 'just before, changed after', 'at, changed after', 'after, never changed', 'after, changed late', 'late review', 'window review']));
+    expect(names).toEqual(
+      expect.arrayContaining([
+        'late, changed after',
+        'just before, changed after',
+        'at, changed after',
+        'after, never changed',
+        'after, changed late',
+        'late review',
+        'window review',
+      ]),
+    );
     expect(names).not.toContain('late, changed exactly at');
     expect(names).not.toContain('just before, changed before');
     for (const limit of ['1', '2', '3', '7', '100']) {
@@ -128,10 +145,21 @@ describe('GET /customers?updated_since: every part of the changed set', () => {
       [{ status: 'FAILED' }, `kyc_status = 'FAILED'`],
     ];
     // The first second of year 1 leaves no second before it: read and counted without the parts.
-    for (const since of [SINCE, at(-1_000), at(-2_000), at(25), '2020-01-01T00:00:00.000Z', '2030-01-01T00:00:00.000Z', '0001-01-01T00:00:00.500Z']) {
+    for (const since of [
+      SINCE,
+      at(-1_000),
+      at(-2_000),
+      at(25),
+      '2020-01-01T00:00:00.000Z',
+      '2030-01-01T00:00:00.000Z',
+      '0001-01-01T00:00:00.500Z',
+    ]) {
       for (const [query, where] of cases) {
         const want = (await expected(org.id, `updated_at > $2 AND ${where}`, [since])).length;
-        const response = await ctx.request('GET', '/v1/customers', { key: org.key, query: { ...query, updated_since: since, include: 'total_count', limit: '1' } });
+        const response = await ctx.request('GET', '/v1/customers', {
+          key: org.key,
+          query: { ...query, updated_since: since, include: 'total_count', limit: '1' },
+        });
         expect(response.json().total_count, `${since} ${JSON.stringify(query)}`).toBe(want);
       }
     }
@@ -141,9 +169,11 @@ describe('GET /customers?updated_since: every part of the changed set', () => {
 describe('GET /customers?include=total_count: counters kept in each change’s transaction', () => {
   let org: TestOrg;
   const count = async (query: Record<string, string> = {}, path = '/v1/customers') =>
-    (await ctx.request('GET', path, { key: org.key, query: { ...query, include: 'total_count', limit: '1' } })).json().total_count as number;
+    (await ctx.request('GET', path, { key: org.key, query: { ...query, include: 'total_count', limit: '1' } })).json()
+      .total_count as number;
   const truth = async (where: string, kind = 'individual') =>
-    (await ctx.database.pool.query(`SELECT count(*)::int AS n FROM customers WHERE org_id = $1 AND kind = $2 AND ${where}`, [org.id, kind])).rows[0].n as number;
+    (await ctx.database.pool.query(`SELECT count(*)::int AS n FROM customers WHERE org_id = $1 AND kind = $2 AND ${where}`, [org.id, kind]))
+      .rows[0].n as number;
   const combinations: Array<[Record<string, string>, string]> = [
     [{}, 'TRUE'],
     [{ status: 'NOT_REQUIRED' }, `kyc_status = 'NOT_REQUIRED'`],
@@ -165,7 +195,10 @@ describe('GET /customers?include=total_count: counters kept in each change’s t
   it('when records are created, change status, change kind of status together, or are deleted, every filter combination counts exactly the matching rows', async () => {
     const pool = ctx.database.pool;
     for (let index = 0; index < 12; index++) {
-      const response = await ctx.request('POST', '/v1/customers', { key: org.key, body: { fullName: `Counted ${index}`, email: `counted-${index}@example.com` } });
+      const response = await ctx.request('POST', '/v1/customers', {
+        key: org.key,
+        body: { fullName: `Counted ${index}`, email: `counted-${index}@example.com` },
+      });
       expect(response.statusCode, response.body).toBe(201);
     }
     await pool.query(
@@ -173,9 +206,16 @@ describe('GET /customers?include=total_count: counters kept in each change’s t
       [org.id],
     );
     await expectCountsMatch();
-    await pool.query(`UPDATE customers SET kyc_status = 'VERIFIED' WHERE org_id = $1 AND kind = 'individual' AND name LIKE 'Counted 1%'`, [org.id]);
-    await pool.query(`UPDATE customers SET aml_status = 'CLEAR' WHERE org_id = $1 AND kind = 'individual' AND name IN ('Counted 1', 'Counted 2', 'Counted 3')`, [org.id]);
-    await pool.query(`UPDATE customers SET kyc_status = 'PENDING', aml_status = 'NEEDS_REVIEW' WHERE org_id = $1 AND name = 'Counted 4'`, [org.id]);
+    await pool.query(`UPDATE customers SET kyc_status = 'VERIFIED' WHERE org_id = $1 AND kind = 'individual' AND name LIKE 'Counted 1%'`, [
+      org.id,
+    ]);
+    await pool.query(
+      `UPDATE customers SET aml_status = 'CLEAR' WHERE org_id = $1 AND kind = 'individual' AND name IN ('Counted 1', 'Counted 2', 'Counted 3')`,
+      [org.id],
+    );
+    await pool.query(`UPDATE customers SET kyc_status = 'PENDING', aml_status = 'NEEDS_REVIEW' WHERE org_id = $1 AND name = 'Counted 4'`, [
+      org.id,
+    ]);
     await pool.query(`UPDATE customers SET type = 'TRUST' WHERE org_id = $1 AND name = 'Counted entity SMSF'`, [org.id]);
     await pool.query(`UPDATE customers SET phone = '+61400000000' WHERE org_id = $1 AND name = 'Counted 5'`, [org.id]);
     await expectCountsMatch();
@@ -231,8 +271,13 @@ describe('GET /customers?updated_since&include=total_count beyond the count prob
     // 500 created up to it (the whole less those), 500 created after it (counted directly), then both sides over 1,000.
     for (const seconds of [500, 4_500, 2_500]) {
       const since = new Date(Date.parse('2026-01-01T00:00:00Z') + seconds * 1000 + 500).toISOString();
-      const want = (await ctx.database.pool.query(`SELECT count(*)::int AS n FROM customers WHERE org_id = $1 AND updated_at > $2`, [org.id, since])).rows[0].n;
-      const response = await ctx.request('GET', '/v1/customers', { key: org.key, query: { updated_since: since, include: 'total_count', limit: '1' } });
+      const want = (
+        await ctx.database.pool.query(`SELECT count(*)::int AS n FROM customers WHERE org_id = $1 AND updated_at > $2`, [org.id, since])
+      ).rows[0].n;
+      const response = await ctx.request('GET', '/v1/customers', {
+        key: org.key,
+        query: { updated_since: since, include: 'total_count', limit: '1' },
+      });
       expect(response.json().total_count, since).toBe(want);
     }
   });

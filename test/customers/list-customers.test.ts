@@ -124,7 +124,13 @@ describe('GET /customers filters', () => {
   });
 
   it('when a filter value is invalid, it answers 422 naming it', async () => {
-    for (const [name, value] of [['status', 'DONE'], ['aml_status', 'clear'], ['updated_since', 'yesterday'], ['include', 'everything'], ['sort', 'name']] as const) {
+    for (const [name, value] of [
+      ['status', 'DONE'],
+      ['aml_status', 'clear'],
+      ['updated_since', 'yesterday'],
+      ['include', 'everything'],
+      ['sort', 'name'],
+    ] as const) {
       const response = await list({ [name]: value });
       expect(response.statusCode).toBe(422);
       expect(issues(response)).toHaveProperty(name);
@@ -172,7 +178,13 @@ describe('GET /customers cursor', () => {
   it('when a cursor’s payload is edited (another id, a date in year 0000 or 294276), with its mac or without one, it answers 422 on cursor', async () => {
     const [payload, mac] = (await list({ limit: '10' })).json().next_cursor.split('.');
     const position = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8'));
-    const edits = [{ i: ids[20] }, { c: '0000-01-01T00:00:00.000Z' }, { c: '+275760-09-13T00:00:00.000Z' }, { c: '+294276-01-01T00:00:00.000Z' }, { f: 'other' }];
+    const edits = [
+      { i: ids[20] },
+      { c: '0000-01-01T00:00:00.000Z' },
+      { c: '+275760-09-13T00:00:00.000Z' },
+      { c: '+294276-01-01T00:00:00.000Z' },
+      { f: 'other' },
+    ];
     for (const edit of edits) {
       const edited = Buffer.from(JSON.stringify({ ...position, ...edit })).toString('base64url');
       for (const cursor of [`${edited}.${mac}`, edited]) {
@@ -189,7 +201,15 @@ describe('GET /customers cursor', () => {
     const [payload, mac] = first.split('.') as [string, string];
     const flipped = `${mac.slice(0, -1)}${mac.endsWith('A') ? 'B' : 'A'}`;
     // The payload alone is the format of cursors issued before they were signed.
-    for (const cursor of [payload, `${payload}.`, `${payload}.${second.split('.')[1]}`, `${payload}.${flipped}`, `${payload}.${mac}A`, `${payload}.${mac}.${mac}`, `.${mac}`]) {
+    for (const cursor of [
+      payload,
+      `${payload}.`,
+      `${payload}.${second.split('.')[1]}`,
+      `${payload}.${flipped}`,
+      `${payload}.${mac}A`,
+      `${payload}.${mac}.${mac}`,
+      `.${mac}`,
+    ]) {
       const response = await list({ limit: '10', cursor });
       expect(response.statusCode, cursor).toBe(422);
       expect(issues(response)).toHaveProperty('cursor');
@@ -207,7 +227,12 @@ describe('GET /customers cursor', () => {
     };
     // The signing is right: the same payload, signed here, continues the walk.
     expect((await list({ limit: '10', cursor: sign({}) })).json().data.map((row: { id: string }) => row.id)).toEqual(ids.slice(10, 20));
-    for (const c of ['0000-01-01T00:00:00.000Z', '-000001-01-01T00:00:00.000Z', '+010000-01-01T00:00:00.000Z', '+275760-09-13T00:00:00.000Z']) {
+    for (const c of [
+      '0000-01-01T00:00:00.000Z',
+      '-000001-01-01T00:00:00.000Z',
+      '+010000-01-01T00:00:00.000Z',
+      '+275760-09-13T00:00:00.000Z',
+    ]) {
       const response = await list({ limit: '10', cursor: sign({ c }) });
       expect(response.statusCode, c).toBe(422);
       expect(issues(response)).toHaveProperty('cursor');

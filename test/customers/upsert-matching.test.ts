@@ -16,7 +16,13 @@ describe('POST /customers upsert matching table', () => {
     const response = await upsert(ctx, org, body);
     expect(response.statusCode).toBe(201);
     const dto = response.json();
-    expect(dto).toMatchObject({ external_id: 'crm-new-1', type: 'INDIVIDUAL', full_name: body.fullName, email: body.email, added_via: 'INTEGRATION' });
+    expect(dto).toMatchObject({
+      external_id: 'crm-new-1',
+      type: 'INDIVIDUAL',
+      full_name: body.fullName,
+      email: body.email,
+      added_via: 'INTEGRATION',
+    });
     expect((await customerRow(ctx, dto.id)).org_id).toBe(org.id);
   });
 
@@ -104,13 +110,24 @@ describe('POST /customers required fields', () => {
   });
 
   it('when a matched record is updated, every field is optional and omitted fields stay untouched', async () => {
-    const body = person({ externalId: 'crm-partial-1', phone: '+61 2 0000 0000', designatedServices: ['FIN-LOANS'], risk: { metFaceToFace: true } });
+    const body = person({
+      externalId: 'crm-partial-1',
+      phone: '+61 2 0000 0000',
+      designatedServices: ['FIN-LOANS'],
+      risk: { metFaceToFace: true },
+    });
     const created = await createCustomer(ctx, org, body);
     const before = await customerRow(ctx, created.id);
     const response = await upsert(ctx, org, { externalId: 'crm-partial-1', risk: { handlesCashOrCrypto: true } });
     expect(response.statusCode).toBe(200);
     const after = await customerRow(ctx, created.id);
-    expect(after).toMatchObject({ name: before.name, email: before.email, phone: before.phone, designated_services: ['FIN-LOANS'], kyc_status: 'NOT_STARTED' });
+    expect(after).toMatchObject({
+      name: before.name,
+      email: before.email,
+      phone: before.phone,
+      designated_services: ['FIN-LOANS'],
+      kyc_status: 'NOT_STARTED',
+    });
     expect(after.risk_answers).toEqual({ metFaceToFace: true, handlesCashOrCrypto: true });
   });
 

@@ -36,7 +36,10 @@ describe('service codes', () => {
 
   it('when PUT designated-services carries an unknown code, it answers 422 and keeps the stored set', async () => {
     const dto = await createCustomer(ctx, org, person({ designatedServices: ['FIN-LOANS'] }));
-    const response = await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, { key: org.key, body: { service_codes: ['fin-loans'] } });
+    const response = await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, {
+      key: org.key,
+      body: { service_codes: ['fin-loans'] },
+    });
     expect(response.statusCode).toBe(422);
     expect(issues(response)).toHaveProperty(['service_codes[0]']);
     expect((await customerRow(ctx, dto.id)).designated_services).toEqual(['FIN-LOANS']);
@@ -46,7 +49,10 @@ describe('service codes', () => {
     const codes = Array.from({ length: 65 }, () => 'FIN-LOANS');
     await rejects(person({ designatedServices: codes }), 'designatedServices');
     const dto = await createCustomer(ctx, org, person());
-    const response = await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, { key: org.key, body: { service_codes: codes } });
+    const response = await ctx.request('PUT', `/v1/customers/${dto.id}/designated-services`, {
+      key: org.key,
+      body: { service_codes: codes },
+    });
     expect(response.statusCode).toBe(422);
     expect(issues(response)).toHaveProperty(['service_codes']);
   });
@@ -84,7 +90,10 @@ describe('designated flag agreement', () => {
     const viaUpsert = await upsert(ctx, org, { externalId: 'crm-flag-stored', risk: { isDesignatedService: false } });
     expect(viaUpsert.statusCode).toBe(422);
     expect(issues(viaUpsert)).toHaveProperty(['risk.isDesignatedService']);
-    const viaPatch = await ctx.request('PATCH', `/v1/customers/${dto.id}`, { key: org.key, body: { risk: { isDesignatedService: false } } });
+    const viaPatch = await ctx.request('PATCH', `/v1/customers/${dto.id}`, {
+      key: org.key,
+      body: { risk: { isDesignatedService: false } },
+    });
     expect(viaPatch.statusCode).toBe(422);
     expect(issues(viaPatch)).toHaveProperty(['risk.isDesignatedService']);
     expect((await customerRow(ctx, dto.id)).is_designated_service).toBe(true);
@@ -145,12 +154,19 @@ describe('pre-commencement fields', () => {
   it('when preCommencementAssessment is sent without a non-empty designatedServices, it answers 422', async () => {
     const assessment = { significantChange: false, resultingRisk: 'LOW' };
     await rejects(person({ risk: { isNewCustomer: false }, preCommencementAssessment: assessment }), 'preCommencementAssessment');
-    await rejects(person({ risk: { isNewCustomer: false }, preCommencementAssessment: assessment, designatedServices: [] }), 'preCommencementAssessment');
+    await rejects(
+      person({ risk: { isNewCustomer: false }, preCommencementAssessment: assessment, designatedServices: [] }),
+      'preCommencementAssessment',
+    );
   });
 
   it('when preCommencementAssessment has an unknown resultingRisk, it answers 422', async () => {
     await rejects(
-      person({ risk: { isNewCustomer: false }, preCommencementAssessment: { significantChange: false, resultingRisk: 'NONE' }, designatedServices: ['FIN-LOANS'] }),
+      person({
+        risk: { isNewCustomer: false },
+        preCommencementAssessment: { significantChange: false, resultingRisk: 'NONE' },
+        designatedServices: ['FIN-LOANS'],
+      }),
       'preCommencementAssessment.resultingRisk',
     );
   });
@@ -158,17 +174,28 @@ describe('pre-commencement fields', () => {
   it('when preCommencementAssessment.assessedAt is in the future, it answers 422', async () => {
     const future = isoDate(new Date(Date.now() + 2 * 86_400_000));
     await rejects(
-      person({ risk: { isNewCustomer: false }, preCommencementAssessment: { significantChange: false, resultingRisk: 'LOW', assessedAt: future }, designatedServices: ['FIN-LOANS'] }),
+      person({
+        risk: { isNewCustomer: false },
+        preCommencementAssessment: { significantChange: false, resultingRisk: 'LOW', assessedAt: future },
+        designatedServices: ['FIN-LOANS'],
+      }),
       'preCommencementAssessment.assessedAt',
     );
   });
 
   it('when preExistingServices is combined with a non-empty designatedServices, it answers 422', async () => {
-    await rejects(person({ risk: { isNewCustomer: false }, preExistingServices: ['FIN-LOANS'], designatedServices: ['FIN-FX'] }), 'preExistingServices');
+    await rejects(
+      person({ risk: { isNewCustomer: false }, preExistingServices: ['FIN-LOANS'], designatedServices: ['FIN-FX'] }),
+      'preExistingServices',
+    );
   });
 
   it('when preExistingServices is sent on an update of a record that has designated services, it answers 422 unless the request empties them', async () => {
-    await createCustomer(ctx, org, person({ externalId: 'crm-pre-existing', risk: { isNewCustomer: false }, designatedServices: ['FIN-LOANS'] }));
+    await createCustomer(
+      ctx,
+      org,
+      person({ externalId: 'crm-pre-existing', risk: { isNewCustomer: false }, designatedServices: ['FIN-LOANS'] }),
+    );
     const rejected = await upsert(ctx, org, { externalId: 'crm-pre-existing', preExistingServices: ['FIN-FX'] });
     expect(rejected.statusCode).toBe(422);
     expect(issues(rejected)).toHaveProperty('preExistingServices');
@@ -184,7 +211,10 @@ describe('pre-commencement fields', () => {
 describe('representative', () => {
   it('when a representative is sent, it is stored; a representative without an email answers 422', async () => {
     const dto = await createCustomer(ctx, org, person({ representative: { fullName: 'Attorney Person', email: 'attorney@example.com' } }));
-    expect(await customerRow(ctx, dto.id)).toMatchObject({ representative_name: 'Attorney Person', representative_email: 'attorney@example.com' });
+    expect(await customerRow(ctx, dto.id)).toMatchObject({
+      representative_name: 'Attorney Person',
+      representative_email: 'attorney@example.com',
+    });
     await rejects(person({ representative: { fullName: 'Attorney Person' } }), 'representative.email');
   });
 });
@@ -226,11 +256,14 @@ describe('length bounds', () => {
     await rejects(person({ phone: '1'.repeat(33) }), 'phone');
   });
 
-  it.each(['firstName', 'middleName', 'lastName'])('when %s has 256 characters, it answers 422 naming it (255 is accepted)', async (field) => {
-    const names = { firstName: 'Jane', middleName: 'Q', lastName: 'Citizen' };
-    await rejects(person({ ...names, [field]: 'n'.repeat(256) }), field);
-    expect((await upsert(ctx, org, person({ ...names, [field]: 'n'.repeat(255) }))).statusCode).toBe(201);
-  });
+  it.each(['firstName', 'middleName', 'lastName'])(
+    'when %s has 256 characters, it answers 422 naming it (255 is accepted)',
+    async (field) => {
+      const names = { firstName: 'Jane', middleName: 'Q', lastName: 'Citizen' };
+      await rejects(person({ ...names, [field]: 'n'.repeat(256) }), field);
+      expect((await upsert(ctx, org, person({ ...names, [field]: 'n'.repeat(255) }))).statusCode).toBe(201);
+    },
+  );
 
   it('when representative.fullName has 256 characters, it answers 422 naming it', async () => {
     await rejects(person({ representative: { fullName: 'r'.repeat(256), email: 'attorney@example.com' } }), 'representative.fullName');

@@ -49,12 +49,23 @@ export async function upload(ctx: TestContext, token: string, parts: Array<[stri
   return ctx.app.inject({ method: 'POST', url: `/documents/${token}`, headers: { 'content-type': contentType }, payload: body });
 }
 
-export async function createRequest(ctx: TestContext, org: TestOrg, entityId: string, body: Record<string, unknown>, headers: Record<string, string> = {}) {
+export async function createRequest(
+  ctx: TestContext,
+  org: TestOrg,
+  entityId: string,
+  body: Record<string, unknown>,
+  headers: Record<string, string> = {},
+) {
   return ctx.request('POST', `/v1/entities/${entityId}/document-requests`, { key: org.key, body, headers });
 }
 
 /** Creates a request and returns its DTO and link token (checked to be what the email carries). */
-export async function openRequest(ctx: TestContext, org: TestOrg, entityId: string, body: Record<string, unknown> = { types: ['CERTIFICATE_OF_REGISTRATION'] }) {
+export async function openRequest(
+  ctx: TestContext,
+  org: TestOrg,
+  entityId: string,
+  body: Record<string, unknown> = { types: ['CERTIFICATE_OF_REGISTRATION'] },
+) {
   const response = await createRequest(ctx, org, entityId, body);
   expect(response.statusCode, response.body).toBe(201);
   const dto = response.json() as { id: string; upload_url: string; status: string };
@@ -95,5 +106,8 @@ export async function emailsTo(ctx: TestContext, orgId: string) {
 
 /** Moves a request's due time into the past, as the clock would. */
 export async function makeOverdue(ctx: TestContext, id: string) {
-  await ctx.database.db.update(documentRequests).set({ dueAt: new Date(Date.now() - 60_000) }).where(eq(documentRequests.id, id));
+  await ctx.database.db
+    .update(documentRequests)
+    .set({ dueAt: new Date(Date.now() - 60_000) })
+    .where(eq(documentRequests.id, id));
 }

@@ -66,7 +66,12 @@ describe('POST /v1/entities/{id}/document-requests', () => {
     const ledger = await ledgerOf(ctx, org.id);
     expect(ledger).toHaveLength(1);
     expect(ledger[0]).toMatchObject({ delta: -1, reason: 'document_request', documentRequestId: body.id });
-    expect(await requestRow(ctx, body.id)).toMatchObject({ cost: 1, payer: 'organization', recipientEmail: entity.contactEmail, apiKeyId: org.keyId });
+    expect(await requestRow(ctx, body.id)).toMatchObject({
+      cost: 1,
+      payer: 'organization',
+      recipientEmail: entity.contactEmail,
+      apiKeyId: org.keyId,
+    });
 
     const [email] = await emailsTo(ctx, org.id);
     expect(email!.recipient).toBe(entity.contactEmail);
@@ -117,7 +122,10 @@ describe('POST /v1/entities/{id}/document-requests', () => {
     const entity = await createEntity(ctx, org);
     const { dto } = await openRequest(ctx, org, entity.id);
     await sealer.sealOnce();
-    const response = await ctx.request('GET', '/v1/events', { key: org.key, query: { type: 'document_request.updated', customer_id: entity.id } });
+    const response = await ctx.request('GET', '/v1/events', {
+      key: org.key,
+      query: { type: 'document_request.updated', customer_id: entity.id },
+    });
     expect(response.statusCode, response.body).toBe(200);
     const data = response.json().data as Array<{ type: string; data: { document_request: { id: string } } }>;
     expect(data.map((event) => [event.type, event.data.document_request.id])).toEqual([['document_request.updated', dto.id]]);
@@ -249,7 +257,10 @@ describe('POST /v1/entities/{id}/document-requests', () => {
     const org = await ctx.createOrg();
     const entity = await createEntity(ctx, org);
     const reader = await ctx.createKey(org.id, { scopes: ['customers:read'] });
-    const response = await ctx.request('POST', `/v1/entities/${entity.id}/document-requests`, { key: reader.key, body: { types: ['OTHER'] } });
+    const response = await ctx.request('POST', `/v1/entities/${entity.id}/document-requests`, {
+      key: reader.key,
+      body: { types: ['OTHER'] },
+    });
     expect(response.statusCode).toBe(403);
   });
 });
@@ -277,7 +288,10 @@ describe('GET /v1/entities/{id}/document-requests', () => {
   it('when the entity has no requests, it answers an empty list; an unknown entity is 404', async () => {
     const org = await ctx.createOrg();
     const entity = await createEntity(ctx, org);
-    expect((await ctx.request('GET', `/v1/entities/${entity.id}/document-requests`, { key: org.key })).json()).toEqual({ object: 'list', data: [] });
+    expect((await ctx.request('GET', `/v1/entities/${entity.id}/document-requests`, { key: org.key })).json()).toEqual({
+      object: 'list',
+      data: [],
+    });
     expect((await ctx.request('GET', `/v1/entities/${crypto.randomUUID()}/document-requests`, { key: org.key })).statusCode).toBe(404);
   });
 });
@@ -300,7 +314,10 @@ describe('expiry', () => {
     const [audit] = await auditOf(ctx, org.id, due.dto.id, 'document_request.expired');
     expect(audit).toMatchObject({ actorType: 'system', subjectType: 'document_request' });
     const events = (await eventsOf(ctx, org.id, 'document_request.updated')).map((event) => (event.document as any).data.document_request);
-    expect(events.filter((dto: { id: string }) => dto.id === due.dto.id).map((dto: { status: string }) => dto.status)).toEqual(['OPEN', 'EXPIRED']);
+    expect(events.filter((dto: { id: string }) => dto.id === due.dto.id).map((dto: { status: string }) => dto.status)).toEqual([
+      'OPEN',
+      'EXPIRED',
+    ]);
 
     // A second pass finds nothing more to do.
     await service.expireDue();
@@ -326,7 +343,8 @@ describe('expiry', () => {
     const ids: string[] = [];
     for (let index = 0; index < 6; index += 1) ids.push((await openRequest(ctx, org, entity.id, { types: ['OTHER'] })).dto.id);
     for (const id of ids) await makeOverdue(ctx, id);
-    const make = () => createDocumentRequestsService({ database: ctx.database, publicBaseUrl: ctx.config.publicBaseUrl, clock: systemClock });
+    const make = () =>
+      createDocumentRequestsService({ database: ctx.database, publicBaseUrl: ctx.config.publicBaseUrl, clock: systemClock });
     const [a, b] = await Promise.all([make().expireDue({ batchSize: 2 }), make().expireDue({ batchSize: 2 })]);
     expect(a + b).toBeGreaterThanOrEqual(6);
     const expiredAudit = await Promise.all(ids.map((id) => auditOf(ctx, org.id, id, 'document_request.expired')));

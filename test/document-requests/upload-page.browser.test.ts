@@ -98,7 +98,10 @@ describe('the upload page in a headless Chromium', () => {
       const created = await ctx.request(
         'POST',
         `/v1/entities/${entity.id}/document-requests`,
-        { key: org.key, body: { types: ['CERTIFICATE_OF_REGISTRATION', 'ID_OF_OFFICEHOLDER'], message: 'Please upload both before Friday.' } },
+        {
+          key: org.key,
+          body: { types: ['CERTIFICATE_OF_REGISTRATION', 'ID_OF_OFFICEHOLDER'], message: 'Please upload both before Friday.' },
+        },
         server,
       );
       expect(created.statusCode, created.body).toBe(201);
@@ -122,7 +125,11 @@ describe('the upload page in a headless Chromium', () => {
         await expect(page.locator('.message').textContent()).resolves.toBe('Please upload both before Friday.');
         checkScreenshot(await page.screenshot({ fullPage: true, type: 'png' }), 'upload-page-before.png');
 
-        await page.setInputFiles('#file-CERTIFICATE_OF_REGISTRATION', { name: 'certificate.pdf', mimeType: 'application/pdf', buffer: PDF });
+        await page.setInputFiles('#file-CERTIFICATE_OF_REGISTRATION', {
+          name: 'certificate.pdf',
+          mimeType: 'application/pdf',
+          buffer: PDF,
+        });
         await page.setInputFiles('#file-ID_OF_OFFICEHOLDER', { name: 'licence.png', mimeType: 'image/png', buffer: pngOf(64) });
         await Promise.all([page.waitForURL(`${origin}/documents/received`), page.click('button[type=submit]')]);
         await expect(page.locator('h1').textContent()).resolves.toBe('Thank you');

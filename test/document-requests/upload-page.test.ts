@@ -8,7 +8,17 @@ import { loggerOptions, redactUrl } from '../../src/shared/logging.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 import { collectInto } from '../helpers/log-collector.js';
 import { auditOf, balanceOf, createEntity, eventsOf, ledgerOf } from '../verification/verification-fixtures.js';
-import { documentsOf, makeOverdue, multipart, openRequest, PDF, pngOf, requestRow, tokensOf, upload } from './document-requests-fixtures.js';
+import {
+  documentsOf,
+  makeOverdue,
+  multipart,
+  openRequest,
+  PDF,
+  pngOf,
+  requestRow,
+  tokensOf,
+  upload,
+} from './document-requests-fixtures.js';
 
 let ctx: TestContext;
 beforeAll(async () => {
@@ -90,7 +100,9 @@ describe('GET /documents/{token}', () => {
     expect((await requestRow(ctx, request.id)).status).toBe('EXPIRED');
     expect(await tokensOf(ctx, org.id)).toEqual([]);
     expect(await auditOf(ctx, org.id, request.id, 'document_request.expired')).toHaveLength(1);
-    const statuses = (await eventsOf(ctx, org.id, 'document_request.updated')).map((event) => (event.document as any).data.document_request.status);
+    const statuses = (await eventsOf(ctx, org.id, 'document_request.updated')).map(
+      (event) => (event.document as any).data.document_request.status,
+    );
     expect(statuses).toEqual(['OPEN', 'EXPIRED']);
   });
 });
@@ -105,7 +117,14 @@ describe('POST /documents/{token}', () => {
     expectPageHeaders(response);
 
     const [document] = await documentsOf(ctx, org.id, request.id);
-    expect(document).toMatchObject({ entityId: entity.id, type: 'CERTIFICATE_OF_REGISTRATION', uploadedBy: 'contact', documentRequestId: request.id, mediaType: 'application/pdf', fileName: 'certificate.pdf' });
+    expect(document).toMatchObject({
+      entityId: entity.id,
+      type: 'CERTIFICATE_OF_REGISTRATION',
+      uploadedBy: 'contact',
+      documentRequestId: request.id,
+      mediaType: 'application/pdf',
+      fileName: 'certificate.pdf',
+    });
     expect(await balanceOf(ctx, org.id)).toBe(balance);
     expect((await ledgerOf(ctx, org.id)).map((row) => row.reason)).toEqual(['document_request']);
     expect((await requestRow(ctx, request.id)).status).toBe('OPEN');
@@ -116,7 +135,11 @@ describe('POST /documents/{token}', () => {
     expect(after.body.match(/<input type="file"/g)).toHaveLength(1);
 
     const listed = await ctx.request('GET', `/v1/entities/${entity.id}/document-requests`, { key: org.key });
-    expect(listed.json().data[0]).toMatchObject({ status: 'OPEN', received_types: ['CERTIFICATE_OF_REGISTRATION'], document_ids: [document!.id] });
+    expect(listed.json().data[0]).toMatchObject({
+      status: 'OPEN',
+      received_types: ['CERTIFICATE_OF_REGISTRATION'],
+      document_ids: [document!.id],
+    });
   });
 
   it('when every requested type has arrived, the request is FULFILLED (event, audit row), its link is spent, and the contact lands on the thank-you page', async () => {
@@ -151,7 +174,11 @@ describe('POST /documents/{token}', () => {
     }
     const trail = await ctx.request('GET', '/v1/audit-events', { key: org.key, query: { actor: 'contact' } });
     expect(trail.statusCode, trail.body).toBe(200);
-    expect(trail.json().data.map((event: { action: string; actor: { type: string; id: string } }) => [event.action, event.actor.type, event.actor.id])).toEqual([
+    expect(
+      trail
+        .json()
+        .data.map((event: { action: string; actor: { type: string; id: string } }) => [event.action, event.actor.type, event.actor.id]),
+    ).toEqual([
       ['entity.document_uploaded', 'contact', request.id],
       ['entity.document_uploaded', 'contact', request.id],
       ['document_request.fulfilled', 'contact', request.id],
@@ -212,7 +239,9 @@ describe('POST /documents/{token}', () => {
 
   it('when a file is not a PDF, PNG or JPEG by content, it shows the page again with 415 and stores nothing', async () => {
     const { org, token } = await setup();
-    const response = await upload(ctx, token, [['CERTIFICATE_OF_REGISTRATION', Buffer.from('just some text, named like a pdf'), 'fake.pdf']]);
+    const response = await upload(ctx, token, [
+      ['CERTIFICATE_OF_REGISTRATION', Buffer.from('just some text, named like a pdf'), 'fake.pdf'],
+    ]);
     expect(response.statusCode).toBe(415);
     expect(response.body).toContain('not a PDF, PNG or JPEG');
     expect(await documentsOf(ctx, org.id)).toEqual([]);
@@ -230,7 +259,12 @@ describe('POST /documents/{token}', () => {
 
   it('when the body is not multipart/form-data, it answers a 415 page', async () => {
     const { token } = await setup();
-    const response = await ctx.app.inject({ method: 'POST', url: `/documents/${token}`, headers: { 'content-type': 'application/json' }, payload: '{}' });
+    const response = await ctx.app.inject({
+      method: 'POST',
+      url: `/documents/${token}`,
+      headers: { 'content-type': 'application/json' },
+      payload: '{}',
+    });
     expect(response.statusCode).toBe(415);
     expect(response.headers['content-type']).toBe('text/html; charset=utf-8');
     expectPageHeaders(response);
@@ -238,7 +272,10 @@ describe('POST /documents/{token}', () => {
 
   it('when a request has received 20 documents, a 21st is refused with 422 and nothing more is stored', async () => {
     const { org, request, token } = await setup();
-    const twenty = Array.from({ length: 20 }, (_, index) => ['CERTIFICATE_OF_REGISTRATION', PDF, `page-${index}.pdf`] as [string, Buffer, string]);
+    const twenty = Array.from(
+      { length: 20 },
+      (_, index) => ['CERTIFICATE_OF_REGISTRATION', PDF, `page-${index}.pdf`] as [string, Buffer, string],
+    );
     expect((await upload(ctx, token, twenty)).statusCode).toBe(303);
     const response = await upload(ctx, token, [['ID_OF_OFFICEHOLDER', PDF, 'one-more.pdf']]);
     expect(response.statusCode).toBe(422);
@@ -247,7 +284,7 @@ describe('POST /documents/{token}', () => {
     expect((await requestRow(ctx, request.id)).status).toBe('OPEN');
   });
 
-  it("when a token is used, it touches only its own request: another request of the same entity is unchanged", async () => {
+  it('when a token is used, it touches only its own request: another request of the same entity is unchanged', async () => {
     const { org, entity, request, token } = await setup({ types: ['OTHER'] });
     const other = await openRequest(ctx, org, entity.id, { types: ['OTHER'] });
     expect((await upload(ctx, token, [['OTHER', PDF, 'o.pdf']])).statusCode).toBe(303);
@@ -304,7 +341,10 @@ describe('the link token in logs', () => {
       expect((await app.inject({ method: 'GET', url: `/documents/${token}` })).statusCode).toBe(200);
       expect((await send([['CERTIFICATE_OF_REGISTRATION', Buffer.from('not a document'), 'x.pdf']])).statusCode).toBe(415);
       expect((await send([['COMPANY_EXTRACT', PDF, 'x.pdf']])).statusCode).toBe(422);
-      expect((await app.inject({ method: 'POST', url: `/documents/${token}`, headers: { 'content-type': 'text/csv' }, payload: 'a,b' })).statusCode).toBe(415);
+      expect(
+        (await app.inject({ method: 'POST', url: `/documents/${token}`, headers: { 'content-type': 'text/csv' }, payload: 'a,b' }))
+          .statusCode,
+      ).toBe(415);
       expect((await send([['CERTIFICATE_OF_REGISTRATION', PDF, 'c.pdf']])).statusCode).toBe(303);
       expect((await send([['ID_OF_OFFICEHOLDER', PDF, 'i.pdf']])).statusCode).toBe(303);
       expect((await app.inject({ method: 'GET', url: `/documents/${token}` })).statusCode).toBe(404);

@@ -6,7 +6,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_DOCUMENT_BYTES } from '../../src/modules/documents/document-types.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 import { createEntity, createIndividual, expectValidation, sql } from '../entities/entity-test-helpers.js';
-import { expectNoSpooledFiles, jpegBytes, pdfBytes, pngBytes, spooledFiles, upload, usePrivateTempDir, type Part } from './document-helpers.js';
+import {
+  expectNoSpooledFiles,
+  jpegBytes,
+  pdfBytes,
+  pngBytes,
+  spooledFiles,
+  upload,
+  usePrivateTempDir,
+  type Part,
+} from './document-helpers.js';
 
 let ctx: TestContext;
 let org: TestOrg;
@@ -23,7 +32,12 @@ afterAll(async () => {
 });
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
-const filePart = (data: Buffer, filename = 'deed.pdf', contentType = 'application/pdf'): Part => ({ name: 'file', data, filename, contentType });
+const filePart = (data: Buffer, filename = 'deed.pdf', contentType = 'application/pdf'): Part => ({
+  name: 'file',
+  data,
+  filename,
+  contentType,
+});
 const typePart = (value = 'TRUST_DEED'): Part => ({ name: 'type', value });
 
 async function documentCount(orgId = org.id): Promise<number> {
@@ -55,13 +69,22 @@ describe('content sniffing', () => {
     const entity = await createEntity(ctx, org, { type: 'TRUST' });
     const response = await upload(ctx.app, org.key, entity.id, [filePart(data, 'upload.bin', 'application/octet-stream'), typePart()]);
     expect(response.statusCode, response.body).toBe(201);
-    expect(response.json()).toMatchObject({ object: 'document', entity_id: entity.id, media_type: mediaType, size_bytes: data.length, sha256: sha256(data) });
+    expect(response.json()).toMatchObject({
+      object: 'document',
+      entity_id: entity.id,
+      media_type: mediaType,
+      size_bytes: data.length,
+      sha256: sha256(data),
+    });
   });
 
   it('when a text file is named x.pdf and declared application/pdf, it answers 415 and stores nothing', async () => {
     const entity = await createEntity(ctx, org);
     const before = await documentCount();
-    const response = await upload(ctx.app, org.key, entity.id, [filePart(Buffer.from('just some text, not a PDF at all\n'), 'x.pdf', 'application/pdf'), typePart()]);
+    const response = await upload(ctx.app, org.key, entity.id, [
+      filePart(Buffer.from('just some text, not a PDF at all\n'), 'x.pdf', 'application/pdf'),
+      typePart(),
+    ]);
     expect(response.statusCode, response.body).toBe(415);
     expect(response.json().error.code).toBe('unsupported_media_type');
     expect(await documentCount()).toBe(before);
@@ -89,10 +112,11 @@ describe('size', () => {
     const response = await upload(ctx.app, org.key, entity.id, [filePart(data), typePart()]);
     expect(response.statusCode, response.body).toBe(201);
     expect(response.json().size_bytes).toBe(MAX_DOCUMENT_BYTES);
-    const [row] = await sql<{ chunks: number }>(ctx, 'SELECT count(*)::int AS chunks FROM document_chunks WHERE org_id = $1 AND document_id = $2', [
-      org.id,
-      response.json().id,
-    ]);
+    const [row] = await sql<{ chunks: number }>(
+      ctx,
+      'SELECT count(*)::int AS chunks FROM document_chunks WHERE org_id = $1 AND document_id = $2',
+      [org.id, response.json().id],
+    );
     expect(row!.chunks).toBe(40);
     await expectNoSpooledFiles();
   });
@@ -133,10 +157,23 @@ describe('form validation', () => {
 
   it('when an unknown field, a second file or an over-long description is sent, it answers 422 naming the field', async () => {
     const entity = await createEntity(ctx, org);
-    expectValidation(await upload(ctx.app, org.key, entity.id, [filePart(pdfBytes()), typePart(), { name: 'colour', value: 'red' }]), 'colour');
+    expectValidation(
+      await upload(ctx.app, org.key, entity.id, [filePart(pdfBytes()), typePart(), { name: 'colour', value: 'red' }]),
+      'colour',
+    );
     expectValidation(await upload(ctx.app, org.key, entity.id, [filePart(pdfBytes()), filePart(pdfBytes()), typePart()]), 'file');
-    expectValidation(await upload(ctx.app, org.key, entity.id, [filePart(pdfBytes()), { name: 'attachment', data: pdfBytes(), filename: 'b.pdf' }, typePart()]), 'attachment');
-    expectValidation(await upload(ctx.app, org.key, entity.id, [filePart(pdfBytes()), typePart(), { name: 'description', value: 'x'.repeat(501) }]), 'description');
+    expectValidation(
+      await upload(ctx.app, org.key, entity.id, [
+        filePart(pdfBytes()),
+        { name: 'attachment', data: pdfBytes(), filename: 'b.pdf' },
+        typePart(),
+      ]),
+      'attachment',
+    );
+    expectValidation(
+      await upload(ctx.app, org.key, entity.id, [filePart(pdfBytes()), typePart(), { name: 'description', value: 'x'.repeat(501) }]),
+      'description',
+    );
     expectValidation(await upload(ctx.app, org.key, entity.id, [{ name: 'file', value: 'not a file' }, typePart()]), 'file');
     expect(await documentCount()).toBeGreaterThanOrEqual(0);
     await expectNoSpooledFiles();
@@ -144,7 +181,11 @@ describe('form validation', () => {
 
   it('when a description of 500 characters is sent, it is stored', async () => {
     const entity = await createEntity(ctx, org);
-    const response = await upload(ctx.app, org.key, entity.id, [filePart(pdfBytes()), typePart('OTHER'), { name: 'description', value: 'é'.repeat(500) }]);
+    const response = await upload(ctx.app, org.key, entity.id, [
+      filePart(pdfBytes()),
+      typePart('OTHER'),
+      { name: 'description', value: 'é'.repeat(500) },
+    ]);
     expect(response.statusCode, response.body).toBe(201);
     expect(response.json()).toMatchObject({ type: 'OTHER', description: 'é'.repeat(500) });
   });
@@ -158,7 +199,10 @@ describe('billing', () => {
     expect(response.statusCode, response.body).toBe(201);
     const id = response.json().id;
     expect(await credits()).toBe(before - 1);
-    const ledger = await sql(ctx, 'SELECT delta, balance_after, reason FROM credit_ledger WHERE org_id = $1 AND document_id = $2', [org.id, id]);
+    const ledger = await sql(ctx, 'SELECT delta, balance_after, reason FROM credit_ledger WHERE org_id = $1 AND document_id = $2', [
+      org.id,
+      id,
+    ]);
     expect(ledger).toEqual([{ delta: -1, balance_after: before - 1, reason: 'document_upload' }]);
     const [charged] = await sql<{ after: Record<string, unknown> }>(
       ctx,
@@ -191,7 +235,11 @@ describe('idempotency', () => {
     expect(second.headers['idempotent-replayed']).toBe('true');
     expect(second.json()).toEqual(first.json());
     expect(await credits()).toBe(before - 1);
-    const [row] = await sql<{ count: number }>(ctx, 'SELECT count(*)::int AS count FROM entity_documents WHERE org_id = $1 AND entity_id = $2', [org.id, entity.id]);
+    const [row] = await sql<{ count: number }>(
+      ctx,
+      'SELECT count(*)::int AS count FROM entity_documents WHERE org_id = $1 AND entity_id = $2',
+      [org.id, entity.id],
+    );
     expect(row!.count).toBe(1);
     await expectNoSpooledFiles();
   });
@@ -257,11 +305,23 @@ describe('isolation and scopes', () => {
 describe('audit, list and download', () => {
   it('when a document is uploaded, the audit row entity.document_uploaded names the entity and holds the metadata, never the content', async () => {
     const entity = await createEntity(ctx, org);
-    const response = await upload(ctx.app, org.key, entity.id, [filePart(pdfBytes()), typePart(), { name: 'description', value: 'The deed' }], {
-      'idempotency-key': 'doc-audit-1',
-    });
+    const response = await upload(
+      ctx.app,
+      org.key,
+      entity.id,
+      [filePart(pdfBytes()), typePart(), { name: 'description', value: 'The deed' }],
+      {
+        'idempotency-key': 'doc-audit-1',
+      },
+    );
     expect(response.statusCode, response.body).toBe(201);
-    const rows = await sql<{ subject_type: string; subject_id: string; actor_id: string; idempotency_key: string; after: Record<string, unknown> }>(
+    const rows = await sql<{
+      subject_type: string;
+      subject_id: string;
+      actor_id: string;
+      idempotency_key: string;
+      after: Record<string, unknown>;
+    }>(
       ctx,
       `SELECT subject_type, subject_id, actor_id, idempotency_key, after FROM audit_log WHERE org_id = $1 AND action = 'entity.document_uploaded' AND subject_id = $2`,
       [org.id, entity.id],
@@ -314,7 +374,9 @@ describe('audit, list and download', () => {
     const stored = (await upload(ctx.app, org.key, entity.id, [filePart(pdfBytes(), 'Résumé 履歴書.pdf'), typePart()])).json();
     expect(stored.file_name).toBe('Résumé 履歴書.pdf');
     const response = await download(entity.id, stored.id);
-    expect(response.headers['content-disposition']).toBe(`attachment; filename="R?sum? ???.pdf"; filename*=UTF-8''R%C3%A9sum%C3%A9%20%E5%B1%A5%E6%AD%B4%E6%9B%B8.pdf`);
+    expect(response.headers['content-disposition']).toBe(
+      `attachment; filename="R?sum? ???.pdf"; filename*=UTF-8''R%C3%A9sum%C3%A9%20%E5%B1%A5%E6%AD%B4%E6%9B%B8.pdf`,
+    );
   });
 });
 
@@ -330,7 +392,13 @@ describe('over real HTTP', () => {
   /** Sends the head and the first bytes of a large upload, then waits for an answer (or gives up). */
   function partialUpload(headers: Record<string, string>, first: Buffer, waitMs: number) {
     return new Promise<{ status?: number; body: string; request: ReturnType<typeof httpRequest> }>((resolve) => {
-      const request = httpRequest({ host: '127.0.0.1', port, method: 'POST', path: `/v1/entities/${crypto.randomUUID()}/documents`, headers });
+      const request = httpRequest({
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: `/v1/entities/${crypto.randomUUID()}/documents`,
+        headers,
+      });
       const timer = setTimeout(() => resolve({ body: '', request }), waitMs);
       request.on('response', (response) => {
         let body = '';
@@ -359,13 +427,19 @@ describe('over real HTTP', () => {
 
   it('when the client goes away in the middle of an upload, the temp file is removed', async () => {
     const entity = await createEntity(ctx, org);
-    const head = Buffer.from('--x\r\nContent-Disposition: form-data; name="type"\r\n\r\nTRUST_DEED\r\n--x\r\nContent-Disposition: form-data; name="file"; filename="a.pdf"\r\n\r\n');
+    const head = Buffer.from(
+      '--x\r\nContent-Disposition: form-data; name="type"\r\n\r\nTRUST_DEED\r\n--x\r\nContent-Disposition: form-data; name="file"; filename="a.pdf"\r\n\r\n',
+    );
     const request = httpRequest({
       host: '127.0.0.1',
       port,
       method: 'POST',
       path: `/v1/entities/${entity.id}/documents`,
-      headers: { authorization: `Bearer ${org.key}`, 'content-type': 'multipart/form-data; boundary=x', 'content-length': String(MAX_DOCUMENT_BYTES) },
+      headers: {
+        authorization: `Bearer ${org.key}`,
+        'content-type': 'multipart/form-data; boundary=x',
+        'content-length': String(MAX_DOCUMENT_BYTES),
+      },
     });
     request.on('error', () => undefined);
     const before = await documentCount();

@@ -11,8 +11,19 @@ beforeAll(async () => {
 afterAll(async () => ctx?.close());
 
 const UBO_KEYS = [
-  'id', 'name', 'holder_type', 'role_type', 'role_types', 'percentage_held', 'kyc_required', 'kyc_status', 'kyc_email',
-  'linked_customer', 'added_via', 'created_at', 'updated_at',
+  'id',
+  'name',
+  'holder_type',
+  'role_type',
+  'role_types',
+  'percentage_held',
+  'kyc_required',
+  'kyc_status',
+  'kyc_email',
+  'linked_customer',
+  'added_via',
+  'created_at',
+  'updated_at',
 ].sort();
 
 async function addOwners(ref: string, owners: unknown[], key = org.key) {
@@ -22,7 +33,11 @@ async function listOwners(ref: string, key = org.key) {
   return ctx.request('GET', `/v1/entities/${encodeURIComponent(ref)}/ubos`, { key });
 }
 async function individualCount(orgId = org.id): Promise<number> {
-  const [row] = await sql<{ count: number }>(ctx, `SELECT count(*)::int AS count FROM customers WHERE org_id = $1 AND kind = 'individual'`, [orgId]);
+  const [row] = await sql<{ count: number }>(
+    ctx,
+    `SELECT count(*)::int AS count FROM customers WHERE org_id = $1 AND kind = 'individual'`,
+    [orgId],
+  );
   return row!.count;
 }
 
@@ -31,7 +46,9 @@ describe('POST /entities/{id}/ubos', () => {
     const entity = await createEntity(ctx, org);
     const person = await createIndividual(ctx, org, { fullName: 'Lena Linked', email: 'lena@example.com', externalId: 'lena-1' });
     const before = await individualCount();
-    const response = await addOwners(entity.id, [{ fullName: 'lena linked', email: 'LENA@example.com', roleTypes: ['SHAREHOLDER'], percentageHeld: 40 }]);
+    const response = await addOwners(entity.id, [
+      { fullName: 'lena linked', email: 'LENA@example.com', roleTypes: ['SHAREHOLDER'], percentageHeld: 40 },
+    ]);
     expect(response.statusCode, response.body).toBe(200);
     expect(await individualCount()).toBe(before);
     const [owner] = response.json().ubos;
@@ -53,15 +70,31 @@ describe('POST /entities/{id}/ubos', () => {
     const entity = await createEntity(ctx, org);
     const before = await individualCount();
     const response = await addOwners(entity.id, [
-      { fullName: 'Nina New', email: 'nina@example.com', roleTypes: ['DIRECTOR', 'SHAREHOLDER'], percentageHeld: 25.5, holderType: 'JOINT' },
+      {
+        fullName: 'Nina New',
+        email: 'nina@example.com',
+        roleTypes: ['DIRECTOR', 'SHAREHOLDER'],
+        percentageHeld: 25.5,
+        holderType: 'JOINT',
+      },
       { fullName: 'Omar Optional', email: 'omar@example.com', roleTypes: ['CONTROLLER'], kycRequired: false },
     ]);
     expect(response.statusCode, response.body).toBe(200);
     expect(await individualCount()).toBe(before + 2);
     const [nina, omar] = response.json().ubos;
-    expect(nina).toMatchObject({ name: 'Nina New', holder_type: 'JOINT', role_type: 'DIRECTOR', role_types: ['DIRECTOR', 'SHAREHOLDER'], percentage_held: 25.5, kyc_status: 'NOT_STARTED', kyc_required: true });
+    expect(nina).toMatchObject({
+      name: 'Nina New',
+      holder_type: 'JOINT',
+      role_type: 'DIRECTOR',
+      role_types: ['DIRECTOR', 'SHAREHOLDER'],
+      percentage_held: 25.5,
+      kyc_status: 'NOT_STARTED',
+      kyc_required: true,
+    });
     expect(omar).toMatchObject({ name: 'Omar Optional', percentage_held: 0, kyc_status: 'NOT_REQUIRED', kyc_required: false });
-    const rows = await sql(ctx, 'SELECT kind, added_via, kyc_status FROM customers WHERE id = ANY($1::uuid[]) ORDER BY name', [[nina.linked_customer.id, omar.linked_customer.id]]);
+    const rows = await sql(ctx, 'SELECT kind, added_via, kyc_status FROM customers WHERE id = ANY($1::uuid[]) ORDER BY name', [
+      [nina.linked_customer.id, omar.linked_customer.id],
+    ]);
     expect(rows).toEqual([
       { kind: 'individual', added_via: 'INTEGRATION', kyc_status: 'NOT_STARTED' },
       { kind: 'individual', added_via: 'INTEGRATION', kyc_status: 'NOT_REQUIRED' },
@@ -77,11 +110,21 @@ describe('POST /entities/{id}/ubos', () => {
 
   it('when the same person is added again, it updates their holding instead of adding a second owner', async () => {
     const entity = await createEntity(ctx, org);
-    const first = (await addOwners(entity.id, [{ fullName: 'Reo Repeat', email: 'reo@example.com', roleTypes: ['SHAREHOLDER'], percentageHeld: 10 }])).json().ubos[0];
-    const response = await addOwners(entity.id, [{ fullName: 'Reo Repeat', email: 'reo@example.com', roleTypes: ['DIRECTOR'], percentageHeld: 60, holderType: 'NOMINEE' }]);
+    const first = (
+      await addOwners(entity.id, [{ fullName: 'Reo Repeat', email: 'reo@example.com', roleTypes: ['SHAREHOLDER'], percentageHeld: 10 }])
+    ).json().ubos[0];
+    const response = await addOwners(entity.id, [
+      { fullName: 'Reo Repeat', email: 'reo@example.com', roleTypes: ['DIRECTOR'], percentageHeld: 60, holderType: 'NOMINEE' },
+    ]);
     const ubos = response.json().ubos;
     expect(ubos).toHaveLength(1);
-    expect(ubos[0]).toMatchObject({ id: first.id, role_types: ['DIRECTOR'], percentage_held: 60, holder_type: 'NOMINEE', created_at: first.created_at });
+    expect(ubos[0]).toMatchObject({
+      id: first.id,
+      role_types: ['DIRECTOR'],
+      percentage_held: 60,
+      holder_type: 'NOMINEE',
+      created_at: first.created_at,
+    });
   });
 
   it('when owners are added, the response is the full list, including earlier owners', async () => {
@@ -95,10 +138,22 @@ describe('POST /entities/{id}/ubos', () => {
     ['no owners', [], 'owners'],
     ['no roles', [{ fullName: 'A B', email: 'ab@example.com', roleTypes: [] }], 'owners[0].roleTypes'],
     ['an unknown role', [{ fullName: 'A B', email: 'ab@example.com', roleTypes: ['CEO'] }], 'owners[0].roleTypes[0]'],
-    ['percentage above 100', [{ fullName: 'A B', email: 'ab@example.com', roleTypes: ['MEMBER'], percentageHeld: 100.5 }], 'owners[0].percentageHeld'],
-    ['a negative percentage', [{ fullName: 'A B', email: 'ab@example.com', roleTypes: ['MEMBER'], percentageHeld: -1 }], 'owners[0].percentageHeld'],
+    [
+      'percentage above 100',
+      [{ fullName: 'A B', email: 'ab@example.com', roleTypes: ['MEMBER'], percentageHeld: 100.5 }],
+      'owners[0].percentageHeld',
+    ],
+    [
+      'a negative percentage',
+      [{ fullName: 'A B', email: 'ab@example.com', roleTypes: ['MEMBER'], percentageHeld: -1 }],
+      'owners[0].percentageHeld',
+    ],
     ['a missing email', [{ fullName: 'A B', roleTypes: ['MEMBER'] }], 'owners[0].email'],
-    ['an unknown holder type', [{ fullName: 'A B', email: 'ab@example.com', roleTypes: ['MEMBER'], holderType: 'COMPANY' }], 'owners[0].holderType'],
+    [
+      'an unknown holder type',
+      [{ fullName: 'A B', email: 'ab@example.com', roleTypes: ['MEMBER'], holderType: 'COMPANY' }],
+      'owners[0].holderType',
+    ],
     ['an unknown property', [{ fullName: 'A B', email: 'ab@example.com', roleTypes: ['MEMBER'], linkToken: 'x' }], 'owners[0].linkToken'],
   ])('when the body has %s, it answers 422 naming the field and adds nothing', async (_label, owners, field) => {
     const entity = await createEntity(ctx, org);
@@ -108,16 +163,25 @@ describe('POST /entities/{id}/ubos', () => {
 
   it('when more than 50 owners are sent, it answers 422 on owners', async () => {
     const entity = await createEntity(ctx, org);
-    const owners = Array.from({ length: 51 }, (_, index) => ({ fullName: `Bulk ${index}`, email: `bulk${index}@example.com`, roleTypes: ['MEMBER'] }));
+    const owners = Array.from({ length: 51 }, (_, index) => ({
+      fullName: `Bulk ${index}`,
+      email: `bulk${index}@example.com`,
+      roleTypes: ['MEMBER'],
+    }));
     expectValidation(await addOwners(entity.id, owners), 'owners');
   });
 
   it('when owners are added, nothing is emailed, armed or charged', async () => {
     const fresh = await ctx.createOrg({ credits: 7 });
-    const ledger = async () => (await sql<{ count: number }>(ctx, 'SELECT count(*)::int AS count FROM credit_ledger WHERE org_id = $1', [fresh.id]))[0]!.count;
+    const ledger = async () =>
+      (await sql<{ count: number }>(ctx, 'SELECT count(*)::int AS count FROM credit_ledger WHERE org_id = $1', [fresh.id]))[0]!.count;
     const ledgerBefore = await ledger();
     const entity = await createEntity(ctx, fresh);
-    const response = await addOwners(entity.id, [{ fullName: 'Quiet Owner', email: 'quiet.owner@example.com', roleTypes: ['SHAREHOLDER'] }], fresh.key);
+    const response = await addOwners(
+      entity.id,
+      [{ fullName: 'Quiet Owner', email: 'quiet.owner@example.com', roleTypes: ['SHAREHOLDER'] }],
+      fresh.key,
+    );
     expect(response.statusCode).toBe(200);
     expect(await sql(ctx, 'SELECT id FROM emails WHERE org_id = $1', [fresh.id])).toEqual([]);
     expect(await sql(ctx, 'SELECT id FROM verifications WHERE org_id = $1', [fresh.id])).toEqual([]);
@@ -127,8 +191,13 @@ describe('POST /entities/{id}/ubos', () => {
 
   it('when owners are added, each save is audited with the key as actor', async () => {
     const entity = await createEntity(ctx, org);
-    const [owner] = (await addOwners(entity.id, [{ fullName: 'Audit Owner', email: 'audit.owner@example.com', roleTypes: ['MEMBER'] }])).json().ubos;
-    const rows = await sql(ctx, 'SELECT action, actor_id, subject_type FROM audit_log WHERE org_id = $1 AND subject_id = $2', [org.id, owner.id]);
+    const [owner] = (
+      await addOwners(entity.id, [{ fullName: 'Audit Owner', email: 'audit.owner@example.com', roleTypes: ['MEMBER'] }])
+    ).json().ubos;
+    const rows = await sql(ctx, 'SELECT action, actor_id, subject_type FROM audit_log WHERE org_id = $1 AND subject_id = $2', [
+      org.id,
+      owner.id,
+    ]);
     expect(rows).toEqual([{ action: 'entity.beneficial_owner_saved', actor_id: org.keyId, subject_type: 'beneficial_owner' }]);
   });
 
@@ -137,7 +206,11 @@ describe('POST /entities/{id}/ubos', () => {
     const owner = { fullName: 'Before Owner', email: 'before.owner@example.com', roleTypes: ['MEMBER'] };
     const [saved] = (await addOwners(entity.id, [{ ...owner, percentageHeld: 5 }])).json().ubos;
     await addOwners(entity.id, [{ ...owner, percentageHeld: 15 }]);
-    const rows = await sql<{ before: any; after: any }>(ctx, 'SELECT before, after FROM audit_log WHERE org_id = $1 AND subject_id = $2 ORDER BY created_at, id', [org.id, saved.id]);
+    const rows = await sql<{ before: any; after: any }>(
+      ctx,
+      'SELECT before, after FROM audit_log WHERE org_id = $1 AND subject_id = $2 ORDER BY created_at, id',
+      [org.id, saved.id],
+    );
     expect(rows).toHaveLength(2);
     expect(rows[0]!.before).toBeNull();
     expect(rows[1]!.before).toMatchObject({ percentageHeld: 5 });
@@ -158,7 +231,9 @@ describe('POST /entities/{id}/ubos', () => {
 describe('GET /entities/{id}/ubos', () => {
   it('when owners exist, it returns {ubos} whose items carry exactly the spec’s fields and no link token', async () => {
     const entity = await createEntity(ctx, org, { externalId: 'ubo-shape' });
-    await addOwners(entity.id, [{ fullName: 'Shape Owner', email: 'shape@example.com', roleTypes: ['BENEFICIARY', 'SETTLOR'], percentageHeld: 12.5 }]);
+    await addOwners(entity.id, [
+      { fullName: 'Shape Owner', email: 'shape@example.com', roleTypes: ['BENEFICIARY', 'SETTLOR'], percentageHeld: 12.5 },
+    ]);
     const response = await listOwners('ubo-shape');
     expect(response.statusCode).toBe(200);
     const body = response.json();
@@ -197,7 +272,9 @@ describe('GET /entities/{id}/ubos', () => {
     const entity = await createEntity(ctx, org);
     const readOnly = await ctx.createKey(org.id, { scopes: ['customers:read'] });
     expect((await listOwners(entity.id, readOnly.key)).statusCode).toBe(200);
-    expect((await addOwners(entity.id, [{ fullName: 'X Y', email: 'xy@example.com', roleTypes: ['MEMBER'] }], readOnly.key)).statusCode).toBe(403);
+    expect(
+      (await addOwners(entity.id, [{ fullName: 'X Y', email: 'xy@example.com', roleTypes: ['MEMBER'] }], readOnly.key)).statusCode,
+    ).toBe(403);
   });
 });
 
@@ -231,7 +308,10 @@ describe('beneficial owners under concurrency', () => {
       }
     };
     const responses = await Promise.all(
-      pairs.flatMap(({ first, second, people }) => [addRetryingLocked(first.id, people), addRetryingLocked(second.id, [...people].reverse())]),
+      pairs.flatMap(({ first, second, people }) => [
+        addRetryingLocked(first.id, people),
+        addRetryingLocked(second.id, [...people].reverse()),
+      ]),
     );
     for (const response of responses) expect(response.statusCode, response.body).toBe(200);
     expect(await individualCount()).toBe(before + 8 * 6);

@@ -1,6 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
-import { createEntity, createIndividual, expectSameDto, expectValidation, postEntity, randomDigits, sql, uniqueName } from './entity-test-helpers.js';
+import {
+  createEntity,
+  createIndividual,
+  expectSameDto,
+  expectValidation,
+  postEntity,
+  randomDigits,
+  sql,
+  uniqueName,
+} from './entity-test-helpers.js';
 
 let ctx: TestContext;
 let org: TestOrg;
@@ -11,7 +20,11 @@ beforeAll(async () => {
 afterAll(async () => ctx?.close());
 
 async function individualCount(orgId = org.id): Promise<number> {
-  const [row] = await sql<{ count: number }>(ctx, `SELECT count(*)::int AS count FROM customers WHERE org_id = $1 AND kind = 'individual'`, [orgId]);
+  const [row] = await sql<{ count: number }>(
+    ctx,
+    `SELECT count(*)::int AS count FROM customers WHERE org_id = $1 AND kind = 'individual'`,
+    [orgId],
+  );
   return row!.count;
 }
 
@@ -45,13 +58,19 @@ describe('POST /entities: contact by customerId', () => {
 
   it('when contact.customerId is an entity’s id, it answers 422 on contact.customerId', async () => {
     const other = await createEntity(ctx, org);
-    expectValidation(await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), contact: { customerId: other.id } }), 'contact.customerId');
+    expectValidation(
+      await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), contact: { customerId: other.id } }),
+      'contact.customerId',
+    );
   });
 
   it('when contact.customerId belongs to another organisation, it answers 422 on contact.customerId', async () => {
     const otherOrg = await ctx.createOrg();
     const stranger = await createIndividual(ctx, otherOrg);
-    expectValidation(await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), contact: { customerId: stranger.id } }), 'contact.customerId');
+    expectValidation(
+      await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), contact: { customerId: stranger.id } }),
+      'contact.customerId',
+    );
   });
 });
 
@@ -68,7 +87,13 @@ describe('POST /entities: inline contact', () => {
     const before = await individualCount();
     const entity = await createEntity(ctx, org, { contact: { fullName: 'Nova Newcontact', email: 'nova@example.com' } });
     expect(await individualCount()).toBe(before + 1);
-    expect(entity.contact).toMatchObject({ full_name: 'Nova Newcontact', email: 'nova@example.com', kyc_status: 'NOT_STARTED', kyc_required: true, external_id: null });
+    expect(entity.contact).toMatchObject({
+      full_name: 'Nova Newcontact',
+      email: 'nova@example.com',
+      kyc_status: 'NOT_STARTED',
+      kyc_required: true,
+      external_id: null,
+    });
     const [row] = await sql(ctx, 'SELECT kind, is_contact_only, added_via, kyc_status FROM customers WHERE id = $1', [entity.contact.id]);
     expect(row).toEqual({ kind: 'individual', is_contact_only: true, added_via: 'INTEGRATION', kyc_status: 'NOT_STARTED' });
   });
@@ -97,11 +122,17 @@ describe('POST /entities: inline contact', () => {
   });
 
   it('when fullName is sent without email, it answers 422 on contact.email', async () => {
-    expectValidation(await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), contact: { fullName: 'Half Given' } }), 'contact.email');
+    expectValidation(
+      await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), contact: { fullName: 'Half Given' } }),
+      'contact.email',
+    );
   });
 
   it('when email is sent without fullName, it answers 422 on contact.fullName', async () => {
-    expectValidation(await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), contact: { email: 'half@example.com' } }), 'contact.fullName');
+    expectValidation(
+      await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), contact: { email: 'half@example.com' } }),
+      'contact.fullName',
+    );
   });
 
   it('when contact is empty, it answers 422 on contact', async () => {
@@ -110,7 +141,11 @@ describe('POST /entities: inline contact', () => {
 
   it('when contact has an unknown property, it answers 422 naming it', async () => {
     expectValidation(
-      await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), contact: { fullName: 'A B', email: 'ab@example.com', phone: '1' } }),
+      await postEntity(ctx, org, {
+        type: 'COMPANY',
+        name: uniqueName(),
+        contact: { fullName: 'A B', email: 'ab@example.com', phone: '1' },
+      }),
       'contact.phone',
     );
   });
@@ -131,7 +166,8 @@ describe('entity DTO contact summary', () => {
 
   it('when a contact is created, nothing is sent, armed or billed', async () => {
     const fresh = await ctx.createOrg({ credits: 10 });
-    const ledger = async () => (await sql<{ count: number }>(ctx, 'SELECT count(*)::int AS count FROM credit_ledger WHERE org_id = $1', [fresh.id]))[0]!.count;
+    const ledger = async () =>
+      (await sql<{ count: number }>(ctx, 'SELECT count(*)::int AS count FROM credit_ledger WHERE org_id = $1', [fresh.id]))[0]!.count;
     const ledgerBefore = await ledger();
     await createEntity(ctx, fresh, { contact: { fullName: 'Quiet Contact', email: 'quiet@example.com' } });
     const person = await createIndividual(ctx, fresh);
@@ -163,7 +199,13 @@ describe('inline contacts under concurrency', () => {
   it('when 20 different entities are created at once with the same new inline contact, one individual is created', async () => {
     const before = await individualCount();
     const responses = await Promise.all(
-      Array.from({ length: 20 }, () => postEntity(ctx, org, { type: 'COMPANY', name: uniqueName('Shared contact'), contact: { fullName: 'Shared Sam', email: 'shared.sam@example.com' } })),
+      Array.from({ length: 20 }, () =>
+        postEntity(ctx, org, {
+          type: 'COMPANY',
+          name: uniqueName('Shared contact'),
+          contact: { fullName: 'Shared Sam', email: 'shared.sam@example.com' },
+        }),
+      ),
     );
     for (const response of responses) expect(response.statusCode, response.body).toBe(201);
     expect(new Set(responses.map((response) => response.json().contact.id)).size).toBe(1);
@@ -171,7 +213,10 @@ describe('inline contacts under concurrency', () => {
   });
 
   it('when listed, an entity carries the same contact summary as GET /entities/{id}', async () => {
-    const entity = await createEntity(ctx, org, { externalId: `crm-${randomDigits(8)}`, contact: { fullName: 'Listed Lee', email: 'listed.lee@example.com', kycRequired: false } });
+    const entity = await createEntity(ctx, org, {
+      externalId: `crm-${randomDigits(8)}`,
+      contact: { fullName: 'Listed Lee', email: 'listed.lee@example.com', kycRequired: false },
+    });
     const listed = (await ctx.request('GET', '/v1/entities', { key: org.key, query: { external_id: entity.external_id } })).json();
     expect(listed.data).toHaveLength(1);
     expectSameDto(entity, listed.data[0]);

@@ -11,7 +11,9 @@ beforeAll(async () => {
 afterAll(async () => ctx?.close());
 
 async function countEntities(): Promise<number> {
-  const [row] = await sql<{ count: number }>(ctx, `SELECT count(*)::int AS count FROM customers WHERE org_id = $1 AND kind = 'entity'`, [org.id]);
+  const [row] = await sql<{ count: number }>(ctx, `SELECT count(*)::int AS count FROM customers WHERE org_id = $1 AND kind = 'entity'`, [
+    org.id,
+  ]);
   return row!.count;
 }
 
@@ -79,20 +81,37 @@ describe('POST /entities: a payload invalid on its own is rejected before matchi
   it('when an INTERNATIONAL payload carries the ABN of a stored AUSTRALIAN entity, it answers 422 on abn (not 409)', async () => {
     const abn = randomDigits(11);
     await createEntity(ctx, org, { abn });
-    const response = await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), origin: 'INTERNATIONAL', countryOfFormation: 'NZL', abn });
+    const response = await postEntity(ctx, org, {
+      type: 'COMPANY',
+      name: uniqueName(),
+      origin: 'INTERNATIONAL',
+      countryOfFormation: 'NZL',
+      abn,
+    });
     expectValidation(response, 'abn');
   });
 });
 
 describe('POST /entities: country of formation and registration number', () => {
   it.each(['NZL', 'AUS'])('when an AUSTRALIAN entity sends countryOfFormation %s, it answers 422 naming it', async (country) => {
-    expectValidation(await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), countryOfFormation: country }), 'countryOfFormation');
+    expectValidation(
+      await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), countryOfFormation: country }),
+      'countryOfFormation',
+    );
   });
 
-  it.each(['NZ', 'XXX', 'New Zealand', ''])('when countryOfFormation is %j (not ISO alpha-3), it answers 422 naming it', async (country) => {
-    const response = await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), origin: 'INTERNATIONAL', countryOfFormation: country });
-    expectValidation(response, 'countryOfFormation');
-  });
+  it.each(['NZ', 'XXX', 'New Zealand', ''])(
+    'when countryOfFormation is %j (not ISO alpha-3), it answers 422 naming it',
+    async (country) => {
+      const response = await postEntity(ctx, org, {
+        type: 'COMPANY',
+        name: uniqueName(),
+        origin: 'INTERNATIONAL',
+        countryOfFormation: country,
+      });
+      expectValidation(response, 'countryOfFormation');
+    },
+  );
 
   it('when countryOfFormation is lower case, it stores it upper-cased', async () => {
     const entity = await createEntity(ctx, org, { origin: 'INTERNATIONAL', countryOfFormation: 'nzl' });
@@ -102,12 +121,21 @@ describe('POST /entities: country of formation and registration number', () => {
   });
 
   it('when an AUSTRALIAN entity sends registrationNumber, it answers 422 naming it', async () => {
-    expectValidation(await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), registrationNumber: 'NZ-123' }), 'registrationNumber');
+    expectValidation(
+      await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), registrationNumber: 'NZ-123' }),
+      'registrationNumber',
+    );
   });
 
   it('when an INTERNATIONAL entity sends registrationNumber, it is stored and returned', async () => {
     const entity = await createEntity(ctx, org, { origin: 'INTERNATIONAL', countryOfFormation: 'GBR', registrationNumber: '  09876543 ' });
-    expect(entity).toMatchObject({ origin: 'INTERNATIONAL', country_of_formation: 'GBR', registration_number: '09876543', abn: null, acn: null });
+    expect(entity).toMatchObject({
+      origin: 'INTERNATIONAL',
+      country_of_formation: 'GBR',
+      registration_number: '09876543',
+      abn: null,
+      acn: null,
+    });
   });
 });
 
@@ -147,8 +175,14 @@ describe('POST /entities: limits and unknown properties', () => {
   });
 
   it('when an inline contact name is 256 characters or its email is not an email, it answers 422 naming the contact field', async () => {
-    expectValidation(await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), contact: { fullName: 'c'.repeat(256), email: 'c@example.com' } }), 'contact.fullName');
-    expectValidation(await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), contact: { fullName: 'Casey', email: 'casey' } }), 'contact.email');
+    expectValidation(
+      await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), contact: { fullName: 'c'.repeat(256), email: 'c@example.com' } }),
+      'contact.fullName',
+    );
+    expectValidation(
+      await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), contact: { fullName: 'Casey', email: 'casey' } }),
+      'contact.email',
+    );
   });
 
   it('when the body has an unknown property, it answers 422 naming it and writes nothing', async () => {

@@ -16,7 +16,12 @@ async function patchEntity(ref: string, body: Record<string, unknown>) {
 
 /** An entity whose KYB reached VERIFIED (set directly, as the verdict flow would). */
 async function verifiedEntity(body: Record<string, unknown> = {}) {
-  const entity = await createEntity(ctx, org, { externalId: `crm-${randomDigits(8)}`, abn: randomDigits(11), acn: randomDigits(9), ...body });
+  const entity = await createEntity(ctx, org, {
+    externalId: `crm-${randomDigits(8)}`,
+    abn: randomDigits(11),
+    acn: randomDigits(9),
+    ...body,
+  });
   await sql(ctx, `UPDATE customers SET kyc_status = 'VERIFIED', kyc_completed_at = now() WHERE id = $1`, [entity.id]);
   return entity;
 }
@@ -59,7 +64,13 @@ describe('freeze after KYB VERIFIED: upsert', () => {
   it('when an upsert re-sends the frozen values unchanged, it answers 200', async () => {
     const entity = await verifiedEntity();
     const spacedAbn = `${entity.abn.slice(0, 2)} ${entity.abn.slice(2)}`;
-    const response = await postEntity(ctx, org, { externalId: entity.external_id, type: 'COMPANY', name: entity.name, abn: spacedAbn, acn: entity.acn });
+    const response = await postEntity(ctx, org, {
+      externalId: entity.external_id,
+      type: 'COMPANY',
+      name: entity.name,
+      abn: spacedAbn,
+      acn: entity.acn,
+    });
     expect(response.statusCode, response.body).toBe(200);
     expect(response.json().kyb_status).toBe('VERIFIED');
   });
@@ -72,7 +83,11 @@ describe('freeze after KYB VERIFIED: upsert', () => {
 
   it('when an upsert changes only non-frozen fields of a verified entity, it is applied', async () => {
     const entity = await verifiedEntity();
-    const response = await postEntity(ctx, org, { externalId: entity.external_id, address: '9 New Rd', risk: { handlesCashOrCrypto: true } });
+    const response = await postEntity(ctx, org, {
+      externalId: entity.external_id,
+      address: '9 New Rd',
+      risk: { handlesCashOrCrypto: true },
+    });
     expect(response.statusCode).toBe(200);
     const [row] = await sql(ctx, 'SELECT address, risk_answers FROM customers WHERE id = $1', [entity.id]);
     expect(row!.address).toBe('9 New Rd');

@@ -100,7 +100,9 @@ describe('GET /entities', () => {
 
   it('when status is given, it filters on kyb_status', async () => {
     const body = (await list({ status: 'NOT_STARTED' })).json();
-    expect(body.data.map((item: { id: string }) => item.id)).toEqual(created.filter((_, index) => index % 2 === 0).map((entity) => entity.id));
+    expect(body.data.map((item: { id: string }) => item.id)).toEqual(
+      created.filter((_, index) => index % 2 === 0).map((entity) => entity.id),
+    );
     for (const item of body.data) expect(item.kyb_status).toBe('NOT_STARTED');
     const required = (await list({ status: 'NOT_REQUIRED' })).json();
     expect(required.data).toHaveLength(3);
@@ -193,8 +195,23 @@ describe('GET /entities/{id} and /aml', () => {
     expect(byExternalId.json()).toEqual(byId.json());
     expect(Object.keys(byId.json()).sort()).toEqual(
       [
-        'id', 'external_id', 'type', 'name', 'origin', 'abn', 'acn', 'country_of_formation', 'registration_number',
-        'kyb_status', 'kyb_started_at', 'kyb_completed_at', 'contact', 'aml', 'added_via', 'created_at', 'updated_at',
+        'id',
+        'external_id',
+        'type',
+        'name',
+        'origin',
+        'abn',
+        'acn',
+        'country_of_formation',
+        'registration_number',
+        'kyb_status',
+        'kyb_started_at',
+        'kyb_completed_at',
+        'contact',
+        'aml',
+        'added_via',
+        'created_at',
+        'updated_at',
       ].sort(),
     );
   });
@@ -226,7 +243,10 @@ describe('GET /entities/{id} and /aml', () => {
 
   it('when a key holds only customers:read, it cannot create or patch entities', async () => {
     const readOnly = await ctx.createKey(org.id, { scopes: ['customers:read'] });
-    const create = await ctx.request('POST', '/v1/entities', { key: readOnly.key, body: { type: 'COMPANY', name: `RO ${randomDigits(6)}` } });
+    const create = await ctx.request('POST', '/v1/entities', {
+      key: readOnly.key,
+      body: { type: 'COMPANY', name: `RO ${randomDigits(6)}` },
+    });
     expect(create.statusCode).toBe(403);
     expect(create.json().error.code).toBe('forbidden_scope');
   });

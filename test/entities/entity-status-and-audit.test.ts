@@ -46,17 +46,31 @@ describe('kyb_status derivation on create', () => {
   });
 
   it('when an existing client has a triggering assessment, the entity is NOT_STARTED', async () => {
-    const entity = await createEntity(ctx, org, { designatedServices: ['PRO-REAL-ESTATE'], risk: { isNewCustomer: false }, preCommencementAssessment: trigger });
+    const entity = await createEntity(ctx, org, {
+      designatedServices: ['PRO-REAL-ESTATE'],
+      risk: { isNewCustomer: false },
+      preCommencementAssessment: trigger,
+    });
     expect(entity.kyb_status).toBe('NOT_STARTED');
   });
 
   it('when an assessment is sent without isNewCustomer false, it answers 422', async () => {
-    const response = await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), designatedServices: ['PRO-REAL-ESTATE'], preCommencementAssessment: noTrigger });
+    const response = await postEntity(ctx, org, {
+      type: 'COMPANY',
+      name: uniqueName(),
+      designatedServices: ['PRO-REAL-ESTATE'],
+      preCommencementAssessment: noTrigger,
+    });
     expectValidation(response, 'preCommencementAssessment');
   });
 
   it('when the boolean disagrees with the list, it answers 422 on risk.isDesignatedService', async () => {
-    const response = await postEntity(ctx, org, { type: 'COMPANY', name: uniqueName(), designatedServices: [], risk: { isDesignatedService: true } });
+    const response = await postEntity(ctx, org, {
+      type: 'COMPANY',
+      name: uniqueName(),
+      designatedServices: [],
+      risk: { isDesignatedService: true },
+    });
     expectValidation(response, 'risk.isDesignatedService');
   });
 
@@ -96,7 +110,10 @@ describe('kyb_status derivation on create', () => {
   it('when a PATCH turns risk.isDesignatedService on for a NOT_REQUIRED entity, it becomes NOT_STARTED', async () => {
     const entity = await createEntity(ctx, org);
     expect(entity.kyb_status).toBe('NOT_REQUIRED');
-    const response = await ctx.request('PATCH', `/v1/entities/${entity.id}`, { key: org.key, body: { risk: { isDesignatedService: true } } });
+    const response = await ctx.request('PATCH', `/v1/entities/${entity.id}`, {
+      key: org.key,
+      body: { risk: { isDesignatedService: true } },
+    });
     expect(response.statusCode, response.body).toBe(200);
     expect(response.json().kyb_status).toBe('NOT_STARTED');
   });
@@ -148,10 +165,22 @@ describe('due-diligence input rules shared with individuals', () => {
   it.each([
     ['clientSinceDate in the future', { risk: { isNewCustomer: false }, clientSinceDate: tomorrowEverywhere }, 'clientSinceDate'],
     ['clientSinceDate without isNewCustomer false', { clientSinceDate: '2020-01-01' }, 'clientSinceDate'],
-    ['preExistingServices with a non-empty designatedServices', { risk: { isNewCustomer: false }, preExistingServices: ['FIN-FX'], designatedServices: ['FIN-LOANS'] }, 'preExistingServices'],
+    [
+      'preExistingServices with a non-empty designatedServices',
+      { risk: { isNewCustomer: false }, preExistingServices: ['FIN-FX'], designatedServices: ['FIN-LOANS'] },
+      'preExistingServices',
+    ],
     ['preExistingServices without isNewCustomer false', { preExistingServices: ['FIN-FX'] }, 'preExistingServices'],
-    ['an assessment without a non-empty designatedServices', { risk: { isNewCustomer: false }, preCommencementAssessment: noTrigger }, 'preCommencementAssessment'],
-    ['isDesignatedService false with a non-empty list', { designatedServices: ['FIN-FX'], risk: { isDesignatedService: false } }, 'risk.isDesignatedService'],
+    [
+      'an assessment without a non-empty designatedServices',
+      { risk: { isNewCustomer: false }, preCommencementAssessment: noTrigger },
+      'preCommencementAssessment',
+    ],
+    [
+      'isDesignatedService false with a non-empty list',
+      { designatedServices: ['FIN-FX'], risk: { isDesignatedService: false } },
+      'risk.isDesignatedService',
+    ],
     ['65 designated services', { designatedServices: Array.from({ length: 65 }, () => 'FIN-FX') }, 'designatedServices'],
   ])('when an entity is created with %s, it answers 422 naming the field and creates nothing', async (_label, extra, field) => {
     const name = uniqueName();
@@ -163,7 +192,10 @@ describe('due-diligence input rules shared with individuals', () => {
     const externalId = `crm-${randomDigits(8)}`;
     const entity = await createEntity(ctx, org, { externalId, designatedServices: ['FIN-FX'] });
     expectValidation(await postEntity(ctx, org, { externalId, risk: { isDesignatedService: false } }), 'risk.isDesignatedService');
-    const patched = await ctx.request('PATCH', `/v1/entities/${entity.id}`, { key: org.key, body: { risk: { isDesignatedService: false } } });
+    const patched = await ctx.request('PATCH', `/v1/entities/${entity.id}`, {
+      key: org.key,
+      body: { risk: { isDesignatedService: false } },
+    });
     expectValidation(patched, 'risk.isDesignatedService');
     const [row] = await sql(ctx, 'SELECT is_designated_service, designated_services FROM customers WHERE id = $1', [entity.id]);
     expect(row).toEqual({ is_designated_service: true, designated_services: ['FIN-FX'] });
@@ -182,10 +214,18 @@ describe('due-diligence input rules shared with individuals', () => {
 
 describe('audit rows and customer.updated events', () => {
   async function auditRows(subjectId: string) {
-    return sql(ctx, 'SELECT action, actor_type, actor_id, subject_type, before, after FROM audit_log WHERE org_id = $1 AND subject_id = $2 ORDER BY created_at, id', [org.id, subjectId]);
+    return sql(
+      ctx,
+      'SELECT action, actor_type, actor_id, subject_type, before, after FROM audit_log WHERE org_id = $1 AND subject_id = $2 ORDER BY created_at, id',
+      [org.id, subjectId],
+    );
   }
   async function updatedEvents(customerId: string) {
-    const rows = await sql<{ payload: string }>(ctx, `SELECT payload FROM outbox_events WHERE org_id = $1 AND customer_id = $2 AND type = 'customer.updated' ORDER BY created_at`, [org.id, customerId]);
+    const rows = await sql<{ payload: string }>(
+      ctx,
+      `SELECT payload FROM outbox_events WHERE org_id = $1 AND customer_id = $2 AND type = 'customer.updated' ORDER BY created_at`,
+      [org.id, customerId],
+    );
     return rows.map((row) => JSON.parse(row.payload));
   }
 
@@ -193,7 +233,13 @@ describe('audit rows and customer.updated events', () => {
     const entity = await createEntity(ctx, org);
     const rows = await auditRows(entity.id);
     expect(rows).toHaveLength(1);
-    expect(rows[0]).toMatchObject({ action: 'entity.created', actor_type: 'api_key', actor_id: org.keyId, subject_type: 'entity', before: null });
+    expect(rows[0]).toMatchObject({
+      action: 'entity.created',
+      actor_type: 'api_key',
+      actor_id: org.keyId,
+      subject_type: 'entity',
+      before: null,
+    });
     expect(rows[0]!.after).toMatchObject({ id: entity.id, name: entity.name, kind: 'entity' });
     expect(await updatedEvents(entity.id)).toEqual([]);
   });
@@ -235,7 +281,13 @@ describe('audit rows and customer.updated events', () => {
   it('when an upsert changes nothing, it writes no audit row, no event and keeps updated_at', async () => {
     const externalId = `crm-${randomDigits(8)}`;
     const abn = randomDigits(11);
-    const entity = await createEntity(ctx, org, { externalId, abn, designatedServices: ['PRO-REAL-ESTATE'], risk: { metFaceToFace: true }, contact: { fullName: 'Same Person', email: 'same@example.com' } });
+    const entity = await createEntity(ctx, org, {
+      externalId,
+      abn,
+      designatedServices: ['PRO-REAL-ESTATE'],
+      risk: { metFaceToFace: true },
+      contact: { fullName: 'Same Person', email: 'same@example.com' },
+    });
     const stored = (await ctx.request('GET', `/v1/entities/${entity.id}`, { key: org.key })).json();
     await new Promise((resolve) => setTimeout(resolve, 20));
     const response = await postEntity(ctx, org, {
@@ -268,7 +320,10 @@ describe('audit rows and customer.updated events', () => {
   it('when a PATCH changes nothing, it writes no audit row and no event', async () => {
     const entity = await createEntity(ctx, org, { address: 'Same St' });
     const stored = (await ctx.request('GET', `/v1/entities/${entity.id}`, { key: org.key })).json();
-    const response = await ctx.request('PATCH', `/v1/entities/${entity.id}`, { key: org.key, body: { name: entity.name, address: 'Same St' } });
+    const response = await ctx.request('PATCH', `/v1/entities/${entity.id}`, {
+      key: org.key,
+      body: { name: entity.name, address: 'Same St' },
+    });
     expect(response.statusCode).toBe(200);
     expect(response.json()).toEqual(stored);
     expect((await auditRows(entity.id)).map((row) => row.action)).toEqual(['entity.created']);

@@ -94,7 +94,11 @@ describe('POST /entities: matching order', () => {
 describe('POST /entities: Idempotency-Key', () => {
   it('when a create is retried with the same Idempotency-Key, it replays the 201 and creates one entity', async () => {
     const name = uniqueName('Idempotent');
-    const options = { key: org.key, body: { type: 'COMPANY', name, contact: { fullName: 'Idem Contact', email: 'idem@example.com' } }, headers: { 'idempotency-key': `create-${name}` } };
+    const options = {
+      key: org.key,
+      body: { type: 'COMPANY', name, contact: { fullName: 'Idem Contact', email: 'idem@example.com' } },
+      headers: { 'idempotency-key': `create-${name}` },
+    };
     const first = await ctx.request('POST', '/v1/entities', options);
     const replay = await ctx.request('POST', '/v1/entities', options);
     expect(first.statusCode).toBe(201);
@@ -225,9 +229,7 @@ describe('POST /entities: concurrency', () => {
   it('when 20 upserts with one externalId race, exactly one entity exists and exactly one answer is 201', async () => {
     const externalId = `race-${randomDigits(8)}`;
     const name = uniqueName('Race');
-    const responses = await Promise.all(
-      Array.from({ length: 20 }, () => postEntity(ctx, org, { type: 'COMPANY', name, externalId })),
-    );
+    const responses = await Promise.all(Array.from({ length: 20 }, () => postEntity(ctx, org, { type: 'COMPANY', name, externalId })));
     expect(responses.map((response) => response.statusCode).sort((a, b) => a - b)).toEqual([...Array(19).fill(200), 201]);
     expect(new Set(responses.map((response) => response.json().id)).size).toBe(1);
     expect(await entityCount('external_id = $2', [externalId])).toBe(1);

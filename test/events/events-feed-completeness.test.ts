@@ -37,7 +37,10 @@ function startConsumer(org: TestOrg, pauseMs: number, limit: number) {
   let polls = 0;
   const done = (async () => {
     for (;;) {
-      const response = await ctx.request('GET', '/v1/events', { key: org.key, query: { limit: String(limit), ...(cursor ? { cursor } : {}) } });
+      const response = await ctx.request('GET', '/v1/events', {
+        key: org.key,
+        query: { limit: String(limit), ...(cursor ? { cursor } : {}) },
+      });
       expect(response.statusCode, response.body).toBe(200);
       const page = response.json() as Page;
       polls += 1;
@@ -60,92 +63,112 @@ function startConsumer(org: TestOrg, pauseMs: number, limit: number) {
 }
 
 describe('events feed completeness under concurrent writers', () => {
-  it(`when 6 writers (3 through the HTTP API, 3 committing late) write for ${WRITE_SECONDS} s, a fast and a slow consumer each see every event exactly once, in position order`, async () => {
-    const org = await ctx.createOrg();
-    // Integration customers, so every PATCH that changes one fires customer.updated.
-    const customers: string[][] = [];
-    for (let writer = 0; writer < HTTP_WRITERS; writer += 1) {
-      const ids: string[] = [];
-      for (let index = 0; index < CUSTOMERS_PER_WRITER; index += 1) {
-        const response = await ctx.request('POST', '/v1/customers', {
-          key: org.key,
-          body: { externalId: `w${writer}-c${index}`, fullName: `Writer ${writer} Customer ${index}`, email: `w${writer}.c${index}@example.com` },
-        });
-        expect(response.statusCode, response.body).toBe(201);
-        ids.push(response.json().id as string);
+  it(
+    `when 6 writers (3 through the HTTP API, 3 committing late) write for ${WRITE_SECONDS} s, a fast and a slow consumer each see every event exactly once, in position order`,
+    async () => {
+      const org = await ctx.createOrg();
+      // Integration customers, so every PATCH that changes one fires customer.updated.
+      const customers: string[][] = [];
+      for (let writer = 0; writer < HTTP_WRITERS; writer += 1) {
+        const ids: string[] = [];
+        for (let index = 0; index < CUSTOMERS_PER_WRITER; index += 1) {
+          const response = await ctx.request('POST', '/v1/customers', {
+            key: org.key,
+            body: {
+              externalId: `w${writer}-c${index}`,
+              fullName: `Writer ${writer} Customer ${index}`,
+              email: `w${writer}.c${index}@example.com`,
+            },
+          });
+          expect(response.statusCode, response.body).toBe(201);
+          ids.push(response.json().id as string);
+        }
+        customers.push(ids);
       }
-      customers.push(ids);
-    }
 
-    const fast = startConsumer(org, 0, 100);
-    const slow = startConsumer(org, 700, 20);
-    const outbox = createOutboxRepository(ctx.database.db);
-    const stopAt = Date.now() + WRITE_SECONDS * 1000;
-    let httpWrites = 0;
-    let lateCommits = 0;
+      const fast = startConsumer(org, 0, 100);
+      const slow = startConsumer(org, 700, 20);
+      const outbox = createOutboxRepository(ctx.database.db);
+      const stopAt = Date.now() + WRITE_SECONDS * 1000;
+      let httpWrites = 0;
+      let lateCommits = 0;
 
-    const httpWriters = customers.map(async (ids, writer) => {
-      for (let version = 0; Date.now() < stopAt; version += 1) {
-        const id = ids[version % ids.length]!;
-        const response = await ctx.request('PATCH', `/v1/customers/${id}`, { key: org.key, body: { fullName: `Writer ${writer} Customer v${version}` } });
-        expect(response.statusCode, response.body).toBe(200);
-        httpWrites += 1;
+      const httpWriters = customers.map(async (ids, writer) => {
+        for (let version = 0; Date.now() < stopAt; version += 1) {
+          const id = ids[version % ids.length]!;
+          const response = await ctx.request('PATCH', `/v1/customers/${id}`, {
+            key: org.key,
+            body: { fullName: `Writer ${writer} Customer v${version}` },
+          });
+          expect(response.statusCode, response.body).toBe(200);
+          httpWrites += 1;
+        }
+      });
+      const lateWriters = Array.from({ length: LATE_WRITERS }, async () => {
+        while (Date.now() < stopAt) {
+          const holdMs = Math.floor(Math.random() * 301);
+          await ctx.database.transaction(async (tx) => {
+            await outbox.record({ orgId: org.id, type: 'webhook.test', customerId: null, customer: null, data: { holdMs } }, tx);
+            await sleep(holdMs);
+          });
+          if (holdMs > 0) lateCommits += 1;
+        }
+      });
+      await Promise.all([...httpWriters, ...lateWriters]);
+
+      // Every event committed; wait until the sealer has placed them all.
+      const unsealed = async () =>
+        Number(
+          (
+            await ctx.database.pool.query<{ count: string }>('SELECT count(*) FROM outbox_events WHERE org_id = $1 AND position IS NULL', [
+              org.id,
+            ])
+          ).rows[0]!.count,
+        );
+      const deadline = Date.now() + 10_000;
+      while ((await unsealed()) > 0 && Date.now() < deadline) await sleep(50);
+      expect(await unsealed()).toBe(0);
+      await Promise.all([fast.finish(), slow.finish()]);
+
+      const { rows } = await ctx.database.pool.query<{ id: string; position: string; created_at: Date }>(
+        'SELECT id, position, created_at FROM outbox_events WHERE org_id = $1 ORDER BY position',
+        [org.id],
+      );
+      const expected = rows.map((row) => row.id);
+      // Events that a later-written event overtook: sealed behind it because their transaction committed after it.
+      let overtaken = 0;
+      let latestCreated = 0;
+      for (const row of rows) {
+        const created = row.created_at.getTime();
+        if (created < latestCreated) overtaken += 1;
+        latestCreated = Math.max(latestCreated, created);
       }
-    });
-    const lateWriters = Array.from({ length: LATE_WRITERS }, async () => {
-      while (Date.now() < stopAt) {
-        const holdMs = Math.floor(Math.random() * 301);
-        await ctx.database.transaction(async (tx) => {
-          await outbox.record({ orgId: org.id, type: 'webhook.test', customerId: null, customer: null, data: { holdMs } }, tx);
-          await sleep(holdMs);
-        });
-        if (holdMs > 0) lateCommits += 1;
+
+      console.info(
+        `feed completeness: ${expected.length} events (${httpWrites} through the API, ${lateCommits} committed late), ${overtaken} overtaken by later-written events; ` +
+          `fast consumer ${fast.polls()} polls, slow ${slow.polls()}; missed 0 and duplicates 0 are asserted below`,
+      );
+      expect(httpWrites).toBeGreaterThan(0);
+      expect(lateCommits).toBeGreaterThan(0);
+      expect(overtaken, 'some events must have committed late, or the test proves nothing').toBeGreaterThan(0);
+      expect(expected.length).toBe(httpWrites + (await countLateEvents(org.id)));
+      for (const consumer of [fast, slow]) {
+        const missed = expected.filter((id) => !consumer.seen.includes(id));
+        const duplicates = consumer.seen.length - new Set(consumer.seen).size;
+        expect({ missed: missed.length, duplicates }).toEqual({ missed: 0, duplicates: 0 });
+        // Seen in position order: the feed never showed an event before one with a lower position.
+        expect(consumer.seen).toEqual(expected);
       }
-    });
-    await Promise.all([...httpWriters, ...lateWriters]);
-
-    // Every event committed; wait until the sealer has placed them all.
-    const unsealed = async () =>
-      Number((await ctx.database.pool.query<{ count: string }>('SELECT count(*) FROM outbox_events WHERE org_id = $1 AND position IS NULL', [org.id])).rows[0]!.count);
-    const deadline = Date.now() + 10_000;
-    while ((await unsealed()) > 0 && Date.now() < deadline) await sleep(50);
-    expect(await unsealed()).toBe(0);
-    await Promise.all([fast.finish(), slow.finish()]);
-
-    const { rows } = await ctx.database.pool.query<{ id: string; position: string; created_at: Date }>(
-      'SELECT id, position, created_at FROM outbox_events WHERE org_id = $1 ORDER BY position',
-      [org.id],
-    );
-    const expected = rows.map((row) => row.id);
-    // Events that a later-written event overtook: sealed behind it because their transaction committed after it.
-    let overtaken = 0;
-    let latestCreated = 0;
-    for (const row of rows) {
-      const created = row.created_at.getTime();
-      if (created < latestCreated) overtaken += 1;
-      latestCreated = Math.max(latestCreated, created);
-    }
-
-    console.info(
-      `feed completeness: ${expected.length} events (${httpWrites} through the API, ${lateCommits} committed late), ${overtaken} overtaken by later-written events; ` +
-        `fast consumer ${fast.polls()} polls, slow ${slow.polls()}; missed 0 and duplicates 0 are asserted below`,
-    );
-    expect(httpWrites).toBeGreaterThan(0);
-    expect(lateCommits).toBeGreaterThan(0);
-    expect(overtaken, 'some events must have committed late, or the test proves nothing').toBeGreaterThan(0);
-    expect(expected.length).toBe(httpWrites + (await countLateEvents(org.id)));
-    for (const consumer of [fast, slow]) {
-      const missed = expected.filter((id) => !consumer.seen.includes(id));
-      const duplicates = consumer.seen.length - new Set(consumer.seen).size;
-      expect({ missed: missed.length, duplicates }).toEqual({ missed: 0, duplicates: 0 });
-      // Seen in position order: the feed never showed an event before one with a lower position.
-      expect(consumer.seen).toEqual(expected);
-    }
-    expect(fast.polls()).toBeGreaterThan(slow.polls());
-  }, (WRITE_SECONDS + 60) * 1000);
+      expect(fast.polls()).toBeGreaterThan(slow.polls());
+    },
+    (WRITE_SECONDS + 60) * 1000,
+  );
 });
 
 async function countLateEvents(orgId: string): Promise<number> {
-  const { rows } = await ctx.database.pool.query<{ count: string }>("SELECT count(*) FROM outbox_events WHERE org_id = $1 AND type = 'webhook.test'", [orgId]);
+  const { rows } = await ctx.database.pool.query<{ count: string }>(
+    "SELECT count(*) FROM outbox_events WHERE org_id = $1 AND type = 'webhook.test'",
+    [orgId],
+  );
   return Number(rows[0]!.count);
 }

@@ -22,11 +22,17 @@ afterAll(async () => {
 });
 
 /** Writes one event in a transaction of its own, as a change would. */
-async function recordEvent(orgId: string, options: { type?: FeedEventType; customerId?: string | null; database?: Database } = {}): Promise<string> {
+async function recordEvent(
+  orgId: string,
+  options: { type?: FeedEventType; customerId?: string | null; database?: Database } = {},
+): Promise<string> {
   const database = options.database ?? ctx.database;
   const outbox = createOutboxRepository(database.db);
   return database.transaction((tx) =>
-    outbox.record({ orgId, type: options.type ?? 'webhook.test', customerId: options.customerId ?? null, customer: null, data: { note: 'test' } }, tx),
+    outbox.record(
+      { orgId, type: options.type ?? 'webhook.test', customerId: options.customerId ?? null, customer: null, data: { note: 'test' } },
+      tx,
+    ),
   );
 }
 
@@ -109,7 +115,10 @@ describe('GET /v1/events scopes and isolation', () => {
 describe('GET /v1/events content and paging', () => {
   it('when a customer of the integration changes through the API, its customer.updated is in the feed exactly as the webhook envelope, and GET by id returns the same', async () => {
     const org = await ctx.createOrg();
-    const created = await ctx.request('POST', '/v1/customers', { key: org.key, body: { externalId: 'feed-1', fullName: 'Ana Silva', email: 'ana@example.com' } });
+    const created = await ctx.request('POST', '/v1/customers', {
+      key: org.key,
+      body: { externalId: 'feed-1', fullName: 'Ana Silva', email: 'ana@example.com' },
+    });
     expect(created.statusCode, created.body).toBe(201);
     const patched = await ctx.request('PATCH', '/v1/customers/feed-1', { key: org.key, body: { fullName: 'Ana M. Silva' } });
     expect(patched.statusCode, patched.body).toBe(200);
@@ -118,7 +127,10 @@ describe('GET /v1/events content and paging', () => {
     const { events } = await walk(org);
     expect(events).toHaveLength(1);
     const [event] = events;
-    const { rows } = await ctx.database.pool.query<{ payload: string }>('SELECT payload FROM outbox_events WHERE org_id = $1 AND id = $2', [org.id, event!.id]);
+    const { rows } = await ctx.database.pool.query<{ payload: string }>('SELECT payload FROM outbox_events WHERE org_id = $1 AND id = $2', [
+      org.id,
+      event!.id,
+    ]);
     expect(event).toEqual(JSON.parse(rows[0]!.payload));
     expect(Object.keys(event!).sort()).toEqual(['created', 'data', 'id', 'type']);
     expect(event!.type).toBe('customer.updated');
@@ -156,7 +168,10 @@ describe('GET /v1/events content and paging', () => {
 
   it('when filtering by type, customer_id (UUID or external_id, individual or entity) and created_after/created_before, only matching events come back and the cursor passes the filters through', async () => {
     const org = await ctx.createOrg();
-    const person = await ctx.request('POST', '/v1/customers', { key: org.key, body: { externalId: 'p-1', fullName: 'Li Wei', email: 'li@example.com' } });
+    const person = await ctx.request('POST', '/v1/customers', {
+      key: org.key,
+      body: { externalId: 'p-1', fullName: 'Li Wei', email: 'li@example.com' },
+    });
     const personId = person.json().id as string;
     const entity = await createEntity(ctx, org, { externalId: 'e-1' });
     const aboutPerson = [
@@ -169,9 +184,15 @@ describe('GET /v1/events content and paging', () => {
     await sealer.sealOnce();
 
     expect((await walk(org, undefined, { type: 'webhook.test' })).events.map((event) => event.id)).toEqual([test]);
-    expect((await walk(org, undefined, { type: 'customer.kyc_completed, webhook.test' })).events.map((event) => event.id)).toEqual([aboutPerson[1], test]);
+    expect((await walk(org, undefined, { type: 'customer.kyc_completed, webhook.test' })).events.map((event) => event.id)).toEqual([
+      aboutPerson[1],
+      test,
+    ]);
     expect((await walk(org, undefined, { customer_id: 'p-1' })).events.map((event) => event.id)).toEqual(aboutPerson);
-    expect((await walk(org, undefined, { customer_id: personId, type: 'customer.updated' })).events.map((event) => event.id)).toEqual([aboutPerson[0], aboutPerson[2]]);
+    expect((await walk(org, undefined, { customer_id: personId, type: 'customer.updated' })).events.map((event) => event.id)).toEqual([
+      aboutPerson[0],
+      aboutPerson[2],
+    ]);
     expect((await walk(org, undefined, { customer_id: entity.id as string })).events.map((event) => event.id)).toEqual([aboutEntity]);
     expect((await walk(org, undefined, { customer_id: 'e-1' })).events.map((event) => event.id)).toEqual([aboutEntity]);
 
@@ -180,9 +201,14 @@ describe('GET /v1/events content and paging', () => {
     const rest = await walk(org, first.next_cursor, { customer_id: 'p-1' });
     expect([...first.data, ...rest.events].map((event) => event.id)).toEqual(aboutPerson);
     // A UUID and an external_id of one record are one walk.
-    expect((await page(org, { customer_id: personId, cursor: first.next_cursor })).data.map((event) => event.id)).toEqual(aboutPerson.slice(1));
+    expect((await page(org, { customer_id: personId, cursor: first.next_cursor })).data.map((event) => event.id)).toEqual(
+      aboutPerson.slice(1),
+    );
 
-    const { rows } = await ctx.database.pool.query<{ id: string; created_at: Date }>('SELECT id, created_at FROM outbox_events WHERE org_id = $1 ORDER BY position', [org.id]);
+    const { rows } = await ctx.database.pool.query<{ id: string; created_at: Date }>(
+      'SELECT id, created_at FROM outbox_events WHERE org_id = $1 ORDER BY position',
+      [org.id],
+    );
     const middle = rows[2]!;
     const after = (await walk(org, undefined, { created_after: middle.created_at.toISOString() })).events.map((event) => event.id);
     expect(after).toEqual(rows.filter((row) => row.created_at > middle.created_at).map((row) => row.id));
@@ -197,7 +223,9 @@ describe('GET /v1/events content and paging', () => {
     expect(badType.statusCode).toBe(422);
     const message = (badType.json().error.details.issues.type as string[]).join(' ');
     expect(message).toContain('"customer.deleted"');
-    expect(message).toContain('customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, webhook.test');
+    expect(message).toContain(
+      'customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, webhook.test',
+    );
     for (const field of ['created_after', 'created_before']) {
       const response = await list(org, { [field]: 'yesterday' });
       expect(response.statusCode).toBe(422);
@@ -221,11 +249,17 @@ describe('GET /v1/events content and paging', () => {
     await sealer.sealOnce();
     const { next_cursor: cursor } = await page(org, { limit: '1' });
     const [payload, mac] = cursor.split('.');
-    const forged = Buffer.from(JSON.stringify({ ...JSON.parse(Buffer.from(payload!, 'base64url').toString()), p: 0 })).toString('base64url');
-    const customers = await ctx.request('POST', '/v1/customers', { key: org.key, body: { fullName: 'Cursor One', email: 'c1@example.com' } });
+    const forged = Buffer.from(JSON.stringify({ ...JSON.parse(Buffer.from(payload!, 'base64url').toString()), p: 0 })).toString(
+      'base64url',
+    );
+    const customers = await ctx.request('POST', '/v1/customers', {
+      key: org.key,
+      body: { fullName: 'Cursor One', email: 'c1@example.com' },
+    });
     expect(customers.statusCode).toBe(201);
     await ctx.request('POST', '/v1/customers', { key: org.key, body: { fullName: 'Cursor Two', email: 'c2@example.com' } });
-    const customersCursor = (await ctx.request('GET', '/v1/customers', { key: org.key, query: { limit: '1' } })).json().next_cursor as string;
+    const customersCursor = (await ctx.request('GET', '/v1/customers', { key: org.key, query: { limit: '1' } })).json()
+      .next_cursor as string;
     expect(customersCursor).toBeTruthy();
 
     for (const [query, why] of [
@@ -317,7 +351,9 @@ describe('sealing', () => {
     }
     const positions = (await positionsOf(org.id)).map((row) => row.position);
     expect(positions).toEqual(Array.from({ length: 360 }, (_, index) => index + 1));
-    const head = await ctx.database.pool.query<{ last_position: string }>('SELECT last_position FROM event_feed_heads WHERE org_id = $1', [org.id]);
+    const head = await ctx.database.pool.query<{ last_position: string }>('SELECT last_position FROM event_feed_heads WHERE org_id = $1', [
+      org.id,
+    ]);
     expect(Number(head.rows[0]!.last_position)).toBe(360);
     // Neither ever tried a position the other had taken (the unique index would have refused it).
     expect(warnings).toEqual([]);
@@ -388,11 +424,10 @@ describe('retention', () => {
     const consumer = await page(org, { limit: '1' });
     expect(consumer.data.map((event) => event.id)).toEqual([old]);
 
-    await ctx.database.pool.query(`UPDATE outbox_events SET created_at = now() - make_interval(days => $3::int + 1) WHERE org_id = $1 AND id = $2`, [
-      org.id,
-      old,
-      ctx.config.retention.eventDays,
-    ]);
+    await ctx.database.pool.query(
+      `UPDATE outbox_events SET created_at = now() - make_interval(days => $3::int + 1) WHERE org_id = $1 AND id = $2`,
+      [org.id, old, ctx.config.retention.eventDays],
+    );
     const purged = await createRetentionService({ database: ctx.database, settings: ctx.config.retention }).purgeOrganisation(org.id);
     expect(purged.outbox_events).toBe(1);
 

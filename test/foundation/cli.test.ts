@@ -63,7 +63,18 @@ async function expectFailures(cases: Array<[args: string[], message: RegExp]>): 
 
 describe('svc org', () => {
   it('when an organisation is created, it prints exactly the organisation as one JSON document', async () => {
-    const org = await svcJson('org', 'create', '--name', 'Acme Conveyancing', '--features', 'groups', '--credits', '25', '--default-payer', 'customer');
+    const org = await svcJson(
+      'org',
+      'create',
+      '--name',
+      'Acme Conveyancing',
+      '--features',
+      'groups',
+      '--credits',
+      '25',
+      '--default-payer',
+      'customer',
+    );
     expect(Object.keys(org).sort()).toEqual(ORGANISATION_FIELDS);
     expect(org).toMatchObject({
       name: 'Acme Conveyancing',
@@ -89,7 +100,10 @@ describe('svc org', () => {
     const created = await svcJson<{ id: string }>('org', 'create', '--name', 'Topped Up', '--credits', '5');
     const updated = await svcJson('org', 'update', created.id, '--add-credits', '10', '--features', 'groups,kyb_extra_methods');
     expect(updated).toMatchObject({ id: created.id, credits: 15, features: ['groups', 'kyb_extra_methods'] });
-    const ledger = await ctx.database.pool.query('SELECT delta, balance_after, reason FROM credit_ledger WHERE org_id = $1 ORDER BY created_at, id', [created.id]);
+    const ledger = await ctx.database.pool.query(
+      'SELECT delta, balance_after, reason FROM credit_ledger WHERE org_id = $1 ORDER BY created_at, id',
+      [created.id],
+    );
     expect(ledger.rows).toEqual([
       { delta: 5, balance_after: 5, reason: 'initial_credits' },
       { delta: 10, balance_after: 15, reason: 'operator_adjustment' },
@@ -126,9 +140,22 @@ describe('svc key', () => {
   it('when a key is created with every option, it prints the key once with its settings', async () => {
     const org = await svcJson<{ id: string }>('org', 'create', '--name', 'Keyed');
     const created = await svcJson<Record<string, unknown>>(
-      'key', 'create', '--org', org.id, '--scopes', 'customers:read,customers:write', '--label', 'ci',
-      '--allow-ip', '10.0.0.0/8,192.0.2.7,2001:db8::/32', '--burst-limit', '5', '--daily-limit', '500',
-      '--expires-at', '2031-01-02T03:04:05Z',
+      'key',
+      'create',
+      '--org',
+      org.id,
+      '--scopes',
+      'customers:read,customers:write',
+      '--label',
+      'ci',
+      '--allow-ip',
+      '10.0.0.0/8,192.0.2.7,2001:db8::/32',
+      '--burst-limit',
+      '5',
+      '--daily-limit',
+      '500',
+      '--expires-at',
+      '2031-01-02T03:04:05Z',
     );
     expect(Object.keys(created).sort()).toEqual([...KEY_FIELDS, 'key'].sort());
     expect(created).toMatchObject({
@@ -177,9 +204,15 @@ describe('svc key', () => {
       [['key', 'create', '--org', org.id, '--scopes', 'customers:read,everything'], /Unknown scope.*everything/],
       [['key', 'create', '--org', org.id, '--scopes', 'customers:read', '--allow-ip', '10.0.0.300'], /10\.0\.0\.300/],
       [['key', 'create', '--org', org.id, '--scopes', 'customers:read', '--expires-at', 'soon'], /--expires-at.*ISO 8601/],
-      [['key', 'create', '--org', org.id, '--scopes', 'customers:read', '--expires-at', '2020-01-01T00:00:00Z'], /--expires-at.*must be in the future/],
+      [
+        ['key', 'create', '--org', org.id, '--scopes', 'customers:read', '--expires-at', '2020-01-01T00:00:00Z'],
+        /--expires-at.*must be in the future/,
+      ],
       // Year 10000 once in UTC: past PostgreSQL's input range, refused before any SQL.
-      [['key', 'create', '--org', org.id, '--scopes', 'customers:read', '--expires-at', '9999-12-31T23:59:59-14:00'], /--expires-at.*9999-12-31T23:59:59\.999Z/],
+      [
+        ['key', 'create', '--org', org.id, '--scopes', 'customers:read', '--expires-at', '9999-12-31T23:59:59-14:00'],
+        /--expires-at.*9999-12-31T23:59:59\.999Z/,
+      ],
       [['key', 'create', '--org', org.id, '--scopes', 'customers:read', '--burst-limit', '0'], /burstLimit/],
       [['key', 'list', '--org', UNKNOWN_ID], /Organisation not found/],
       [['key', 'revoke', UNKNOWN_ID], /API key not found/],

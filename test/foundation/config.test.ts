@@ -102,8 +102,13 @@ describe('configuration from the environment', () => {
   });
 
   it('when the client query timeout does not exceed the statement timeout, or the lock timeout is half of it or more, it names the variable', () => {
-    expect(configErrorFor({ DATABASE_STATEMENT_TIMEOUT_MS: '5000', DATABASE_LOCK_TIMEOUT_MS: '2000', DATABASE_QUERY_TIMEOUT_MS: '5000' }).problems[0]).toMatch(/^DATABASE_QUERY_TIMEOUT_MS: must be greater than/);
-    expect(configErrorFor({ DATABASE_STATEMENT_TIMEOUT_MS: '5000', DATABASE_LOCK_TIMEOUT_MS: '2500' }).problems[0]).toMatch(/^DATABASE_LOCK_TIMEOUT_MS: must be less than half/);
+    expect(
+      configErrorFor({ DATABASE_STATEMENT_TIMEOUT_MS: '5000', DATABASE_LOCK_TIMEOUT_MS: '2000', DATABASE_QUERY_TIMEOUT_MS: '5000' })
+        .problems[0],
+    ).toMatch(/^DATABASE_QUERY_TIMEOUT_MS: must be greater than/);
+    expect(configErrorFor({ DATABASE_STATEMENT_TIMEOUT_MS: '5000', DATABASE_LOCK_TIMEOUT_MS: '2500' }).problems[0]).toMatch(
+      /^DATABASE_LOCK_TIMEOUT_MS: must be less than half/,
+    );
     expect(configErrorFor({ DATABASE_CONNECT_TIMEOUT_MS: '0' }).problems[0]).toMatch(/^DATABASE_CONNECT_TIMEOUT_MS:/);
   });
 
@@ -168,7 +173,7 @@ describe('configuration from the environment', () => {
     expect(environment).toMatch(/(?:^|\s)HOST=0\.0\.0\.0(?:\s|\\|$)/);
   });
 
-  it('when METRICS_PORT is set, it is the metrics listener\'s port; 0 picks a free one even beside PORT=0', () => {
+  it("when METRICS_PORT is set, it is the metrics listener's port; 0 picks a free one even beside PORT=0", () => {
     expect(loadConfig({ METRICS_PORT: '9464' }).metricsPort).toBe(9464);
     expect(loadConfig({ PORT: '0', METRICS_PORT: '0' })).toMatchObject({ port: 0, metricsPort: 0 });
     expect(loadConfig({ PORT: '3000', METRICS_PORT: '8080' }).metricsPort).toBe(8080);

@@ -119,11 +119,15 @@ describe('svc serve on the embedded database', () => {
     const postmaster = Number(readFileSync(join(postgresDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
     expect(sessionOf(postmaster)).toBe(postmaster);
     expect(sessionOf(server.child.pid!)).not.toBe(postmaster);
-    expect((await fetch(`${await server.baseUrl()}/v1/customers`, { headers: { authorization: `Bearer ${sandboxKey}` } })).status).toBe(200);
+    expect((await fetch(`${await server.baseUrl()}/v1/customers`, { headers: { authorization: `Bearer ${sandboxKey}` } })).status).toBe(
+      200,
+    );
 
     const client = new pg.Client({ connectionString: embeddedDatabaseUrl() });
     await client.connect();
-    const keys = await client.query('SELECT k.key_hash, k.scopes, o.credits, o.features, o.is_sandbox FROM api_keys k JOIN organisations o ON o.id = k.org_id');
+    const keys = await client.query(
+      'SELECT k.key_hash, k.scopes, o.credits, o.features, o.is_sandbox FROM api_keys k JOIN organisations o ON o.id = k.org_id',
+    );
     await client.end();
     expect(keys.rows).toEqual([
       {
@@ -146,7 +150,9 @@ describe('svc serve on the embedded database', () => {
 
     const client = new pg.Client({ connectionString: embeddedDatabaseUrl() });
     await client.connect();
-    const count = await client.query('SELECT (SELECT count(*)::int FROM organisations) AS organisations, (SELECT count(*)::int FROM api_keys) AS keys');
+    const count = await client.query(
+      'SELECT (SELECT count(*)::int FROM organisations) AS organisations, (SELECT count(*)::int FROM api_keys) AS keys',
+    );
     await client.end();
     expect(count.rows).toEqual([{ organisations: 1, keys: 1 }]);
 
@@ -207,7 +213,10 @@ describe('svc serve on the embedded database', () => {
     const refusedHttp = await runSvc(['webhook', 'add', '--org', org.id, '--url', 'http://127.0.0.1:9999/hooks'], env);
     expect(refusedHttp.code).toBe(1);
     expect(refusedHttp.stderr).toMatch(/Must be an https URL/);
-    const allowed = await runSvc(['webhook', 'add', '--org', org.id, '--url', 'http://127.0.0.1:9999/hooks'], { ...env, WEBHOOK_ALLOW_PRIVATE_URLS: 'true' });
+    const allowed = await runSvc(['webhook', 'add', '--org', org.id, '--url', 'http://127.0.0.1:9999/hooks'], {
+      ...env,
+      WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+    });
     expect(allowed.code, allowed.stderr).toBe(0);
     expect(JSON.parse(allowed.stdout)).toMatchObject({ url: 'http://127.0.0.1:9999/hooks' });
 
@@ -299,7 +308,13 @@ describe('an embedded data directory from before the password file', () => {
       await expectReady(server);
       const port = embeddedPort(legacyPostgresDir);
       expect(await loginError({ host: '127.0.0.1', port, password: 'postgres' })).toMatchObject({ code: '28P01' });
-      const client = new pg.Client({ host: '127.0.0.1', port, user: 'postgres', database: 'verification', password: embeddedPassword(legacyDataDir) });
+      const client = new pg.Client({
+        host: '127.0.0.1',
+        port,
+        user: 'postgres',
+        database: 'verification',
+        password: embeddedPassword(legacyDataDir),
+      });
       await client.connect();
       const names = await client.query('SELECT name FROM organisations ORDER BY name');
       await client.end();

@@ -57,13 +57,17 @@ describe('the first start on the embedded database', () => {
   it('when started on an empty DATA_DIR, it reports initialising the database, the migrations and ready, in that order, each with its duration', async () => {
     const server = serve();
     await server.port;
-    await vi.waitFor(() => expect(logMessages(server.stderr()).some((message) => message.startsWith('ready on'))).toBe(true), { timeout: 10_000 });
+    await vi.waitFor(() => expect(logMessages(server.stderr()).some((message) => message.startsWith('ready on'))).toBe(true), {
+      timeout: 10_000,
+    });
     const steps = [
       /^initialising the embedded PostgreSQL in .+ \(first start only\)…$/,
       new RegExp(`^initialised the embedded PostgreSQL in ${SECONDS}$`),
       new RegExp(`^embedded PostgreSQL listening on 127\\.0\\.0\\.1:\\d+, started in ${SECONDS}$`),
       new RegExp(`^applied \\d+ migrations in ${SECONDS}$`),
-      new RegExp(`^ready on http://127\\.0\\.0\\.1:${await server.port} in ${SECONDS}; API reference: http://127\\.0\\.0\\.1:${await server.port}/docs$`),
+      new RegExp(
+        `^ready on http://127\\.0\\.0\\.1:${await server.port} in ${SECONDS}; API reference: http://127\\.0\\.0\\.1:${await server.port}/docs$`,
+      ),
     ];
     const messages = logMessages(server.stderr());
     expect(stepsInOrder(messages, steps), messages.join('\n')).toHaveLength(steps.length);
@@ -90,7 +94,7 @@ describe('the first start on the embedded database', () => {
     expect(JSON.parse(keys.stdout)).toHaveLength(1);
   });
 
-  it('when HOST is unset, it listens on 127.0.0.1 only: not on the machine\'s other addresses', async () => {
+  it("when HOST is unset, it listens on 127.0.0.1 only: not on the machine's other addresses", async () => {
     const [server] = running;
     const port = await server!.port;
     const listening = logMessages(server!.stderr()).filter((message) => message.startsWith('Server listening at'));
@@ -106,7 +110,9 @@ describe('the first start on the embedded database', () => {
   it('when started again on the same DATA_DIR, it reports the database start, an up-to-date schema and ready, without initialising', async () => {
     const server = serve();
     const port = await server.port;
-    await vi.waitFor(() => expect(logMessages(server.stderr()).some((message) => message.startsWith('ready on'))).toBe(true), { timeout: 10_000 });
+    await vi.waitFor(() => expect(logMessages(server.stderr()).some((message) => message.startsWith('ready on'))).toBe(true), {
+      timeout: 10_000,
+    });
     const messages = logMessages(server.stderr());
     expect(messages.filter((message) => message.startsWith('initialis'))).toEqual([]);
     const steps = [

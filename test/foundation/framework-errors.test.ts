@@ -35,11 +35,9 @@ beforeAll(async () => {
   app = await buildApp({ config: ctx.config, database: ctx.database, logger: { level: 'error', stream: logStream } });
   // Test-only routes outside /v1 (the auth plugin guards /v1 only), registered before ready().
   await app.register(async (instance) => {
-    instance.post(
-      '/test/echo',
-      { schema: { body: z.object({ name: z.string() }).strict() } },
-      async (request) => ({ received: request.body }),
-    );
+    instance.post('/test/echo', { schema: { body: z.object({ name: z.string() }).strict() } }, async (request) => ({
+      received: request.body,
+    }));
     instance.get('/test/database-failure', async () => {
       throw pgLikeError();
     });
@@ -265,12 +263,22 @@ describe('HTTP parser errors use the error envelope', () => {
     ['bare LF line endings', 400, 'bad_request', 'GET /healthz HTTP/1.1\nHost: x\n\n'],
     ['a NUL in the URL', 400, 'bad_request', 'GET /he\u0000althz HTTP/1.1\r\nHost: x\r\n\r\n'],
     ['a space in the URL', 400, 'bad_request', 'GET /he althz HTTP/1.1\r\nHost: x\r\n\r\n'],
-    ['Transfer-Encoding and Content-Length together', 400, 'bad_request', `${post}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`],
+    [
+      'Transfer-Encoding and Content-Length together',
+      400,
+      'bad_request',
+      `${post}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+    ],
     ['two Content-Length headers', 400, 'bad_request', `${post}Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}`],
     ['a Content-Length that is not a number', 400, 'bad_request', `${post}Content-Length: abc\r\n\r\n`],
     ['a Transfer-Encoding other than chunked', 400, 'bad_request', `${post}Transfer-Encoding: gzip\r\n\r\n`],
     ['a malformed chunk size', 400, 'bad_request', `${post}Transfer-Encoding: chunked\r\n\r\nZZ\r\n{}\r\n0\r\n\r\n`],
-    ['an Expect other than 100-continue', 417, 'expectation_failed', 'GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\nConnection: close\r\n\r\n'],
+    [
+      'an Expect other than 100-continue',
+      417,
+      'expectation_failed',
+      'GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\nConnection: close\r\n\r\n',
+    ],
     ['a CONNECT (this is no proxy)', 404, 'not_found', 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n'],
   ])('when the request has %s, it answers %i %s in the envelope', async (_name, status, code, bytes) => {
     const response = parseRawResponse(await rawExchange(port, bytes));

@@ -36,10 +36,7 @@ async function expectMigratedOnce(url: string): Promise<void> {
   );
   expect(applied).toHaveLength(journal.entries.length);
   expect(applied.every((row) => row.count === 1)).toBe(true);
-  const tables = await query<{ table_name: string }>(
-    url,
-    `SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'`,
-  );
+  const tables = await query<{ table_name: string }>(url, `SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'`);
   expect(tables.map((row) => row.table_name)).toEqual(expect.arrayContaining(EXPECTED_TABLES));
 }
 

@@ -40,16 +40,25 @@ async function fingerprint(client: pg.Client, table: string) {
                                attstorage, attstattarget, pg_get_expr(d.adbin, d.adrelid) AS default, col_description(a.attrelid, a.attnum) AS comment
                           FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
                          WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`),
-    constraints: await one(`SELECT conname, contype, pg_get_constraintdef(oid) AS definition, obj_description(oid, 'pg_constraint') AS comment
+    constraints:
+      await one(`SELECT conname, contype, pg_get_constraintdef(oid) AS definition, obj_description(oid, 'pg_constraint') AS comment
                               FROM pg_constraint WHERE conrelid = $1::regclass AND conparentid = 0 ORDER BY conname`),
     referencedBy: await one(`SELECT conrelid::regclass::text AS from, conname, pg_get_constraintdef(oid) AS definition
                                FROM pg_constraint WHERE confrelid = $1::regclass AND conparentid = 0 ORDER BY 1, 2`),
     // A partitioned table's index reads "ON ONLY t": the same index.
-    indexes: (await one(`SELECT indexrelid::regclass::text AS name, pg_get_indexdef(indexrelid) AS definition, obj_description(indexrelid, 'pg_class') AS comment
-                           FROM pg_index WHERE indrelid = $1::regclass ORDER BY 1`)).map((row) => ({ ...row, definition: String(row.definition).replace(' ON ONLY ', ' ON ') })),
-    triggers: await one(`SELECT tgname, pg_get_triggerdef(oid) AS definition, tgenabled FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal ORDER BY 1`),
-    statistics: await one(`SELECT stxname, pg_get_statisticsobjdef(oid) AS definition, stxkind FROM pg_statistic_ext WHERE stxrelid = $1::regclass ORDER BY 1`),
-    relation: await one(`SELECT obj_description($1::regclass, 'pg_class') AS comment, pg_get_userbyid(relowner) AS owner FROM pg_class WHERE oid = $1::regclass`),
+    indexes: (
+      await one(`SELECT indexrelid::regclass::text AS name, pg_get_indexdef(indexrelid) AS definition, obj_description(indexrelid, 'pg_class') AS comment
+                           FROM pg_index WHERE indrelid = $1::regclass ORDER BY 1`)
+    ).map((row) => ({ ...row, definition: String(row.definition).replace(' ON ONLY ', ' ON ') })),
+    triggers: await one(
+      `SELECT tgname, pg_get_triggerdef(oid) AS definition, tgenabled FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal ORDER BY 1`,
+    ),
+    statistics: await one(
+      `SELECT stxname, pg_get_statisticsobjdef(oid) AS definition, stxkind FROM pg_statistic_ext WHERE stxrelid = $1::regclass ORDER BY 1`,
+    ),
+    relation: await one(
+      `SELECT obj_description($1::regclass, 'pg_class') AS comment, pg_get_userbyid(relowner) AS owner FROM pg_class WHERE oid = $1::regclass`,
+    ),
   };
 }
 
@@ -137,7 +146,9 @@ describe('the hash-partitioned schema variant, converting a schema', () => {
     rowsBefore = {};
     for (const table of [...TENANT_TABLES, 'parent_tokens', 'organisations']) {
       before[table] = await fingerprint(fixture.client, table);
-      rowsBefore[table] = (await fixture.client.query(`SELECT md5(string_agg(t::text, ',' ORDER BY t::text)) AS rows FROM ${table} t`)).rows[0].rows;
+      rowsBefore[table] = (
+        await fixture.client.query(`SELECT md5(string_agg(t::text, ',' ORDER BY t::text)) AS rows FROM ${table} t`)
+      ).rows[0].rows;
     }
     const result = await convertToHashPartitioned(fixture.client, { plainTables: ['organisations', 'parent_tokens'] });
     expect(result.tables.sort()).toEqual([...TENANT_TABLES].sort());
@@ -147,7 +158,10 @@ describe('the hash-partitioned schema variant, converting a schema', () => {
   it('when every key starts with org_id, each tenant table becomes PARTITION BY HASH (org_id) with 4 partitions; organisations and directories stay plain', async () => {
     for (const table of TENANT_TABLES) {
       expect(await relkind(fixture.client, table)).toBe('p');
-      const key = await fixture.client.query(`SELECT pg_get_partkeydef($1::regclass) AS key, (SELECT count(*)::int FROM pg_inherits WHERE inhparent = $1::regclass) AS partitions`, [table]);
+      const key = await fixture.client.query(
+        `SELECT pg_get_partkeydef($1::regclass) AS key, (SELECT count(*)::int FROM pg_inherits WHERE inhparent = $1::regclass) AS partitions`,
+        [table],
+      );
       expect(key.rows[0]).toEqual({ key: 'HASH (org_id)', partitions: 4 });
     }
     expect(await relkind(fixture.client, 'organisations')).toBe('r');
@@ -157,13 +171,16 @@ describe('the hash-partitioned schema variant, converting a schema', () => {
   it('when converted, columns, defaults, NOT NULL and CHECK constraints, keys, indexes (partial ones too), foreign keys both ways, triggers, statistics, comments and rows are all kept', async () => {
     for (const table of [...TENANT_TABLES, 'parent_tokens', 'organisations']) {
       expect({ name: table, ...(await fingerprint(fixture.client, table)) }).toEqual({ name: table, ...before[table] });
-      const rows = (await fixture.client.query(`SELECT md5(string_agg(t::text, ',' ORDER BY t::text)) AS rows FROM ${table} t`)).rows[0].rows;
+      const rows = (await fixture.client.query(`SELECT md5(string_agg(t::text, ',' ORDER BY t::text)) AS rows FROM ${table} t`)).rows[0]
+        .rows;
       expect({ table, rows }).toEqual({ table, rows: rowsBefore[table] });
     }
   });
 
   it('when an unlogged table is converted, its partitions are unlogged', async () => {
-    const partitions = await fixture.client.query(`SELECT c.relpersistence FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'counters'::regclass`);
+    const partitions = await fixture.client.query(
+      `SELECT c.relpersistence FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'counters'::regclass`,
+    );
     expect(partitions.rows.map((row) => row.relpersistence)).toEqual(['u', 'u', 'u', 'u']);
   });
 
@@ -175,7 +192,9 @@ describe('the hash-partitioned schema variant, converting a schema', () => {
     expect(child.rows[0].id).toBe(161);
     const counter = await client.query('INSERT INTO counters (org_id) VALUES ($1) RETURNING id::int', [org]);
     expect(counter.rows[0].id).toBe(9);
-    expect((await client.query(`SELECT pg_get_serial_sequence('children', 'id') AS sequence`)).rows[0].sequence).toBe('public.children_id_seq');
+    expect((await client.query(`SELECT pg_get_serial_sequence('children', 'id') AS sequence`)).rows[0].sequence).toBe(
+      'public.children_id_seq',
+    );
   });
 
   it('when rows change, the row, statement and deferred constraint triggers fire as before, and a disabled one stays disabled', async () => {
@@ -183,7 +202,10 @@ describe('the hash-partitioned schema variant, converting a schema', () => {
     await client.query('TRUNCATE trigger_log');
     const org = (await client.query('SELECT id FROM organisations LIMIT 1')).rows[0].id;
     await client.query('BEGIN');
-    const inserted = await client.query(`INSERT INTO parents (org_id, code, n) VALUES ($1, 'fresh', 1), ($1, 'fresher', 2) RETURNING stamped, n_twice`, [org]);
+    const inserted = await client.query(
+      `INSERT INTO parents (org_id, code, n) VALUES ($1, 'fresh', 1), ($1, 'fresher', 2) RETURNING stamped, n_twice`,
+      [org],
+    );
     const beforeCommit = (await client.query('SELECT what FROM trigger_log ORDER BY id')).rows.map((row) => row.what);
     await client.query('COMMIT');
     const afterCommit = (await client.query('SELECT what FROM trigger_log ORDER BY id')).rows.map((row) => row.what);
@@ -204,8 +226,14 @@ describe('the hash-partitioned schema variant, converting a schema', () => {
     const [first, second] = (await client.query('SELECT id FROM organisations ORDER BY id LIMIT 2')).rows.map((row) => row.id as string);
     const parent = (await client.query(`SELECT id FROM parents WHERE org_id = $1 AND code = 'code 3'`, [first])).rows[0].id;
     await client.query('DELETE FROM parents WHERE org_id = $1 AND id = $2', [first, parent]);
-    expect((await client.query('SELECT count(*)::int AS n FROM children WHERE org_id = $1 AND parent_id = $2', [first, parent])).rows[0].n).toBe(0);
-    const refused = async (text: string, values: unknown[]) => client.query(text, values).then(() => 'accepted', (error: pg.DatabaseError) => error.code);
+    expect(
+      (await client.query('SELECT count(*)::int AS n FROM children WHERE org_id = $1 AND parent_id = $2', [first, parent])).rows[0].n,
+    ).toBe(0);
+    const refused = async (text: string, values: unknown[]) =>
+      client.query(text, values).then(
+        () => 'accepted',
+        (error: pg.DatabaseError) => error.code,
+      );
     expect(await refused(`INSERT INTO parents (org_id, code) VALUES ($1, 'code 4')`, [first])).toBe('23505'); // unique (org_id, code)
     expect(await refused(`INSERT INTO parents (org_id, code, n) VALUES ($1, 'CODE 4', 5)`, [first])).toBe('23505'); // partial unique on lower(code)
     expect(await refused(`INSERT INTO parents (org_id, code, n) VALUES ($1, 'negative', -1)`, [first])).toBe('23514');
@@ -214,7 +242,11 @@ describe('the hash-partitioned schema variant, converting a schema', () => {
     const other = (await client.query('SELECT id FROM parents WHERE org_id = $1 LIMIT 1', [second])).rows[0].id;
     expect(await refused('INSERT INTO children (org_id, parent_id) VALUES ($1, $2)', [first, other])).toBe('23503');
     expect(await refused(`INSERT INTO parent_tokens (token, org_id, parent_id) VALUES ('t', $1, $2)`, [first, other])).toBe('23503');
-    expect(await refused(`INSERT INTO parent_tokens (token, org_id, parent_id) SELECT 't2', org_id, id FROM parents WHERE org_id = $1 LIMIT 1`, [first])).toBe('accepted');
+    expect(
+      await refused(`INSERT INTO parent_tokens (token, org_id, parent_id) SELECT 't2', org_id, id FROM parents WHERE org_id = $1 LIMIT 1`, [
+        first,
+      ]),
+    ).toBe('accepted');
   });
 });
 
@@ -234,15 +266,30 @@ describe('the hash-partitioned schema variant, refusing a schema', () => {
     expect(error).toBeInstanceOf(PartitioningRefused);
     const refusals = (error as PartitioningRefused).refusals.map(({ table, object, detail }) => ({ table, object, detail }));
     expect(refusals).toEqual([
-      { table: 'things', object: 'things_pkey', detail: 'PRIMARY KEY constraint on table "things" lacks column "org_id" which is part of the partition key.' },
-      { table: 'things', object: 'things_token_key', detail: 'UNIQUE constraint on table "things" lacks column "org_id" which is part of the partition key.' },
+      {
+        table: 'things',
+        object: 'things_pkey',
+        detail: 'PRIMARY KEY constraint on table "things" lacks column "org_id" which is part of the partition key.',
+      },
+      {
+        table: 'things',
+        object: 'things_token_key',
+        detail: 'UNIQUE constraint on table "things" lacks column "org_id" which is part of the partition key.',
+      },
       { table: 'parts', object: 'parts_thing_id_fkey', detail: undefined },
     ]);
-    expect((error as Error).message).toMatch(/things \/ things_pkey: unique constraint on partitioned table must include all partitioning columns/);
-    expect((error as Error).message).toMatch(/parts \/ parts_thing_id_fkey: there is no unique constraint matching given keys for referenced table "things"/);
+    expect((error as Error).message).toMatch(
+      /things \/ things_pkey: unique constraint on partitioned table must include all partitioning columns/,
+    );
+    expect((error as Error).message).toMatch(
+      /parts \/ parts_thing_id_fkey: there is no unique constraint matching given keys for referenced table "things"/,
+    );
     expect(await relkind(client, 'things')).toBe('r');
     expect(await relkind(client, 'parts')).toBe('r');
-    expect((await client.query(`SELECT count(*)::int AS n FROM pg_class WHERE relname LIKE '%\\_p0' OR relname LIKE '%\\_\\_by\\_org'`)).rows[0].n).toBe(0);
+    expect(
+      (await client.query(`SELECT count(*)::int AS n FROM pg_class WHERE relname LIKE '%\\_p0' OR relname LIKE '%\\_\\_by\\_org'`)).rows[0]
+        .n,
+    ).toBe(0);
   });
 });
 
@@ -270,10 +317,13 @@ describe('the run on the variant', () => {
     },
   );
 
-  it.runIf(inject('schemaVariant') === 'plain')('when TEST_SCHEMA_VARIANT is unset, no table of a test database is partitioned', async () => {
-    const partitioned = await ctx.database.db.execute<{ n: number }>(sql`SELECT count(*)::int AS n FROM pg_class WHERE relkind = 'p'`);
-    expect(partitioned.rows[0]!.n).toBe(0);
-  });
+  it.runIf(inject('schemaVariant') === 'plain')(
+    'when TEST_SCHEMA_VARIANT is unset, no table of a test database is partitioned',
+    async () => {
+      const partitioned = await ctx.database.db.execute<{ n: number }>(sql`SELECT count(*)::int AS n FROM pg_class WHERE relkind = 'p'`);
+      expect(partitioned.rows[0]!.n).toBe(0);
+    },
+  );
 
   // ctid is a row's place within one table: in a partitioned (or distributed) table, each partition
   // has its own, so a purge that picks rows by ctid alone also hits other partitions' rows.
@@ -288,8 +338,15 @@ describe('the run on the variant', () => {
     const retention = createRetentionRepository(ctx.database.db);
     let deleted = 0;
     for (const org of orgs) deleted += await retention.purgeIdempotencyKeys(org.id, 24, 1000);
-    const left = await ctx.database.db.execute<{ key: string }>(sql`SELECT key FROM idempotency_keys WHERE key LIKE 'purge-%' ORDER BY key`);
+    const left = await ctx.database.db.execute<{ key: string }>(
+      sql`SELECT key FROM idempotency_keys WHERE key LIKE 'purge-%' ORDER BY key`,
+    );
     expect(deleted).toBe(1);
-    expect(left.rows.map((row) => row.key).sort()).toEqual(orgs.slice(1).map((_, index) => `purge-${index + 1}`).sort());
+    expect(left.rows.map((row) => row.key).sort()).toEqual(
+      orgs
+        .slice(1)
+        .map((_, index) => `purge-${index + 1}`)
+        .sort(),
+    );
   });
 });

@@ -37,10 +37,16 @@ const ADVISORY_LOCKS_HERE = `SELECT count(*)::int AS count FROM pg_locks WHERE l
 
 /** Each shipped migration recorded exactly once, in journal order, and the schema there. */
 async function expectMigratedOnce(url: string): Promise<void> {
-  const rows = await query<{ hash: string; created_at: number }>(url, 'SELECT hash, created_at::float8 AS created_at FROM drizzle.__drizzle_migrations ORDER BY id');
+  const rows = await query<{ hash: string; created_at: number }>(
+    url,
+    'SELECT hash, created_at::float8 AS created_at FROM drizzle.__drizzle_migrations ORDER BY id',
+  );
   expect(rows).toHaveLength(journal.entries.length);
   expect(new Set(rows.map((row) => row.hash)).size).toBe(journal.entries.length);
-  const tables = await query<{ count: number }>(url, `SELECT count(*)::int AS count FROM information_schema.tables WHERE table_schema = 'public' AND table_name IN ('customers', 'outbox_events', 'webhook_deliveries')`);
+  const tables = await query<{ count: number }>(
+    url,
+    `SELECT count(*)::int AS count FROM information_schema.tables WHERE table_schema = 'public' AND table_name IN ('customers', 'outbox_events', 'webhook_deliveries')`,
+  );
   expect(tables[0]!.count).toBe(3);
 }
 
@@ -66,7 +72,7 @@ async function migrateWithDrizzle(url: string, folder: string): Promise<void> {
 }
 
 describe('migrations under a transaction-scoped lock', () => {
-  it('when a database was migrated by drizzle\'s own migrate() (the previous runner), the new runner applies nothing and records nothing twice', async () => {
+  it("when a database was migrated by drizzle's own migrate() (the previous runner), the new runner applies nothing and records nothing twice", async () => {
     const database = await createEmptyDatabase();
     cleanups.push(database.drop);
     await migrateWithDrizzle(database.url, migrationsFolder());
@@ -94,7 +100,10 @@ describe('migrations under a transaction-scoped lock', () => {
     // A table the first migration creates, made beforehand: its CREATE TABLE fails.
     await query(database.url, 'CREATE TABLE organisations (id int)');
     await expect(runMigrations(database.url)).rejects.toThrow(/already exists/);
-    const migrated = await query<{ table: string | null }>(database.url, `SELECT to_regclass('drizzle.__drizzle_migrations')::text AS table`);
+    const migrated = await query<{ table: string | null }>(
+      database.url,
+      `SELECT to_regclass('drizzle.__drizzle_migrations')::text AS table`,
+    );
     expect(migrated[0]!.table).toBeNull();
     const locks = await query<{ count: number }>(database.url, ADVISORY_LOCKS_HERE);
     expect(locks[0]!.count).toBe(0);
@@ -103,7 +112,9 @@ describe('migrations under a transaction-scoped lock', () => {
 
 describe('DATABASE_DIRECT_URL', () => {
   it('when DATABASE_DIRECT_URL is set, it is parsed; without DATABASE_URL or as another scheme, it is refused by name', () => {
-    expect(loadConfig({ DATABASE_URL: 'postgres://app@pooler:6432/svc', DATABASE_DIRECT_URL: 'postgres://app@db:5432/svc' }).databaseDirectUrl).toBe('postgres://app@db:5432/svc');
+    expect(
+      loadConfig({ DATABASE_URL: 'postgres://app@pooler:6432/svc', DATABASE_DIRECT_URL: 'postgres://app@db:5432/svc' }).databaseDirectUrl,
+    ).toBe('postgres://app@db:5432/svc');
     expect(loadConfig({ DATABASE_URL: 'postgres://app@db:5432/svc' }).databaseDirectUrl).toBeUndefined();
     const problems = (environment: NodeJS.ProcessEnv) => {
       try {
@@ -113,13 +124,18 @@ describe('DATABASE_DIRECT_URL', () => {
       }
       return [];
     };
-    expect(problems({ DATABASE_DIRECT_URL: 'postgres://app@db:5432/svc' })[0]).toMatch(/^DATABASE_DIRECT_URL: set only together with DATABASE_URL/);
-    expect(problems({ DATABASE_URL: 'postgres://app@db/svc', DATABASE_DIRECT_URL: 'mysql://db/svc' })[0]).toMatch(/^DATABASE_DIRECT_URL: must be a postgres/);
+    expect(problems({ DATABASE_DIRECT_URL: 'postgres://app@db:5432/svc' })[0]).toMatch(
+      /^DATABASE_DIRECT_URL: set only together with DATABASE_URL/,
+    );
+    expect(problems({ DATABASE_URL: 'postgres://app@db/svc', DATABASE_DIRECT_URL: 'mysql://db/svc' })[0]).toMatch(
+      /^DATABASE_DIRECT_URL: must be a postgres/,
+    );
   });
 });
 
 const pgbouncer = findPgBouncer();
-if (!pgbouncer) console.warn('pooler tests skipped: pgbouncer is not installed (Debian package "pgbouncer"; .ci/run installs it when apt-get can)');
+if (!pgbouncer)
+  console.warn('pooler tests skipped: pgbouncer is not installed (Debian package "pgbouncer"; .ci/run installs it when apt-get can)');
 
 describe.skipIf(!pgbouncer)('behind pgbouncer in transaction mode', () => {
   async function bouncer(): Promise<PgBouncer> {
@@ -145,7 +161,12 @@ describe.skipIf(!pgbouncer)('behind pgbouncer in transaction mode', () => {
     const database = await createEmptyDatabase();
     cleanups.push(database.drop);
     const pooler = await bouncer();
-    const config = loadConfig({ DATABASE_URL: pooler.via(database.url), DATABASE_DIRECT_URL: database.url, DATABASE_PREPARED_STATEMENTS: 'false', LOG_LEVEL: 'silent' });
+    const config = loadConfig({
+      DATABASE_URL: pooler.via(database.url),
+      DATABASE_DIRECT_URL: database.url,
+      DATABASE_PREPARED_STATEMENTS: 'false',
+      LOG_LEVEL: 'silent',
+    });
 
     // The pooler stops first: whatever still works went direct.
     await pooler.stop();
@@ -155,7 +176,11 @@ describe.skipIf(!pgbouncer)('behind pgbouncer in transaction mode', () => {
 
     const heard: Array<string | undefined> = [];
     let listening = 0;
-    await connection.database.listen('pooler_test', (payload) => heard.push(payload), () => (listening += 1));
+    await connection.database.listen(
+      'pooler_test',
+      (payload) => heard.push(payload),
+      () => (listening += 1),
+    );
     expect(listening).toBe(1);
     await query(database.url, `SELECT pg_notify('pooler_test', 'direct')`);
     await waitFor(() => heard.length === 1, 5_000, 'the notification on the direct LISTEN');

@@ -110,19 +110,36 @@ describe('the README CLI examples', () => {
   it('when the README is read, it has an example of every operator command in the one form that prints only JSON', () => {
     expect(examples.length).toBeGreaterThanOrEqual(20);
     const commands = new Set(examples.map((example) => example.slice(CLI_FORM.length).split(' ').slice(0, 2).join(' ')));
-    for (const command of ['migrate', 'org create', 'org list', 'org show', 'org update', 'key create', 'key list', 'key revoke', 'webhook add']) {
-      expect([...commands].some((found) => found === command || found.startsWith(`${command} `)), command).toBe(true);
+    for (const command of [
+      'migrate',
+      'org create',
+      'org list',
+      'org show',
+      'org update',
+      'key create',
+      'key list',
+      'key revoke',
+      'webhook add',
+    ]) {
+      expect(
+        [...commands].some((found) => found === command || found.startsWith(`${command} `)),
+        command,
+      ).toBe(true);
     }
     // Plain `npm run svc --` prints npm's banner on stdout first; `npx svc` may fetch another package.
     expect(readme).not.toMatch(/`npm run svc -- /);
     expect(readme).not.toMatch(/`npx svc [a-z]/);
   });
 
-  it.each(examples)('when "%s" runs as written, it prints exactly one JSON document on stdout and exits 0', async (example) => {
-    const command = substitutions.reduce((text, [placeholder, value]) => text.replaceAll(placeholder, value), example);
-    expect(command, 'a placeholder this test does not know').not.toContain('…');
-    const result = await runInShell(command);
-    expect(result.code, result.stderr).toBe(0);
-    expect(() => JSON.parse(result.stdout), result.stdout).not.toThrow();
-  }, 60_000);
+  it.each(examples)(
+    'when "%s" runs as written, it prints exactly one JSON document on stdout and exits 0',
+    async (example) => {
+      const command = substitutions.reduce((text, [placeholder, value]) => text.replaceAll(placeholder, value), example);
+      expect(command, 'a placeholder this test does not know').not.toContain('…');
+      const result = await runInShell(command);
+      expect(result.code, result.stderr).toBe(0);
+      expect(() => JSON.parse(result.stdout), result.stdout).not.toThrow();
+    },
+    60_000,
+  );
 });

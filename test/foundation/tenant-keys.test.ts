@@ -72,7 +72,9 @@ describe('tenant keys in the catalog', () => {
         WHERE con.contype = 'f' AND con.conrelid IN (${TENANT_TABLES}) AND con.confrelid IN (${TENANT_TABLES})`,
     );
     expect(foreignKeys.length).toBeGreaterThanOrEqual(16);
-    expect(foreignKeys.filter((key) => key.columns.length < 2 || key.columns[0] !== 'org_id' || key.referenced[0] !== 'org_id')).toEqual([]);
+    expect(foreignKeys.filter((key) => key.columns.length < 2 || key.columns[0] !== 'org_id' || key.referenced[0] !== 'org_id')).toEqual(
+      [],
+    );
   });
 });
 
@@ -97,10 +99,10 @@ describe('tenant isolation by the database', () => {
   it("when a verification, a group party or a webhook delivery points at another organisation's record, the database rejects it", async () => {
     const customerOfB = await insertCustomer(b.id);
     expect(
-      await errorCodeOf(`INSERT INTO verifications (org_id, customer_id, kind, lane, payer, status) VALUES ($1, $2, 'KYC', 'link', 'organization', 'PENDING')`, [
-        a.id,
-        customerOfB,
-      ]),
+      await errorCodeOf(
+        `INSERT INTO verifications (org_id, customer_id, kind, lane, payer, status) VALUES ($1, $2, 'KYC', 'link', 'organization', 'PENDING')`,
+        [a.id, customerOfB],
+      ),
     ).toBe('23503');
 
     const [group] = await rows<{ id: string }>(`INSERT INTO groups (org_id, name) VALUES ($1, 'Deal') RETURNING id`, [a.id]);
@@ -108,13 +110,27 @@ describe('tenant isolation by the database', () => {
     expect(await errorCodeOf(insertParty, [a.id, group!.id, customerOfB])).toBe('23503');
     expect(await errorCodeOf(insertParty, [b.id, group!.id, customerOfB])).toBe('23503');
 
-    const [endpointOfB] = await rows<{ id: string }>(`INSERT INTO webhook_endpoints (org_id, url, secret) VALUES ($1, 'https://b.example.test/hook', 's') RETURNING id`, [b.id]);
-    const [eventOfA] = await rows<{ id: string }>(`INSERT INTO outbox_events (org_id, type, payload) VALUES ($1, 'webhook.test', '{}') RETURNING id`, [a.id]);
-    expect(await errorCodeOf(`INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id) VALUES ($1, $2, $3)`, [a.id, eventOfA!.id, endpointOfB!.id])).toBe('23503');
+    const [endpointOfB] = await rows<{ id: string }>(
+      `INSERT INTO webhook_endpoints (org_id, url, secret) VALUES ($1, 'https://b.example.test/hook', 's') RETURNING id`,
+      [b.id],
+    );
+    const [eventOfA] = await rows<{ id: string }>(
+      `INSERT INTO outbox_events (org_id, type, payload) VALUES ($1, 'webhook.test', '{}') RETURNING id`,
+      [a.id],
+    );
+    expect(
+      await errorCodeOf(`INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id) VALUES ($1, $2, $3)`, [
+        a.id,
+        eventOfA!.id,
+        endpointOfB!.id,
+      ]),
+    ).toBe('23503');
   });
 
   it("when an idempotency record names another organisation's API key, the database rejects it", async () => {
-    expect(await errorCodeOf(`INSERT INTO idempotency_keys (org_id, api_key_id, key, fingerprint) VALUES ($1, $2, 'k', 'f')`, [a.id, b.keyId])).toBe('23503');
+    expect(
+      await errorCodeOf(`INSERT INTO idempotency_keys (org_id, api_key_id, key, fingerprint) VALUES ($1, $2, 'k', 'f')`, [a.id, b.keyId]),
+    ).toBe('23503');
   });
 });
 
@@ -198,8 +214,14 @@ describe('claims per organisation', () => {
       [busy, 30, 3600],
       [quiet, 1, 1],
     ] as const) {
-      const [endpoint] = await rows<{ id: string }>(`INSERT INTO webhook_endpoints (org_id, url, secret) VALUES ($1, 'https://hooks.example.test/x', 's') RETURNING id`, [org.id]);
-      const [event] = await rows<{ id: string }>(`INSERT INTO outbox_events (org_id, type, payload) VALUES ($1, 'webhook.test', '{}') RETURNING id`, [org.id]);
+      const [endpoint] = await rows<{ id: string }>(
+        `INSERT INTO webhook_endpoints (org_id, url, secret) VALUES ($1, 'https://hooks.example.test/x', 's') RETURNING id`,
+        [org.id],
+      );
+      const [event] = await rows<{ id: string }>(
+        `INSERT INTO outbox_events (org_id, type, payload) VALUES ($1, 'webhook.test', '{}') RETURNING id`,
+        [org.id],
+      );
       await rows(
         `INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id, next_attempt_at)
          SELECT $1, $2, $3, clock_timestamp() - make_interval(secs => $5) FROM generate_series(1, $4::int)`,
@@ -241,11 +263,23 @@ describe('migration 0012 on existing data', () => {
     const q = async (text: string, values: unknown[] = []) => (await client.query(text, values)).rows;
     const [orgA, orgB] = (await q(`INSERT INTO organisations (name) VALUES ('A'), ('B') RETURNING id`)).map((row) => row.id as string);
     for (const org of [orgA, orgB]) {
-      const [key] = await q(`INSERT INTO api_keys (org_id, display_prefix, key_hash, scopes) VALUES ($1, 'svc_', $2, '{customers:read}') RETURNING id`, [org, `hash-${org}`]);
-      await q(`INSERT INTO api_key_usage (api_key_id, org_id, burst_window, burst_count, day_window, day_count) VALUES ($1, $2, 1, 1, 1, 1)`, [key.id, org]);
+      const [key] = await q(
+        `INSERT INTO api_keys (org_id, display_prefix, key_hash, scopes) VALUES ($1, 'svc_', $2, '{customers:read}') RETURNING id`,
+        [org, `hash-${org}`],
+      );
+      await q(
+        `INSERT INTO api_key_usage (api_key_id, org_id, burst_window, burst_count, day_window, day_count) VALUES ($1, $2, 1, 1, 1, 1)`,
+        [key.id, org],
+      );
       await q(`INSERT INTO idempotency_keys (api_key_id, key, org_id, fingerprint) VALUES ($1, 'idem', $2, 'f')`, [key.id, org]);
-      const [entity] = await q(`INSERT INTO customers (org_id, kind, type, name, kyc_status, added_via) VALUES ($1, 'entity', 'COMPANY', 'E', 'PENDING', 'INTEGRATION') RETURNING id`, [org]);
-      const [person] = await q(`INSERT INTO customers (org_id, kind, type, name, kyc_status, added_via) VALUES ($1, 'individual', 'INDIVIDUAL', 'P', 'NOT_STARTED', 'INTEGRATION') RETURNING id`, [org]);
+      const [entity] = await q(
+        `INSERT INTO customers (org_id, kind, type, name, kyc_status, added_via) VALUES ($1, 'entity', 'COMPANY', 'E', 'PENDING', 'INTEGRATION') RETURNING id`,
+        [org],
+      );
+      const [person] = await q(
+        `INSERT INTO customers (org_id, kind, type, name, kyc_status, added_via) VALUES ($1, 'individual', 'INDIVIDUAL', 'P', 'NOT_STARTED', 'INTEGRATION') RETURNING id`,
+        [org],
+      );
       const [owner] = await q(
         `INSERT INTO beneficial_owners (org_id, entity_id, customer_id, holder_type, role_types, added_via) VALUES ($1, $2, $3, 'INDIVIDUAL', '{DIRECTOR}', 'INTEGRATION') RETURNING id`,
         [org, entity.id, person.id],
@@ -254,25 +288,76 @@ describe('migration 0012 on existing data', () => {
         `INSERT INTO verifications (org_id, customer_id, beneficial_owner_id, kind, lane, payer, status, link_token) VALUES ($1, $2, $3, 'KYC', 'link', 'organization', 'PENDING', $4) RETURNING id`,
         [org, person.id, owner.id, `token-${org}`],
       );
-      await q(`INSERT INTO verifications (org_id, customer_id, kind, lane, payer, status) VALUES ($1, $2, 'KYB', 'manual', 'organization', 'IN_PROGRESS')`, [org, entity.id]);
-      await q(`INSERT INTO credit_ledger (org_id, delta, balance_after, reason, verification_id) VALUES ($1, -1, 0, 'kyc_start', $2)`, [org, verification.id]);
-      await q(`INSERT INTO emails (org_id, recipient, subject, body, verification_id) VALUES ($1, 'r@example.test', 's', 'b', $2)`, [org, verification.id]);
-      const [event] = await q(`INSERT INTO outbox_events (org_id, type, customer_id, payload) VALUES ($1, 'customer.updated', $2, '{}') RETURNING id`, [org, person.id]);
-      const [endpoint] = await q(`INSERT INTO webhook_endpoints (org_id, url, secret) VALUES ($1, 'https://hooks.example.test/x', 's') RETURNING id`, [org]);
-      const [delivery] = await q(`INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id) VALUES ($1, $2, $3) RETURNING id`, [org, event.id, endpoint.id]);
-      await q(`INSERT INTO webhook_attempts (org_id, delivery_id, attempt_number, started_at) VALUES ($1, $2, 1, now())`, [org, delivery.id]);
+      await q(
+        `INSERT INTO verifications (org_id, customer_id, kind, lane, payer, status) VALUES ($1, $2, 'KYB', 'manual', 'organization', 'IN_PROGRESS')`,
+        [org, entity.id],
+      );
+      await q(`INSERT INTO credit_ledger (org_id, delta, balance_after, reason, verification_id) VALUES ($1, -1, 0, 'kyc_start', $2)`, [
+        org,
+        verification.id,
+      ]);
+      await q(`INSERT INTO emails (org_id, recipient, subject, body, verification_id) VALUES ($1, 'r@example.test', 's', 'b', $2)`, [
+        org,
+        verification.id,
+      ]);
+      const [event] = await q(
+        `INSERT INTO outbox_events (org_id, type, customer_id, payload) VALUES ($1, 'customer.updated', $2, '{}') RETURNING id`,
+        [org, person.id],
+      );
+      const [endpoint] = await q(
+        `INSERT INTO webhook_endpoints (org_id, url, secret) VALUES ($1, 'https://hooks.example.test/x', 's') RETURNING id`,
+        [org],
+      );
+      const [delivery] = await q(`INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id) VALUES ($1, $2, $3) RETURNING id`, [
+        org,
+        event.id,
+        endpoint.id,
+      ]);
+      await q(`INSERT INTO webhook_attempts (org_id, delivery_id, attempt_number, started_at) VALUES ($1, $2, 1, now())`, [
+        org,
+        delivery.id,
+      ]);
       const [template] = await q(
         `INSERT INTO group_templates (org_id, code, name, description, industry, source, is_verified, roles) VALUES ($1, 'T', 'T', 'd', 'LEGAL', 'CUSTOM', false, '[]') RETURNING id`,
         [org],
       );
       const [group] = await q(`INSERT INTO groups (org_id, name, template_id) VALUES ($1, 'G', $2) RETURNING id`, [org, template.id]);
-      await q(`INSERT INTO group_parties (org_id, group_id, position, role_label, party_type, required, customer_id) VALUES ($1, $2, 0, 'R', 'EITHER', true, $3)`, [org, group.id, person.id]);
+      await q(
+        `INSERT INTO group_parties (org_id, group_id, position, role_label, party_type, required, customer_id) VALUES ($1, $2, 0, 'R', 'EITHER', true, $3)`,
+        [org, group.id, person.id],
+      );
       await q(`INSERT INTO audit_log (org_id, actor_type, action, subject_type) VALUES ($1, 'system', 'x', 'customer')`, [org]);
     }
-    const TABLES = ['api_keys', 'api_key_usage', 'idempotency_keys', 'customers', 'beneficial_owners', 'verifications', 'credit_ledger', 'emails', 'outbox_events', 'webhook_endpoints', 'webhook_deliveries', 'webhook_attempts', 'group_templates', 'groups', 'group_parties', 'audit_log'];
-    const countAll = async () => Object.fromEntries(await Promise.all(TABLES.map(async (table) => [table, (await q(`SELECT count(*)::int AS n FROM ${table}`))[0].n])));
-    const countersOf = () => q('SELECT org_id, kind, type, kyc_status, aml_status, sum(records)::int AS records FROM customer_counts GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5');
-    const listIndexes = () => q(`SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'customers' AND indexname LIKE 'customers\\_%list\\_idx' OR indexname = 'customers_late_updated_idx' ORDER BY 1`);
+    const TABLES = [
+      'api_keys',
+      'api_key_usage',
+      'idempotency_keys',
+      'customers',
+      'beneficial_owners',
+      'verifications',
+      'credit_ledger',
+      'emails',
+      'outbox_events',
+      'webhook_endpoints',
+      'webhook_deliveries',
+      'webhook_attempts',
+      'group_templates',
+      'groups',
+      'group_parties',
+      'audit_log',
+    ];
+    const countAll = async () =>
+      Object.fromEntries(
+        await Promise.all(TABLES.map(async (table) => [table, (await q(`SELECT count(*)::int AS n FROM ${table}`))[0].n])),
+      );
+    const countersOf = () =>
+      q(
+        'SELECT org_id, kind, type, kyc_status, aml_status, sum(records)::int AS records FROM customer_counts GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5',
+      );
+    const listIndexes = () =>
+      q(
+        `SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'customers' AND indexname LIKE 'customers\\_%list\\_idx' OR indexname = 'customers_late_updated_idx' ORDER BY 1`,
+      );
     const before = { counts: await countAll(), counters: await countersOf(), indexes: await listIndexes() };
     await client.end();
 

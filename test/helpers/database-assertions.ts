@@ -17,7 +17,10 @@ export async function rejection(promise: Promise<unknown>): Promise<{ error: unk
 export async function expectPoolSettled(instance: Database, within = 1_000): Promise<void> {
   await vi.waitFor(
     () => {
-      expect({ waiting: instance.pool.waitingCount, checkedOut: instance.pool.totalCount - instance.pool.idleCount }).toEqual({ waiting: 0, checkedOut: 0 });
+      expect({ waiting: instance.pool.waitingCount, checkedOut: instance.pool.totalCount - instance.pool.idleCount }).toEqual({
+        waiting: 0,
+        checkedOut: 0,
+      });
     },
     { timeout: within, interval: 20 },
   );

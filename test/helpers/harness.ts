@@ -30,14 +30,22 @@ export type TestContext = {
   /** A second app instance on the same database, as a second server behind a load balancer would be. */
   buildInstance(overrides?: Partial<Config>): Promise<FastifyInstance>;
   createOrg(options?: { features?: Feature[]; credits?: number; defaultPayer?: Payer; scopes?: string[] }): Promise<TestOrg>;
-  createKey(orgId: string, options?: { scopes?: string[]; expiresAt?: Date; allowIps?: string[]; burstLimit?: number; dailyLimit?: number }): Promise<{ id: string; key: string }>;
+  createKey(
+    orgId: string,
+    options?: { scopes?: string[]; expiresAt?: Date; allowIps?: string[]; burstLimit?: number; dailyLimit?: number },
+  ): Promise<{ id: string; key: string }>;
   request(method: string, url: string, options?: RequestOptions, app?: FastifyInstance): Promise<LightMyRequestResponse>;
   close(): Promise<void>;
 };
 
 export function testConfig(overrides: Partial<Config> = {}): Config {
   return {
-    ...loadConfig({ LOG_LEVEL: 'silent', PUBLIC_BASE_URL: 'https://app.example.test', RATE_LIMIT_BURST: '10000', RATE_LIMIT_DAILY: '1000000' }),
+    ...loadConfig({
+      LOG_LEVEL: 'silent',
+      PUBLIC_BASE_URL: 'https://app.example.test',
+      RATE_LIMIT_BURST: '10000',
+      RATE_LIMIT_DAILY: '1000000',
+    }),
     ...overrides,
   };
 }
@@ -52,7 +60,12 @@ export async function createTestContext(overrides: Partial<Config> = {}): Promis
 
   const build = async (instanceOverrides: Partial<Config> = {}, db: Database = database) => {
     // Logs at debug level into the run's log scan (helpers/log-scan.ts); TEST_LOGS=1 shows them too.
-    const instance = await buildApp({ config: { ...config, ...instanceOverrides }, database: db, logger: collectingLoggerOptions(), validateResponses: true });
+    const instance = await buildApp({
+      config: { ...config, ...instanceOverrides },
+      database: db,
+      logger: collectingLoggerOptions(),
+      validateResponses: true,
+    });
     // What the app received, however a test sent it (ctx.request or app.inject): the scan looks for it in the logs.
     instance.addHook('onResponse', (request, _reply, done) => {
       recordSent(request.body, request.query);

@@ -140,12 +140,16 @@ export function formatViolations(violations: LogScanViolation[], scannedLines: n
   });
   const more = violations.length > MAX_REPORTED ? [`  … and ${violations.length - MAX_REPORTED} more`] : [];
   const kept = directory ? [`(all lines kept in ${directory})`] : [];
-  return [`Log scan: ${violations.length} of ${scannedLines} log lines break the rules (${summary}).`, ...shown, ...more, ...kept].join('\n');
+  return [`Log scan: ${violations.length} of ${scannedLines} log lines break the rules (${summary}).`, ...shown, ...more, ...kept].join(
+    '\n',
+  );
 }
 
 function readLines(directory: string, suffix: string): Array<{ line: string; source: string }> {
   const lines: Array<{ line: string; source: string }> = [];
-  for (const file of readdirSync(directory).filter((name) => name.endsWith(suffix)).sort()) {
+  for (const file of readdirSync(directory)
+    .filter((name) => name.endsWith(suffix))
+    .sort()) {
     const source = file.slice(0, -suffix.length);
     for (const line of readFileSync(join(directory, file), 'utf8').split('\n')) if (line !== '') lines.push({ line, source });
   }
@@ -171,7 +175,9 @@ function scanAndMark(directory: string): void {
   const result = scanLogDirectory(directory);
   writeFileSync(join(directory, SCANNED_MARKER), result.violations.length === 0 ? 'passed' : 'failed');
   if (result.violations.length > 0) throw new Error(formatViolations(result.violations, result.scannedLines, directory));
-  process.stdout.write(`Log scan: ${result.scannedLines} log lines, ${result.sentValues} sent values looked for; no line breaks the rules.\n`);
+  process.stdout.write(
+    `Log scan: ${result.scannedLines} log lines, ${result.sentValues} sent values looked for; no line breaks the rules.\n`,
+  );
 }
 
 /**
@@ -191,7 +197,9 @@ export class LogScanReporter implements Reporter {
 }
 
 function logScanDirectories(projects: readonly TestProject[]): string[] {
-  const directories = projects.map((project) => project.getProvidedContext().logScanDir).filter((directory) => typeof directory === 'string');
+  const directories = projects
+    .map((project) => project.getProvidedContext().logScanDir)
+    .filter((directory) => typeof directory === 'string');
   return [...new Set(directories)].filter((directory) => existsSync(directory));
 }
 

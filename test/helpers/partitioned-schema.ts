@@ -31,7 +31,10 @@ export class PartitioningRefused extends Error {
     super(
       `PostgreSQL refused the hash-partitioned (org_id) variant of ${new Set(refusals.map((refusal) => refusal.table)).size} table(s):\n` +
         refusals
-          .map((refusal) => `  - ${refusal.table} / ${refusal.object}: ${refusal.message}${refusal.detail ? ` (${refusal.detail})` : ''}\n      ${refusal.statement}`)
+          .map(
+            (refusal) =>
+              `  - ${refusal.table} / ${refusal.object}: ${refusal.message}${refusal.detail ? ` (${refusal.detail})` : ''}\n      ${refusal.statement}`,
+          )
           .join('\n'),
     );
     this.name = 'PartitioningRefused';
@@ -57,7 +60,15 @@ type Table = {
   indexes: Array<{ name: string; definition: string }>;
   indexComments: Array<{ name: string; comment: string }>;
   triggers: Array<{ name: string; definition: string; enabled: string; comment: string | null }>;
-  statistics: Array<{ name: string; schema: string; definition: string; columns: string; kinds: string[]; target: number | null; comment: string | null }>;
+  statistics: Array<{
+    name: string;
+    schema: string;
+    definition: string;
+    columns: string;
+    kinds: string[];
+    target: number | null;
+    comment: string | null;
+  }>;
 };
 
 type ForeignKey = { table: string; name: string; definition: string; comment: string | null };
@@ -69,7 +80,10 @@ async function rows<T extends pg.QueryResultRow>(client: pg.ClientBase, text: st
   return (await client.query<T>(text, values)).rows;
 }
 
-async function tenantTables(client: pg.ClientBase, plainTables: readonly string[]): Promise<Array<{ oid: number; schema: string; name: string }>> {
+async function tenantTables(
+  client: pg.ClientBase,
+  plainTables: readonly string[],
+): Promise<Array<{ oid: number; schema: string; name: string }>> {
   return rows(
     client,
     `SELECT c.oid::int AS oid, n.nspname AS schema, c.relname AS name
@@ -104,7 +118,14 @@ async function unsupported(client: pg.ClientBase, oid: number, table: string): P
 }
 
 async function describeTable(client: pg.ClientBase, oid: number, schema: string, name: string): Promise<Table> {
-  const [table] = await rows<{ qualified: string; unlogged: boolean; replica: string; reloptions: string[] | null; owner: string; comment: string | null }>(
+  const [table] = await rows<{
+    qualified: string;
+    unlogged: boolean;
+    replica: string;
+    reloptions: string[] | null;
+    owner: string;
+    comment: string | null;
+  }>(
     client,
     `SELECT c.oid::regclass::text AS qualified, c.relpersistence = 'u' AS unlogged, c.relreplident AS replica,
             c.reloptions, pg_get_userbyid(c.relowner) AS owner, obj_description(c.oid, 'pg_class') AS comment
@@ -164,7 +185,15 @@ async function describeTable(client: pg.ClientBase, oid: number, schema: string,
        FROM pg_trigger WHERE tgrelid = $1 AND NOT tgisinternal ORDER BY tgname`,
     [oid],
   );
-  const statistics = await rows<{ name: string; schema: string; definition: string; columns: string; kinds: string[]; target: number | null; comment: string | null }>(
+  const statistics = await rows<{
+    name: string;
+    schema: string;
+    definition: string;
+    columns: string;
+    kinds: string[];
+    target: number | null;
+    comment: string | null;
+  }>(
     client,
     `SELECT stxname AS name, stxnamespace::regnamespace::text AS schema, pg_get_statisticsobjdef(oid) AS definition,
             pg_get_statisticsobjdef_columns(oid) AS columns, stxkind::text[] AS kinds, stxstattarget::int AS target,
@@ -188,7 +217,11 @@ async function describeTable(client: pg.ClientBase, oid: number, schema: string,
     // -1 (PostgreSQL ≤ 16) or NULL (17+) is the default target.
     columnSettings: columns
       .filter((column) => (column.target !== null && column.target >= 0) || column.options !== null)
-      .map((column) => ({ column: column.name, statisticsTarget: column.target !== null && column.target >= 0 ? column.target : null, options: column.options })),
+      .map((column) => ({
+        column: column.name,
+        statisticsTarget: column.target !== null && column.target >= 0 ? column.target : null,
+        options: column.options,
+      })),
     grants,
     keys,
     indexes,
@@ -275,7 +308,10 @@ export async function convertToHashPartitioned(
       );
       // A partitioned table has no storage: persistence and storage parameters belong to its partitions.
       const storage = table.reloptions ? ` WITH (${table.reloptions.join(', ')})` : '';
-      const partitionNames = Array.from({ length: partitions }, (_, remainder) => `${ident(table.schema)}.${ident(`${table.name}_p${remainder}`)}`);
+      const partitionNames = Array.from(
+        { length: partitions },
+        (_, remainder) => `${ident(table.schema)}.${ident(`${table.name}_p${remainder}`)}`,
+      );
       for (const [remainder, partition] of partitionNames.entries()) {
         await client.query(
           `CREATE ${table.unlogged ? 'UNLOGGED ' : ''}TABLE ${partition}
@@ -285,15 +321,19 @@ export async function convertToHashPartitioned(
       const columns = table.copyColumns.map(ident).join(', ');
       await client.query(`INSERT INTO ${staging} (${columns}) OVERRIDING SYSTEM VALUE SELECT ${columns} FROM ${target}`);
       for (const column of table.identityColumns) {
-        const [sequences] = await rows<{ from: string; to: string }>(client, 'SELECT pg_get_serial_sequence($1, $3) AS from, pg_get_serial_sequence($2, $3) AS to', [
-          target,
-          staging,
-          column,
-        ]);
-        const [position] = await rows<{ last_value: string; is_called: boolean }>(client, `SELECT last_value, is_called FROM ${sequences!.from}`);
+        const [sequences] = await rows<{ from: string; to: string }>(
+          client,
+          'SELECT pg_get_serial_sequence($1, $3) AS from, pg_get_serial_sequence($2, $3) AS to',
+          [target, staging, column],
+        );
+        const [position] = await rows<{ last_value: string; is_called: boolean }>(
+          client,
+          `SELECT last_value, is_called FROM ${sequences!.from}`,
+        );
         await client.query('SELECT setval($1, $2, $3)', [sequences!.to, position!.last_value, position!.is_called]);
       }
-      for (const owned of table.ownedSequences) await client.query(`ALTER SEQUENCE ${owned.sequence} OWNED BY ${staging}.${ident(owned.column)}`);
+      for (const owned of table.ownedSequences)
+        await client.query(`ALTER SEQUENCE ${owned.sequence} OWNED BY ${staging}.${ident(owned.column)}`);
       // RESTRICT: anything else depending on the table (a view, say) stops the conversion, naming it.
       await client.query(`DROP TABLE ${target} RESTRICT`);
       await client.query(`ALTER TABLE ${staging} RENAME TO ${ident(table.name)}`);
@@ -304,15 +344,20 @@ export async function convertToHashPartitioned(
         await client.query(`GRANT ${grant.privilege} ON ${target} TO ${grant.grantee}${grant.grantable ? ' WITH GRANT OPTION' : ''}`);
       }
       for (const setting of table.columnSettings) {
-        if (setting.statisticsTarget !== null) await client.query(`ALTER TABLE ${target} ALTER COLUMN ${ident(setting.column)} SET STATISTICS ${setting.statisticsTarget}`);
-        if (setting.options) await client.query(`ALTER TABLE ${target} ALTER COLUMN ${ident(setting.column)} SET (${setting.options.join(', ')})`);
+        if (setting.statisticsTarget !== null)
+          await client.query(`ALTER TABLE ${target} ALTER COLUMN ${ident(setting.column)} SET STATISTICS ${setting.statisticsTarget}`);
+        if (setting.options)
+          await client.query(`ALTER TABLE ${target} ALTER COLUMN ${ident(setting.column)} SET (${setting.options.join(', ')})`);
       }
-      for (const key of table.keys) await attempt(table.name, key.name, `ALTER TABLE ${target} ADD CONSTRAINT ${ident(key.name)} ${key.definition}`);
+      for (const key of table.keys)
+        await attempt(table.name, key.name, `ALTER TABLE ${target} ADD CONSTRAINT ${ident(key.name)} ${key.definition}`);
       for (const index of table.indexes) await attempt(table.name, index.name, index.definition);
       for (const key of table.keys) {
-        if (key.comment !== null) await attempt(table.name, key.name, `COMMENT ON CONSTRAINT ${ident(key.name)} ON ${target} IS ${literal(key.comment)}`);
+        if (key.comment !== null)
+          await attempt(table.name, key.name, `COMMENT ON CONSTRAINT ${ident(key.name)} ON ${target} IS ${literal(key.comment)}`);
       }
-      for (const index of table.indexComments) await attempt(table.name, index.name, `COMMENT ON INDEX ${index.name} IS ${literal(index.comment)}`);
+      for (const index of table.indexComments)
+        await attempt(table.name, index.name, `COMMENT ON INDEX ${index.name} IS ${literal(index.comment)}`);
       if (table.replicaIdentity === 'f') await client.query(`ALTER TABLE ${target} REPLICA IDENTITY FULL`);
       if (table.replicaIdentity === 'n') await client.query(`ALTER TABLE ${target} REPLICA IDENTITY NOTHING`);
       if (table.replicaIdentity === 'i') throw new Error(`${table.name}: REPLICA IDENTITY USING INDEX is not carried over`);
@@ -321,7 +366,8 @@ export async function convertToHashPartitioned(
         await attempt(table.name, trigger.name, trigger.definition);
         const state = { D: 'DISABLE', R: 'ENABLE REPLICA', A: 'ENABLE ALWAYS' }[trigger.enabled];
         if (state) await attempt(table.name, trigger.name, `ALTER TABLE ${target} ${state} TRIGGER ${ident(trigger.name)}`);
-        if (trigger.comment !== null) await attempt(table.name, trigger.name, `COMMENT ON TRIGGER ${ident(trigger.name)} ON ${target} IS ${literal(trigger.comment)}`);
+        if (trigger.comment !== null)
+          await attempt(table.name, trigger.name, `COMMENT ON TRIGGER ${ident(trigger.name)} ON ${target} IS ${literal(trigger.comment)}`);
       }
 
       // Statistics on a partitioned table describe the whole table; a query pruned to one partition is
@@ -333,14 +379,20 @@ export async function convertToHashPartitioned(
           { name: statistic.name, on: target, definition: statistic.definition },
           ...partitionNames.map((on, remainder) => {
             const name = `${statistic.name}_p${remainder}`.slice(0, 63);
-            return { name, on, definition: `CREATE STATISTICS ${statistic.schema}.${ident(name)}${kindList} ON ${statistic.columns} FROM ${on}` };
+            return {
+              name,
+              on,
+              definition: `CREATE STATISTICS ${statistic.schema}.${ident(name)}${kindList} ON ${statistic.columns} FROM ${on}`,
+            };
           }),
         ];
         for (const copy of copies) {
           await attempt(table.name, copy.name, copy.definition);
           const qualified = `${statistic.schema}.${ident(copy.name)}`;
-          if (statistic.target !== null && statistic.target >= 0) await attempt(table.name, copy.name, `ALTER STATISTICS ${qualified} SET STATISTICS ${statistic.target}`);
-          if (statistic.comment !== null) await attempt(table.name, copy.name, `COMMENT ON STATISTICS ${qualified} IS ${literal(statistic.comment)}`);
+          if (statistic.target !== null && statistic.target >= 0)
+            await attempt(table.name, copy.name, `ALTER STATISTICS ${qualified} SET STATISTICS ${statistic.target}`);
+          if (statistic.comment !== null)
+            await attempt(table.name, copy.name, `COMMENT ON STATISTICS ${qualified} IS ${literal(statistic.comment)}`);
         }
       }
     }
@@ -348,7 +400,8 @@ export async function convertToHashPartitioned(
     for (const key of foreignKeys) {
       const table = key.table.replace(/^public\./, '').replaceAll('"', '');
       await attempt(table, key.name, `ALTER TABLE ${key.table} ADD CONSTRAINT ${ident(key.name)} ${key.definition}`);
-      if (key.comment !== null) await attempt(table, key.name, `COMMENT ON CONSTRAINT ${ident(key.name)} ON ${key.table} IS ${literal(key.comment)}`);
+      if (key.comment !== null)
+        await attempt(table, key.name, `COMMENT ON CONSTRAINT ${ident(key.name)} ON ${key.table} IS ${literal(key.comment)}`);
     }
 
     if (refusals.length > 0) throw new PartitioningRefused(refusals);
@@ -362,7 +415,10 @@ export async function convertToHashPartitioned(
 }
 
 /** Converts the database at `url` (see convertToHashPartitioned). */
-export async function convertDatabaseToHashPartitioned(url: string, options: PartitionOptions = {}): ReturnType<typeof convertToHashPartitioned> {
+export async function convertDatabaseToHashPartitioned(
+  url: string,
+  options: PartitionOptions = {},
+): ReturnType<typeof convertToHashPartitioned> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {

@@ -148,7 +148,22 @@ export async function startStandby(primary: PgCluster, settings: ClusterSettings
   const root = ownedDirectory('pg-standby-');
   const dataDir = join(root, 'data');
   try {
-    await pgBin('pg_basebackup', ['-h', '127.0.0.1', '-p', String(primary.port), '-U', 'postgres', '-D', dataDir, '-R', '-X', 'stream', '--no-sync', '-c', 'fast']);
+    await pgBin('pg_basebackup', [
+      '-h',
+      '127.0.0.1',
+      '-p',
+      String(primary.port),
+      '-U',
+      'postgres',
+      '-D',
+      dataDir,
+      '-R',
+      '-X',
+      'stream',
+      '--no-sync',
+      '-c',
+      'fast',
+    ]);
     const standby = clusterAt(root, dataDir, await freePort(), { ...LIGHT_SETTINGS, hot_standby: 'on', ...settings });
     await standby.start();
     return standby;

@@ -88,7 +88,9 @@ export async function buildForTests(): Promise<string> {
       return target;
     } catch (error) {
       const failure = error as { stdout?: string; stderr?: string };
-      throw new Error(`compiling src/ for the spawned svc processes failed\n${failure.stdout ?? ''}${failure.stderr ?? ''}`, { cause: error });
+      throw new Error(`compiling src/ for the spawned svc processes failed\n${failure.stdout ?? ''}${failure.stderr ?? ''}`, {
+        cause: error,
+      });
     } finally {
       rmSync(scratch, { recursive: true, force: true });
     }

@@ -36,7 +36,10 @@ const probeRoutes = async (app: FastifyInstance) => {
     // Returns its body (the idempotency layer stores what the handler returns).
     async (request, reply) => {
       reply.code(201);
-      return { name: (request.body as { name: string }).name, idempotencyKey: (request.headers['idempotency-key'] as string | undefined) ?? null };
+      return {
+        name: (request.body as { name: string }).name,
+        idempotencyKey: (request.headers['idempotency-key'] as string | undefined) ?? null,
+      };
     },
   );
 };
@@ -109,9 +112,15 @@ describe('typed client (clients/typescript)', () => {
   it('when posting without an Idempotency-Key, it adds one; a key the caller sets is kept', async () => {
     const generated = await client(org.key).POST('/client-probe', { body: { name: 'first' } });
     expect(generated.data?.idempotencyKey).toMatch(/^[0-9a-f-]{36}$/);
-    const chosen = await client(org.key).POST('/client-probe', { body: { name: 'second' }, params: { header: { 'Idempotency-Key': 'my-key-1' } } });
+    const chosen = await client(org.key).POST('/client-probe', {
+      body: { name: 'second' },
+      params: { header: { 'Idempotency-Key': 'my-key-1' } },
+    });
     expect(chosen.data).toEqual({ name: 'second', idempotencyKey: 'my-key-1' });
-    const replay = await client(org.key).POST('/client-probe', { body: { name: 'second' }, params: { header: { 'Idempotency-Key': 'my-key-1' } } });
+    const replay = await client(org.key).POST('/client-probe', {
+      body: { name: 'second' },
+      params: { header: { 'Idempotency-Key': 'my-key-1' } },
+    });
     expect(replay.response.headers.get('idempotent-replayed')).toBe('true');
   });
 
@@ -121,7 +130,19 @@ describe('typed client (clients/typescript)', () => {
     expect(example).toMatch(/limit: \d+/);
     const dir = consumerProject({ 'package.json': '{ "type": "module" }\n', 'example.ts': example });
     try {
-      const args = ['--strict', '--module', 'nodenext', '--moduleResolution', 'nodenext', '--target', 'es2022', '--types', 'node', '--skipLibCheck', 'example.ts'];
+      const args = [
+        '--strict',
+        '--module',
+        'nodenext',
+        '--moduleResolution',
+        'nodenext',
+        '--target',
+        'es2022',
+        '--types',
+        'node',
+        '--skipLibCheck',
+        'example.ts',
+      ];
       expect(await typecheck(dir, args)).toBe('');
       // And the type is what catches a string: `limit: '100'` no longer compiles.
       writeFileSync(join(dir, 'example.ts'), example.replace(/limit: (\d+)/, "limit: '$1'"));
@@ -133,7 +154,16 @@ describe('typed client (clients/typescript)', () => {
 
   it('when a browser project type-checks the client (DOM library, no Node types), it compiles: no Node built-in is imported', async () => {
     const tsconfig = {
-      compilerOptions: { strict: true, noEmit: true, target: 'ES2022', module: 'ESNext', moduleResolution: 'Bundler', lib: ['ES2022', 'DOM'], types: [], skipLibCheck: true },
+      compilerOptions: {
+        strict: true,
+        noEmit: true,
+        target: 'ES2022',
+        module: 'ESNext',
+        moduleResolution: 'Bundler',
+        lib: ['ES2022', 'DOM'],
+        types: [],
+        skipLibCheck: true,
+      },
       files: ['clients/typescript/client.ts'],
     };
     const dir = consumerProject({ 'tsconfig.json': JSON.stringify(tsconfig) });
@@ -172,9 +202,11 @@ describe('typed client (clients/typescript)', () => {
     expect(posted.data?.idempotencyKey).toMatch(/^[0-9a-f-]{36}$/);
   });
 
-  it.skipIf(!CHROMIUM)('when the bundled client runs in a headless Chromium page, it reads and posts through the API', async () => {
-    const { code } = await browserBundle();
-    const page = `<!doctype html><meta charset="utf-8"><title>client</title><script src="/client.js"></script>
+  it.skipIf(!CHROMIUM)(
+    'when the bundled client runs in a headless Chromium page, it reads and posts through the API',
+    async () => {
+      const { code } = await browserBundle();
+      const page = `<!doctype html><meta charset="utf-8"><title>client</title><script src="/client.js"></script>
 <script type="module">
   const report = (value) => fetch('/result', { method: 'POST', body: JSON.stringify(value) });
   try {
@@ -186,33 +218,48 @@ describe('typed client (clients/typescript)', () => {
     await report({ error: String(error && error.stack || error) });
   }
 </script>`;
-    const origin = await pageOrigin(page, code, baseUrl.replace(/\/v1$/, ''));
-    const profile = mkdtempSync(join(tmpdir(), 'chromium-'));
-    const browser = spawn(CHROMIUM!, ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', `--user-data-dir=${profile}`, origin.url], { stdio: 'ignore', detached: true });
-    try {
-      const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the page reported nothing within 60 s')), 60_000).unref());
-      const result = JSON.parse(await Promise.race([origin.result, timeout]));
-      expect(result.error).toBeUndefined();
-      expect(result.userAgent).toMatch(/Chrom/);
-      expect(result.process).toBe('undefined');
-      expect(result.status).toEqual([200, 201]);
-      expect(result.got).toEqual({ id: 'chromium', org: org.id });
-      expect(result.posted).toEqual({ name: 'chromium', idempotencyKey: expect.stringMatching(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/) });
-    } finally {
-      // Its renderer and helper processes too (they share its process group), or they keep writing the profile.
+      const origin = await pageOrigin(page, code, baseUrl.replace(/\/v1$/, ''));
+      const profile = mkdtempSync(join(tmpdir(), 'chromium-'));
+      const browser = spawn(
+        CHROMIUM!,
+        ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', `--user-data-dir=${profile}`, origin.url],
+        { stdio: 'ignore', detached: true },
+      );
       try {
-        process.kill(-browser.pid!, 'SIGKILL');
-      } catch {
-        browser.kill('SIGKILL');
+        const timeout = new Promise<never>((_, reject) =>
+          setTimeout(() => reject(new Error('the page reported nothing within 60 s')), 60_000).unref(),
+        );
+        const result = JSON.parse(await Promise.race([origin.result, timeout]));
+        expect(result.error).toBeUndefined();
+        expect(result.userAgent).toMatch(/Chrom/);
+        expect(result.process).toBe('undefined');
+        expect(result.status).toEqual([200, 201]);
+        expect(result.got).toEqual({ id: 'chromium', org: org.id });
+        expect(result.posted).toEqual({
+          name: 'chromium',
+          idempotencyKey: expect.stringMatching(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/),
+        });
+      } finally {
+        // Its renderer and helper processes too (they share its process group), or they keep writing the profile.
+        try {
+          process.kill(-browser.pid!, 'SIGKILL');
+        } catch {
+          browser.kill('SIGKILL');
+        }
+        await new Promise((resolve) =>
+          browser.exitCode !== null || browser.signalCode !== null ? resolve(undefined) : browser.once('exit', resolve),
+        );
+        await origin.close();
+        rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
       }
-      await new Promise((resolve) => (browser.exitCode !== null || browser.signalCode !== null ? resolve(undefined) : browser.once('exit', resolve)));
-      await origin.close();
-      rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
-    }
-  }, 90_000);
+    },
+    90_000,
+  );
 
   it('when the key is refused, the error envelope comes back as `error`', async () => {
-    const { data, error, response } = await client('svc_live_not-a-real-key-000000000000000').POST('/client-probe', { body: { name: 'x' } });
+    const { data, error, response } = await client('svc_live_not-a-real-key-000000000000000').POST('/client-probe', {
+      body: { name: 'x' },
+    });
     expect(data).toBeUndefined();
     expect(response.status).toBe(401);
     expect(error).toEqual({ error: { code: 'unauthorized', message: expect.any(String) } });
@@ -273,8 +320,22 @@ type WebCrypto = { getRandomValues: typeof globalThis.crypto.getRandomValues; ra
 
 function runInBrowserLikeContext(code: string, webCrypto: WebCrypto) {
   const context = vm.createContext({
-    fetch, Request, Response, Headers, FormData, Blob, URL, URLSearchParams, AbortController, AbortSignal,
-    TextEncoder, TextDecoder, setTimeout, clearTimeout, console, crypto: webCrypto,
+    fetch,
+    Request,
+    Response,
+    Headers,
+    FormData,
+    Blob,
+    URL,
+    URLSearchParams,
+    AbortController,
+    AbortSignal,
+    TextEncoder,
+    TextDecoder,
+    setTimeout,
+    clearTimeout,
+    console,
+    crypto: webCrypto,
   });
   vm.runInContext(code, context, { filename: 'client.browser.js' });
   const nodeGlobals = vm.runInContext("[typeof require, typeof process, typeof Buffer, typeof module, typeof global].join(',')", context);
@@ -312,5 +373,9 @@ async function pageOrigin(page: string, bundle: string, apiOrigin: string) {
     response.writeHead(upstream.status, forwarded).end(Buffer.from(await upstream.arrayBuffer()));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { url: `http://127.0.0.1:${(server.address() as { port: number }).port}/`, result, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+  return {
+    url: `http://127.0.0.1:${(server.address() as { port: number }).port}/`,
+    result,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
 }

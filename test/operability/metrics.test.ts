@@ -64,9 +64,7 @@ describe('GET /metrics', () => {
     expect(sample(body, 'http_requests_total', '{method="GET",route="unmatched",status_code="404"}')).toBe(1);
     expect(body).not.toContain('/v1/metrics-probe/a');
     expect(body).not.toContain('/no-such-page');
-    expect(
-      sample(body, 'http_request_duration_seconds_count', '{method="GET",route="/v1/metrics-probe/:id",status_code="200"}'),
-    ).toBe(3);
+    expect(sample(body, 'http_request_duration_seconds_count', '{method="GET",route="/v1/metrics-probe/:id",status_code="200"}')).toBe(3);
     expect(body).toContain('# TYPE http_request_duration_seconds histogram');
   });
 

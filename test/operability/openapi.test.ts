@@ -178,7 +178,8 @@ describe('committed OpenAPI document for integrators', () => {
         }
         for (const code of expected) {
           checked += 1;
-          if (!response.description.includes(`\`${code}\``)) problems.push(`${where} ${status}: "${response.description}" does not name \`${code}\``);
+          if (!response.description.includes(`\`${code}\``))
+            problems.push(`${where} ${status}: "${response.description}" does not name \`${code}\``);
         }
       }
     }
@@ -189,9 +190,18 @@ describe('committed OpenAPI document for integrators', () => {
   it('when a list is read, `limit` is an integer from 1 to 100 (default 50), not a string', () => {
     const document = JSON.parse(readFileSync(COMMITTED, 'utf8')) as OpenAPIV3_1.Document;
     const limits = operationsOf(document).flatMap(([where, operation]) =>
-      ((operation.parameters ?? []) as OpenAPIV3_1.ParameterObject[]).filter((p) => p.in === 'query' && p.name === 'limit').map((p) => [where, p.schema] as const),
+      ((operation.parameters ?? []) as OpenAPIV3_1.ParameterObject[])
+        .filter((p) => p.in === 'query' && p.name === 'limit')
+        .map((p) => [where, p.schema] as const),
     );
-    expect(limits.map(([where]) => where).sort()).toEqual(['GET /audit-events', 'GET /customers', 'GET /entities', 'GET /events', 'GET /webhook-endpoints', 'GET /webhook-endpoints/{id}/deliveries']);
+    expect(limits.map(([where]) => where).sort()).toEqual([
+      'GET /audit-events',
+      'GET /customers',
+      'GET /entities',
+      'GET /events',
+      'GET /webhook-endpoints',
+      'GET /webhook-endpoints/{id}/deliveries',
+    ]);
     for (const [, schema] of limits) expect(schema).toEqual({ type: 'integer', minimum: 1, maximum: 100, default: 50 });
   });
 });
@@ -200,7 +210,9 @@ const HTTP_METHODS = ['get', 'put', 'post', 'delete', 'patch'] as const;
 
 function operationsOf(document: OpenAPIV3_1.Document): Array<[string, OpenAPIV3_1.OperationObject]> {
   return Object.entries(document.paths ?? {}).flatMap(([path, item]) =>
-    HTTP_METHODS.filter((method) => item?.[method]).map((method) => [`${method.toUpperCase()} ${path}`, item![method]!] as [string, OpenAPIV3_1.OperationObject]),
+    HTTP_METHODS.filter((method) => item?.[method]).map(
+      (method) => [`${method.toUpperCase()} ${path}`, item![method]!] as [string, OpenAPIV3_1.OperationObject],
+    ),
   );
 }
 
@@ -285,7 +297,7 @@ describe('operations of v1 routes', () => {
   const operation = (path: string, method: 'get' | 'post') => document.paths?.[path]?.[method] as OpenAPIV3_1.OperationObject;
 
   it('when served at /openapi.json, the document with extra routes still validates', async () => {
-    const result = await new Validator().validate(document as unknown as Parameters<Validator["validate"]>[0]);
+    const result = await new Validator().validate(document as unknown as Parameters<Validator['validate']>[0]);
     expect(result.errors).toBeUndefined();
     expect(result.valid).toBe(true);
   });
@@ -345,7 +357,11 @@ describe('operations of v1 routes', () => {
   it('when a method is POST, PATCH or PUT, the Idempotency-Key header is a parameter; GET has none', () => {
     expect(operation('/test-widgets', 'post').parameters).toContainEqual({ $ref: '#/components/parameters/IdempotencyKey' });
     expect(operation('/test-widgets/{id}', 'get').parameters).not.toContainEqual({ $ref: '#/components/parameters/IdempotencyKey' });
-    expect(document.components?.parameters?.IdempotencyKey).toMatchObject({ in: 'header', name: 'Idempotency-Key', schema: { maxLength: 255 } });
+    expect(document.components?.parameters?.IdempotencyKey).toMatchObject({
+      in: 'header',
+      name: 'Idempotency-Key',
+      schema: { maxLength: 255 },
+    });
   });
 
   it('when a response is documented, it lists the rate-limit headers, and 429 adds Retry-After', () => {
@@ -380,7 +396,7 @@ describe('operations of v1 routes', () => {
     expect(page.body).not.toMatch(/<link[^>]+href="https?:/);
   });
 
-  it('when /docs is opened, the page is titled with the API name and configured without Scalar\'s hosted-service buttons', async () => {
+  it("when /docs is opened, the page is titled with the API name and configured without Scalar's hosted-service buttons", async () => {
     const page = await app.inject({ method: 'GET', url: '/docs/' });
     expect(page.statusCode).toBe(200);
     expect(page.body).toMatch(new RegExp(`<title>${API_TITLE}\\b[^<]*</title>`));
@@ -417,18 +433,26 @@ describe('operations of v1 routes', () => {
     expect(Object.keys(document.paths ?? {})).not.toContain('/');
   });
 
-  it.skipIf(!CHROMIUM)('when /docs is rendered by a headless Chromium on localhost, it shows the API and bearer authentication and no hosted-service button', async () => {
-    await app.listen({ port: 0, host: '127.0.0.1' });
-    const url = `http://127.0.0.1:${(app.server.address() as { port: number }).port}/docs/`;
-    const dom = await renderInChromium(url);
-    expect(dom).toMatch(new RegExp(`<title>${API_TITLE}\\b[^<]*</title>`));
-    const text = dom.replace(/<style[\s\S]*?<\/style>|<script[\s\S]*?<\/script>/g, ' ').replace(/<[^>]+>/g, ' ').replace(/\s+/g, ' ');
-    // Rendered: the document's operations and its bearer scheme, selected.
-    expect(text).toContain('AML block of an individual');
-    expect(text).toMatch(/Auth Type: bearerAuth|Bearer Token/);
-    expect(text).not.toContain('No authentication selected');
-    for (const button of [/\bAsk AI\b/, /\bGenerate MCP\b/, /\bDeploy\b/, /\bShare\b/, /Open API Client/]) expect(text).not.toMatch(button);
-  }, 90_000);
+  it.skipIf(!CHROMIUM)(
+    'when /docs is rendered by a headless Chromium on localhost, it shows the API and bearer authentication and no hosted-service button',
+    async () => {
+      await app.listen({ port: 0, host: '127.0.0.1' });
+      const url = `http://127.0.0.1:${(app.server.address() as { port: number }).port}/docs/`;
+      const dom = await renderInChromium(url);
+      expect(dom).toMatch(new RegExp(`<title>${API_TITLE}\\b[^<]*</title>`));
+      const text = dom
+        .replace(/<style[\s\S]*?<\/style>|<script[\s\S]*?<\/script>/g, ' ')
+        .replace(/<[^>]+>/g, ' ')
+        .replace(/\s+/g, ' ');
+      // Rendered: the document's operations and its bearer scheme, selected.
+      expect(text).toContain('AML block of an individual');
+      expect(text).toMatch(/Auth Type: bearerAuth|Bearer Token/);
+      expect(text).not.toContain('No authentication selected');
+      for (const button of [/\bAsk AI\b/, /\bGenerate MCP\b/, /\bDeploy\b/, /\bShare\b/, /Open API Client/])
+        expect(text).not.toMatch(button);
+    },
+    90_000,
+  );
 });
 
 describe('operations outside /v1', () => {
@@ -459,7 +483,16 @@ async function renderInChromium(url: string): Promise<string> {
   try {
     const child = spawn(
       CHROMIUM!,
-      ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', `--user-data-dir=${profile}`, '--virtual-time-budget=20000', '--dump-dom', url],
+      [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--no-first-run',
+        `--user-data-dir=${profile}`,
+        '--virtual-time-budget=20000',
+        '--dump-dom',
+        url,
+      ],
       { stdio: ['ignore', 'pipe', 'ignore'] },
     );
     let dom = '';

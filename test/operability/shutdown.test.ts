@@ -127,7 +127,9 @@ describe('graceful shutdown of svc serve', () => {
     const arrived = new Promise<void>((resolve) => (markArrived = resolve));
     // node:http rather than fetch: destroying the request closes the socket at once (fetch keeps it).
     const request = httpGet(`http://127.0.0.1:${port}/v1/abandoned-probe`, { headers: { authorization: `Bearer ${org.key}` } });
-    const abandoned = new Promise<string>((resolve) => request.on('error', () => resolve('aborted')).on('response', () => resolve('answered')));
+    const abandoned = new Promise<string>((resolve) =>
+      request.on('error', () => resolve('aborted')).on('response', () => resolve('answered')),
+    );
     await arrived;
     request.destroy();
     expect(await abandoned).toBe('aborted');
@@ -170,7 +172,12 @@ describe('graceful shutdown of svc serve', () => {
       // may open pool connections, which are the test's, not the server's.
       const writer = createDatabase(ctx.databaseUrl, { poolSize: 2 });
       const eventId = await writer
-        .transaction((tx) => createOutboxRepository(writer.db).record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } }, tx))
+        .transaction((tx) =>
+          createOutboxRepository(writer.db).record(
+            { orgId: org.id, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } },
+            tx,
+          ),
+        )
         .finally(() => writer.close());
       for (let waited = 0; receiver.receipts.length === 0 && waited < 10_000; waited += 25) {
         await new Promise((resolve) => setTimeout(resolve, 25));
@@ -370,7 +377,8 @@ describe('svc serve on the embedded database, stopped by a signal under load', (
       // Every request sent before the signal was in flight (waiting in the database) and completed.
       const before = outcomes.filter((outcome) => outcome.sentAt < signalledAt);
       expect(before).toHaveLength(STREAMS);
-      for (const outcome of before) expect(outcome).toMatchObject({ status: 200, body: { data: [expect.objectContaining({ id: customerId })] } });
+      for (const outcome of before)
+        expect(outcome).toMatchObject({ status: 200, body: { data: [expect.objectContaining({ id: customerId })] } });
       // One sent after it is answered too, or meets the server closing: the closing 503 on a
       // kept-alive connection, or a connection no longer accepted. Never a failure of the server or its database.
       for (const outcome of outcomes.filter((candidate) => candidate.sentAt >= signalledAt)) {

@@ -101,7 +101,10 @@ describe('the audit chain with three instances writing at once', () => {
     });
     const written = Date.now();
     const summary = JSON.stringify(Object.fromEntries(statuses));
-    expect([...statuses.keys()].filter((status) => status !== 200 && status !== 201), summary).toEqual([]);
+    expect(
+      [...statuses.keys()].filter((status) => status !== 200 && status !== 201),
+      summary,
+    ).toEqual([]);
     expect([...changed.values()].reduce((sum, count) => sum + count, 0)).toBe(CHANGES);
 
     const midway = await midwayVerify!;
@@ -120,21 +123,49 @@ describe('the audit chain with three instances writing at once', () => {
     for (const org of orgs) {
       const result = await verify(org.id);
       expect(result.code, result.stderr).toBe(0);
-      const verdict = JSON.parse(result.stdout) as { ok: boolean; rows: number; first_sequence: number; last_sequence: number; head_hash: string; unsealed: number };
+      const verdict = JSON.parse(result.stdout) as {
+        ok: boolean;
+        rows: number;
+        first_sequence: number;
+        last_sequence: number;
+        head_hash: string;
+        unsealed: number;
+      };
       const [stored] = await query<{ rows: number; first: string; last: string; distinct: number }>(
         'SELECT count(*)::int AS rows, min(sequence) AS first, max(sequence) AS last, count(DISTINCT sequence)::int AS distinct FROM audit_log WHERE org_id = $1',
         [org.id],
       );
-      const [head] = await query<{ last_sequence: string; last_hash: string }>('SELECT last_sequence, last_hash FROM audit_chain_heads WHERE org_id = $1', [org.id]);
-      const [last] = await query<{ hash: string }>('SELECT hash FROM audit_log WHERE org_id = $1 AND sequence = $2', [org.id, head!.last_sequence]);
+      const [head] = await query<{ last_sequence: string; last_hash: string }>(
+        'SELECT last_sequence, last_hash FROM audit_chain_heads WHERE org_id = $1',
+        [org.id],
+      );
+      const [last] = await query<{ hash: string }>('SELECT hash FROM audit_log WHERE org_id = $1 AND sequence = $2', [
+        org.id,
+        head!.last_sequence,
+      ]);
       // Every audit row of the organisation is in the chain, once, at sequences 1..n with no gap.
-      expect(verdict).toEqual({ ok: true, org_id: org.id, rows: stored!.rows, first_sequence: 1, last_sequence: stored!.rows, head_hash: head!.last_hash, unsealed: 0 });
-      expect({ first: Number(stored!.first), last: Number(stored!.last), distinct: stored!.distinct }).toEqual({ first: 1, last: stored!.rows, distinct: stored!.rows });
+      expect(verdict).toEqual({
+        ok: true,
+        org_id: org.id,
+        rows: stored!.rows,
+        first_sequence: 1,
+        last_sequence: stored!.rows,
+        head_hash: head!.last_hash,
+        unsealed: 0,
+      });
+      expect({ first: Number(stored!.first), last: Number(stored!.last), distinct: stored!.distinct }).toEqual({
+        first: 1,
+        last: stored!.rows,
+        distinct: stored!.rows,
+      });
       // The head is the last row.
       expect(Number(head!.last_sequence)).toBe(stored!.rows);
       expect(last!.hash).toBe(head!.last_hash);
       // Each change that answered 2xx has its customer row in the trail, and no change has two.
-      const [customerRows] = await query<{ count: number }>("SELECT count(*)::int AS count FROM audit_log WHERE org_id = $1 AND subject_type = 'customer'", [org.id]);
+      const [customerRows] = await query<{ count: number }>(
+        "SELECT count(*)::int AS count FROM audit_log WHERE org_id = $1 AND subject_type = 'customer'",
+        [org.id],
+      );
       expect(customerRows!.count).toBe(changed.get(org.id));
     }
 
@@ -146,7 +177,8 @@ describe('the audit chain with three instances writing at once', () => {
     const previous = new Map<string, unknown>();
     let outOfOrder = 0;
     for (const row of trail) {
-      if (previous.has(row.subject_id) ? !isDeepStrictEqual(row.before, previous.get(row.subject_id)) : row.action !== 'customer.created') outOfOrder += 1;
+      if (previous.has(row.subject_id) ? !isDeepStrictEqual(row.before, previous.get(row.subject_id)) : row.action !== 'customer.created')
+        outOfOrder += 1;
       previous.set(row.subject_id, row.after);
     }
     expect(outOfOrder).toBe(0);

@@ -36,12 +36,18 @@ it('when an instance is killed with SIGKILL during a write load, every committed
   });
   await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
   const receiverPort = (receiver.address() as { port: number }).port;
-  await createWebhooksService({ database, allowPrivateUrls: true }).addEndpoint({ orgId: org.id, url: `http://127.0.0.1:${receiverPort}/hooks` });
+  await createWebhooksService({ database, allowPrivateUrls: true }).addEndpoint({
+    orgId: org.id,
+    url: `http://127.0.0.1:${receiverPort}/hooks`,
+  });
   const server = await startServerProcess({ DATABASE_URL: url, WEBHOOK_WORKER: 'off' });
 
   // Every record exists before the load, so each write during it is an update that emits an event.
   for (let index = 0; index < 50; index += 1) {
-    await call(server, 'POST', '/v1/customers', { key, body: { externalId: `crash-${index}`, fullName: `Crash ${index}`, email: `crash${index}@test.dev` } });
+    await call(server, 'POST', '/v1/customers', {
+      key,
+      body: { externalId: `crash-${index}`, fullName: `Crash ${index}`, email: `crash${index}@test.dev` },
+    });
   }
   let sent = 0;
   let stop = false;

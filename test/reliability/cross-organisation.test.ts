@@ -31,11 +31,26 @@ beforeAll(async () => {
     },
   });
   appOfB = await buildApp({ config: ctx.config, database: ctx.database, logger: { ...loggerOptions({ logLevel: 'debug' }), stream } });
-  const person = JSON.parse((await json('POST', '/v1/customers', a.key, { externalId: 'a-person', fullName: 'Alice Secret', email: 'alice@a.test' })).body);
-  const entity = JSON.parse(
-    (await json('POST', '/v1/entities', a.key, { externalId: 'a-entity', type: 'COMPANY', name: 'Alpha Secret Pty Ltd', contact: { customerId: person.id } })).body,
+  const person = JSON.parse(
+    (await json('POST', '/v1/customers', a.key, { externalId: 'a-person', fullName: 'Alice Secret', email: 'alice@a.test' })).body,
   );
-  const owners = JSON.parse((await json('POST', `/v1/entities/${entity.id}/ubos`, a.key, { owners: [{ fullName: 'Olive Secret', email: 'olive@a.test', roleTypes: ['SHAREHOLDER'] }] })).body);
+  const entity = JSON.parse(
+    (
+      await json('POST', '/v1/entities', a.key, {
+        externalId: 'a-entity',
+        type: 'COMPANY',
+        name: 'Alpha Secret Pty Ltd',
+        contact: { customerId: person.id },
+      })
+    ).body,
+  );
+  const owners = JSON.parse(
+    (
+      await json('POST', `/v1/entities/${entity.id}/ubos`, a.key, {
+        owners: [{ fullName: 'Olive Secret', email: 'olive@a.test', roleTypes: ['SHAREHOLDER'] }],
+      })
+    ).body,
+  );
   const templates = JSON.parse((await json('GET', '/v1/group-templates', a.key)).body);
   Object.assign(ofA, { person: person.id, entity: entity.id, owner: owners.ubos[0].id, template: templates.data[0].id });
 });
@@ -77,8 +92,16 @@ describe("organisation B with organisation A's identifiers", () => {
   });
 
   it("when B references A's individual as an entity contact, it is refused exactly like an unknown id", async () => {
-    const unknown = await json('POST', '/v1/entities', b.key, { type: 'COMPANY', name: 'Beta Pty Ltd', contact: { customerId: MISSING_UUID } });
-    const foreign = await json('POST', '/v1/entities', b.key, { type: 'COMPANY', name: 'Beta Pty Ltd', contact: { customerId: ofA.person } });
+    const unknown = await json('POST', '/v1/entities', b.key, {
+      type: 'COMPANY',
+      name: 'Beta Pty Ltd',
+      contact: { customerId: MISSING_UUID },
+    });
+    const foreign = await json('POST', '/v1/entities', b.key, {
+      type: 'COMPANY',
+      name: 'Beta Pty Ltd',
+      contact: { customerId: ofA.person },
+    });
     expect(unknown.status).toBe(422);
     expect(foreign.body.replace(ofA.person!, MISSING_UUID)).toBe(unknown.body);
   });
@@ -87,12 +110,24 @@ describe("organisation B with organisation A's identifiers", () => {
     const unknownTemplate = await json('POST', '/v1/groups', b.key, { name: 'Deal', templateId: MISSING_UUID });
     expect(unknownTemplate.status).toBe(404);
     expect(await json('POST', '/v1/groups', b.key, { name: 'Deal', templateId: ofA.template })).toEqual(unknownTemplate);
-    const unknownParty = await json('POST', '/v1/groups', b.key, { name: 'Deal', parties: [{ roleLabel: 'Buyer', customerId: MISSING_UUID }] });
-    const foreignParty = await json('POST', '/v1/groups', b.key, { name: 'Deal', parties: [{ roleLabel: 'Buyer', customerId: ofA.person }] });
+    const unknownParty = await json('POST', '/v1/groups', b.key, {
+      name: 'Deal',
+      parties: [{ roleLabel: 'Buyer', customerId: MISSING_UUID }],
+    });
+    const foreignParty = await json('POST', '/v1/groups', b.key, {
+      name: 'Deal',
+      parties: [{ roleLabel: 'Buyer', customerId: ofA.person }],
+    });
     expect(unknownParty.status).toBe(422);
     expect(foreignParty.body.replace(ofA.person!, MISSING_UUID)).toBe(unknownParty.body);
-    const byExternal = await json('POST', '/v1/groups', b.key, { name: 'Deal', parties: [{ roleLabel: 'Buyer', customerExternalId: 'a-person' }] });
-    const byMissingExternal = await json('POST', '/v1/groups', b.key, { name: 'Deal', parties: [{ roleLabel: 'Buyer', customerExternalId: 'no-such-person' }] });
+    const byExternal = await json('POST', '/v1/groups', b.key, {
+      name: 'Deal',
+      parties: [{ roleLabel: 'Buyer', customerExternalId: 'a-person' }],
+    });
+    const byMissingExternal = await json('POST', '/v1/groups', b.key, {
+      name: 'Deal',
+      parties: [{ roleLabel: 'Buyer', customerExternalId: 'no-such-person' }],
+    });
     expect(byExternal.body.replace('a-person', 'no-such-person')).toBe(byMissingExternal.body);
   });
 
@@ -127,7 +162,12 @@ describe("organisation B with organisation A's identifiers", () => {
 
   it("when B lists anything, nothing of A appears in B's responses or B's events", async () => {
     const bodies = await Promise.all(
-      ['/v1/customers?limit=100&include=total_count', '/v1/entities?limit=100', '/v1/group-templates', '/v1/customers?external_id=a-person'].map(async (url) => (await json('GET', url, b.key)).body),
+      [
+        '/v1/customers?limit=100&include=total_count',
+        '/v1/entities?limit=100',
+        '/v1/group-templates',
+        '/v1/customers?external_id=a-person',
+      ].map(async (url) => (await json('GET', url, b.key)).body),
     );
     for (const body of bodies) {
       for (const secret of ['Alice Secret', 'Olive Secret', ofA.person!, ofA.entity!, ofA.template!]) expect(body).not.toContain(secret);

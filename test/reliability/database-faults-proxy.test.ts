@@ -88,7 +88,12 @@ it('when its TCP connections to PostgreSQL are cut at random points of the proto
   const stormEnded = Date.now();
 
   const draining = load.stop();
-  const healthyMs = await timeToHealthy(server!, fault.key, { getId: ids[0]!, upsert: upsertSpec('probe-after', 'Probe After', 1) }, stormEnded);
+  const healthyMs = await timeToHealthy(
+    server!,
+    fault.key,
+    { getId: ids[0]!, upsert: upsertSpec('probe-after', 'Probe After', 1) },
+    stormEnded,
+  );
   const outcomes = await draining;
 
   await sleep(1000);
@@ -107,7 +112,10 @@ it('when its TCP connections to PostgreSQL are cut at random points of the proto
   expect(proxy.cuts()).toBeGreaterThan(0);
   expect(figures.succeeded).toBeGreaterThan(0);
   const unexpected = outcomes.filter((outcome) => !ok(outcome) && !isDatabaseUnavailable(outcome));
-  expect(unexpected.length, `failures other than 503 database_unavailable: ${describeOutcomes(unexpected)}\n${server!.output().slice(-4000)}`).toBe(0);
+  expect(
+    unexpected.length,
+    `failures other than 503 database_unavailable: ${describeOutcomes(unexpected)}\n${server!.output().slice(-4000)}`,
+  ).toBe(0);
   const slow = outcomes.filter((outcome) => outcome.ms > bound).sort((a, b) => b.ms - a.ms);
   expect(slow.length, `requests longer than ${bound} ms: ${describeOutcomes(slow)}`).toBe(0);
   expect(healthyMs, 'not healthy within 15 s after the storm').not.toBeNull();

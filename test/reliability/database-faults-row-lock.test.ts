@@ -49,7 +49,13 @@ it('when one row stays locked for 20 s, only writes of that row fail (409 record
     if (worker < 5) return { ...mixedRequest(others, worker, n), target: 'other' };
     if (worker === 5) return getSpec(lockedId!, 'locked');
     if (worker === 6) return upsertSpec(LOCKED_EXTERNAL_ID, LOCKED_NAME, n + 1, 'locked');
-    return { op: 'patch', target: 'locked', method: 'PATCH', path: `/v1/customers/${lockedId}`, body: { phone: `+61 411 ${String(n).padStart(6, '0')}` } };
+    return {
+      op: 'patch',
+      target: 'locked',
+      method: 'PATCH',
+      path: `/v1/customers/${lockedId}`,
+      body: { phone: `+61 411 ${String(n).padStart(6, '0')}` },
+    };
   };
   const load = startLoad(server, fault.key, 8, next);
   await sleep(lockedAt + HOLD_MS - Date.now());
@@ -58,7 +64,12 @@ it('when one row stays locked for 20 s, only writes of that row fail (409 record
   await holder.query('ROLLBACK');
   const releasedAt = Date.now();
   await holder.end();
-  const healthyMs = await timeToHealthy(server, fault.key, { getId: lockedId!, upsert: upsertSpec(LOCKED_EXTERNAL_ID, LOCKED_NAME, 0) }, releasedAt);
+  const healthyMs = await timeToHealthy(
+    server,
+    fault.key,
+    { getId: lockedId!, upsert: upsertSpec(LOCKED_EXTERNAL_ID, LOCKED_NAME, 0) },
+    releasedAt,
+  );
   const outcomes = await draining;
 
   const otherOutcomes = outcomes.filter((outcome) => outcome.target === 'other');
@@ -81,7 +92,10 @@ it('when one row stays locked for 20 s, only writes of that row fail (409 record
   });
 
   const otherFailures = otherOutcomes.filter((outcome) => !ok(outcome));
-  expect(otherFailures.length, `requests for other records failed: ${describeOutcomes(otherFailures)}\n${server.output().slice(-4000)}`).toBe(0);
+  expect(
+    otherFailures.length,
+    `requests for other records failed: ${describeOutcomes(otherFailures)}\n${server.output().slice(-4000)}`,
+  ).toBe(0);
   const failedReads = lockedReads.filter((outcome) => outcome.status !== 200);
   expect(failedReads.length, `reads of the locked row failed: ${describeOutcomes(failedReads)}`).toBe(0);
   expect(lockedReads.length).toBeGreaterThan(0);
@@ -89,14 +103,22 @@ it('when one row stays locked for 20 s, only writes of that row fail (409 record
   const slow = outcomes.filter((outcome) => outcome.ms > bound).sort((a, b) => b.ms - a.ms);
   expect(slow.length, `requests longer than ${bound} ms: ${describeOutcomes(slow)}`).toBe(0);
   expect(writesUnderLock.length).toBeGreaterThan(0);
-  const notLocked = writesUnderLock.filter((outcome) => outcome.status !== 409 || outcome.code !== 'record_locked' || outcome.retryAfter !== '1');
-  expect(notLocked.length, `writes of the locked row that did not answer 409 record_locked with Retry-After: 1: ${describeOutcomes(notLocked)}\n${server.output().slice(-4000)}`).toBe(0);
+  const notLocked = writesUnderLock.filter(
+    (outcome) => outcome.status !== 409 || outcome.code !== 'record_locked' || outcome.retryAfter !== '1',
+  );
+  expect(
+    notLocked.length,
+    `writes of the locked row that did not answer 409 record_locked with Retry-After: 1: ${describeOutcomes(notLocked)}\n${server.output().slice(-4000)}`,
+  ).toBe(0);
   // lock_timeout bounds each lock wait, not the statement: with two writers of the row, the second
   // first queues for the tuple lock the first one holds while it waits for the holder's transaction,
   // then waits for that transaction itself. So a write gives up after one or two lock timeouts, and
   // statement_timeout (5 s) stays above both.
   const offTime = writesUnderLock.filter((outcome) => outcome.ms < LOCK_TIMEOUT_MS * 0.9 || outcome.ms > 2 * LOCK_TIMEOUT_MS + 1000);
-  expect(offTime.length, `writes of the locked row not answered after one or two lock timeouts (${LOCK_TIMEOUT_MS} ms each): ${describeOutcomes(offTime)}`).toBe(0);
+  expect(
+    offTime.length,
+    `writes of the locked row not answered after one or two lock timeouts (${LOCK_TIMEOUT_MS} ms each): ${describeOutcomes(offTime)}`,
+  ).toBe(0);
   const afterRelease = lockedWrites.filter((outcome) => outcome.endedAt >= releasedAt && !ok(outcome) && outcome.code !== 'record_locked');
   expect(afterRelease.length, describeOutcomes(afterRelease)).toBe(0);
 

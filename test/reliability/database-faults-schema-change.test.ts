@@ -68,7 +68,10 @@ it('when a column of the hot statements changes type under load, only a handful 
   });
 
   expect(outcomes.filter((outcome) => outcome.startedAt >= changedAt + 1000 && ok(outcome)).length).toBeGreaterThan(0);
-  expect(failures.length, `more than ${POOL_SIZE} failures: ${describeOutcomes(failures, 10)}\n${server.output().slice(-4000)}`).toBeLessThanOrEqual(POOL_SIZE);
+  expect(
+    failures.length,
+    `more than ${POOL_SIZE} failures: ${describeOutcomes(failures, 10)}\n${server.output().slice(-4000)}`,
+  ).toBeLessThanOrEqual(POOL_SIZE);
   expect(late.length, `failures that started 1 s after the change: ${describeOutcomes(late)}\n${server.output().slice(-4000)}`).toBe(0);
   expect([read.status, write.status], describeOutcomes([read, write])).toEqual([200, 200]);
 }, 120_000);

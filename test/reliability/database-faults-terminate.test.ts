@@ -68,7 +68,12 @@ it('when every backend of its database is terminated every 2.5 s for 20 s under 
 
   // Healthy again right after the last round, while the load drains.
   const draining = load.stop();
-  const healthyMs = await timeToHealthy(server!, fault.key, { getId: ids[0]!, upsert: upsertSpec('probe-after', 'Probe After', 1) }, stormEnded);
+  const healthyMs = await timeToHealthy(
+    server!,
+    fault.key,
+    { getId: ids[0]!, upsert: upsertSpec('probe-after', 'Probe After', 1) },
+    stormEnded,
+  );
   const outcomes = await draining;
 
   // From outside: ~1 s after the load stopped, no backend of the server is running a statement or sits in a transaction.
@@ -89,7 +94,10 @@ it('when every backend of its database is terminated every 2.5 s for 20 s under 
   expect(terminated).toBeGreaterThan(0);
   expect(figures.succeeded).toBeGreaterThan(0);
   const unexpected = outcomes.filter((outcome) => !ok(outcome) && !isDatabaseUnavailable(outcome));
-  expect(unexpected.length, `failures other than 503 database_unavailable: ${describeOutcomes(unexpected)}\n${server!.output().slice(-4000)}`).toBe(0);
+  expect(
+    unexpected.length,
+    `failures other than 503 database_unavailable: ${describeOutcomes(unexpected)}\n${server!.output().slice(-4000)}`,
+  ).toBe(0);
   const slow = outcomes.filter((outcome) => outcome.ms > bound).sort((a, b) => b.ms - a.ms);
   expect(slow.length, `requests longer than ${bound} ms: ${describeOutcomes(slow)}`).toBe(0);
   expect(healthyMs, 'not healthy within 15 s after the storm').not.toBeNull();

@@ -50,7 +50,9 @@ it('when PostgreSQL restarts under load, requests fail fast in the envelope, /re
   const { key } = await createApiKeysService({ database }).create({ orgId: org.id, scopes: ALL_SCOPES });
   await database.close();
   server = await startServerProcess({ DATABASE_URL: url });
-  expect((await call(server, 'POST', '/v1/customers', { key, body: { fullName: 'Before', email: 'before@outage.test' } })).status).toBe(201);
+  expect((await call(server, 'POST', '/v1/customers', { key, body: { fullName: 'Before', email: 'before@outage.test' } })).status).toBe(
+    201,
+  );
 
   // Load in flight while the database goes away.
   let stop = false;

@@ -137,7 +137,11 @@ it('when 10 MiB documents are uploaded and downloaded over HTTP round after roun
       { name: 'type', value: 'TRUST_DEED' },
       { name: 'file', data, filename: 'deed.pdf', contentType: 'application/pdf' },
     ]);
-    const uploaded = await fetch(`${base}/v1/entities/${entity.id}/documents`, { method: 'POST', headers: { ...headers, 'content-type': contentType }, body: payload });
+    const uploaded = await fetch(`${base}/v1/entities/${entity.id}/documents`, {
+      method: 'POST',
+      headers: { ...headers, 'content-type': contentType },
+      body: payload,
+    });
     expect(uploaded.status, await uploaded.clone().text()).toBe(201);
     const document = (await uploaded.json()) as { id: string; sha256: string };
     const downloaded = await fetch(`${base}/v1/entities/${entity.id}/documents/${document.id}/content`, { headers });

@@ -8,7 +8,11 @@ type Operation = {
   parameters?: Array<{ in: string; name: string; schema?: Record<string, unknown>; required?: boolean }>;
   requestBody?: { content?: Record<string, { schema?: Record<string, unknown> }> };
 };
-type Document = { servers?: Array<{ url: string }>; paths: Record<string, Record<string, Operation>>; components?: { schemas?: Record<string, Record<string, unknown>> } };
+type Document = {
+  servers?: Array<{ url: string }>;
+  paths: Record<string, Record<string, Operation>>;
+  components?: { schemas?: Record<string, Record<string, unknown>> };
+};
 
 const REQUESTS = Number(process.env.FUZZ_REQUESTS ?? 10_000);
 
@@ -23,10 +27,18 @@ beforeAll(async () => {
   other = await ctx.createOrg();
   // Some real records of both organisations for the generated ids to hit.
   for (const org of [own, other]) {
-    const person = await ctx.request('POST', '/v1/customers', { key: org.key, body: { externalId: `fz-${org.id.slice(0, 4)}`, fullName: 'Fuzz Person', email: 'fuzz@test.dev' } });
+    const person = await ctx.request('POST', '/v1/customers', {
+      key: org.key,
+      body: { externalId: `fz-${org.id.slice(0, 4)}`, fullName: 'Fuzz Person', email: 'fuzz@test.dev' },
+    });
     const entity = await ctx.request('POST', '/v1/entities', {
       key: org.key,
-      body: { externalId: `fze-${org.id.slice(0, 4)}`, type: 'COMPANY', name: 'Fuzz Pty Ltd', contact: { fullName: 'Fuzz Contact', email: 'fc@test.dev' } },
+      body: {
+        externalId: `fze-${org.id.slice(0, 4)}`,
+        type: 'COMPANY',
+        name: 'Fuzz Pty Ltd',
+        contact: { fullName: 'Fuzz Contact', email: 'fc@test.dev' },
+      },
     });
     ids.push(JSON.parse(person.body).id, JSON.parse(entity.body).id, `fz-${org.id.slice(0, 4)}`, `fze-${org.id.slice(0, 4)}`);
   }
@@ -45,7 +57,12 @@ it(`when ${REQUESTS.toLocaleString('en')} requests generated from the OpenAPI do
     .filter(({ method }) => ['GET', 'POST', 'PATCH', 'PUT'].includes(method));
   expect(operations.length).toBeGreaterThanOrEqual(15);
 
-  const idArbitrary = fc.oneof(fc.constantFrom(...ids), fc.uuid(), fc.string({ maxLength: 30 }), fc.constantFrom('%00', '..', '%2F', 'a'.repeat(300)));
+  const idArbitrary = fc.oneof(
+    fc.constantFrom(...ids),
+    fc.uuid(),
+    fc.string({ maxLength: 30 }),
+    fc.constantFrom('%00', '..', '%2F', 'a'.repeat(300)),
+  );
   const requestArbitrary = fc.record({
     operation: fc.constantFrom(...operations),
     mode: fc.constantFrom('schema', 'schema', 'schema', 'random', 'mutated'),
@@ -104,6 +121,8 @@ it(`when ${REQUESTS.toLocaleString('en')} requests generated from the OpenAPI do
       }
     }
   });
-  process.stderr.write(`fuzz: ${samples.length} requests over ${operations.length} operations, ${errors} error responses, ${problems.length} problems\n`);
+  process.stderr.write(
+    `fuzz: ${samples.length} requests over ${operations.length} operations, ${errors} error responses, ${problems.length} problems\n`,
+  );
   expect(problems.slice(0, 20)).toEqual([]);
 });

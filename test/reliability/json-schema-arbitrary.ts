@@ -71,7 +71,9 @@ function stringFor(schema: Schema): fc.Arbitrary<string> {
     case 'uuid':
       return fc.uuid();
     case 'date':
-      return fc.date({ min: new Date('1990-01-01'), max: new Date('2030-01-01'), noInvalidDate: true }).map((date) => date.toISOString().slice(0, 10));
+      return fc
+        .date({ min: new Date('1990-01-01'), max: new Date('2030-01-01'), noInvalidDate: true })
+        .map((date) => date.toISOString().slice(0, 10));
     case 'date-time':
       return fc.date({ min: new Date('1990-01-01'), max: new Date('2030-01-01'), noInvalidDate: true }).map((date) => date.toISOString());
     case 'uri':

@@ -46,7 +46,10 @@ describe('three instances on one database', () => {
     const statuses = new Map<number, number>();
     for (const response of responses) statuses.set(response.status, (statuses.get(response.status) ?? 0) + 1);
     const unexpected = responses.filter((response) => response.status !== 200 && response.status !== 201);
-    expect(unexpected.slice(0, 3).map((response) => `${response.status} ${response.body}`), JSON.stringify(Object.fromEntries(statuses))).toEqual([]);
+    expect(
+      unexpected.slice(0, 3).map((response) => `${response.status} ${response.body}`),
+      JSON.stringify(Object.fromEntries(statuses)),
+    ).toEqual([]);
     expect(statuses.get(201)).toBe(500);
 
     const { rows: counts } = await database.pool.query(`SELECT count(*)::int AS count FROM customers WHERE org_id = $1`, [orgId]);
@@ -66,7 +69,10 @@ describe('three instances on one database', () => {
       for (let i = 1; i < trail.length; i += 1) expect(isDeepStrictEqual(trail[i]!.before, trail[i - 1]!.after)).toBe(true);
     }
     // Each update of an integration record has its customer.updated event, and only those.
-    const { rows: events } = await database.pool.query(`SELECT count(*)::int AS count FROM outbox_events WHERE org_id = $1 AND type = 'customer.updated'`, [orgId]);
+    const { rows: events } = await database.pool.query(
+      `SELECT count(*)::int AS count FROM outbox_events WHERE org_id = $1 AND type = 'customer.updated'`,
+      [orgId],
+    );
     expect(events[0].count).toBe(audit.length - 500);
     process.stderr.write(
       `multi-instance: 5000 upserts over 3 instances -> ${JSON.stringify(Object.fromEntries(statuses))} statuses, ${counts[0].count} records, ${audit.length} audit rows, ${events[0].count} customer.updated events\n`,
@@ -76,12 +82,17 @@ describe('three instances on one database', () => {
   it('when one Idempotency-Key reaches all three instances at once, it causes one side effect and one replayed response everywhere', async () => {
     const body = { externalId: 'idem-multi', fullName: 'Idem Person', email: 'idem@multi.test' };
     const responses = await Promise.all(
-      Array.from({ length: 15 }, (_, index) => call(servers[index % 3]!, 'POST', '/v1/customers', { key, body, headers: { 'idempotency-key': 'multi-key-1' } })),
+      Array.from({ length: 15 }, (_, index) =>
+        call(servers[index % 3]!, 'POST', '/v1/customers', { key, body, headers: { 'idempotency-key': 'multi-key-1' } }),
+      ),
     );
     expect(new Set(responses.map((response) => `${response.status} ${response.body}`)).size).toBe(1);
     expect(responses[0]!.status).toBe(201);
     expect(responses.filter((response) => response.headers.get('idempotent-replayed') === 'true')).toHaveLength(14);
-    const { rows } = await database.pool.query(`SELECT count(*)::int AS count FROM audit_log WHERE org_id = $1 AND action = 'customer.created' AND after->>'externalId' = 'idem-multi'`, [orgId]);
+    const { rows } = await database.pool.query(
+      `SELECT count(*)::int AS count FROM audit_log WHERE org_id = $1 AND action = 'customer.created' AND after->>'externalId' = 'idem-multi'`,
+      [orgId],
+    );
     expect(rows[0].count).toBe(1);
   });
 

@@ -49,7 +49,10 @@ beforeAll(async () => {
     expect(response.status, response.body).toBe(201);
   }
   for (let i = 0; i < SLOW_RECORDS; i += 1) {
-    const response = await call(server, 'POST', '/v1/customers', { key, body: { externalId: `slow-${i}`, fullName: `Slow Person ${i}`, email: `slow${i}@poll.test` } });
+    const response = await call(server, 'POST', '/v1/customers', {
+      key,
+      body: { externalId: `slow-${i}`, fullName: `Slow Person ${i}`, email: `slow${i}@poll.test` },
+    });
     expect(response.status, response.body).toBe(201);
   }
 });
@@ -84,7 +87,12 @@ type SlowCommit = { id: string; version: string; stampedAt: number; committingAt
  * A poller: each poll walks every page of `read(since, cursor)` with updated_since = the start of the
  * previous poll (the first poll has none); `read` reports the poll's start from its first page.
  */
-function poller(read: (since: Date | undefined, cursor: string | undefined) => Promise<{ rows: Version[]; nextCursor: string | null; start: Date } | undefined>) {
+function poller(
+  read: (
+    since: Date | undefined,
+    cursor: string | undefined,
+  ) => Promise<{ rows: Version[]; nextCursor: string | null; start: Date } | undefined>,
+) {
   const seen = new Set<string>();
   const figures: PollerFigures = { polls: 0, pages: 0, failedRequests: 0, versionsSeen: 0, longestPollMs: 0 };
   /** When each poll began and ended, by this process's clock. */
@@ -103,7 +111,8 @@ function poller(read: (since: Date | undefined, cursor: string | undefined) => P
         if (!poll) continue;
         raced += 1;
         if (seen.has(late.version)) returned += 1;
-        else if (slowCommits.some((other) => other.id === late.id && other.stampedAt > late.stampedAt && other.committingAt < poll.ended)) overwritten += 1;
+        else if (slowCommits.some((other) => other.id === late.id && other.stampedAt > late.stampedAt && other.committingAt < poll.ended))
+          overwritten += 1;
       }
       return { raced, returned, overwritten };
     },
@@ -157,7 +166,11 @@ function readWithoutDrain(client: pg.Client) {
       `SELECT id, updated_at FROM customers WHERE org_id = $1 AND kind = 'individual' AND ($2::timestamptz IS NULL OR updated_at > $2) ORDER BY created_at, id`,
       [orgId, since ?? null],
     );
-    return { rows: rows.map((row) => ({ id: row.id as string, updated_at: (row.updated_at as Date).toISOString() })), nextCursor: null, start };
+    return {
+      rows: rows.map((row) => ({ id: row.id as string, updated_at: (row.updated_at as Date).toISOString() })),
+      nextCursor: null,
+      start,
+    };
   };
 }
 
@@ -204,7 +217,12 @@ describe('exact polling under concurrent and late-committing writers', () => {
             await client.query('COMMIT');
             writes.slowTransactions += 1;
             writes.slowCommitLagMs = Math.max(writes.slowCommitLagMs, Date.now() - stampedAt);
-            slowCommits.push({ id: rows[0].id, version: `${rows[0].id}@${(rows[0].updated_at as Date).toISOString()}`, stampedAt, committingAt });
+            slowCommits.push({
+              id: rows[0].id,
+              version: `${rows[0].id}@${(rows[0].updated_at as Date).toISOString()}`,
+              stampedAt,
+              committingAt,
+            });
           } catch {
             writes.slowFailed += 1;
             await client.query('ROLLBACK').catch(() => {});
@@ -252,7 +270,8 @@ describe('exact polling under concurrent and late-committing writers', () => {
     expect(writes.slowTransactions).toBeGreaterThan(SECONDS);
     expect(missed(ownClock.seen)).toEqual([]);
     expect(missed(dateHeader.seen)).toEqual([]);
-    for (const { raced, returned, overwritten } of [report.ownClock.lateCommits, report.dateHeader.lateCommits]) expect(returned + overwritten).toBe(raced);
+    for (const { raced, returned, overwritten } of [report.ownClock.lateCommits, report.dateHeader.lateCommits])
+      expect(returned + overwritten).toBe(raced);
     expect(ownClock.figures.polls).toBeGreaterThanOrEqual(SECONDS / 2);
     expect(dateHeader.figures.polls).toBeGreaterThanOrEqual(SECONDS / 2);
   });

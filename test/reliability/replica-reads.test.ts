@@ -94,7 +94,9 @@ async function connectStandbyAdmin(): Promise<void> {
 async function caughtUp(): Promise<void> {
   const { rows } = await database.pool.query<{ lsn: string }>('SELECT pg_current_wal_insert_lsn()::text AS lsn');
   for (let attempt = 0; attempt < 300; attempt += 1) {
-    const { rows: replayed } = await standbyAdmin.query<{ done: boolean }>('SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn AS done', [rows[0]!.lsn]);
+    const { rows: replayed } = await standbyAdmin.query<{ done: boolean }>('SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn AS done', [
+      rows[0]!.lsn,
+    ]);
     if (replayed[0]?.done) return;
     await sleep(50);
   }
@@ -153,7 +155,9 @@ function writers(count: number, until: () => boolean, writes: { ok: number; fail
       const i = pick(RECORDS);
       const phone = `w${writer}-${n}`;
       const response =
-        n % 2 === 0 ? await call(exactApp, 'POST', '/v1/customers', person(i, phone)) : await call(exactApp, 'PATCH', `/v1/customers/rep-${i}`, { phone });
+        n % 2 === 0
+          ? await call(exactApp, 'POST', '/v1/customers', person(i, phone))
+          : await call(exactApp, 'PATCH', `/v1/customers/rep-${i}`, { phone });
       if (response.statusCode === 200 || response.statusCode === 201) writes.ok += 1;
       else writes.failed += 1;
       await sleep(pick(15));

@@ -31,7 +31,10 @@ async function svc(...args: string[]): Promise<unknown> {
 
 async function svcFails(...args: string[]): Promise<{ code: number; stderr: string; stdout: string }> {
   try {
-    await run('node', ['bin/svc.js', ...args], { env: { ...process.env, DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'silent' }, timeout: 60_000 });
+    await run('node', ['bin/svc.js', ...args], {
+      env: { ...process.env, DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'silent' },
+      timeout: 60_000,
+    });
   } catch (error) {
     const failure = error as { code: number; stderr: string; stdout: string };
     return { code: failure.code, stderr: failure.stderr, stdout: failure.stdout };
@@ -120,7 +123,12 @@ describe('kyc verdict', () => {
     const org = await ctx.createOrg();
     const person = await startedPerson(org);
     await backOffice.submit(org.id, person.id, operator);
-    const dto = (await backOffice.verdict(org.id, person.id, { result: 'VERIFIED', legalName: 'Jane Q Citizen', country: 'nzl' }, operator)) as Record<string, unknown>;
+    const dto = (await backOffice.verdict(
+      org.id,
+      person.id,
+      { result: 'VERIFIED', legalName: 'Jane Q Citizen', country: 'nzl' },
+      operator,
+    )) as Record<string, unknown>;
     expect(dto.kyc_status).toBe('VERIFIED');
     expect(dto.kyc_completed_at).not.toBeNull();
     expect(dto.identity).toEqual({ verified_legal_name: 'Jane Q Citizen', verified_country: 'NZL' });
@@ -210,7 +218,10 @@ describe('kyc verdict', () => {
 
   it('when the record is named by external_id, the verdict finds it', async () => {
     const org = await ctx.createOrg();
-    const created = await ctx.request('POST', '/v1/customers', { key: org.key, body: { fullName: 'Ext Person', email: 'ext@example.test', externalId: 'crm-42' } });
+    const created = await ctx.request('POST', '/v1/customers', {
+      key: org.key,
+      body: { fullName: 'Ext Person', email: 'ext@example.test', externalId: 'crm-42' },
+    });
     const id = (created.json() as { id: string }).id;
     await setStatus(ctx, id, 'IN_PROGRESS');
     const dto = (await backOffice.verdict(org.id, 'crm-42', { result: 'FAILED' }, operator)) as { id: string; kyc_status: string };
@@ -314,7 +325,18 @@ describe('operator CLI', { timeout: 120_000 }, () => {
     const person = await startedPerson(org);
     const submitted = (await svc('kyc', 'submit', '--org', org.id, '--customer', person.id)) as { kyc_status: string };
     expect(submitted.kyc_status).toBe('IN_PROGRESS');
-    const verified = (await svc('kyc', 'verdict', '--org', org.id, '--customer', person.id, '--result', 'VERIFIED', '--country', 'GBR')) as Record<string, unknown>;
+    const verified = (await svc(
+      'kyc',
+      'verdict',
+      '--org',
+      org.id,
+      '--customer',
+      person.id,
+      '--result',
+      'VERIFIED',
+      '--country',
+      'GBR',
+    )) as Record<string, unknown>;
     expect(verified).toMatchObject({ kyc_status: 'VERIFIED', identity: { verified_country: 'GBR' } });
     expect(await eventsOf(ctx, org.id, 'customer.kyc_completed')).toHaveLength(1);
     const audit = await auditOf(ctx, org.id, person.id, 'verification.verified');
@@ -332,12 +354,29 @@ describe('operator CLI', { timeout: 120_000 }, () => {
   it('when aml set and aml resolve run, each prints the AML block', async () => {
     const org = await ctx.createOrg();
     const person = await createCustomer(ctx, org);
-    const screened = (await svc('aml', 'set', '--org', org.id, '--customer', person.id, '--status', 'NEEDS_REVIEW', '--pep', '--sanctions')) as {
+    const screened = (await svc(
+      'aml',
+      'set',
+      '--org',
+      org.id,
+      '--customer',
+      person.id,
+      '--status',
+      'NEEDS_REVIEW',
+      '--pep',
+      '--sanctions',
+    )) as {
       status: string;
       flags: Record<string, boolean>;
     };
-    expect(screened).toMatchObject({ status: 'NEEDS_REVIEW', flags: { pep: true, sanctions: true, adverse_media: false, terrorism: false } });
-    const resolved = (await svc('aml', 'resolve', '--org', org.id, '--customer', person.id)) as { status: string; last_reviewed_at: string | null };
+    expect(screened).toMatchObject({
+      status: 'NEEDS_REVIEW',
+      flags: { pep: true, sanctions: true, adverse_media: false, terrorism: false },
+    });
+    const resolved = (await svc('aml', 'resolve', '--org', org.id, '--customer', person.id)) as {
+      status: string;
+      last_reviewed_at: string | null;
+    };
     expect(resolved.status).toBe('RESOLVED');
     expect(resolved.last_reviewed_at).not.toBeNull();
     expect(await eventsOf(ctx, org.id, 'aml.review_completed')).toHaveLength(1);

@@ -75,7 +75,10 @@ async function emailRow(id: string) {
 
 /** Makes a waiting retry due now, as time passing would. */
 async function makeDue(id: string) {
-  await ctx.database.db.update(emails).set({ nextAttemptAt: new Date(Date.now() - 1000) }).where(eq(emails.id, id));
+  await ctx.database.db
+    .update(emails)
+    .set({ nextAttemptAt: new Date(Date.now() - 1000) })
+    .where(eq(emails.id, id));
 }
 
 describe('email sender', () => {
@@ -199,7 +202,13 @@ describe('email sender', () => {
     const silent = createServer((socket) => sockets.push(socket));
     await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
     const port = (silent.address() as AddressInfo).port;
-    const sender = createEmailSender({ database: ctx.database, smtpUrl: `smtp://127.0.0.1:${port}`, from: FROM, logger: quiet, smtpTimeoutMs: 300 });
+    const sender = createEmailSender({
+      database: ctx.database,
+      smtpUrl: `smtp://127.0.0.1:${port}`,
+      from: FROM,
+      logger: quiet,
+      smtpTimeoutMs: 300,
+    });
     try {
       const { email } = await queueOneEmail();
       await sender.runOnce();
@@ -215,7 +224,7 @@ describe('email sender', () => {
 });
 
 describe('email sending in the running service', () => {
-  it('when background jobs run with the worker on, a start\'s queued email is sent through SMTP_URL without anyone calling the sender', async () => {
+  it("when background jobs run with the worker on, a start's queued email is sent through SMTP_URL without anyone calling the sender", async () => {
     const smtp = await startSmtpServer();
     const pino = (await import('pino')).default;
     const { startBackgroundJobs } = await import('../../src/jobs.js');

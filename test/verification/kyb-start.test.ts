@@ -56,7 +56,14 @@ describe('POST /v1/entities/{id}/kyb: emailing lanes on COMPANY and OTHER', () =
       expect(body.verification_link).toContain('/verify/');
 
       const [verification] = await verificationsOf(ctx, org.id, entity.id);
-      expect(verification).toMatchObject({ kind: 'KYB', lane: method, payer: 'organization', status: 'PENDING', cost, recipientEmail: entity.contactEmail });
+      expect(verification).toMatchObject({
+        kind: 'KYB',
+        lane: method,
+        payer: 'organization',
+        status: 'PENDING',
+        cost,
+        recipientEmail: entity.contactEmail,
+      });
       expect(body.verification_link!.endsWith(`/${verification!.linkToken}`)).toBe(true);
 
       expect(await balanceOf(ctx, org.id)).toBe(10 - cost);
@@ -66,7 +73,12 @@ describe('POST /v1/entities/{id}/kyb: emailing lanes on COMPANY and OTHER', () =
 
       const sent = await emailsOf(ctx, org.id);
       expect(sent).toHaveLength(1);
-      expect(sent[0]).toMatchObject({ recipient: entity.contactEmail, link: body.verification_link, status: 'queued', verificationId: verification!.id });
+      expect(sent[0]).toMatchObject({
+        recipient: entity.contactEmail,
+        link: body.verification_link,
+        status: 'queued',
+        verificationId: verification!.id,
+      });
       expect(sent[0]!.subject).toMatch(/business verification/);
       expect(sent[0]!.body).toContain('Please finish by Friday.');
       expect(sent[0]!.body).toContain(body.verification_link);
@@ -129,7 +141,10 @@ describe('POST /v1/entities/{id}/kyb: emailing lanes on COMPANY and OTHER', () =
     expect(await verificationsOf(ctx, org.id, contactId)).toEqual([]);
     expect(await balanceOf(ctx, org.id)).toBe(8);
     const fetched = await ctx.request('GET', `/v1/entities/${entity.id}`, { key: org.key });
-    expect((fetched.json() as { contact: { kyc_status: string; kyc_required: boolean } }).contact).toMatchObject({ kyc_status: before, kyc_required: true });
+    expect((fetched.json() as { contact: { kyc_status: string; kyc_required: boolean } }).contact).toMatchObject({
+      kyc_status: before,
+      kyc_required: true,
+    });
   });
 
   it('when a start succeeds, it writes an audit row for the status change', async () => {
@@ -257,7 +272,11 @@ describe('POST /v1/entities/{id}/kyb: defaults', () => {
   it('when there is no body at all, it starts with the defaults', async () => {
     const org = await ctx.createOrg({ credits: 10 });
     const entity = await createEntity(ctx, org);
-    const response = await ctx.app.inject({ method: 'POST', url: `/v1/entities/${entity.id}/kyb`, headers: { authorization: `Bearer ${org.key}` } });
+    const response = await ctx.app.inject({
+      method: 'POST',
+      url: `/v1/entities/${entity.id}/kyb`,
+      headers: { authorization: `Bearer ${org.key}` },
+    });
     expect(response.statusCode, response.body).toBe(200);
     expect((await verificationsOf(ctx, org.id, entity.id))[0]).toMatchObject({ lane: 'automated', cost: 2 });
   });
@@ -391,7 +410,7 @@ describe('POST /v1/entities/{id}/kyb: errors arm nothing', () => {
     expect(await balanceOf(ctx, org.id)).toBe(10);
   });
 
-  it("when the entity belongs to another organisation, it answers 404 and touches neither organisation", async () => {
+  it('when the entity belongs to another organisation, it answers 404 and touches neither organisation', async () => {
     const owner = await ctx.createOrg({ credits: 10 });
     const stranger = await ctx.createOrg({ credits: 10 });
     const entity = await createEntity(ctx, owner);
@@ -405,7 +424,10 @@ describe('POST /v1/entities/{id}/kyb: errors arm nothing', () => {
 
   it('when the id is an individual customer, it answers 404', async () => {
     const org = await ctx.createOrg({ credits: 10 });
-    const person = await ctx.request('POST', '/v1/customers', { key: org.key, body: { fullName: 'Solo Person', email: 'solo@example.test' } });
+    const person = await ctx.request('POST', '/v1/customers', {
+      key: org.key,
+      body: { fullName: 'Solo Person', email: 'solo@example.test' },
+    });
     const response = await startKyb(org, (person.json() as { id: string }).id, {});
     expect(response.statusCode).toBe(404);
     expect(await balanceOf(ctx, org.id)).toBe(10);
@@ -446,7 +468,7 @@ describe('POST /v1/entities/{id}/kyb: errors arm nothing', () => {
     await expectNothingArmed(ctx, org, entity.id, before);
   });
 
-  it("when the contact has no email, an emailing lane answers 422 on contact and arms nothing", async () => {
+  it('when the contact has no email, an emailing lane answers 422 on contact and arms nothing', async () => {
     const org = await ctx.createOrg({ credits: 10 });
     const entity = await createEntity(ctx, org);
     const contactId = (await customerRow(ctx, entity.id)).contactCustomerId!;

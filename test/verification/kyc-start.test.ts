@@ -48,7 +48,9 @@ describe('POST /v1/customers/{id}/kyc', () => {
     const [verification] = await verificationsOf(ctx, org.id, person.id);
     expect(verification).toMatchObject({ kind: 'KYC', payer: 'organization', status: 'PENDING', cost: 1, recipientEmail: person.email });
     expect(await balanceOf(ctx, org.id)).toBe(4);
-    expect(await ledgerOf(ctx, org.id)).toEqual([expect.objectContaining({ delta: -1, balanceAfter: 4, reason: 'kyc_start', verificationId: verification!.id })]);
+    expect(await ledgerOf(ctx, org.id)).toEqual([
+      expect.objectContaining({ delta: -1, balanceAfter: 4, reason: 'kyc_start', verificationId: verification!.id }),
+    ]);
     const sent = await emailsOf(ctx, org.id);
     expect(sent).toHaveLength(1);
     expect(sent[0]).toMatchObject({ recipient: person.email, link: body.verification_link, verificationId: verification!.id });
@@ -225,7 +227,11 @@ describe('POST /v1/entities/{id}/ubos/{uboId}/send-link', () => {
     const entity = await createEntity(ctx, org);
     const response = await ctx.request('POST', `/v1/entities/${entity.id}/ubos`, {
       key: org.key,
-      body: { owners: [{ fullName: 'Olive Owner', email: `olive-${entity.id.slice(0, 8)}@example.test`, roleTypes: ['SHAREHOLDER'], percentageHeld: 60 }] },
+      body: {
+        owners: [
+          { fullName: 'Olive Owner', email: `olive-${entity.id.slice(0, 8)}@example.test`, roleTypes: ['SHAREHOLDER'], percentageHeld: 60 },
+        ],
+      },
     });
     expect(response.statusCode, response.body).toBe(200);
     const owner = (response.json() as { ubos: Array<{ id: string; kyc_email: string; linked_customer: { id: string } }> }).ubos[0]!;
@@ -245,7 +251,9 @@ describe('POST /v1/entities/{id}/ubos/{uboId}/send-link', () => {
     const [verification] = await verificationsOf(ctx, org.id, owner.linked_customer.id);
     expect(verification).toMatchObject({ kind: 'KYC', beneficialOwnerId: owner.id, cost: 1 });
     expect(await balanceOf(ctx, org.id)).toBe(4);
-    expect(await ledgerOf(ctx, org.id)).toEqual([expect.objectContaining({ delta: -1, reason: 'kyc_start', verificationId: verification!.id })]);
+    expect(await ledgerOf(ctx, org.id)).toEqual([
+      expect.objectContaining({ delta: -1, reason: 'kyc_start', verificationId: verification!.id }),
+    ]);
     const sent = await emailsOf(ctx, org.id);
     expect(sent).toHaveLength(1);
     expect(sent[0]).toMatchObject({ recipient: owner.kyc_email, link: body.verification_link });
@@ -265,12 +273,18 @@ describe('POST /v1/entities/{id}/ubos/{uboId}/send-link', () => {
   it("when an owner's link is billed to the customer, it emails a pay link and spends no credits", async () => {
     const org = await ctx.createOrg({ credits: 5 });
     const { entity, owner } = await entityWithOwner(org);
-    const response = await ctx.request('POST', `/v1/entities/${entity.id}/ubos/${owner.id}/send-link`, { key: org.key, body: { payer: 'customer' } });
+    const response = await ctx.request('POST', `/v1/entities/${entity.id}/ubos/${owner.id}/send-link`, {
+      key: org.key,
+      body: { payer: 'customer' },
+    });
     expect(response.statusCode, response.body).toBe(200);
     expect((response.json() as { verification_link: string }).verification_link).toContain('/pay/');
     expect(await balanceOf(ctx, org.id)).toBe(5);
     expect(await ledgerOf(ctx, org.id)).toEqual([]);
-    expect((await verificationsOf(ctx, org.id, owner.linked_customer.id))[0]).toMatchObject({ payer: 'customer', status: 'PAYMENT_PENDING' });
+    expect((await verificationsOf(ctx, org.id, owner.linked_customer.id))[0]).toMatchObject({
+      payer: 'customer',
+      status: 'PAYMENT_PENDING',
+    });
   });
 
   it("when the owner has a recorded representative, the owner's link goes to the representative", async () => {
@@ -289,7 +303,10 @@ describe('POST /v1/entities/{id}/ubos/{uboId}/send-link', () => {
     expect(response.statusCode, response.body).toBe(200);
     const sent = await emailsOf(ctx, org.id);
     expect(sent).toHaveLength(1);
-    expect(sent[0]).toMatchObject({ recipient: person.representativeEmail, link: (response.json() as { verification_link: string }).verification_link });
+    expect(sent[0]).toMatchObject({
+      recipient: person.representativeEmail,
+      link: (response.json() as { verification_link: string }).verification_link,
+    });
     expect(sent[0]!.body).toMatch(/^Hello Attorney /);
     expect((await verificationsOf(ctx, org.id, person.id))[0]!.recipientEmail).toBe(person.representativeEmail);
   });
@@ -301,7 +318,11 @@ describe('POST /v1/entities/{id}/ubos/{uboId}/send-link', () => {
     const response = await ctx.request('POST', `/v1/entities/${entity.id}/ubos/${owner.id}/send-link`, { key: org.key });
     expect(response.statusCode, response.body).toBe(200);
     expect((response.json() as { verification_link: string }).verification_link).toContain('/pay/');
-    expect((await verificationsOf(ctx, org.id, owner.linked_customer.id))[0]).toMatchObject({ payer: 'customer', status: 'PAYMENT_PENDING', cost: 0 });
+    expect((await verificationsOf(ctx, org.id, owner.linked_customer.id))[0]).toMatchObject({
+      payer: 'customer',
+      status: 'PAYMENT_PENDING',
+      cost: 0,
+    });
     expect(await balanceOf(ctx, org.id)).toBe(5);
     expect(await ledgerOf(ctx, org.id)).toEqual([]);
   });
@@ -309,7 +330,9 @@ describe('POST /v1/entities/{id}/ubos/{uboId}/send-link', () => {
   it('when the owner id is unknown, it answers 404 and arms nothing', async () => {
     const org = await ctx.createOrg({ credits: 5 });
     const { entity } = await entityWithOwner(org);
-    const response = await ctx.request('POST', `/v1/entities/${entity.id}/ubos/6a1f3c4e-2222-4b4b-8c8c-abcdefabcdef/send-link`, { key: org.key });
+    const response = await ctx.request('POST', `/v1/entities/${entity.id}/ubos/6a1f3c4e-2222-4b4b-8c8c-abcdefabcdef/send-link`, {
+      key: org.key,
+    });
     expect(response.statusCode, response.body).toBe(404);
     expect(errorOf(response).code).toBe('not_found');
     expect(await verificationsOf(ctx, org.id)).toEqual([]);
@@ -318,7 +341,7 @@ describe('POST /v1/entities/{id}/ubos/{uboId}/send-link', () => {
     expect(await balanceOf(ctx, org.id)).toBe(5);
   });
 
-  it("when the owner belongs to another entity, it answers 404", async () => {
+  it('when the owner belongs to another entity, it answers 404', async () => {
     const org = await ctx.createOrg({ credits: 5 });
     const { owner } = await entityWithOwner(org);
     const other = await createEntity(ctx, org);

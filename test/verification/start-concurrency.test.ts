@@ -1,6 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
-import { balanceOf, createCustomer, createEntity, customerRow, emailsOf, expectNothingArmed, ledgerOf, verificationsOf } from './verification-fixtures.js';
+import {
+  balanceOf,
+  createCustomer,
+  createEntity,
+  customerRow,
+  emailsOf,
+  expectNothingArmed,
+  ledgerOf,
+  verificationsOf,
+} from './verification-fixtures.js';
 
 let ctx: TestContext;
 beforeAll(async () => {
@@ -44,7 +53,9 @@ describe('starts under replay and concurrency', () => {
     const org = await ctx.createOrg({ credits: 100 });
     const entity = await createEntity(ctx, org);
     const responses = await Promise.all(
-      Array.from({ length: 10 }, () => ctx.request('POST', `/v1/entities/${entity.id}/kyb`, { key: org.key, body: { method: 'contact_led' } })),
+      Array.from({ length: 10 }, () =>
+        ctx.request('POST', `/v1/entities/${entity.id}/kyb`, { key: org.key, body: { method: 'contact_led' } }),
+      ),
     );
     const codes = responses.map((response) => response.statusCode).sort();
     expect(codes).toEqual([200, 409, 409, 409, 409, 409, 409, 409, 409, 409]);
@@ -58,7 +69,9 @@ describe('starts under replay and concurrency', () => {
   it('when starts on different entities race for the last credits, the balance never goes negative', async () => {
     const org = await ctx.createOrg({ credits: 5 });
     const entities = await Promise.all(Array.from({ length: 4 }, () => createEntity(ctx, org)));
-    const responses = await Promise.all(entities.map((entity) => ctx.request('POST', `/v1/entities/${entity.id}/kyb`, { key: org.key, body: {} })));
+    const responses = await Promise.all(
+      entities.map((entity) => ctx.request('POST', `/v1/entities/${entity.id}/kyb`, { key: org.key, body: {} })),
+    );
     const codes = responses.map((response) => response.statusCode).sort();
     expect(codes).toEqual([200, 200, 402, 402]);
     expect(await balanceOf(ctx, org.id)).toBe(1);

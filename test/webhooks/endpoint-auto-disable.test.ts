@@ -18,7 +18,9 @@ const workers: DeliveryWorker[] = [];
 beforeAll(async () => {
   ctx = await createTestContext();
   // Paths starting /down answer 500, /gone 410; everything else 200.
-  receiver = await startReceiver((receipt) => ({ status: receipt.path.startsWith('/down') ? 500 : receipt.path.startsWith('/gone') ? 410 : 200 }));
+  receiver = await startReceiver((receipt) => ({
+    status: receipt.path.startsWith('/down') ? 500 : receipt.path.startsWith('/gone') ? 410 : 200,
+  }));
 });
 afterEach(async () => {
   await Promise.all(workers.splice(0).map((worker) => worker.stop()));
@@ -43,7 +45,9 @@ async function addEndpoint(orgId: string, prefix: 'down' | 'gone' | 'up', events
 }
 
 async function emit(orgId: string, type: EventType = 'customer.updated') {
-  return ctx.database.transaction((tx) => createOutboxRepository(ctx.database.db).record({ orgId, type, customerId: null, customer: { id: 'c-1' } }, tx));
+  return ctx.database.transaction((tx) =>
+    createOutboxRepository(ctx.database.db).record({ orgId, type, customerId: null, customer: { id: 'c-1' } }, tx),
+  );
 }
 
 async function startWorker(overrides: Partial<DeliveryWorkerOptions> = {}) {
@@ -98,10 +102,14 @@ async function deliveriesOf(orgId: string, eventId: string) {
 }
 
 const untilDisabled = (orgId: string, id: string) =>
-  waitFor(async () => {
-    const row = await endpointRow(orgId, id);
-    return row.enabled ? undefined : row;
-  }, 20_000, `endpoint ${id} to be disabled`);
+  waitFor(
+    async () => {
+      const row = await endpointRow(orgId, id);
+      return row.enabled ? undefined : row;
+    },
+    20_000,
+    `endpoint ${id} to be disabled`,
+  );
 
 const ISO = /\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z/;
 
@@ -111,7 +119,9 @@ describe('endpoint auto-disable', () => {
     const endpoint = await addEndpoint(org.id, 'down');
     // Queued but not due: failed by the disable rather than attempted.
     const queued = await emit(org.id);
-    await ctx.database.db.execute(sql`UPDATE webhook_deliveries SET next_attempt_at = clock_timestamp() + interval '1 hour' WHERE org_id = ${org.id} AND event_id = ${queued}`);
+    await ctx.database.db.execute(
+      sql`UPDATE webhook_deliveries SET next_attempt_at = clock_timestamp() + interval '1 hour' WHERE org_id = ${org.id} AND event_id = ${queued}`,
+    );
     await setFailingSince(org.id, endpoint.id, 3 * DAY + MINUTE);
     const failingSince = (await endpointRow(org.id, endpoint.id)).failingSince!;
     // Several due at once: each failed attempt asks for the disable, and one is recorded.
@@ -141,13 +151,21 @@ describe('endpoint auto-disable', () => {
       actorType: 'system',
       actorId: workers[0]!.id,
       before: expect.objectContaining({ enabled: true, disabled_reason: null }),
-      after: expect.objectContaining({ enabled: false, disabled_reason: disabled.disabledReason, cause: { delivery_id: expect.any(String), event_id: expect.any(String) } }),
+      after: expect.objectContaining({
+        enabled: false,
+        disabled_reason: disabled.disabledReason,
+        cause: { delivery_id: expect.any(String), event_id: expect.any(String) },
+      }),
     });
     const events = await disabledEvents(org.id);
     expect(events).toHaveLength(1);
     expect(events[0]!.customerId).toBeNull();
     expect(events[0]!.payload).not.toContain(endpoint.secret);
-    const payload = JSON.parse(events[0]!.payload) as { id: string; type: string; data: { endpoint: Record<string, unknown>; reason: string } };
+    const payload = JSON.parse(events[0]!.payload) as {
+      id: string;
+      type: string;
+      data: { endpoint: Record<string, unknown>; reason: string };
+    };
     expect(payload).toMatchObject({ id: events[0]!.id, type: 'endpoint.disabled', data: { reason: disabled.disabledReason } });
     const [listed] = await service().listEndpoints(org.id);
     expect(payload.data.endpoint).toEqual(listed);
@@ -172,7 +190,7 @@ describe('endpoint auto-disable', () => {
     expect(await disableAudits(org.id, endpoint.id)).toEqual([]);
   });
 
-  it('when attempts fail, failing_since is the first failure\'s start and later failures keep it; a success clears it', async () => {
+  it("when attempts fail, failing_since is the first failure's start and later failures keep it; a success clears it", async () => {
     const org = await ctx.createOrg();
     const endpoint = await addEndpoint(org.id, 'up');
     expect((await endpointRow(org.id, endpoint.id)).failingSince).toBeNull();
@@ -204,7 +222,7 @@ describe('endpoint auto-disable', () => {
     }
   });
 
-  it('when an endpoint is disabled, the endpoint.disabled event is delivered to the organisation\'s other subscribed enabled endpoints only', async () => {
+  it("when an endpoint is disabled, the endpoint.disabled event is delivered to the organisation's other subscribed enabled endpoints only", async () => {
     const org = await ctx.createOrg();
     // Only the failing endpoint and the one taking everything get the customer.kyc_completed that fails it.
     const failing = await addEndpoint(org.id, 'down', ['customer.kyc_completed']);
@@ -220,7 +238,11 @@ describe('endpoint auto-disable', () => {
     await untilDisabled(org.id, failing.id);
     const [event] = await disabledEvents(org.id);
     const receivedBy = async (path: string) =>
-      waitFor(() => receiver.receipts.find((receipt) => receipt.path === path && receipt.webhookId === event!.id), 20_000, `${path} to receive the event`);
+      waitFor(
+        () => receiver.receipts.find((receipt) => receipt.path === path && receipt.webhookId === event!.id),
+        20_000,
+        `${path} to receive the event`,
+      );
 
     for (const target of [watcher, everything]) {
       const receipt = await receivedBy(target.path);
@@ -255,7 +277,10 @@ describe('endpoint auto-disable', () => {
   it('when an operator disables an endpoint, an endpoint.disabled event is recorded; disabling it again records nothing new', async () => {
     const org = await ctx.createOrg();
     const endpoint = await addEndpoint(org.id, 'up');
-    const first = await service().disableEndpoint(endpoint.id, { reason: 'receiver retired', actor: { type: 'operator', id: 'ops@example.test' } });
+    const first = await service().disableEndpoint(endpoint.id, {
+      reason: 'receiver retired',
+      actor: { type: 'operator', id: 'ops@example.test' },
+    });
     expect(first).toMatchObject({ enabled: false, disabled_reason: 'receiver retired' });
 
     const again = await service().disableEndpoint(endpoint.id, { reason: 'another reason' });
@@ -272,14 +297,23 @@ describe('endpoint auto-disable', () => {
     const org = await ctx.createOrg();
     const endpoint = await addEndpoint(org.id, 'down');
     const disabler = createEndpointDisabler(ctx.database.db);
-    const request = { orgId: org.id, endpointId: endpoint.id, reason: 'failing too long', failingForMs: 3 * DAY, actor: { type: 'system' as const, id: 'w' } };
+    const request = {
+      orgId: org.id,
+      endpointId: endpoint.id,
+      reason: 'failing too long',
+      failingForMs: 3 * DAY,
+      actor: { type: 'system' as const, id: 'w' },
+    };
 
     const cleared = await ctx.database.transaction((tx) => disabler.disable(request, tx));
     expect(cleared).toMatchObject({ disabled: false, endpoint: { enabled: true } });
     await setFailingSince(org.id, endpoint.id, 3 * DAY - MINUTE);
     expect(await ctx.database.transaction((tx) => disabler.disable(request, tx))).toMatchObject({ disabled: false });
     await setFailingSince(org.id, endpoint.id, 3 * DAY + MINUTE);
-    expect(await ctx.database.transaction((tx) => disabler.disable(request, tx))).toMatchObject({ disabled: true, endpoint: { enabled: false } });
+    expect(await ctx.database.transaction((tx) => disabler.disable(request, tx))).toMatchObject({
+      disabled: true,
+      endpoint: { enabled: false },
+    });
     expect(await disabledEvents(org.id)).toHaveLength(1);
   });
 
@@ -312,7 +346,10 @@ describe('failing_since bookkeeping in the batched settlement', () => {
   async function claimOwn(orgId: string, count: number): Promise<ClaimedDelivery[]> {
     const claimed = await deliveries().claim(WORKER, 1000, 60_000);
     const others = claimed.filter((claim) => claim.orgId !== orgId);
-    await deliveries().settleMany(others.map((claim) => ({ claim, settlement: { status: 'released' as const, attempt: null } })), WORKER);
+    await deliveries().settleMany(
+      others.map((claim) => ({ claim, settlement: { status: 'released' as const, attempt: null } })),
+      WORKER,
+    );
     const own = claimed.filter((claim) => claim.orgId === orgId);
     expect(own).toHaveLength(count);
     return own;
@@ -361,7 +398,10 @@ describe('failing_since bookkeeping in the batched settlement', () => {
     const endpoint = await addEndpoint(org.id, 'up');
     await emit(org.id);
     const [claim] = await claimOwn(org.id, 1);
-    await deliveries().settle(claim!, WORKER, { status: 'released', attempt: { ...at(new Date(), null), error: 'interrupted: the worker is stopping' } });
+    await deliveries().settle(claim!, WORKER, {
+      status: 'released',
+      attempt: { ...at(new Date(), null), error: 'interrupted: the worker is stopping' },
+    });
     expect((await endpointRow(org.id, endpoint.id)).failingSince).toBeNull();
   });
 

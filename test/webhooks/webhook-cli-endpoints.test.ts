@@ -42,18 +42,41 @@ describe('svc webhook update, rotate-secret, test --endpoint, delete', () => {
     const target = await service().addEndpoint({ orgId: org.id, url: 'http://127.0.0.1:9/target', events: ['customer.updated'] });
     const other = await service().addEndpoint({ orgId: org.id, url: 'http://127.0.0.1:9/other' });
 
-    const updated = await svcJson(['webhook', 'update', target.id, '--org', org.id, '--description', 'CRM', '--events', 'customer.kyc_completed']);
+    const updated = await svcJson([
+      'webhook',
+      'update',
+      target.id,
+      '--org',
+      org.id,
+      '--description',
+      'CRM',
+      '--events',
+      'customer.kyc_completed',
+    ]);
     expect(updated).toMatchObject({ id: target.id, description: 'CRM', events: ['customer.kyc_completed'], enabled: true });
     expect(updated).not.toHaveProperty('secret');
 
-    const rotated = await svcJson<{ secret: string; previous_secret_expires_at: string }>(['webhook', 'rotate-secret', target.id, '--grace-period-seconds', '120']);
+    const rotated = await svcJson<{ secret: string; previous_secret_expires_at: string }>([
+      'webhook',
+      'rotate-secret',
+      target.id,
+      '--grace-period-seconds',
+      '120',
+    ]);
     expect(rotated.secret).toMatch(/^whsec_/);
     expect(rotated.secret).not.toBe(target.secret);
     expect(Math.abs(Date.parse(rotated.previous_secret_expires_at) - (Date.now() + 120_000))).toBeLessThan(60_000);
     const [stored] = await ctx.database.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, target.id));
     expect(stored).toMatchObject({ secret: rotated.secret, previousSecret: target.secret });
 
-    const tested = await svcJson<{ event: { id: string; type: string }; delivery: { endpoint_id: string } }>(['webhook', 'test', '--org', org.id, '--endpoint', target.id]);
+    const tested = await svcJson<{ event: { id: string; type: string }; delivery: { endpoint_id: string } }>([
+      'webhook',
+      'test',
+      '--org',
+      org.id,
+      '--endpoint',
+      target.id,
+    ]);
     expect(tested.event.type).toBe('webhook.test');
     expect(tested.delivery.endpoint_id).toBe(target.id);
     const queued = await ctx.database.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.eventId, tested.event.id));
@@ -64,10 +87,17 @@ describe('svc webhook update, rotate-secret, test --endpoint, delete', () => {
     const enabled = await svcJson(['webhook', 'update', target.id, '--enable', '--description', '']);
     expect(enabled).toMatchObject({ enabled: true, disabled_reason: null, description: null });
 
-    expect(await svcJson(['webhook', 'delete', other.id, '--org', org.id])).toEqual({ id: other.id, object: 'webhook_endpoint', deleted: true });
+    expect(await svcJson(['webhook', 'delete', other.id, '--org', org.id])).toEqual({
+      id: other.id,
+      object: 'webhook_endpoint',
+      deleted: true,
+    });
     expect((await service().listEndpoints(org.id)).map((endpoint) => endpoint.id)).toEqual([target.id]);
 
-    const actions = await ctx.database.db.select({ action: auditLog.action, actorType: auditLog.actorType }).from(auditLog).where(and(eq(auditLog.orgId, org.id)));
+    const actions = await ctx.database.db
+      .select({ action: auditLog.action, actorType: auditLog.actorType })
+      .from(auditLog)
+      .where(and(eq(auditLog.orgId, org.id)));
     expect(actions).toEqual(
       expect.arrayContaining([
         { action: 'webhook_endpoint.updated', actorType: 'operator' },

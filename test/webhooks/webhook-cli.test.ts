@@ -56,7 +56,12 @@ describe('svc webhook commands', () => {
     expect(listed).toEqual([expect.objectContaining({ id: added.id })]);
     expect(listed[0]).not.toHaveProperty('secret');
 
-    const test = await svcJson<{ event: { id: string; type: string }; deliveries: Array<{ id: string }> }>(['webhook', 'test', '--org', org.id]);
+    const test = await svcJson<{ event: { id: string; type: string }; deliveries: Array<{ id: string }> }>([
+      'webhook',
+      'test',
+      '--org',
+      org.id,
+    ]);
     expect(test.event.type).toBe('webhook.test');
     expect(test.deliveries).toHaveLength(1);
 
@@ -65,7 +70,14 @@ describe('svc webhook commands', () => {
     try {
       await waitFor(() => receiver.receipts.length === 1);
       const deliveries = await waitFor(async () => {
-        const current = await svcJson<Array<{ status: string; attempts: unknown[] }>>(['webhook', 'deliveries', '--org', org.id, '--event', test.event.id]);
+        const current = await svcJson<Array<{ status: string; attempts: unknown[] }>>([
+          'webhook',
+          'deliveries',
+          '--org',
+          org.id,
+          '--event',
+          test.event.id,
+        ]);
         return current[0]?.status === 'succeeded' ? current : undefined;
       });
       expect(deliveries[0]!.attempts).toEqual([expect.objectContaining({ attempt_number: 1, status_code: 200 })]);
@@ -103,7 +115,10 @@ describe('svc webhook commands', () => {
     // Queued before the worker starts: it must pick up what is already waiting, not only new NOTIFYs.
     const record = () =>
       ctx.database.transaction((tx) =>
-        createOutboxRepository(ctx.database.db).record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } }, tx),
+        createOutboxRepository(ctx.database.db).record(
+          { orgId: org.id, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } },
+          tx,
+        ),
       );
     const before = await record();
     const backends = async () => {

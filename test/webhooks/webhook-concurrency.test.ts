@@ -52,7 +52,9 @@ describe('webhook delivery with several workers', () => {
     for (let batch = 0; batch < EVENTS / 50; batch += 1) {
       await ctx.database.transaction(async (tx) => {
         for (let index = 0; index < 50; index += 1) {
-          emitted.add(await outbox.record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n: batch * 50 + index } }, tx));
+          emitted.add(
+            await outbox.record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n: batch * 50 + index } }, tx),
+          );
         }
       });
     }

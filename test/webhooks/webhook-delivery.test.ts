@@ -41,9 +41,7 @@ async function orgWithEndpoint(options: { events?: EventType[] } = {}) {
 }
 
 async function emit(orgId: string, type: EventType = 'customer.updated', customer: unknown = { id: 'c-1', full_name: 'Zoë Ångström' }) {
-  return ctx.database.transaction((tx) =>
-    createOutboxRepository(ctx.database.db).record({ orgId, type, customerId: null, customer }, tx),
-  );
+  return ctx.database.transaction((tx) => createOutboxRepository(ctx.database.db).record({ orgId, type, customerId: null, customer }, tx));
 }
 
 async function startWorker(overrides: Partial<DeliveryWorkerOptions> = {}) {
@@ -68,10 +66,14 @@ async function deliveryOf(orgId: string, eventId: string) {
 }
 
 async function settledDelivery(orgId: string, eventId: string, status: 'succeeded' | 'failed' = 'succeeded') {
-  return waitFor(async () => {
-    const delivery = await deliveryOf(orgId, eventId);
-    return delivery.status === status ? delivery : undefined;
-  }, 20_000, `delivery of ${eventId} to be ${status}`);
+  return waitFor(
+    async () => {
+      const delivery = await deliveryOf(orgId, eventId);
+      return delivery.status === status ? delivery : undefined;
+    },
+    20_000,
+    `delivery of ${eventId} to be ${status}`,
+  );
 }
 
 const receiptsFor = (path: string) => receiver.receipts.filter((receipt) => receipt.path === path);
@@ -199,7 +201,10 @@ describe('webhook delivery', () => {
     expect(receiptsFor(path)).toHaveLength(1);
     const [listed] = await service().listEndpoints(orgId);
     expect(listed).toMatchObject({ id: endpoint.id, enabled: false, disabled_reason: expect.stringMatching(/410 Gone/) });
-    const audit = await ctx.database.db.select().from(auditLog).where(and(eq(auditLog.orgId, orgId), eq(auditLog.subjectId, endpoint.id)));
+    const audit = await ctx.database.db
+      .select()
+      .from(auditLog)
+      .where(and(eq(auditLog.orgId, orgId), eq(auditLog.subjectId, endpoint.id)));
     expect(audit.map((row) => [row.action, row.actorType])).toEqual([
       ['webhook_endpoint.created', 'system'],
       ['webhook_endpoint.disabled', 'system'],
@@ -273,7 +278,11 @@ describe('webhook delivery', () => {
   it('when an endpoint host resolves to a private address at delivery time, the worker refuses to connect', async () => {
     const org = await ctx.createOrg();
     // Registered while its name pointed at a public address; the DNS answer now says loopback.
-    for (const url of [`https://localhost:${receiver.port}/rebound`, `https://127.0.0.1:${receiver.port}/rebound`, `http://example.com/plain`]) {
+    for (const url of [
+      `https://localhost:${receiver.port}/rebound`,
+      `https://127.0.0.1:${receiver.port}/rebound`,
+      `http://example.com/plain`,
+    ]) {
       await ctx.database.db.insert(webhookEndpoints).values({ orgId: org.id, url, secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' });
     }
     // The receiver's port is allowed, so what refuses these is the address rule.
@@ -321,22 +330,36 @@ describe('webhook wake-up connection', () => {
     // worker in-process, without the NOTIFY.
     const writer = createDatabase(ctx.databaseUrl, { poolSize: 2 });
     const emit = (org: string) =>
-      writer.transaction((tx) => createOutboxRepository(writer.db).record({ orgId: org, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } }, tx));
+      writer.transaction((tx) =>
+        createOutboxRepository(writer.db).record({ orgId: org, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } }, tx),
+      );
     await startWorker({ pollIntervalMs: 600_000 });
-    const [first] = await waitFor(async () => ((await listeners()).length === 1 ? listeners() : undefined), 10_000, 'the LISTEN connection');
+    const [first] = await waitFor(
+      async () => ((await listeners()).length === 1 ? listeners() : undefined),
+      10_000,
+      'the LISTEN connection',
+    );
     await ctx.database.pool.query('SELECT pg_terminate_backend($1)', [first]);
     const whileDown = await emit(orgId);
 
-    await waitFor(async () => {
-      const pids = await listeners();
-      return pids.length === 1 && pids[0] !== first;
-    }, 15_000, 'the worker to listen again');
+    await waitFor(
+      async () => {
+        const pids = await listeners();
+        return pids.length === 1 && pids[0] !== first;
+      },
+      15_000,
+      'the worker to listen again',
+    );
     expect((await settledDelivery(orgId, whileDown)).status).toBe('succeeded');
     const afterwards = await emit(orgId);
-    const delivered = await waitFor(async () => {
-      const delivery = await deliveryOf(orgId, afterwards);
-      return delivery.status === 'succeeded' ? delivery : undefined;
-    }, 5_000, 'a NOTIFY-woken delivery');
+    const delivered = await waitFor(
+      async () => {
+        const delivery = await deliveryOf(orgId, afterwards);
+        return delivery.status === 'succeeded' ? delivery : undefined;
+      },
+      5_000,
+      'a NOTIFY-woken delivery',
+    );
     expect(delivered.attempts).toHaveLength(1);
     await writer.close();
   }, 40_000);
@@ -444,7 +467,13 @@ describe('webhook claims and leases', () => {
     expect(await repository.settle(late!, 'slow-worker', { status: 'succeeded', attempt })).toBe(false);
     const [row] = await ctx.database.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.eventId, eventId));
     expect(row).toMatchObject({ status: 'pending', lockedBy: 'other-worker' });
-    expect(await repository.settle(retaken!, 'other-worker', { status: 'retry', attempt: { ...attempt, statusCode: 500, error: 'HTTP 500' }, delayMs: 60_000 })).toBe(true);
+    expect(
+      await repository.settle(retaken!, 'other-worker', {
+        status: 'retry',
+        attempt: { ...attempt, statusCode: 500, error: 'HTTP 500' },
+        delayMs: 60_000,
+      }),
+    ).toBe(true);
     const delivery = await deliveryOf(orgId, eventId);
     expect(delivery).toMatchObject({ status: 'pending', last_status_code: 500 });
     // Both attempts stay in the history, even the one that lost its lease.

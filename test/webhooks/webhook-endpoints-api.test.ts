@@ -116,7 +116,8 @@ const ROUTES: Array<{ method: string; url: string; body?: unknown }> = [
   { method: 'GET', url: '/v1/webhook-endpoints/:endpoint/deliveries' },
   { method: 'POST', url: '/v1/webhook-deliveries/:delivery/retry' },
 ];
-const fill = (url: string, ids: { endpoint: string; delivery: string }) => url.replace(':endpoint', ids.endpoint).replace(':delivery', ids.delivery);
+const fill = (url: string, ids: { endpoint: string; delivery: string }) =>
+  url.replace(':endpoint', ids.endpoint).replace(':delivery', ids.delivery);
 
 describe('webhook endpoints API: scopes and organisations', () => {
   it.each(ROUTES.map((route) => [`${route.method} ${route.url}`, route] as const))(
@@ -129,9 +130,14 @@ describe('webhook endpoints API: scopes and organisations', () => {
       const key = await ctx.createKey(org.id, { scopes: SCOPES.filter((scope) => scope !== 'webhooks:write') });
       const before = await auditRows(org.id, endpoint.id);
 
-      const response = await ctx.request(route.method, fill(route.url, { endpoint: endpoint.id, delivery: delivery!.id }), { key: key.key, body: route.body });
+      const response = await ctx.request(route.method, fill(route.url, { endpoint: endpoint.id, delivery: delivery!.id }), {
+        key: key.key,
+        body: route.body,
+      });
       expect(response.statusCode).toBe(403);
-      expect(response.json()).toEqual({ error: { code: 'forbidden_scope', message: expect.any(String), details: { required_scope: 'webhooks:write' } } });
+      expect(response.json()).toEqual({
+        error: { code: 'forbidden_scope', message: expect.any(String), details: { required_scope: 'webhooks:write' } },
+      });
       expect(await auditRows(org.id, endpoint.id)).toHaveLength(before.length);
       expect(eventId).toBeDefined();
     },
@@ -146,10 +152,16 @@ describe('webhook endpoints API: scopes and organisations', () => {
       await emit(orgA.id);
       const [delivery] = await deliveryRows(orgA.id, endpoint.id);
 
-      const missing = await ctx.request(route.method, fill(route.url, { endpoint: randomUUID(), delivery: randomUUID() }), { key: orgB.key, body: route.body });
+      const missing = await ctx.request(route.method, fill(route.url, { endpoint: randomUUID(), delivery: randomUUID() }), {
+        key: orgB.key,
+        body: route.body,
+      });
       expect(missing.statusCode, missing.body).toBe(404);
       expect(missing.json().error.code).toBe('not_found');
-      const foreign = await ctx.request(route.method, fill(route.url, { endpoint: endpoint.id, delivery: delivery!.id }), { key: orgB.key, body: route.body });
+      const foreign = await ctx.request(route.method, fill(route.url, { endpoint: endpoint.id, delivery: delivery!.id }), {
+        key: orgB.key,
+        body: route.body,
+      });
       expect(foreign.statusCode).toBe(404);
       expect(foreign.body).toBe(missing.body);
 
@@ -182,7 +194,13 @@ describe('webhook endpoints API: create, read, list', () => {
   it('when an endpoint is created, the secret is returned once (201) and never by GET, list, PATCH or in the audit log', async () => {
     const org = await ctx.createOrg();
     const created = await createEndpoint(org, { events: ['customer.updated', 'customer.updated'], description: '  CRM production  ' });
-    expect(created).toMatchObject({ events: ['customer.updated'], description: 'CRM production', enabled: true, disabled_reason: null, previous_secret_expires_at: null });
+    expect(created).toMatchObject({
+      events: ['customer.updated'],
+      description: 'CRM production',
+      enabled: true,
+      disabled_reason: null,
+      previous_secret_expires_at: null,
+    });
     expect(created.secret).toMatch(/^whsec_[A-Za-z0-9+/]+=*$/);
     const [stored] = await ctx.database.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, created.id));
     expect(stored!.secret).toBe(created.secret);
@@ -212,9 +230,17 @@ describe('webhook endpoints API: create, read, list', () => {
     const org = await ctx.createOrg();
     const created = await ctx.request('POST', '/v1/webhook-endpoints', { key: org.key, body: { url } }, strictApp);
     expect(created.statusCode).toBe(422);
-    expect(created.json().error).toMatchObject({ code: 'validation_failed', details: { issues: { url: [expect.stringMatching(message)] } } });
+    expect(created.json().error).toMatchObject({
+      code: 'validation_failed',
+      details: { issues: { url: [expect.stringMatching(message)] } },
+    });
 
-    const good = await ctx.request('POST', '/v1/webhook-endpoints', { key: org.key, body: { url: 'https://93.184.215.14/hook' } }, strictApp);
+    const good = await ctx.request(
+      'POST',
+      '/v1/webhook-endpoints',
+      { key: org.key, body: { url: 'https://93.184.215.14/hook' } },
+      strictApp,
+    );
     expect(good.statusCode).toBe(201);
     const patched = await ctx.request('PATCH', `/v1/webhook-endpoints/${good.json().id}`, { key: org.key, body: { url } }, strictApp);
     expect(patched.statusCode).toBe(422);
@@ -247,7 +273,10 @@ describe('webhook endpoints API: create, read, list', () => {
     let cursor: string | undefined;
     let pages = 0;
     do {
-      const response = await ctx.request('GET', '/v1/webhook-endpoints', { key: org.key, query: { limit: '2', ...(cursor ? { cursor } : {}) } });
+      const response = await ctx.request('GET', '/v1/webhook-endpoints', {
+        key: org.key,
+        query: { limit: '2', ...(cursor ? { cursor } : {}) },
+      });
       expect(response.statusCode).toBe(200);
       const page = response.json();
       expect(page).toMatchObject({ object: 'list', limit: 2 });
@@ -260,7 +289,10 @@ describe('webhook endpoints API: create, read, list', () => {
     expect(seen).toEqual(ids);
 
     const first = (await ctx.request('GET', '/v1/webhook-endpoints', { key: org.key, query: { limit: '1' } })).json();
-    const elsewhere = await ctx.request('GET', `/v1/webhook-endpoints/${ids[0]}/deliveries`, { key: org.key, query: { cursor: first.next_cursor } });
+    const elsewhere = await ctx.request('GET', `/v1/webhook-endpoints/${ids[0]}/deliveries`, {
+      key: org.key,
+      query: { cursor: first.next_cursor },
+    });
     expect(elsewhere.statusCode).toBe(422);
     expect(elsewhere.json().error.details.issues.cursor).toBeDefined();
   });
@@ -318,21 +350,33 @@ describe('webhook endpoints API: update and delete', () => {
     const disabled = await ctx.request('PATCH', `/v1/webhook-endpoints/${endpoint.id}`, { key: org.key, body: { enabled: false } });
     expect(disabled.statusCode).toBe(200);
     expect(disabled.json()).toMatchObject({ enabled: false, disabled_reason: 'disabled through the API' });
-    expect((await deliveryRows(org.id, endpoint.id)).map((row) => [row.status, row.lastError])).toEqual([['failed', 'endpoint disabled: disabled through the API']]);
-    expect((await auditRows(org.id, endpoint.id)).map((row) => row.action)).toEqual(['webhook_endpoint.created', 'webhook_endpoint.disabled']);
+    expect((await deliveryRows(org.id, endpoint.id)).map((row) => [row.status, row.lastError])).toEqual([
+      ['failed', 'endpoint disabled: disabled through the API'],
+    ]);
+    expect((await auditRows(org.id, endpoint.id)).map((row) => row.action)).toEqual([
+      'webhook_endpoint.created',
+      'webhook_endpoint.disabled',
+    ]);
 
     // A test of its own cannot reach a disabled endpoint.
     const test = await ctx.request('POST', `/v1/webhook-endpoints/${endpoint.id}/test`, { key: org.key });
     expect(test.statusCode).toBe(409);
     expect(test.json().error.code).toBe('conflict');
 
-    await ctx.database.db.update(webhookEndpoints).set({ failingSince: new Date(Date.now() - 3_600_000) }).where(eq(webhookEndpoints.id, endpoint.id));
+    await ctx.database.db
+      .update(webhookEndpoints)
+      .set({ failingSince: new Date(Date.now() - 3_600_000) })
+      .where(eq(webhookEndpoints.id, endpoint.id));
     const enabled = await ctx.request('PATCH', `/v1/webhook-endpoints/${endpoint.id}`, { key: org.key, body: { enabled: true } });
     expect(enabled.json()).toMatchObject({ enabled: true, disabled_reason: null });
     const [stored] = await ctx.database.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, endpoint.id));
     expect(stored).toMatchObject({ enabled: true, disabledReason: null, failingSince: null });
     const audit = await auditRows(org.id, endpoint.id);
-    expect(audit.at(-1)).toMatchObject({ action: 'webhook_endpoint.enabled', before: expect.objectContaining({ enabled: false }), after: expect.objectContaining({ enabled: true }) });
+    expect(audit.at(-1)).toMatchObject({
+      action: 'webhook_endpoint.enabled',
+      before: expect.objectContaining({ enabled: false }),
+      after: expect.objectContaining({ enabled: true }),
+    });
     expect(JSON.stringify(audit)).not.toContain(endpoint.secret);
   });
 
@@ -349,7 +393,11 @@ describe('webhook endpoints API: update and delete', () => {
     expect((await ctx.request('GET', `/v1/webhook-endpoints/${endpoint.id}`, { key: org.key })).statusCode).toBe(404);
     expect((await ctx.request('DELETE', `/v1/webhook-endpoints/${endpoint.id}`, { key: org.key })).statusCode).toBe(404);
     const audit = await auditRows(org.id, endpoint.id);
-    expect(audit.at(-1)).toMatchObject({ action: 'webhook_endpoint.deleted', after: null, before: expect.objectContaining({ id: endpoint.id }) });
+    expect(audit.at(-1)).toMatchObject({
+      action: 'webhook_endpoint.deleted',
+      after: null,
+      before: expect.objectContaining({ id: endpoint.id }),
+    });
 
     await startWorker();
     const later = await emit(org.id);
@@ -363,13 +411,22 @@ describe('webhook endpoints API: update and delete', () => {
     const endpoint = await createEndpoint(org);
     await emit(org.id);
     const deliveries = createDeliveryRepository(ctx.database.db);
-    const claimed = await waitFor(async () => {
-      const claims = await deliveries.claim('test-worker', 10, 60_000);
-      return claims.find((claim) => claim.endpointId === endpoint.id);
-    }, 5_000, 'the claim');
+    const claimed = await waitFor(
+      async () => {
+        const claims = await deliveries.claim('test-worker', 10, 60_000);
+        return claims.find((claim) => claim.endpointId === endpoint.id);
+      },
+      5_000,
+      'the claim',
+    );
     expect((await ctx.request('DELETE', `/v1/webhook-endpoints/${endpoint.id}`, { key: org.key })).statusCode).toBe(200);
     const applied = await deliveries.settleMany(
-      [{ claim: claimed, settlement: { status: 'succeeded', attempt: { statusCode: 200, latencyMs: 5, error: null, startedAt: new Date() } } }],
+      [
+        {
+          claim: claimed,
+          settlement: { status: 'succeeded', attempt: { statusCode: 200, latencyMs: 5, error: null, startedAt: new Date() } },
+        },
+      ],
       'test-worker',
     );
     expect(applied.size).toBe(0);
@@ -381,7 +438,10 @@ describe('webhook endpoints API: secret rotation', () => {
     const org = await ctx.createOrg();
     const endpoint = await createEndpoint(org);
     const oldSecret = endpoint.secret;
-    const rotated = await ctx.request('POST', `/v1/webhook-endpoints/${endpoint.id}/rotate-secret`, { key: org.key, body: { grace_period_seconds: 3600 } });
+    const rotated = await ctx.request('POST', `/v1/webhook-endpoints/${endpoint.id}/rotate-secret`, {
+      key: org.key,
+      body: { grace_period_seconds: 3600 },
+    });
     expect(rotated.statusCode, rotated.body).toBe(200);
     const body = rotated.json();
     const newSecret: string = body.secret;
@@ -408,10 +468,15 @@ describe('webhook endpoints API: secret rotation', () => {
     expect(String(after.headers['webhook-signature']).split(' ')).toHaveLength(1);
     expect(verifies(newSecret, after)).toBe(true);
     expect(verifies(oldSecret, after)).toBe(false);
-    expect((await ctx.request('GET', `/v1/webhook-endpoints/${endpoint.id}`, { key: org.key })).json().previous_secret_expires_at).toBeNull();
+    expect(
+      (await ctx.request('GET', `/v1/webhook-endpoints/${endpoint.id}`, { key: org.key })).json().previous_secret_expires_at,
+    ).toBeNull();
 
     const audit = await auditRows(org.id, endpoint.id);
-    expect(audit.at(-1)).toMatchObject({ action: 'webhook_endpoint.secret_rotated', after: expect.objectContaining({ grace_period_seconds: 3600 }) });
+    expect(audit.at(-1)).toMatchObject({
+      action: 'webhook_endpoint.secret_rotated',
+      after: expect.objectContaining({ grace_period_seconds: 3600 }),
+    });
     expect(JSON.stringify(audit)).not.toContain(oldSecret);
     expect(JSON.stringify(audit)).not.toContain(newSecret);
   });
@@ -441,15 +506,21 @@ describe('webhook endpoints API: secret rotation', () => {
     expect(verifies(third.secret, now)).toBe(false);
   });
 
-  it.each([[-1], [604_801], [1.5], ['60']])('when grace_period_seconds is %s, it answers 422 on grace_period_seconds and keeps the secret', async (grace) => {
-    const org = await ctx.createOrg();
-    const endpoint = await createEndpoint(org);
-    const response = await ctx.request('POST', `/v1/webhook-endpoints/${endpoint.id}/rotate-secret`, { key: org.key, body: { grace_period_seconds: grace } });
-    expect(response.statusCode).toBe(422);
-    expect(response.json().error.details.issues.grace_period_seconds).toBeDefined();
-    const [stored] = await ctx.database.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, endpoint.id));
-    expect(stored!.secret).toBe(endpoint.secret);
-  });
+  it.each([[-1], [604_801], [1.5], ['60']])(
+    'when grace_period_seconds is %s, it answers 422 on grace_period_seconds and keeps the secret',
+    async (grace) => {
+      const org = await ctx.createOrg();
+      const endpoint = await createEndpoint(org);
+      const response = await ctx.request('POST', `/v1/webhook-endpoints/${endpoint.id}/rotate-secret`, {
+        key: org.key,
+        body: { grace_period_seconds: grace },
+      });
+      expect(response.statusCode).toBe(422);
+      expect(response.json().error.details.issues.grace_period_seconds).toBeDefined();
+      const [stored] = await ctx.database.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, endpoint.id));
+      expect(stored!.secret).toBe(endpoint.secret);
+    },
+  );
 });
 
 describe('webhook endpoints API: test events, deliveries, retry', () => {
@@ -470,7 +541,10 @@ describe('webhook endpoints API: test events, deliveries, retry', () => {
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect(receiptsFor(other.path)).toEqual([]);
     expect(await deliveryRows(org.id, other.id)).toEqual([]);
-    expect((await auditRows(org.id, target.id)).at(-1)).toMatchObject({ action: 'webhook_endpoint.test_sent', after: { event_id: event.id, delivery_id: delivery.id } });
+    expect((await auditRows(org.id, target.id)).at(-1)).toMatchObject({
+      action: 'webhook_endpoint.test_sent',
+      after: { event_id: event.id, delivery_id: delivery.id },
+    });
   });
 
   it('when deliveries are listed, each shows its attempts with status code, duration, error and time, newest first, filtered by status', async () => {
@@ -479,13 +553,21 @@ describe('webhook endpoints API: test events, deliveries, retry', () => {
     receiver.setReply((receipt) => (receiptsFor(receipt.path).length === 1 && receipt.path === endpoint.path ? { status: 503 } : {}));
     const first = await emit(org.id);
     await startWorker([50]);
-    await waitFor(async () => {
-      const [row] = await deliveryRows(org.id, endpoint.id);
-      return row?.status === 'succeeded';
-    }, 20_000, 'the retried delivery');
+    await waitFor(
+      async () => {
+        const [row] = await deliveryRows(org.id, endpoint.id);
+        return row?.status === 'succeeded';
+      },
+      20_000,
+      'the retried delivery',
+    );
     const second = await emit(org.id, 'customer.kyc_completed');
     await receiptOf(endpoint.path, second);
-    await waitFor(async () => (await deliveryRows(org.id, endpoint.id)).every((row) => row.status === 'succeeded'), 20_000, 'both delivered');
+    await waitFor(
+      async () => (await deliveryRows(org.id, endpoint.id)).every((row) => row.status === 'succeeded'),
+      20_000,
+      'both delivered',
+    );
 
     const response = await ctx.request('GET', `/v1/webhook-endpoints/${endpoint.id}/deliveries`, { key: org.key });
     expect(response.statusCode, response.body).toBe(200);
@@ -495,22 +577,52 @@ describe('webhook endpoints API: test events, deliveries, retry', () => {
     const retried = page.data[1];
     expect(retried).toMatchObject({ status: 'succeeded', attempt_count: 2, last_status_code: 200 });
     expect(retried.attempts).toEqual([
-      { attempt_number: 1, status_code: 503, latency_ms: expect.any(Number), error: 'HTTP 503', worker_id: expect.any(String), started_at: expect.any(String) },
-      { attempt_number: 2, status_code: 200, latency_ms: expect.any(Number), error: null, worker_id: expect.any(String), started_at: expect.any(String) },
+      {
+        attempt_number: 1,
+        status_code: 503,
+        latency_ms: expect.any(Number),
+        error: 'HTTP 503',
+        worker_id: expect.any(String),
+        started_at: expect.any(String),
+      },
+      {
+        attempt_number: 2,
+        status_code: 200,
+        latency_ms: expect.any(Number),
+        error: null,
+        worker_id: expect.any(String),
+        started_at: expect.any(String),
+      },
     ]);
     expect(Date.parse(retried.attempts[1].started_at)).toBeGreaterThanOrEqual(Date.parse(retried.attempts[0].started_at));
 
-    const paged = (await ctx.request('GET', `/v1/webhook-endpoints/${endpoint.id}/deliveries`, { key: org.key, query: { limit: '1' } })).json();
+    const paged = (
+      await ctx.request('GET', `/v1/webhook-endpoints/${endpoint.id}/deliveries`, { key: org.key, query: { limit: '1' } })
+    ).json();
     expect(paged.data.map((delivery: { event_id: string }) => delivery.event_id)).toEqual([second]);
-    const next = (await ctx.request('GET', `/v1/webhook-endpoints/${endpoint.id}/deliveries`, { key: org.key, query: { limit: '1', cursor: paged.next_cursor } })).json();
+    const next = (
+      await ctx.request('GET', `/v1/webhook-endpoints/${endpoint.id}/deliveries`, {
+        key: org.key,
+        query: { limit: '1', cursor: paged.next_cursor },
+      })
+    ).json();
     expect(next.data.map((delivery: { event_id: string }) => delivery.event_id)).toEqual([first]);
     expect(next.has_more).toBe(false);
 
-    const failed = await ctx.request('GET', `/v1/webhook-endpoints/${endpoint.id}/deliveries`, { key: org.key, query: { status: 'failed' } });
+    const failed = await ctx.request('GET', `/v1/webhook-endpoints/${endpoint.id}/deliveries`, {
+      key: org.key,
+      query: { status: 'failed' },
+    });
     expect(failed.json().data).toEqual([]);
-    const badStatus = await ctx.request('GET', `/v1/webhook-endpoints/${endpoint.id}/deliveries`, { key: org.key, query: { status: 'lost' } });
+    const badStatus = await ctx.request('GET', `/v1/webhook-endpoints/${endpoint.id}/deliveries`, {
+      key: org.key,
+      query: { status: 'lost' },
+    });
     expect(badStatus.statusCode).toBe(422);
-    const otherFilter = await ctx.request('GET', `/v1/webhook-endpoints/${endpoint.id}/deliveries`, { key: org.key, query: { limit: '1', status: 'succeeded', cursor: paged.next_cursor } });
+    const otherFilter = await ctx.request('GET', `/v1/webhook-endpoints/${endpoint.id}/deliveries`, {
+      key: org.key,
+      query: { limit: '1', status: 'succeeded', cursor: paged.next_cursor },
+    });
     expect(otherFilter.statusCode).toBe(422);
   });
 
@@ -520,15 +632,23 @@ describe('webhook endpoints API: test events, deliveries, retry', () => {
     const eventId = await emit(org.id);
     await startWorker();
     await receiptOf(endpoint.path, eventId);
-    const [settled] = await waitFor(async () => {
-      const rows = await deliveryRows(org.id, endpoint.id);
-      return rows.every((row) => row.status === 'succeeded') ? rows : undefined;
-    }, 20_000, 'the first delivery');
+    const [settled] = await waitFor(
+      async () => {
+        const rows = await deliveryRows(org.id, endpoint.id);
+        return rows.every((row) => row.status === 'succeeded') ? rows : undefined;
+      },
+      20_000,
+      'the first delivery',
+    );
 
     const response = await ctx.request('POST', `/v1/webhook-deliveries/${settled!.id}/retry`, { key: org.key });
     expect(response.statusCode, response.body).toBe(202);
     expect(response.json()).toMatchObject({ event_id: eventId, endpoint_id: endpoint.id, status: 'pending', resent_from: settled!.id });
-    await waitFor(() => receiptsFor(endpoint.path).filter((receipt) => receipt.webhookId === eventId).length === 2, 20_000, 'the second receipt');
+    await waitFor(
+      () => receiptsFor(endpoint.path).filter((receipt) => receipt.webhookId === eventId).length === 2,
+      20_000,
+      'the second receipt',
+    );
     expect((await auditRows(org.id, response.json().id)).map((row) => row.action)).toEqual(['webhook_delivery.resent']);
   });
 
@@ -546,7 +666,10 @@ describe('webhook endpoints API: test events, deliveries, retry', () => {
   it('when test or retry get a body with a property, it answers 422', async () => {
     const org = await ctx.createOrg();
     const endpoint = await createEndpoint(org);
-    const response = await ctx.request('POST', `/v1/webhook-endpoints/${endpoint.id}/test`, { key: org.key, body: { type: 'customer.updated' } });
+    const response = await ctx.request('POST', `/v1/webhook-endpoints/${endpoint.id}/test`, {
+      key: org.key,
+      body: { type: 'customer.updated' },
+    });
     expect(response.statusCode).toBe(422);
   });
 });

@@ -22,7 +22,9 @@ const permissive = () => createWebhooksService({ database: ctx.database, allowPr
 const PUBLIC_URL = 'https://93.184.215.14/hooks/svc';
 
 async function emit(orgId: string, type: 'customer.updated' | 'customer.kyc_completed' | 'webhook.test' = 'customer.updated') {
-  return ctx.database.transaction((tx) => createOutboxRepository(ctx.database.db).record({ orgId, type, customerId: null, customer: null }, tx));
+  return ctx.database.transaction((tx) =>
+    createOutboxRepository(ctx.database.db).record({ orgId, type, customerId: null, customer: null }, tx),
+  );
 }
 
 describe('webhook endpoints', () => {
@@ -41,7 +43,10 @@ describe('webhook endpoints', () => {
     expect(listed[0]).not.toHaveProperty('secret');
     expect(JSON.stringify(listed)).not.toContain(added.secret);
 
-    const [audit] = await ctx.database.db.select().from(auditLog).where(and(eq(auditLog.orgId, org.id), eq(auditLog.subjectId, added.id)));
+    const [audit] = await ctx.database.db
+      .select()
+      .from(auditLog)
+      .where(and(eq(auditLog.orgId, org.id), eq(auditLog.subjectId, added.id)));
     expect(audit!.action).toBe('webhook_endpoint.created');
     expect(JSON.stringify(audit!.after)).not.toContain(added.secret);
   });
@@ -108,7 +113,9 @@ describe('webhook endpoints', () => {
   it('when WEBHOOK_ALLOWED_PORTS lists a port, an endpoint on it is accepted and one on another port is still refused', async () => {
     const org = await ctx.createOrg();
     const withPorts = createWebhooksService({ database: ctx.database, allowPrivateUrls: false, allowedPorts: [8443] });
-    expect(await withPorts.addEndpoint({ orgId: org.id, url: 'https://93.184.215.14:8443/hooks' })).toMatchObject({ url: 'https://93.184.215.14:8443/hooks' });
+    expect(await withPorts.addEndpoint({ orgId: org.id, url: 'https://93.184.215.14:8443/hooks' })).toMatchObject({
+      url: 'https://93.184.215.14:8443/hooks',
+    });
     await expect(withPorts.addEndpoint({ orgId: org.id, url: 'https://93.184.215.14:9443/hooks' })).rejects.toMatchObject({
       details: { issues: { url: [expect.stringMatching(/Port 9443 is not allowed/)] } },
     });
@@ -125,7 +132,9 @@ describe('webhook endpoints', () => {
       ],
     });
     await expect(service.addEndpoint({ orgId: org.id, url: 'https://crm.example.test/hooks' })).rejects.toMatchObject({
-      details: { issues: { url: [expect.stringMatching(/"crm\.example\.test" resolves to ::ffff:192\.168\.0\.10, which is not a public address/)] } },
+      details: {
+        issues: { url: [expect.stringMatching(/"crm\.example\.test" resolves to ::ffff:192\.168\.0\.10, which is not a public address/)] },
+      },
     });
     expect(await service.listEndpoints(org.id)).toEqual([]);
   });
@@ -187,9 +196,10 @@ describe('webhook endpoints', () => {
 
   it('when deliveries are filtered by an invalid status, the filter is refused naming the field', async () => {
     const org = await ctx.createOrg();
-    await expect(
-      strict().listDeliveries({ orgId: org.id, status: 'sent' as 'pending' }),
-    ).rejects.toMatchObject({ code: 'validation_failed', details: { issues: { status: expect.any(Array) } } });
+    await expect(strict().listDeliveries({ orgId: org.id, status: 'sent' as 'pending' })).rejects.toMatchObject({
+      code: 'validation_failed',
+      details: { issues: { status: expect.any(Array) } },
+    });
   });
 });
 

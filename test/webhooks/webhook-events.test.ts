@@ -32,7 +32,10 @@ let pathCounter = 0;
 async function orgWithEndpoint(): Promise<{ org: TestOrg; path: string }> {
   const org = await ctx.createOrg();
   const path = `/events-${(pathCounter += 1)}`;
-  const endpoint = await createWebhooksService({ database: ctx.database, allowPrivateUrls: true }).addEndpoint({ orgId: org.id, url: receiver.url(path) });
+  const endpoint = await createWebhooksService({ database: ctx.database, allowPrivateUrls: true }).addEndpoint({
+    orgId: org.id,
+    url: receiver.url(path),
+  });
   receiver.trust(path, endpoint.secret);
   return { org, path };
 }
@@ -59,7 +62,8 @@ async function createPerson(org: TestOrg, externalId: string) {
   return response.json() as { id: string };
 }
 
-const getCustomer = async (org: TestOrg, id: string) => (await ctx.request('GET', `/v1/customers/${id}`, { key: org.key })).json() as Record<string, unknown>;
+const getCustomer = async (org: TestOrg, id: string) =>
+  (await ctx.request('GET', `/v1/customers/${id}`, { key: org.key })).json() as Record<string, unknown>;
 
 describe('events from changes to the receiver', () => {
   it('when the integration changes a customer through the API, the endpoint receives one signed customer.updated whose data.customer equals GET', async () => {
@@ -68,7 +72,9 @@ describe('events from changes to the receiver', () => {
     const patched = await ctx.request('PATCH', `/v1/customers/${person.id}`, { key: org.key, body: { fullName: 'Noor H. Haddad' } });
     expect(patched.statusCode, patched.body).toBe(200);
     // A repeat of the same values is a no-op: no second event.
-    expect((await ctx.request('PATCH', `/v1/customers/${person.id}`, { key: org.key, body: { fullName: 'Noor H. Haddad' } })).statusCode).toBe(200);
+    expect(
+      (await ctx.request('PATCH', `/v1/customers/${person.id}`, { key: org.key, body: { fullName: 'Noor H. Haddad' } })).statusCode,
+    ).toBe(200);
 
     await waitFor(() => eventsAt(path).length === 1, 20_000, 'the customer.updated delivery');
     await new Promise((resolve) => setTimeout(resolve, 300));

@@ -6,7 +6,12 @@ import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { createDatabase, type Database } from '../../src/db/client.js';
-import { createDeliveryWorker, DELIVERY_CHANNEL, type DeliveryWorker, type DeliveryWorkerOptions } from '../../src/modules/webhooks/delivery.worker.js';
+import {
+  createDeliveryWorker,
+  DELIVERY_CHANNEL,
+  type DeliveryWorker,
+  type DeliveryWorkerOptions,
+} from '../../src/modules/webhooks/delivery.worker.js';
 import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
 import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
@@ -41,7 +46,10 @@ let pathCounter = 0;
 async function orgWithEndpoint() {
   const org = await ctx.createOrg();
   const path = `/wake-${(pathCounter += 1)}`;
-  const endpoint = await createWebhooksService({ database: ctx.database, allowPrivateUrls: true }).addEndpoint({ orgId: org.id, url: receiver.url(path) });
+  const endpoint = await createWebhooksService({ database: ctx.database, allowPrivateUrls: true }).addEndpoint({
+    orgId: org.id,
+    url: receiver.url(path),
+  });
   receiver.trust(path, endpoint.secret);
   return { org, path };
 }
@@ -134,7 +142,10 @@ describe('workers woken after commit', () => {
 
     // Today's in-transaction pg_notify would be heard 20 times, once per commit.
     expect(heard).toHaveLength(1);
-    const { rows } = await ctx.database.pool.query<{ count: number }>('SELECT count(*)::int AS count FROM webhook_deliveries WHERE org_id = $1', [org.id]);
+    const { rows } = await ctx.database.pool.query<{ count: number }>(
+      'SELECT count(*)::int AS count FROM webhook_deliveries WHERE org_id = $1',
+      [org.id],
+    );
     expect(rows[0]!.count).toBe(20);
     await waitFor(() => heard[0]!.deliveriesVisible >= 0, 5_000, 'the read made on hearing it');
     expect(heard[0]!.deliveriesVisible).toBeGreaterThanOrEqual(1);
@@ -148,7 +159,8 @@ describe('workers woken after commit', () => {
     const unsubscribe = database.onWake(DELIVERY_CHANNEL, () => (wokenHere += 1));
     closers.push(async () => unsubscribe());
     const outbox = createOutboxRepository(database.db);
-    const write = () => database.transaction((tx) => outbox.record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n: 1 } }, tx));
+    const write = () =>
+      database.transaction((tx) => outbox.record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n: 1 } }, tx));
 
     await expect(
       database.transaction(async () => {
@@ -165,7 +177,7 @@ describe('workers woken after commit', () => {
     expect(wokenHere).toBe(1);
   });
 
-  it('when work is committed with no wake at all, the worker\'s poll still delivers it', async () => {
+  it("when work is committed with no wake at all, the worker's poll still delivers it", async () => {
     const { org, path } = await orgWithEndpoint();
     const database = ownDatabase();
     await startWorker(database, { listen: false, pollIntervalMs: 200 });
@@ -177,12 +189,23 @@ describe('workers woken after commit', () => {
     await writer.query('BEGIN');
     await writer.query(
       `INSERT INTO outbox_events (id, org_id, type, customer_id, payload, created_at) VALUES ($1, $2, 'customer.updated', NULL, $3, now())`,
-      [eventId, org.id, JSON.stringify({ id: eventId, type: 'customer.updated', created: new Date().toISOString(), data: { customer: null } })],
+      [
+        eventId,
+        org.id,
+        JSON.stringify({ id: eventId, type: 'customer.updated', created: new Date().toISOString(), data: { customer: null } }),
+      ],
     );
-    await writer.query(`INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id) SELECT $1, $2, id FROM webhook_endpoints WHERE org_id = $1`, [org.id, eventId]);
+    await writer.query(
+      `INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id) SELECT $1, $2, id FROM webhook_endpoints WHERE org_id = $1`,
+      [org.id, eventId],
+    );
     await writer.query('COMMIT');
 
-    await waitFor(() => receiver.receipts.some((receipt) => receipt.path === path && receipt.webhookId === eventId), 10_000, 'the polled delivery');
+    await waitFor(
+      () => receiver.receipts.some((receipt) => receipt.path === path && receipt.webhookId === eventId),
+      10_000,
+      'the polled delivery',
+    );
   });
 
   it('when this process commits a delivery, its own worker is woken in-process at once, with no LISTEN and a poll every ten minutes', async () => {
@@ -193,7 +216,11 @@ describe('workers woken after commit', () => {
     const eventId = await database.transaction((tx) =>
       createOutboxRepository(database.db).record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n: 2 } }, tx),
     );
-    await waitFor(() => receiver.receipts.some((receipt) => receipt.path === path && receipt.webhookId === eventId), 5_000, 'the in-process wake');
+    await waitFor(
+      () => receiver.receipts.some((receipt) => receipt.path === path && receipt.webhookId === eventId),
+      5_000,
+      'the in-process wake',
+    );
   });
 
   it('when another process commits a delivery, its NOTIFY after the commit wakes a listening worker that polls every ten minutes', async () => {
@@ -204,10 +231,14 @@ describe('workers woken after commit', () => {
     const eventId = await writer.transaction((tx) =>
       createOutboxRepository(writer.db).record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n: 3 } }, tx),
     );
-    await waitFor(() => receiver.receipts.some((receipt) => receipt.path === path && receipt.webhookId === eventId), 5_000, 'the NOTIFY wake');
+    await waitFor(
+      () => receiver.receipts.some((receipt) => receipt.path === path && receipt.webhookId === eventId),
+      5_000,
+      'the NOTIFY wake',
+    );
   });
 
-  it('when a Database closes with a wake still waiting for its interval, it sends it before closing (a CLI command\'s write is not left to the poll)', async () => {
+  it("when a Database closes with a wake still waiting for its interval, it sends it before closing (a CLI command's write is not left to the poll)", async () => {
     const { org } = await orgWithEndpoint();
     const heard = await listenForWakes(org.id);
     const database = createDatabase(ctx.databaseUrl, { poolSize: 2, wakeIntervalMs: 60_000 });

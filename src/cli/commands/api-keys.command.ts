@@ -44,13 +44,13 @@ export function registerApiKeyCommands(program: Command): void {
         runCommand(({ database, actor }) =>
           createApiKeysService({ database }).create(
             {
-            orgId: options.org,
-            scopes: parseList(options.scopes) ?? [],
-            label: options.label,
-            expiresAt: options.expiresAt,
-            allowIps: parseList(options.allowIp),
-            burstLimit: options.burstLimit,
-            dailyLimit: options.dailyLimit,
+              orgId: options.org,
+              scopes: parseList(options.scopes) ?? [],
+              label: options.label,
+              expiresAt: options.expiresAt,
+              allowIps: parseList(options.allowIp),
+              burstLimit: options.burstLimit,
+              dailyLimit: options.dailyLimit,
             },
             actor,
           ),
@@ -61,9 +61,7 @@ export function registerApiKeyCommands(program: Command): void {
     .command('list')
     .description('List the keys of an organisation (no secrets)')
     .requiredOption('--org <id>', 'organisation id')
-    .action((options: { org: string }) =>
-      runCommand(({ database }) => createApiKeysService({ database }).list(options.org)),
-    );
+    .action((options: { org: string }) => runCommand(({ database }) => createApiKeysService({ database }).list(options.org)));
 
   key
     .command('revoke')

@@ -47,7 +47,11 @@ export function registerAuditCommands(program: Command): void {
             progress: (rows) => progress.update(rows),
           };
           try {
-            const manifest = await createAuditService({ database }).export(options.org, { format: options.format, from: options.from, to: options.to }, sink);
+            const manifest = await createAuditService({ database }).export(
+              options.org,
+              { format: options.format, from: options.from, to: options.to },
+              sink,
+            );
             progress.stop();
             if (partial !== undefined) {
               stream.end();
@@ -85,7 +89,9 @@ export function registerAuditCommands(program: Command): void {
         migrate: false,
         exitCode: (verdict) => (verdict.ok ? 0 : CHAIN_BROKEN_EXIT_CODE),
         message: (verdict) =>
-          verdict.ok ? '' : `audit chain broken at sequence ${verdict.broken_at.sequence} (${verdict.broken_at.problem}): ${verdict.broken_at.detail}`,
+          verdict.ok
+            ? ''
+            : `audit chain broken at sequence ${verdict.broken_at.sequence} (${verdict.broken_at.problem}): ${verdict.broken_at.detail}`,
       });
     });
 
@@ -95,7 +101,11 @@ export function registerAuditCommands(program: Command): void {
       'Delete the sealed audit rows created before DATE behind a signed checkpoint, so the rest still verifies; refused for a DATE inside AUDIT_RETENTION_YEARS',
     )
     .requiredOption('--org <id>', 'organisation id')
-    .requiredOption('--before <date>', 'rows created before this are deleted: 2018-01-31 (midnight UTC) or 2018-01-31T12:00:00Z', parseInstant('--before'))
+    .requiredOption(
+      '--before <date>',
+      'rows created before this are deleted: 2018-01-31 (midnight UTC) or 2018-01-31T12:00:00Z',
+      parseInstant('--before'),
+    )
     .action((options: { org: string; before: Date }) =>
       runCommand(({ database, config, actor }) =>
         createAuditService({ database }).purge(options.org, options.before, { actor, retentionYears: config.retention.auditYears }),
@@ -113,7 +123,9 @@ async function verifyFile(file: string, format: ExportFormat | undefined): Promi
   }
   printJson(verdict);
   if (!verdict.ok) {
-    process.stderr.write(`audit export broken at sequence ${verdict.broken_at.sequence} (${verdict.broken_at.problem}): ${verdict.broken_at.detail}\n`);
+    process.stderr.write(
+      `audit export broken at sequence ${verdict.broken_at.sequence} (${verdict.broken_at.problem}): ${verdict.broken_at.detail}\n`,
+    );
     process.exitCode = CHAIN_BROKEN_EXIT_CODE;
   }
 }
@@ -125,7 +137,9 @@ function parseInstant(name: string) {
     const instant = new Date(text);
     // A date-time without its offset would be read in the machine's zone: ask for it.
     if (!/^\d{4}-\d{2}-\d{2}(T.*(Z|[+-]\d{2}:?\d{2}))?$/.test(value) || Number.isNaN(instant.getTime())) {
-      throw new InvalidArgumentError(`${name} must be an ISO 8601 date (2026-01-31) or date-time with its offset (2026-01-31T09:00:00Z), got "${value}"`);
+      throw new InvalidArgumentError(
+        `${name} must be an ISO 8601 date (2026-01-31) or date-time with its offset (2026-01-31T09:00:00Z), got "${value}"`,
+      );
     }
     return instant;
   };

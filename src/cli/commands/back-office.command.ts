@@ -25,7 +25,12 @@ export function registerBackOfficeCommands(program: Command): void {
     .option('--country <alpha3>', 'verified country, ISO 3166-1 alpha-3 (individuals; default AUS)')
     .action((options: { org: string; customer: string; result: Verdict; legalName?: string; country?: string }) =>
       runCommand(({ database, actor }) =>
-        createBackOfficeService({ database }).verdict(options.org, options.customer, { result: options.result, legalName: options.legalName, country: options.country }, actor),
+        createBackOfficeService({ database }).verdict(
+          options.org,
+          options.customer,
+          { result: options.result, legalName: options.legalName, country: options.country },
+          actor,
+        ),
       ),
     );
 
@@ -40,8 +45,17 @@ export function registerBackOfficeCommands(program: Command): void {
     .option('--sanctions', 'sanctions match')
     .option('--adverse-media', 'adverse media match')
     .option('--terrorism', 'terrorism financing match')
-    .action((options: { org: string; customer: string; status: AmlStatus; pep?: boolean; sanctions?: boolean; adverseMedia?: boolean; terrorism?: boolean }) =>
-      runCommand(({ database, actor }) => createBackOfficeService({ database }).setAml(options.org, options.customer, options, actor)),
+    .action(
+      (options: {
+        org: string;
+        customer: string;
+        status: AmlStatus;
+        pep?: boolean;
+        sanctions?: boolean;
+        adverseMedia?: boolean;
+        terrorism?: boolean;
+      }) =>
+        runCommand(({ database, actor }) => createBackOfficeService({ database }).setAml(options.org, options.customer, options, actor)),
     );
   aml
     .command('resolve')
@@ -57,5 +71,7 @@ export function registerBackOfficeCommands(program: Command): void {
     .description('List queued and sent emails (recipient, subject, link)')
     .requiredOption('--org <id>', 'organisation id')
     .option('--to <address>', 'only emails to this address')
-    .action((options: { org: string; to?: string }) => runCommand(({ database }) => createEmailsService({ database }).list(options.org, { to: options.to })));
+    .action((options: { org: string; to?: string }) =>
+      runCommand(({ database }) => createEmailsService({ database }).list(options.org, { to: options.to })),
+    );
 }

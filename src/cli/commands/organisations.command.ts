@@ -38,7 +38,7 @@ export function registerOrganisationCommands(program: Command): void {
 
   org
     .command('list')
-    .description('List the organisations, oldest first (the first start\'s sandbox among them)')
+    .description("List the organisations, oldest first (the first start's sandbox among them)")
     .action(() => runCommand(({ database }) => createOrganisationsService({ database }).list()));
 
   org

@@ -90,14 +90,27 @@ describe('svc template create', () => {
     const result = await svc(['template', 'create', '--org', org.id, '--file', file]);
     expect(result.code).not.toBe(0);
     expect(result.stdout).toBe('');
-    for (const field of ['code: the "PB-" prefix is reserved', 'name: is required', 'roles[0].partyType:', 'roles[0].checkTrigger:', 'colour: Unknown property.']) {
+    for (const field of [
+      'code: the "PB-" prefix is reserved',
+      'name: is required',
+      'roles[0].partyType:',
+      'roles[0].checkTrigger:',
+      'colour: Unknown property.',
+    ]) {
       expect(result.stderr).toContain(field);
     }
     expect(await ctx.database.db.$count(groupTemplates, eq(groupTemplates.source, 'CUSTOM'))).toBe(1);
   });
 
   it('when roles is empty, repeats a label, or the JSON is malformed, it says so', async () => {
-    const empty = await svc(['template', 'create', '--org', org.id, '--file', writeFile('empty.json', { ...validFile, code: 'x', roles: [] })]);
+    const empty = await svc([
+      'template',
+      'create',
+      '--org',
+      org.id,
+      '--file',
+      writeFile('empty.json', { ...validFile, code: 'x', roles: [] }),
+    ]);
     expect(empty.code).not.toBe(0);
     expect(empty.stderr).toMatch(/roles: must have at least one role/);
 
@@ -119,7 +132,14 @@ describe('svc template create', () => {
   });
 
   it('when the organisation does not exist, it exits non-zero', async () => {
-    const result = await svc(['template', 'create', '--org', '00000000-0000-4000-8000-000000000000', '--file', writeFile('valid2.json', validFile)]);
+    const result = await svc([
+      'template',
+      'create',
+      '--org',
+      '00000000-0000-4000-8000-000000000000',
+      '--file',
+      writeFile('valid2.json', validFile),
+    ]);
     expect(result.code).not.toBe(0);
     expect(result.stderr).toMatch(/Organisation not found/);
   });

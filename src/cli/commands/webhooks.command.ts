@@ -5,8 +5,7 @@ import { DELIVERY_STATUSES, type DeliveryStatus } from '../../modules/webhooks/w
 import { EVENT_TYPES, type EventType } from '../../modules/webhooks/outbox.repository.js';
 import { parseInteger, parseList, runCommand, type CommandContext } from '../runner.js';
 
-const service = ({ config, database }: CommandContext) =>
-  createWebhooksService({ database, ...webhookTargetPolicy(config) });
+const service = ({ config, database }: CommandContext) => createWebhooksService({ database, ...webhookTargetPolicy(config) });
 
 export function registerWebhookCommands(program: Command): void {
   const webhook = program.command('webhook').description('Manage webhook endpoints and deliveries');
@@ -45,9 +44,7 @@ export function registerWebhookCommands(program: Command): void {
     .option('--org <id>', 'organisation id (refuses an endpoint of another organisation)')
     .option('--reason <text>', 'why, kept on the endpoint')
     .action((id: string, options: { org?: string; reason?: string }) =>
-      runCommand((context) =>
-        service(context).disableEndpoint(id, { orgId: options.org, reason: options.reason, actor: context.actor }),
-      ),
+      runCommand((context) => service(context).disableEndpoint(id, { orgId: options.org, reason: options.reason, actor: context.actor })),
     );
 
   webhook
@@ -100,20 +97,21 @@ export function registerWebhookCommands(program: Command): void {
     .option('--description <text>', 'your note; "" clears it')
     .option('--enable', 'enable it again (clears disabled_reason)')
     .option('--disable', 'disable it; its queued deliveries fail')
-    .action((id: string, options: { org?: string; url?: string; events?: string; description?: string; enable?: boolean; disable?: boolean }) =>
-      runCommand((context) => {
-        if (options.enable && options.disable) throw new Error('--enable and --disable exclude each other');
-        return service(context).updateEndpoint(
-          id,
-          {
-            url: options.url,
-            events: parseList(options.events) as EventType[] | undefined,
-            description: options.description === undefined ? undefined : options.description || null,
-            enabled: options.enable ? true : options.disable ? false : undefined,
-          },
-          { orgId: options.org, actor: context.actor },
-        );
-      }),
+    .action(
+      (id: string, options: { org?: string; url?: string; events?: string; description?: string; enable?: boolean; disable?: boolean }) =>
+        runCommand((context) => {
+          if (options.enable && options.disable) throw new Error('--enable and --disable exclude each other');
+          return service(context).updateEndpoint(
+            id,
+            {
+              url: options.url,
+              events: parseList(options.events) as EventType[] | undefined,
+              description: options.description === undefined ? undefined : options.description || null,
+              enabled: options.enable ? true : options.disable ? false : undefined,
+            },
+            { orgId: options.org, actor: context.actor },
+          );
+        }),
     );
 
   webhook
@@ -121,7 +119,11 @@ export function registerWebhookCommands(program: Command): void {
     .description('Give an endpoint a new signing secret (printed only here); the old one keeps signing too for the grace period')
     .argument('<id>', 'endpoint id')
     .option('--org <id>', 'organisation id (refuses an endpoint of another organisation)')
-    .option('--grace-period-seconds <n>', 'how long the old secret keeps signing (0 to 604800, default 86400)', parseInteger('--grace-period-seconds'))
+    .option(
+      '--grace-period-seconds <n>',
+      'how long the old secret keeps signing (0 to 604800, default 86400)',
+      parseInteger('--grace-period-seconds'),
+    )
     .action((id: string, options: { org?: string; gracePeriodSeconds?: number }) =>
       runCommand((context) =>
         service(context).rotateSecret(id, { orgId: options.org, gracePeriodSeconds: options.gracePeriodSeconds, actor: context.actor }),

@@ -49,12 +49,32 @@ describe('rate-limit leases, answers arriving out of order', () => {
     const late = access.pendingCheck('hash-of-key', '127.0.0.1');
     // The one-token request is answered first, already in the next second; it uses its token.
     expect(() =>
-      late.judge(answer({ burst_window: second + 1, burst_wanted: 1, burst_granted: 1, burst_count: 1, day_wanted: 1, day_granted: 1, day_count: 1, day_window: day })),
+      late.judge(
+        answer({
+          burst_window: second + 1,
+          burst_wanted: 1,
+          burst_granted: 1,
+          burst_count: 1,
+          day_wanted: 1,
+          day_granted: 1,
+          day_count: 1,
+          day_window: day,
+        }),
+      ),
     ).not.toThrow();
     // The slice asked in the earlier second comes back afterwards: the database granted it, so the
     // request is admitted, although the lease now holds no token of its second.
     const grant = early.judge(
-      answer({ burst_window: second, burst_wanted: 100, burst_granted: 100, burst_count: 101, day_wanted: 10_000, day_granted: 10_000, day_count: 10_001, day_window: day }),
+      answer({
+        burst_window: second,
+        burst_wanted: 100,
+        burst_granted: 100,
+        burst_count: 101,
+        day_wanted: 10_000,
+        day_granted: 10_000,
+        day_count: 10_001,
+        day_window: day,
+      }),
     );
     expect(grant?.auth.apiKeyId).toBe('00000000-0000-4000-8000-000000000001');
   });
@@ -65,9 +85,31 @@ describe('rate-limit leases, answers arriving out of order', () => {
     const day = Math.floor(second / 86_400);
     const slice = access.pendingCheck('another-hash', '127.0.0.1');
     const single = access.pendingCheck('another-hash', '127.0.0.1');
-    slice.judge(answer({ burst_window: second, burst_wanted: 100, burst_granted: 100, burst_count: 10_000, day_wanted: 10_000, day_granted: 10_000, day_count: 10_000, day_window: day }));
+    slice.judge(
+      answer({
+        burst_window: second,
+        burst_wanted: 100,
+        burst_granted: 100,
+        burst_count: 10_000,
+        day_wanted: 10_000,
+        day_granted: 10_000,
+        day_count: 10_000,
+        day_window: day,
+      }),
+    );
     expect(() =>
-      single.judge(answer({ burst_window: second, burst_wanted: 1, burst_granted: 0, burst_count: 10_000, day_wanted: 1, day_granted: 0, day_count: 10_000, day_window: day })),
+      single.judge(
+        answer({
+          burst_window: second,
+          burst_wanted: 1,
+          burst_granted: 0,
+          burst_count: 10_000,
+          day_wanted: 1,
+          day_granted: 0,
+          day_count: 10_000,
+          day_window: day,
+        }),
+      ),
     ).not.toThrow();
   });
 
@@ -77,7 +119,17 @@ describe('rate-limit leases, answers arriving out of order', () => {
     const check = access.pendingCheck('third-hash', '127.0.0.1');
     let refusal: unknown;
     try {
-      check.judge(answer({ burst_window: second, burst_wanted: 100, burst_granted: 0, burst_count: 10_000, day_wanted: 10_000, day_granted: 0, day_count: 5 }));
+      check.judge(
+        answer({
+          burst_window: second,
+          burst_wanted: 100,
+          burst_granted: 0,
+          burst_count: 10_000,
+          day_wanted: 10_000,
+          day_granted: 0,
+          day_count: 5,
+        }),
+      );
     } catch (error) {
       refusal = error;
     }
@@ -184,7 +236,18 @@ describe('lease slices sized by demand', () => {
 
     const idle = createAccessService({ database: ctx.database, defaults: { burst: 25, daily: 100_000 }, clock });
     const first = idle.pendingCheck('idle-hash', '127.0.0.1');
-    first.judge(answer({ burst_window: second, burst_limit: 25, burst_wanted: 1, burst_granted: 1, burst_count: 1, day_wanted: 1, day_granted: 1, day_count: 1 }));
+    first.judge(
+      answer({
+        burst_window: second,
+        burst_limit: 25,
+        burst_wanted: 1,
+        burst_granted: 1,
+        burst_count: 1,
+        day_wanted: 1,
+        day_granted: 1,
+        day_count: 1,
+      }),
+    );
     clock.move(3);
     expect(burstAsk(idle.pendingCheck('idle-hash', '127.0.0.1'))).toBe(1);
   });

@@ -232,7 +232,15 @@ export function createAccessService(deps: { database: Database; defaults: { burs
     // second leases a whole slice instead of one token that only finds out they are stale.
     if (Math.floor(databaseNow) > lease.burstWindow) lease.burst = 0;
     if (Math.floor(databaseNow / 86_400) > lease.dayWindow) lease.day = 0;
-    const reservation: Reservation = { burstWindow: -1, dayWindow: -1, burstAsk: 0, dayTopUp: false, burstHeld: 0, dayHeld: 0, readOnly: false };
+    const reservation: Reservation = {
+      burstWindow: -1,
+      dayWindow: -1,
+      burstAsk: 0,
+      dayTopUp: false,
+      burstHeld: 0,
+      dayHeld: 0,
+      readOnly: false,
+    };
     if (lease.burst > 0) {
       lease.burst -= 1;
       reservation.burstWindow = lease.burstWindow;
@@ -250,7 +258,8 @@ export function createAccessService(deps: { database: Database; defaults: { burs
     reservation.burstHeld = lease.burst;
     reservation.dayHeld = lease.day;
     if (reservation.burstWindow >= 0 && reservation.dayWindow >= 0) {
-      reservation.readOnly = Math.floor(databaseNow) === reservation.burstWindow && Math.floor(databaseNow / 86_400) === reservation.dayWindow;
+      reservation.readOnly =
+        Math.floor(databaseNow) === reservation.burstWindow && Math.floor(databaseNow / 86_400) === reservation.dayWindow;
     }
     return reservation;
   }

@@ -13,10 +13,14 @@ describe('the access check row (accessCheckRowOf)', () => {
     expect(row).toEqual({ id: 'k1', active: true, burst_granted: 3 });
   });
 
-  it('when a later result has other columns or another order, it keys by that result\'s names, not the ones kept from before', () => {
+  it("when a later result has other columns or another order, it keys by that result's names, not the ones kept from before", () => {
     accessCheckRowOf(arrayResult(['id', 'active'], [['k1', true]]));
     expect(accessCheckRowOf(arrayResult(['active', 'id'], [[false, 'k2']]))).toEqual({ active: false, id: 'k2' });
-    expect(accessCheckRowOf(arrayResult(['active', 'id', 'day_count'], [[true, 'k3', 7]]))).toEqual({ active: true, id: 'k3', day_count: 7 });
+    expect(accessCheckRowOf(arrayResult(['active', 'id', 'day_count'], [[true, 'k3', 7]]))).toEqual({
+      active: true,
+      id: 'k3',
+      day_count: 7,
+    });
     expect(accessCheckRowOf(arrayResult(['id'], [['k4']]))).toEqual({ id: 'k4' });
   });
 

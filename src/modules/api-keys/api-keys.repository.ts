@@ -252,7 +252,14 @@ export function createApiKeysRepository(db: Executor) {
      * alone, or with a request's first statement.
      */
     accessCheckStatement(input: AccessCheckInput): pg.QueryArrayConfig {
-      const values = [input.keyHash, input.clientIp, input.defaultBurstLimit, input.defaultDailyLimit, input.heldBurstWindow, input.heldDayWindow];
+      const values = [
+        input.keyHash,
+        input.clientIp,
+        input.defaultBurstLimit,
+        input.defaultDailyLimit,
+        input.heldBurstWindow,
+        input.heldDayWindow,
+      ];
       // Read as an array: pg then makes no per-result object of the column names (see src/db/pg-array-rows.ts).
       if (input.readOnly) return { name: 'api_keys_access_read', text: ACCESS_READ_SQL, rowMode: 'array', values };
       return {

@@ -80,7 +80,10 @@ export function createApiKeysService(deps: { database: Database }) {
       const unknown = scopes.filter((scope) => !SCOPES.includes(scope as Scope));
       if (scopes.length === 0) throw AppError.field('scopes', `At least one scope is required (${SCOPES.join(', ')}).`);
       if (unknown.length) throw AppError.field('scopes', `Unknown scope(s): ${unknown.join(', ')}. Valid: ${SCOPES.join(', ')}.`);
-      for (const [field, value] of [['burstLimit', input.burstLimit], ['dailyLimit', input.dailyLimit]] as const) {
+      for (const [field, value] of [
+        ['burstLimit', input.burstLimit],
+        ['dailyLimit', input.dailyLimit],
+      ] as const) {
         if (value !== undefined && (!Number.isInteger(value) || value < 1)) {
           throw AppError.field(field, 'Must be a whole number greater than zero.');
         }
@@ -130,7 +133,15 @@ export function createApiKeysService(deps: { database: Database }) {
         const row = await keys.revoke(existing.orgId, id, tx);
         const after = toApiKeyDto(row!);
         await audit.record(
-          { orgId: after.org_id, actor, action: 'api_key.revoked', subjectType: 'api_key', subjectId: id, before: toApiKeyDto(existing), after },
+          {
+            orgId: after.org_id,
+            actor,
+            action: 'api_key.revoked',
+            subjectType: 'api_key',
+            subjectId: id,
+            before: toApiKeyDto(existing),
+            after,
+          },
           tx,
         );
         return after;

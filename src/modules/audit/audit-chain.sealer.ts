@@ -39,7 +39,8 @@ export function createAuditChainSealer(options: CommitOrderSealerOptions): Audit
       const written = await audit.seal(orgId, sealed, tx);
       // Under the head lock nobody else seals these rows; should one have been, the batch would leave
       // a hole in the chain, so it is rolled back and read again on the next pass.
-      if (written !== sealed.length) throw new Error(`audit sealer: ${sealed.length - written} of ${sealed.length} rows were sealed by someone else`);
+      if (written !== sealed.length)
+        throw new Error(`audit sealer: ${sealed.length - written} of ${sealed.length} rows were sealed by someone else`);
       return written;
     });
   }

@@ -20,7 +20,15 @@ export type ChainBreak = {
 };
 
 export type ChainVerdict =
-  | { ok: true; org_id: string; rows: number; first_sequence: number | null; last_sequence: number | null; head_hash: string | null; unsealed: number }
+  | {
+      ok: true;
+      org_id: string;
+      rows: number;
+      first_sequence: number | null;
+      last_sequence: number | null;
+      head_hash: string | null;
+      unsealed: number;
+    }
   | { ok: false; org_id: string; rows_checked: number; broken_at: ChainBreak };
 
 type StoredRow = ChainRow & { hash: string | null };
@@ -43,7 +51,12 @@ const PAGE = 2_000;
 export async function verifyChain(audit: AuditRepository, orgId: string, tx: Executor): Promise<ChainVerdict> {
   const head = await audit.findHead(orgId, tx);
   const unsealed = await audit.countUnsealed(orgId, tx);
-  const broken = (rowsChecked: number, at: ChainBreak): ChainVerdict => ({ ok: false, org_id: orgId, rows_checked: rowsChecked, broken_at: at });
+  const broken = (rowsChecked: number, at: ChainBreak): ChainVerdict => ({
+    ok: false,
+    org_id: orgId,
+    rows_checked: rowsChecked,
+    broken_at: at,
+  });
   const rowAt = (sequence: number) => audit.chainRowAt(orgId, sequence, tx);
   const hashBefore = async (sequence: number): Promise<string | undefined> => {
     if (sequence === 1) return GENESIS_HASH;
@@ -82,7 +95,7 @@ export async function verifyChain(audit: AuditRepository, orgId: string, tx: Exe
   let previous: StoredRow | undefined;
   let expected = (startAfter?.sequence ?? 0) + 1;
 
-  for (let from = expected; ; ) {
+  for (let from = expected; ;) {
     const page = await audit.chainFrom(orgId, from, PAGE, tx);
     for (const row of page) {
       if (first === null) {
@@ -129,7 +142,15 @@ export async function verifyChain(audit: AuditRepository, orgId: string, tx: Exe
 
   const tailBreak = await compareWithHead(head, previous);
   if (tailBreak) return broken(rows, tailBreak);
-  return { ok: true, org_id: orgId, rows, first_sequence: first, last_sequence: previous?.sequence ?? null, head_hash: previous?.hash ?? null, unsealed };
+  return {
+    ok: true,
+    org_id: orgId,
+    rows,
+    first_sequence: first,
+    last_sequence: previous?.sequence ?? null,
+    head_hash: previous?.hash ?? null,
+    unsealed,
+  };
 
   /** Why `row` (at sequence s) does not follow `previousHash`, the stored hash before it. */
   async function diagnose(row: StoredRow, previousHash: string, before: StoredRow | undefined): Promise<ChainBreak> {
@@ -138,13 +159,18 @@ export async function verifyChain(audit: AuditRepository, orgId: string, tx: Exe
     const next = await rowAt(s + 1);
 
     // Reordered: a later row verifies here, and this row verifies in that row's place.
-    for (let from = s + 1; ; ) {
+    for (let from = s + 1; ;) {
       const page = await audit.chainFrom(orgId, from, PAGE, tx);
       for (const other of page) {
         if (other.hash !== chainHash(previousHash, placedAt(other, s))) continue;
         const beforeOther = other.sequence === s + 1 ? other.hash : await hashBefore(other.sequence);
         if (beforeOther !== undefined && row.hash === chainHash(beforeOther, placedAt(row, other.sequence))) {
-          return { sequence: s, id: String(row.id), problem: 'reordered', detail: `${name} and row ${other.id} (sequence ${other.sequence}) have swapped places` };
+          return {
+            sequence: s,
+            id: String(row.id),
+            problem: 'reordered',
+            detail: `${name} and row ${other.id} (sequence ${other.sequence}) have swapped places`,
+          };
         }
         break;
       }
@@ -154,7 +180,12 @@ export async function verifyChain(audit: AuditRepository, orgId: string, tx: Exe
 
     // Inserted: the next row verifies in this row's place, chained to the row before it.
     if (next && next.hash === chainHash(previousHash, placedAt(next, s))) {
-      return { sequence: s, id: String(row.id), problem: 'inserted', detail: `${name} is not part of the chain: row ${next.id} after it was sealed at sequence ${s}` };
+      return {
+        sequence: s,
+        id: String(row.id),
+        problem: 'inserted',
+        detail: `${name} is not part of the chain: row ${next.id} after it was sealed at sequence ${s}`,
+      };
     }
     // Inserted with a hash of its own that chains (a forgery computed after the fact): this row verifies one place back.
     if (before && before.sequence >= 2) {
@@ -168,7 +199,12 @@ export async function verifyChain(audit: AuditRepository, orgId: string, tx: Exe
         };
       }
     } else if (before && before.sequence === 1 && row.hash === chainHash(GENESIS_HASH, placedAt(row, 1))) {
-      return { sequence: 1, id: String(before.id), problem: 'inserted', detail: `row ${before.id} (sequence 1) is not part of the chain: ${name} was sealed at sequence 1` };
+      return {
+        sequence: 1,
+        id: String(before.id),
+        problem: 'inserted',
+        detail: `row ${before.id} (sequence 1) is not part of the chain: ${name} was sealed at sequence 1`,
+      };
     }
 
     // Deleted and the rest renumbered down: the next row follows this one's hash one sequence further on.
@@ -176,10 +212,20 @@ export async function verifyChain(audit: AuditRepository, orgId: string, tx: Exe
       ? next.hash !== null && row.hash !== null && next.hash === chainHash(row.hash, placedAt(next, s + 2))
       : head !== undefined && head.lastSequence === s + 1 && head.lastHash === row.hash;
     if (renumbered) {
-      return { sequence: s, id: null, problem: 'deleted', detail: `the row sealed at sequence ${s} is missing and the rows after it were renumbered: ${name} was sealed at sequence ${s + 1}` };
+      return {
+        sequence: s,
+        id: null,
+        problem: 'deleted',
+        detail: `the row sealed at sequence ${s} is missing and the rows after it were renumbered: ${name} was sealed at sequence ${s + 1}`,
+      };
     }
 
-    return { sequence: s, id: String(row.id), problem: 'edited', detail: `${name} no longer matches its hash: its content or hash was changed after it was sealed` };
+    return {
+      sequence: s,
+      id: String(row.id),
+      problem: 'edited',
+      detail: `${name} no longer matches its hash: its content or hash was changed after it was sealed`,
+    };
   }
 
   /** The chain's tail against the head the sealer keeps: rows cut off, added after it, or a changed last row. */
@@ -191,7 +237,12 @@ export async function verifyChain(audit: AuditRepository, orgId: string, tx: Exe
       const checkpoint = await audit.checkpointAtOrBelow(orgId, headSequence, tx);
       if (checkpoint?.sequence === headSequence && checkpoint.hash === head?.lastHash) return undefined;
       const missing = (checkpoint?.sequence ?? 0) + 1;
-      return { sequence: missing, id: null, problem: 'truncated', detail: `the chain has no rows from sequence ${missing} on, but its head is at sequence ${headSequence}` };
+      return {
+        sequence: missing,
+        id: null,
+        problem: 'truncated',
+        detail: `the chain has no rows from sequence ${missing} on, but its head is at sequence ${headSequence}`,
+      };
     }
     if (last.sequence < headSequence) {
       return {
@@ -211,7 +262,12 @@ export async function verifyChain(audit: AuditRepository, orgId: string, tx: Exe
       };
     }
     if (last.hash !== head?.lastHash) {
-      return { sequence: last.sequence, id: String(last.id), problem: 'edited', detail: `row ${last.id} (sequence ${last.sequence}) does not match the hash the head recorded for it` };
+      return {
+        sequence: last.sequence,
+        id: String(last.id),
+        problem: 'edited',
+        detail: `row ${last.id} (sequence ${last.sequence}) does not match the hash the head recorded for it`,
+      };
     }
     return undefined;
   }

@@ -188,7 +188,10 @@ export function parseCsvFields(text: string): Array<string | null> {
 /** A csv record back to the record it was written from. */
 export function csvToRecord(fields: Array<string | null>): ExportRecord {
   if (fields.length !== CSV_COLUMNS.length) throw new Error(`${fields.length} fields where the header has ${CSV_COLUMNS.length}`);
-  const value = Object.fromEntries(CSV_COLUMNS.map((column, index) => [column, fields[index] ?? null])) as Record<(typeof CSV_COLUMNS)[number], string | null>;
+  const value = Object.fromEntries(CSV_COLUMNS.map((column, index) => [column, fields[index] ?? null])) as Record<
+    (typeof CSV_COLUMNS)[number],
+    string | null
+  >;
   const required = (column: (typeof CSV_COLUMNS)[number]): string => {
     const found = value[column];
     if (found === null) throw new Error(`${column} is empty`);

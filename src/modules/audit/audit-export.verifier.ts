@@ -55,7 +55,8 @@ async function lastLine(path: string): Promise<string> {
 
 function parseManifest(line: string, format: ExportFormat): ExportManifest | undefined {
   try {
-    if (format === 'csv') return line.startsWith(CSV_MANIFEST_PREFIX) ? (JSON.parse(line.slice(CSV_MANIFEST_PREFIX.length)) as ExportManifest) : undefined;
+    if (format === 'csv')
+      return line.startsWith(CSV_MANIFEST_PREFIX) ? (JSON.parse(line.slice(CSV_MANIFEST_PREFIX.length)) as ExportManifest) : undefined;
     const parsed = JSON.parse(line) as { manifest?: ExportManifest };
     return typeof parsed.manifest === 'object' && parsed.manifest !== null ? parsed.manifest : undefined;
   } catch {
@@ -144,7 +145,12 @@ export async function verifyExportFile(path: string, format?: ExportFormat): Pro
     if (missing) {
       // Only looking for the missing sequence now: the break is already found.
       if (!(record instanceof Error) && record.sequence === missing.sequence) {
-        found = { sequence: missing.sequence, id: record.id, problem: 'reordered', detail: `${name(record)} is out of its place: ${name(missing.next)} comes where it belongs` };
+        found = {
+          sequence: missing.sequence,
+          id: record.id,
+          problem: 'reordered',
+          detail: `${name(record)} is out of its place: ${name(missing.next)} comes where it belongs`,
+        };
         break;
       }
       continue;
@@ -158,7 +164,12 @@ export async function verifyExportFile(path: string, format?: ExportFormat): Pro
       continue;
     }
     if (manifest && (manifest.first_sequence === null || manifest.prev_hash === null)) {
-      return broken({ sequence: record.sequence, id: record.id, problem: 'manifest', detail: 'the manifest has no first_sequence or prev_hash to start the chain from, but the file has rows' });
+      return broken({
+        sequence: record.sequence,
+        id: record.id,
+        problem: 'manifest',
+        detail: 'the manifest has no first_sequence or prev_hash to start the chain from, but the file has rows',
+      });
     }
     // Without a manifest (a cut-off file) the rows still chain from the first one on.
     expected ??= record.sequence;
@@ -168,17 +179,32 @@ export async function verifyExportFile(path: string, format?: ExportFormat): Pro
         return broken({ sequence: record.sequence, id: record.id, problem: 'inserted', detail: `${name(record)} appears twice` });
       }
       if (record.sequence < expected) {
-        return broken({ sequence: record.sequence, id: record.id, problem: 'reordered', detail: `${name(record)} comes after ${previous ? name(previous) : 'the start'}` });
+        return broken({
+          sequence: record.sequence,
+          id: record.id,
+          problem: 'reordered',
+          detail: `${name(record)} comes after ${previous ? name(previous) : 'the start'}`,
+        });
       }
       missing = { sequence: expected, after: previous, next: record };
       continue;
     }
     const hashFollows = previousHash === undefined ? true : record.hash === chainHash(previousHash, chainRowOf(record));
     if ((manifest && record.org_id !== manifest.org_id) || !hashFollows) {
-      return broken({ sequence: record.sequence, id: record.id, problem: 'edited', detail: `${name(record)} no longer matches its hash: its content or hash was changed` });
+      return broken({
+        sequence: record.sequence,
+        id: record.id,
+        problem: 'edited',
+        detail: `${name(record)} no longer matches its hash: its content or hash was changed`,
+      });
     }
     if (!isDeepStrictEqual(record.changes, changesOf(record.before, record.after))) {
-      return broken({ sequence: record.sequence, id: record.id, problem: 'edited', detail: `${name(record)}: its changes no longer say what its before and after do` });
+      return broken({
+        sequence: record.sequence,
+        id: record.id,
+        problem: 'edited',
+        detail: `${name(record)}: its changes no longer say what its before and after do`,
+      });
     }
     rows += 1;
     previous = record;
@@ -188,7 +214,12 @@ export async function verifyExportFile(path: string, format?: ExportFormat): Pro
 
   if (found) return broken(found);
   if (unreadable && (unreadableFollowed || manifest)) {
-    return broken({ sequence: expected ?? 0, id: null, problem: 'edited', detail: `the record after ${previous ? name(previous) : 'the start'} cannot be read: ${unreadable.message}` });
+    return broken({
+      sequence: expected ?? 0,
+      id: null,
+      problem: 'edited',
+      detail: `the record after ${previous ? name(previous) : 'the start'} cannot be read: ${unreadable.message}`,
+    });
   }
   if (found) return broken(found);
   if (missing) {
@@ -218,7 +249,12 @@ export async function verifyExportFile(path: string, format?: ExportFormat): Pro
     });
   }
   if (lastSequence !== null && (manifest.last_sequence === null || lastSequence > manifest.last_sequence)) {
-    return broken({ sequence: lastSequence, id: previous!.id, problem: 'manifest', detail: `the rows go on to sequence ${lastSequence} but the manifest's last_sequence is ${manifest.last_sequence}` });
+    return broken({
+      sequence: lastSequence,
+      id: previous!.id,
+      problem: 'manifest',
+      detail: `the rows go on to sequence ${lastSequence} but the manifest's last_sequence is ${manifest.last_sequence}`,
+    });
   }
   const mismatch =
     manifest.rows !== rows
@@ -229,7 +265,12 @@ export async function verifyExportFile(path: string, format?: ExportFormat): Pro
           ? 'it starts at sequence 1 with a prev_hash other than 64 zeros'
           : undefined;
   if (mismatch) {
-    return broken({ sequence: lastSequence ?? 0, id: previous?.id ?? null, problem: 'manifest', detail: `the manifest contradicts the rows: ${mismatch}` });
+    return broken({
+      sequence: lastSequence ?? 0,
+      id: previous?.id ?? null,
+      problem: 'manifest',
+      detail: `the manifest contradicts the rows: ${mismatch}`,
+    });
   }
   return {
     ok: true,

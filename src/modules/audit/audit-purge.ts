@@ -66,7 +66,11 @@ export function createAuditPurge(deps: {
     /** `years` before now on the database's clock: the latest date a purge accepts. */
     retentionCutoff: (years: number) => audit.retentionCutoff(years),
 
-    async purge(orgId: string, before: Date, options: { actor: Actor; retentionYears: number; signal?: AbortSignal }): Promise<AuditPurgeResult> {
+    async purge(
+      orgId: string,
+      before: Date,
+      options: { actor: Actor; retentionYears: number; signal?: AbortSignal },
+    ): Promise<AuditPurgeResult> {
       const cutoff = await audit.retentionCutoff(options.retentionYears);
       if (before.getTime() > cutoff.getTime()) {
         const message = `${before.toISOString()} is inside the audit retention of ${options.retentionYears} years (AUDIT_RETENTION_YEARS): the latest date a purge accepts is ${cutoff.toISOString()}. Nothing was purged.`;

@@ -107,9 +107,7 @@ export function createAuditRepository(db: Executor) {
         auditLog.after,
         auditLog.requestId,
         auditLog.idempotencyKey,
-      ].map(
-        (column) => sql.identifier(column.name),
-      ),
+      ].map((column) => sql.identifier(column.name)),
       sql`, `,
     );
     return sql`INSERT INTO ${auditLog} (${columns})
@@ -140,7 +138,10 @@ export function createAuditRepository(db: Executor) {
 
     /** Records a change as `record` would with `after: { ...entry.before, ...entry.changes }`. */
     async recordChange(entry: AuditChangeEntry, tx: Executor = db): Promise<void> {
-      await insertChange.run(tx, Object.assign(whoAndWhat(entry), { before: JSON.stringify(entry.before), changes: JSON.stringify(entry.changes) }));
+      await insertChange.run(
+        tx,
+        Object.assign(whoAndWhat(entry), { before: JSON.stringify(entry.before), changes: JSON.stringify(entry.changes) }),
+      );
       wakeAfterCommit(tx, AUDIT_CHANNEL);
     },
 
@@ -190,7 +191,10 @@ export function createAuditRepository(db: Executor) {
         // The CASE keeps the cast away from the ids of other actors, which are not API keys (and not all UUIDs).
         .leftJoin(
           apiKeys,
-          and(eq(apiKeys.orgId, auditLog.orgId), sql`${apiKeys.id} = CASE WHEN ${auditLog.actorType} = 'api_key' THEN ${auditLog.actorId}::uuid END`),
+          and(
+            eq(apiKeys.orgId, auditLog.orgId),
+            sql`${apiKeys.id} = CASE WHEN ${auditLog.actorType} = 'api_key' THEN ${auditLog.actorId}::uuid END`,
+          ),
         )
         .where(and(...conditions))
         .orderBy(asc(auditLog.sequence))
@@ -290,7 +294,12 @@ export function createAuditRepository(db: Executor) {
     },
 
     /** Sealed rows from `fromSequence` on (inclusive), in chain order, with their stored hashes. */
-    async chainFrom(orgId: string, fromSequence: number, limit: number, tx: Executor = db): Promise<Array<ChainRow & { hash: string | null }>> {
+    async chainFrom(
+      orgId: string,
+      fromSequence: number,
+      limit: number,
+      tx: Executor = db,
+    ): Promise<Array<ChainRow & { hash: string | null }>> {
       const rows = await tx
         .select({ ...chainColumns, sequence: auditLog.sequence, hash: auditLog.hash })
         .from(auditLog)
@@ -323,7 +332,12 @@ export function createAuditRepository(db: Executor) {
      * Sequences follow commit order and created_at does not quite (a long transaction commits after
      * rows it predates), so the export takes the whole range between them: a slice that verifies.
      */
-    async exportRange(orgId: string, from: Date | undefined, to: Date | undefined, tx: Executor = db): Promise<{ first: number; last: number } | undefined> {
+    async exportRange(
+      orgId: string,
+      from: Date | undefined,
+      to: Date | undefined,
+      tx: Executor = db,
+    ): Promise<{ first: number; last: number } | undefined> {
       const conditions: SQL[] = [eq(auditLog.orgId, orgId), isNotNull(auditLog.sequence)];
       if (from !== undefined) conditions.push(gte(auditLog.createdAt, from));
       if (to !== undefined) conditions.push(lt(auditLog.createdAt, to));
@@ -348,13 +362,22 @@ export function createAuditRepository(db: Executor) {
      * Up to `limit` sealed rows from `fromSequence` to `toSequence` (inclusive), in chain order, with
      * their hashes and the acting key's label (no secret column): one keyset page of an export.
      */
-    async exportPage(orgId: string, fromSequence: number, toSequence: number, limit: number, tx: Executor = db): Promise<Array<ChainRow & { hash: string | null; keyLabel: string | null }>> {
+    async exportPage(
+      orgId: string,
+      fromSequence: number,
+      toSequence: number,
+      limit: number,
+      tx: Executor = db,
+    ): Promise<Array<ChainRow & { hash: string | null; keyLabel: string | null }>> {
       const rows = await tx
         .select({ ...chainColumns, sequence: auditLog.sequence, hash: auditLog.hash, keyLabel: apiKeys.label })
         .from(auditLog)
         .leftJoin(
           apiKeys,
-          and(eq(apiKeys.orgId, auditLog.orgId), sql`${apiKeys.id} = CASE WHEN ${auditLog.actorType} = 'api_key' THEN ${auditLog.actorId}::uuid END`),
+          and(
+            eq(apiKeys.orgId, auditLog.orgId),
+            sql`${apiKeys.id} = CASE WHEN ${auditLog.actorType} = 'api_key' THEN ${auditLog.actorId}::uuid END`,
+          ),
         )
         .where(and(eq(auditLog.orgId, orgId), gte(auditLog.sequence, fromSequence), lte(auditLog.sequence, toSequence)))
         .orderBy(asc(auditLog.sequence))
@@ -377,7 +400,9 @@ export function createAuditRepository(db: Executor) {
 
     /** `years` before now on the database's clock (the one created_at is written on). */
     async retentionCutoff(years: number, tx: Executor = db): Promise<Date> {
-      const result = await tx.execute<{ cutoff: string }>(sql`SELECT (clock_timestamp() - make_interval(years => ${years}::int))::text AS cutoff`);
+      const result = await tx.execute<{ cutoff: string }>(
+        sql`SELECT (clock_timestamp() - make_interval(years => ${years}::int))::text AS cutoff`,
+      );
       return new Date(result.rows[0]!.cutoff);
     },
 
@@ -418,7 +443,11 @@ export function createAuditRepository(db: Executor) {
     },
 
     /** Writes a checkpoint; false when one is already at that sequence (a purge running at the same time wrote it). */
-    async insertCheckpoint(orgId: string, checkpoint: { sequence: number; hash: string; signature: string }, tx: Executor): Promise<boolean> {
+    async insertCheckpoint(
+      orgId: string,
+      checkpoint: { sequence: number; hash: string; signature: string },
+      tx: Executor,
+    ): Promise<boolean> {
       const inserted = await tx
         .insert(auditCheckpoints)
         .values({ orgId, ...checkpoint })

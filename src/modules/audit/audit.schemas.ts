@@ -9,12 +9,18 @@ const actionList = z
   .transform((value, context) => {
     const actions = [...new Set(value.split(',').map((part) => part.trim()))].sort();
     if (actions.some((action) => !/^[a-z0-9_.]{1,100}$/.test(action))) {
-      context.issues.push({ code: 'custom', message: 'Must be a comma-separated list of actions such as customer.created (lower case, digits, _ and .).', input: value });
+      context.issues.push({
+        code: 'custom',
+        message: 'Must be a comma-separated list of actions such as customer.created (lower case, digits, _ and .).',
+        input: value,
+      });
       return z.NEVER;
     }
     return actions;
   })
-  .describe('Only events with one of these actions, comma-separated (e.g. customer.created,api_key.revoked). An action no event has matches nothing.')
+  .describe(
+    'Only events with one of these actions, comma-separated (e.g. customer.created,api_key.revoked). An action no event has matches nothing.',
+  )
   .meta({ example: 'customer.created,customer.updated' });
 
 export const listAuditEventsQuery = z
@@ -24,7 +30,9 @@ export const listAuditEventsQuery = z
       .string()
       .max(1024)
       .optional()
-      .describe('The next_cursor of the previous page, with the same filters. Keep the last one: polling with it later returns only newer events.'),
+      .describe(
+        'The next_cursor of the previous page, with the same filters. Keep the last one: polling with it later returns only newer events.',
+      ),
     subject_id: z
       .string()
       .min(1)
@@ -39,11 +47,19 @@ export const listAuditEventsQuery = z
       .min(1)
       .max(255)
       .optional()
-      .describe('Only events by this actor: an API key id of your organisation, `operator` (the operator CLI), `system` (the service itself) or `contact` (an entity\'s contact on a document request\'s upload page). An unknown key id → 404.')
+      .describe(
+        "Only events by this actor: an API key id of your organisation, `operator` (the operator CLI), `system` (the service itself) or `contact` (an entity's contact on a document request's upload page). An unknown key id → 404.",
+      )
       .meta({ example: 'operator' }),
     action: actionList.optional(),
-    created_after: dateTimeSchema().optional().describe('Only events created strictly after this instant (ISO 8601).').meta({ example: '2026-01-31T09:00:00Z' }),
-    created_before: dateTimeSchema().optional().describe('Only events created strictly before this instant (ISO 8601).').meta({ example: '2026-02-28T09:00:00Z' }),
+    created_after: dateTimeSchema()
+      .optional()
+      .describe('Only events created strictly after this instant (ISO 8601).')
+      .meta({ example: '2026-01-31T09:00:00Z' }),
+    created_before: dateTimeSchema()
+      .optional()
+      .describe('Only events created strictly before this instant (ISO 8601).')
+      .meta({ example: '2026-02-28T09:00:00Z' }),
   })
   .strict();
 export type ListAuditEventsQuery = z.output<typeof listAuditEventsQuery>;
@@ -68,21 +84,35 @@ export const auditEventSchema = z
       .object({
         type: z
           .enum(['api_key', 'operator', 'system', 'contact'])
-          .describe("api_key: a request with one of your keys; operator: the operator CLI; system: the service itself; contact: the entity's contact, through a document request's upload link."),
-        id: z.string().nullable().describe('The API key id, the operator (cli:<user>), the document request id for a contact, or null for the system.').meta({ example: '0b6f2c1e-3a4d-4e5f-8a9b-1c2d3e4f5a6b' }),
-        key_label: z.string().nullable().describe("The API key's label at the time of reading; null for other actors or an unlabelled key."),
+          .describe(
+            "api_key: a request with one of your keys; operator: the operator CLI; system: the service itself; contact: the entity's contact, through a document request's upload link.",
+          ),
+        id: z
+          .string()
+          .nullable()
+          .describe('The API key id, the operator (cli:<user>), the document request id for a contact, or null for the system.')
+          .meta({ example: '0b6f2c1e-3a4d-4e5f-8a9b-1c2d3e4f5a6b' }),
+        key_label: z
+          .string()
+          .nullable()
+          .describe("The API key's label at the time of reading; null for other actors or an unlabelled key."),
       })
       .describe('Who made the change.'),
     action: z.string().describe('What happened.').meta({ example: 'customer.updated' }),
     subject: z
       .object({
-        type: z.string().describe('The kind of record changed: customer, entity, group, api_key, webhook_endpoint, organisation, …').meta({ example: 'customer' }),
+        type: z
+          .string()
+          .describe('The kind of record changed: customer, entity, group, api_key, webhook_endpoint, organisation, …')
+          .meta({ example: 'customer' }),
         id: z.string().nullable().describe('Its id.'),
       })
       .describe('What was changed.'),
     changes: z
       .record(z.string(), changeSchema)
-      .describe('The fields whose value changed, each with its old and new value, as stored (personal data included; secrets are never stored).')
+      .describe(
+        'The fields whose value changed, each with its old and new value, as stored (personal data included; secrets are never stored).',
+      )
       .meta({ example: { email: { old: 'jane@example.com', new: 'jane.citizen@example.com' } } }),
     request_id: z.string().nullable().describe('The X-Request-Id of the API request that made the change; null outside the API.'),
     idempotency_key: z.string().nullable().describe('The Idempotency-Key of that request, when it had one.'),

@@ -5,11 +5,26 @@ import { isUuid } from '../../shared/ids.js';
 import { createApiKeysRepository } from '../api-keys/api-keys.repository.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
 import type { RequestContext } from '../customers/customers.service.js';
-import { cursorKeyLoader, decodeSequenceCursor, encodeSequenceCursor, filterFingerprint, type CursorKey } from '../customers/list-cursor.js';
+import {
+  cursorKeyLoader,
+  decodeSequenceCursor,
+  encodeSequenceCursor,
+  filterFingerprint,
+  type CursorKey,
+} from '../customers/list-cursor.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
 import { GENESIS_HASH } from './audit-chain.js';
 import { verifyChain, type ChainVerdict } from './audit-chain.verifier.js';
-import { csvHeader, csvManifest, csvRecord, ndjsonManifest, ndjsonRecord, toExportRecord, type ExportFormat, type ExportManifest } from './audit-export.js';
+import {
+  csvHeader,
+  csvManifest,
+  csvRecord,
+  ndjsonManifest,
+  ndjsonRecord,
+  toExportRecord,
+  type ExportFormat,
+  type ExportManifest,
+} from './audit-export.js';
 import { createAuditPurge, type AuditPurgeResult } from './audit-purge.js';
 import { createAuditRepository, type Actor, type AuditEventFilters, type AuditEventRow } from './audit.repository.js';
 import type { AuditEventDto, AuditEventList, ListAuditEventsQuery } from './audit.schemas.js';
@@ -128,7 +143,14 @@ export function createAuditService(deps: { database: Database; cursorKey?: Curso
       });
       const key = await cursorKey();
       const after = query.cursor === undefined ? 0 : decodeSequenceCursor(query.cursor, fingerprint, key);
-      const filters: AuditEventFilters = { after, subjectId, actor, actions: query.action, createdAfter: query.created_after, createdBefore: query.created_before };
+      const filters: AuditEventFilters = {
+        after,
+        subjectId,
+        actor,
+        actions: query.action,
+        createdAfter: query.created_after,
+        createdBefore: query.created_before,
+      };
       // From the primary: a replica could lag behind a sequence the previous page returned.
       const rows = await audit.listSealed(ctx.orgId, filters, limit + 1);
       const page = rows.slice(0, limit);
@@ -147,7 +169,12 @@ export function createAuditService(deps: { database: Database; cursorKey?: Curso
       await requireOrg(orgId);
       const head = await audit.findHead(orgId);
       const sealed = head !== undefined && head.lastSequence > 0;
-      return { org_id: orgId, sequence: head?.lastSequence ?? 0, hash: sealed ? head.lastHash : null, sealed_at: sealed ? head.updatedAt.toISOString() : null };
+      return {
+        org_id: orgId,
+        sequence: head?.lastSequence ?? 0,
+        hash: sealed ? head.lastHash : null,
+        sealed_at: sealed ? head.updatedAt.toISOString() : null,
+      };
     },
 
     /**
@@ -174,7 +201,7 @@ export function createAuditService(deps: { database: Database; cursorKey?: Curso
           if (options.format === 'csv') await sink.write(csvHeader());
           let rows = 0;
           let last: { sequence: number; hash: string | null } | undefined;
-          for (let next = range?.first ?? 1; range && next <= range.last; ) {
+          for (let next = range?.first ?? 1; range && next <= range.last;) {
             const page = await audit.exportPage(orgId, next, range.last, EXPORT_PAGE, tx);
             if (page.length === 0) break;
             let chunk = '';

@@ -4,7 +4,8 @@
  */
 export type BusinessRegister = { lookupAbn(abn: string): Promise<'ACTIVE' | 'INACTIVE' | 'NOT_FOUND'> };
 
-export type BusinessRegisterStatus = 'NOT_CHECKED' | 'REGISTER_VERIFIED' | 'REGISTER_INACTIVE' | 'REGISTER_NOT_FOUND' | 'REGISTER_UNAVAILABLE';
+export type BusinessRegisterStatus =
+  'NOT_CHECKED' | 'REGISTER_VERIFIED' | 'REGISTER_INACTIVE' | 'REGISTER_NOT_FOUND' | 'REGISTER_UNAVAILABLE';
 
 export async function checkBusinessRegister(
   register: BusinessRegister | undefined,

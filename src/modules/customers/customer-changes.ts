@@ -53,13 +53,24 @@ export function createCustomerChangeRecorder(db: Executor) {
      * event is written). Returns that row and its DTO.
      */
     async writeChange<Dto extends { updated_at: string }>(
-      change: { actor: Actor; action: string; before: CustomerRow; diff: Partial<NewCustomerRow>; toDto(row: CustomerRow): Dto; fireUpdated?: boolean },
+      change: {
+        actor: Actor;
+        action: string;
+        before: CustomerRow;
+        diff: Partial<NewCustomerRow>;
+        toDto(row: CustomerRow): Dto;
+        fireUpdated?: boolean;
+      },
       update: () => Promise<{ updatedAt: Date } | undefined>,
       tx: Executor,
     ): Promise<{ row: CustomerRow; dto: Dto }> {
       const expected = { ...change.before, ...change.diff } as CustomerRow;
       // Object.assign, not a spread with new names: adding properties to a spread copy is V8's slow path.
-      const recorded = Object.assign({}, change, { after: expected, dto: { ...change.toDto(expected), updated_at: RECORD_UPDATED_AT }, updatedAtFromRecord: true });
+      const recorded = Object.assign({}, change, {
+        after: expected,
+        dto: { ...change.toDto(expected), updated_at: RECORD_UPDATED_AT },
+        updatedAtFromRecord: true,
+      });
       // The side records need nothing from the UPDATE's answer, only to run after it: sent right behind
       // it, all three share a round trip. When the UPDATE fails, its error is the one to report.
       const [stamped] = await allInOrder([update(), this.record(recorded, tx)] as const);
@@ -85,15 +96,33 @@ export function createCustomerChangeRecorder(db: Executor) {
     ): Promise<void> {
       const { after } = change;
       const fireUpdated = firesUpdated(change);
-      const entry = { orgId: after.orgId, actor: change.actor, action: change.action, subjectType: after.kind === 'entity' ? 'entity' : 'customer', subjectId: after.id };
+      const entry = {
+        orgId: after.orgId,
+        actor: change.actor,
+        action: change.action,
+        subjectType: after.kind === 'entity' ? 'entity' : 'customer',
+        subjectId: after.id,
+      };
       // Independent of each other: sent together, they share a round trip (pg's pipeline mode).
       const auditRow =
         change.before && change.diff
-          ? audit.recordChange(Object.assign(entry, { before: auditSnapshot(change.before), changes: auditChanges(change.diff as Partial<CustomerRow>) }), tx)
-          : audit.record(Object.assign(entry, { before: change.before ? auditSnapshot(change.before) : null, after: auditSnapshot(after) }), tx);
+          ? audit.recordChange(
+              Object.assign(entry, { before: auditSnapshot(change.before), changes: auditChanges(change.diff as Partial<CustomerRow>) }),
+              tx,
+            )
+          : audit.record(
+              Object.assign(entry, { before: change.before ? auditSnapshot(change.before) : null, after: auditSnapshot(after) }),
+              tx,
+            );
       const event = fireUpdated
         ? outbox.record(
-            { orgId: after.orgId, type: 'customer.updated', customerId: after.id, customer: change.dto, updatedAtFromRecord: change.updatedAtFromRecord },
+            {
+              orgId: after.orgId,
+              type: 'customer.updated',
+              customerId: after.id,
+              customer: change.dto,
+              updatedAtFromRecord: change.updatedAtFromRecord,
+            },
             tx,
           )
         : undefined;

@@ -101,7 +101,11 @@ export function createCustomersRepository(db: Executor) {
       return lock ? query.for('update') : query;
     });
   const byKindAndId = and(eq(customers.orgId, placeholder.orgId), eq(customers.kind, placeholder.kind), eq(customers.id, placeholder.ref))!;
-  const byKindAndExternalId = and(eq(customers.orgId, placeholder.orgId), eq(customers.kind, placeholder.kind), eq(customers.externalId, placeholder.ref))!;
+  const byKindAndExternalId = and(
+    eq(customers.orgId, placeholder.orgId),
+    eq(customers.kind, placeholder.kind),
+    eq(customers.externalId, placeholder.ref),
+  )!;
   const byExternalIdOnly = and(eq(customers.orgId, placeholder.orgId), eq(customers.externalId, placeholder.ref))!;
   // The hot paths (GET by id, the upsert's match, PATCH and PUT): named prepared statements, built
   // once, planned once per connection, run on the pool or in the caller's transaction.
@@ -112,7 +116,10 @@ export function createCustomersRepository(db: Executor) {
   });
   const lookups = { read: lookupsWith(), lock: lookupsWith('for update') };
   /** Migration 0009: the database clock once every change of the organisation stamped before it has committed, in epoch ms. */
-  const drained = builtOnce('customers_changes_drained', () => sql`SELECT floor(extract(epoch FROM customers_changes_drained(${placeholder.orgId})) * 1000)::bigint`);
+  const drained = builtOnce(
+    'customers_changes_drained',
+    () => sql`SELECT floor(extract(epoch FROM customers_changes_drained(${placeholder.orgId})) * 1000)::bigint`,
+  );
   const updates = new Map<string, BuiltOnce>();
   /** What an UPDATE returns: the whole row, or only the updated_at the database stamps itself. */
   type Returned = 'row' | 'stamp';
@@ -127,7 +134,9 @@ export function createCustomersRepository(db: Executor) {
     values: Partial<NewCustomerRow>,
     returned: Returned,
   ): { statement: BuiltOnce; bound: Record<string, unknown> } | undefined {
-    const keys = Object.keys(values).filter((key) => values[key as keyof NewCustomerRow] !== undefined).sort();
+    const keys = Object.keys(values)
+      .filter((key) => values[key as keyof NewCustomerRow] !== undefined)
+      .sort();
     const bound: Record<string, unknown> = { $orgId: orgId, $id: id };
     for (const key of keys) {
       const value = values[key as keyof NewCustomerRow];
@@ -152,7 +161,10 @@ export function createCustomersRepository(db: Executor) {
   }
 
   const updatePerCall = (tx: Executor, orgId: string, id: string, values: Partial<NewCustomerRow>) =>
-    tx.update(customers).set(values).where(and(eq(customers.orgId, orgId), eq(customers.id, id)));
+    tx
+      .update(customers)
+      .set(values)
+      .where(and(eq(customers.orgId, orgId), eq(customers.id, id)));
 
   async function firstOf(statement: BuiltOnce, tx: Executor, values: Record<string, unknown>): Promise<CustomerRow | undefined> {
     const { rows } = await statement.run(tx, values);
@@ -167,7 +179,10 @@ export function createCustomersRepository(db: Executor) {
   return {
     async findById(orgId: string, id: string, tx: Executor = db, lock: LockOption = {}): Promise<CustomerRow | undefined> {
       if (!isUuid(id)) return undefined;
-      const query = tx.select().from(customers).where(and(eq(customers.orgId, orgId), eq(customers.id, id)));
+      const query = tx
+        .select()
+        .from(customers)
+        .where(and(eq(customers.orgId, orgId), eq(customers.id, id)));
       return first(lock.forUpdate ? query.for('update') : query);
     },
 
@@ -176,7 +191,13 @@ export function createCustomersRepository(db: Executor) {
      * UUID-shaped value that is not an id is still tried as an external_id. Two primary-key or
      * unique-index lookups at most (one `id = … OR external_id = …` filter would scan the organisation).
      */
-    async findByRef(orgId: string, kind: CustomerKind, ref: string, tx: Executor = db, lock: LockOption = {}): Promise<CustomerRow | undefined> {
+    async findByRef(
+      orgId: string,
+      kind: CustomerKind,
+      ref: string,
+      tx: Executor = db,
+      lock: LockOption = {},
+    ): Promise<CustomerRow | undefined> {
       const lookup = lock.forUpdate ? lookups.lock : lookups.read;
       const byId = isUuid(ref) ? await firstOf(lookup.byId, tx, { orgId, kind, ref }) : undefined;
       return byId ?? firstOf(lookup.byExternalRef, tx, { orgId, kind, ref });
@@ -222,7 +243,12 @@ export function createCustomersRepository(db: Executor) {
      * caller read with these values, since the stamp trigger is the only writer besides the caller;
      * reading back all 45 columns cost the upsert ~6% of its throughput (bench/README.md).
      */
-    async updateLocked(orgId: string, id: string, values: Partial<NewCustomerRow>, tx: Executor = db): Promise<{ updatedAt: Date } | undefined> {
+    async updateLocked(
+      orgId: string,
+      id: string,
+      values: Partial<NewCustomerRow>,
+      tx: Executor = db,
+    ): Promise<{ updatedAt: Date } | undefined> {
       const built = updateOf(orgId, id, values, 'stamp');
       if (built) {
         const { rows } = await built.statement.run(tx, built.bound);
@@ -260,7 +286,12 @@ export function createCustomersRepository(db: Executor) {
       if (!filters.updatedSince || filters.externalId || !hasPartsBefore(filters.updatedSince)) {
         if (filters.after) conditions.push(after(filters.after));
         if (filters.updatedSince) conditions.push(gt(customers.updatedAt, filters.updatedSince));
-        return tx.select().from(customers).where(and(...conditions)).orderBy(...order).limit(limit);
+        return tx
+          .select()
+          .from(customers)
+          .where(and(...conditions))
+          .orderBy(...order)
+          .limit(limit);
       }
       const [createdAfter, createdJustBefore, changedLate] = changedSinceParts(filters.updatedSince, filters.after).map((part) =>
         tx
@@ -311,7 +342,10 @@ export function createCustomersRepository(db: Executor) {
       };
       if (!filters.updatedSince) return total();
       const countOf = async (where: SQL, cap?: number) => {
-        const rows = tx.select({ one: sql`1` }).from(customers).where(and(...equality, where));
+        const rows = tx
+          .select({ one: sql`1` })
+          .from(customers)
+          .where(and(...equality, where));
         const [row] = await tx
           .select({ count: sql<number>`count(*)::int` })
           .from((cap === undefined ? rows : rows.limit(cap)).as('counted'));

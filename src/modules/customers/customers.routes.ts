@@ -16,7 +16,12 @@ import { requestContext } from './request-context.js';
 
 export async function customersRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
-  const customers = createCustomersService({ database: app.deps.database, pageReads: app.deps.pageReads, clock: app.deps.clock, businessRegister: app.deps.businessRegister });
+  const customers = createCustomersService({
+    database: app.deps.database,
+    pageReads: app.deps.pageReads,
+    clock: app.deps.clock,
+    businessRegister: app.deps.businessRegister,
+  });
   const tags = ['Customers'];
 
   app.post(

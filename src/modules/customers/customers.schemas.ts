@@ -28,8 +28,14 @@ export const calendarDate = calendarDateSchema();
 
 export const riskAnswersSchema = z
   .object({
-    isNewCustomer: z.boolean().optional().describe('false for an existing client (then clientSinceDate, preExistingServices and a preCommencementAssessment may be sent).'),
-    isDesignatedService: z.boolean().optional().describe('Whether a designated service is provided; derived from designatedServices when a list is sent.'),
+    isNewCustomer: z
+      .boolean()
+      .optional()
+      .describe('false for an existing client (then clientSinceDate, preExistingServices and a preCommencementAssessment may be sent).'),
+    isDesignatedService: z
+      .boolean()
+      .optional()
+      .describe('Whether a designated service is provided; derived from designatedServices when a list is sent.'),
     handlesCashOrCrypto: z.boolean().optional().describe('The relationship involves cash or cryptocurrency.'),
     metFaceToFace: z.boolean().optional().describe('The customer was met in person.'),
     operatesCashBusiness: z.boolean().optional().describe('The customer runs a cash-intensive business.'),
@@ -48,7 +54,9 @@ export const preCommencementAssessmentSchema = z
     assessedAt: calendarDate.optional().describe('When the assessment was made (yyyy-mm-dd, not in the future).'),
   })
   .strict()
-  .describe('Pre-commencement assessment for an existing client; due diligence is triggered only when significantChange is true and resultingRisk is MEDIUM or HIGH.');
+  .describe(
+    'Pre-commencement assessment for an existing client; due diligence is triggered only when significantChange is true and resultingRisk is MEDIUM or HIGH.',
+  );
 
 const trimmed = (max: number) => z.string().trim().max(max, `At most ${max} characters.`);
 export const nameField = z.string().trim().min(1, 'Must not be empty.').max(255, 'At most 255 characters.');
@@ -72,17 +80,24 @@ export const upsertCustomerBody = z
     lastName: trimmed(255).optional().describe('Structured name, with firstName (and middleName).'),
     clientSinceDate: calendarDate.optional().describe('Not in the future; requires risk.isNewCustomer false.'),
     preCommencementAssessment: preCommencementAssessmentSchema.optional(),
-    preExistingServices: serviceCodeList.optional().describe('History only; requires risk.isNewCustomer false; not with a non-empty designatedServices.'),
+    preExistingServices: serviceCodeList
+      .optional()
+      .describe('History only; requires risk.isNewCustomer false; not with a non-empty designatedServices.'),
     preExistingServiceSince: calendarDate.optional().describe('Since when the pre-existing services were provided (yyyy-mm-dd).'),
     representative: z
-      .object({ fullName: nameField.describe('The representative\'s full name.'), email: emailField.describe('Where verification links are sent.') })
+      .object({
+        fullName: nameField.describe("The representative's full name."),
+        email: emailField.describe('Where verification links are sent.'),
+      })
       .strict()
       .optional()
       .describe('An attorney acting under a power of attorney; verification links go to them.'),
     businessName: trimmed(255).optional().describe('SOLE_TRADER only.'),
     abn: digits(11, 'ABN').optional().describe('SOLE_TRADER only; 11 digits, spaces tolerated.'),
     risk: riskAnswersSchema.optional(),
-    designatedServices: serviceCodeList.optional().describe('Designated services provided to the customer (catalog codes); replaces the stored set.'),
+    designatedServices: serviceCodeList
+      .optional()
+      .describe('Designated services provided to the customer (catalog codes); replaces the stored set.'),
   })
   .strict();
 export type UpsertCustomerBody = z.output<typeof upsertCustomerBody>;
@@ -101,9 +116,7 @@ export const replaceServicesBody = z
   .object({ service_codes: serviceCodeList.describe('The complete new set; an empty array removes every assignment.') })
   .strict();
 
-export const idParams = z
-  .object({ id: z.string().min(1).max(255).describe('The customer UUID or your external_id.') })
-  .strict();
+export const idParams = z.object({ id: z.string().min(1).max(255).describe('The customer UUID or your external_id.') }).strict();
 
 /** A whole number in the query string, clamped to 1..100; anything else is left for the schema to refuse. */
 const clampLimit = (value: unknown) =>
@@ -135,7 +148,9 @@ export const listQueryBase = z
   })
   .strict();
 
-export const listCustomersQuery = listQueryBase.extend({ status: z.enum(KYC_STATUSES).optional().describe('Filter by kyc_status.') }).strict();
+export const listCustomersQuery = listQueryBase
+  .extend({ status: z.enum(KYC_STATUSES).optional().describe('Filter by kyc_status.') })
+  .strict();
 
 // ------------------------------------------------------------------------------------------------
 // Responses
@@ -162,7 +177,7 @@ export const amlBlockSchema = z
 export const individualSchema = z
   .object({
     id: z.uuid().describe('The customer id.'),
-    external_id: z.string().nullable().describe("Your identifier; immutable once set.").meta({ example: 'crm-10442' }),
+    external_id: z.string().nullable().describe('Your identifier; immutable once set.').meta({ example: 'crm-10442' }),
     type: z.enum(INDIVIDUAL_TYPES).describe('INDIVIDUAL or SOLE_TRADER.'),
     full_name: z.string().describe('Full name.').meta({ example: 'Jane Citizen' }),
     email: z.string().describe('Email address.').meta({ example: 'jane@example.com' }),
@@ -170,7 +185,10 @@ export const individualSchema = z
     kyc_started_at: dateTime.nullable().describe('When the current verification started.'),
     kyc_completed_at: dateTime.nullable().describe('When verification reached VERIFIED or FAILED.'),
     identity: z
-      .object({ verified_legal_name: z.string().describe('The legal name the verification confirmed.'), verified_country: z.string().describe('ISO 3166-1 alpha-3.') })
+      .object({
+        verified_legal_name: z.string().describe('The legal name the verification confirmed.'),
+        verified_country: z.string().describe('ISO 3166-1 alpha-3.'),
+      })
       .nullable()
       .describe('Populated only when kyc_status is VERIFIED.'),
     aml: amlBlockSchema,
@@ -203,6 +221,8 @@ export const feedEnvelope = <T extends z.ZodType>(item: T, order: string) =>
     has_more: z.boolean().describe('Whether more are available right now; poll again at once when true, after a pause when false.'),
     next_cursor: z
       .string()
-      .describe('Never null: where your next poll starts (after the last item returned; the same cursor when the page is empty). Pass it as cursor with the same filters.'),
+      .describe(
+        'Never null: where your next poll starts (after the last item returned; the same cursor when the page is empty). Pass it as cursor with the same filters.',
+      ),
     limit: z.number().int().describe('The page size applied.'),
   });

@@ -11,7 +11,14 @@ import { changedColumns, createCustomerChangeRecorder } from './customer-changes
 import { toAmlBlock, toIndividualDto } from './customer-dto.js';
 import { createCustomersRepository, type CustomerKind, type ListFilters } from './customers.repository.js';
 import type { IndividualDto, PatchCustomerBody, UpsertCustomerBody } from './customers.schemas.js';
-import { assessmentTriggers, designatedFlag, initialStatus, statusAfterServicesChange, type KycStatus, type PreCommencementAssessment } from './due-diligence.js';
+import {
+  assessmentTriggers,
+  designatedFlag,
+  initialStatus,
+  statusAfterServicesChange,
+  type KycStatus,
+  type PreCommencementAssessment,
+} from './due-diligence.js';
 import { cursorKeyLoader, decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from './list-cursor.js';
 import { classifyClient, rateRisk, type RiskAnswers } from './risk-model.js';
 
@@ -167,7 +174,8 @@ export function checkDueDiligenceInputs(
   const requiresExisting = 'Requires risk.isNewCustomer: false (an existing client).';
   if (body.clientSinceDate !== undefined) {
     if (!existingClient) issues.add('clientSinceDate', requiresExisting);
-    if (body.clientSinceDate > todayIso(new Date(now.getTime() + LATEST_OFFSET_MS))) issues.add('clientSinceDate', 'Must not be in the future.');
+    if (body.clientSinceDate > todayIso(new Date(now.getTime() + LATEST_OFFSET_MS)))
+      issues.add('clientSinceDate', 'Must not be in the future.');
   }
   if (body.preCommencementAssessment !== undefined) {
     if (!existingClient) issues.add('preCommencementAssessment', requiresExisting);
@@ -187,7 +195,10 @@ export function checkDueDiligenceInputs(
   }
   const flag = body.risk?.isDesignatedService;
   if (body.designatedServices !== undefined && flag !== undefined && flag !== body.designatedServices.length > 0) {
-    issues.add('risk.isDesignatedService', `Disagrees with designatedServices (${body.designatedServices.length > 0 ? 'non-empty' : 'empty'}); send one or make them agree.`);
+    issues.add(
+      'risk.isDesignatedService',
+      `Disagrees with designatedServices (${body.designatedServices.length > 0 ? 'non-empty' : 'empty'}); send one or make them agree.`,
+    );
   }
   if (body.designatedServices === undefined && flag === false && storedServices.length > 0) {
     issues.add('risk.isDesignatedService', 'Disagrees with the designated services on record; replace them with an empty set instead.');
@@ -207,9 +218,17 @@ function asStoredSet(sent: string[] | undefined, stored: string[]): string[] {
 /** The services/flag/status/risk columns after a request that may touch them. */
 export function servicesUpdate(
   existing: CustomerRow | undefined,
-  body: { designatedServices?: string[]; preExistingServices?: string[]; risk?: RiskAnswers; preCommencementAssessment?: PreCommencementAssessment },
+  body: {
+    designatedServices?: string[];
+    preExistingServices?: string[];
+    risk?: RiskAnswers;
+    preCommencementAssessment?: PreCommencementAssessment;
+  },
   answers: RiskAnswers,
-): Pick<NewCustomerRow, 'designatedServices' | 'preExistingServices' | 'isDesignatedService' | 'kycStatus' | 'riskRating' | 'clientClassification'> {
+): Pick<
+  NewCustomerRow,
+  'designatedServices' | 'preExistingServices' | 'isDesignatedService' | 'kycStatus' | 'riskRating' | 'clientClassification'
+> {
   const services = asStoredSet(body.designatedServices, existing?.designatedServices ?? []);
   const preExisting = asStoredSet(body.preExistingServices, existing?.preExistingServices ?? []);
   const flag =
@@ -225,11 +244,17 @@ export function servicesUpdate(
         nextServices: services,
         previousFlag: existing.isDesignatedService,
         nextFlag: flag,
-        carveOut: answers.isNewCustomer === false && body.preCommencementAssessment !== undefined && !assessmentTriggers(body.preCommencementAssessment),
+        carveOut:
+          answers.isNewCustomer === false &&
+          body.preCommencementAssessment !== undefined &&
+          !assessmentTriggers(body.preCommencementAssessment),
       })
     : initialStatus({
         designatedServices: body.designatedServices ? services : undefined,
-        risk: { ...answers, ...(body.risk?.isDesignatedService !== undefined ? { isDesignatedService: body.risk.isDesignatedService } : {}) },
+        risk: {
+          ...answers,
+          ...(body.risk?.isDesignatedService !== undefined ? { isDesignatedService: body.risk.isDesignatedService } : {}),
+        },
         assessment: body.preCommencementAssessment,
       });
   return {
@@ -242,10 +267,19 @@ export function servicesUpdate(
 }
 
 function isUniqueViolation(error: unknown): boolean {
-  return (error as { code?: string; cause?: { code?: string } }).code === '23505' || (error as { cause?: { code?: string } }).cause?.code === '23505';
+  return (
+    (error as { code?: string; cause?: { code?: string } }).code === '23505' ||
+    (error as { cause?: { code?: string } }).cause?.code === '23505'
+  );
 }
 
-export function createCustomersService(deps: { database: Database; pageReads?: PageReads; clock?: Clock; businessRegister?: BusinessRegister; cursorKey?: CursorKey }) {
+export function createCustomersService(deps: {
+  database: Database;
+  pageReads?: PageReads;
+  clock?: Clock;
+  businessRegister?: BusinessRegister;
+  cursorKey?: CursorKey;
+}) {
   const { database } = deps;
   const pageReads = deps.pageReads ?? createPageReads({ primary: database });
   const clock = deps.clock ?? systemClock;
@@ -287,7 +321,12 @@ export function createCustomersService(deps: { database: Database; pageReads?: P
   }
 
   /** Column values for a create (existing undefined) or an update of `existing` from the upsert body. */
-  function upsertColumns(ctx: RequestContext, existing: CustomerRow | undefined, body: UpsertCustomerBody, registerStatus: string | undefined) {
+  function upsertColumns(
+    ctx: RequestContext,
+    existing: CustomerRow | undefined,
+    body: UpsertCustomerBody,
+    registerStatus: string | undefined,
+  ) {
     const issues = new Issues();
     const now = clock.now();
     const type = body.type ?? (existing?.type as UpsertCustomerBody['type']) ?? 'INDIVIDUAL';
@@ -307,7 +346,8 @@ export function createCustomersService(deps: { database: Database; pageReads?: P
     }
     if (existing?.kycStatus === 'VERIFIED') {
       if (body.fullName !== undefined && body.fullName !== existing.name) issues.add('fullName', 'Frozen after KYC verification.');
-      if (body.email !== undefined && body.email.toLowerCase() !== existing.email?.toLowerCase()) issues.add('email', 'Frozen after KYC verification.');
+      if (body.email !== undefined && body.email.toLowerCase() !== existing.email?.toLowerCase())
+        issues.add('email', 'Frozen after KYC verification.');
     }
     checkDueDiligenceInputs(body, answers, now, issues, existing?.designatedServices);
     issues.throwIfAny();
@@ -400,10 +440,14 @@ export function createCustomersService(deps: { database: Database; pageReads?: P
           const issues = new Issues();
           if (row.kycStatus === 'VERIFIED') {
             if (body.fullName !== undefined && body.fullName !== row.name) issues.add('fullName', 'Frozen after KYC verification.');
-            if (body.email !== undefined && body.email.toLowerCase() !== row.email?.toLowerCase()) issues.add('email', 'Frozen after KYC verification.');
+            if (body.email !== undefined && body.email.toLowerCase() !== row.email?.toLowerCase())
+              issues.add('email', 'Frozen after KYC verification.');
           }
           if (body.risk?.isDesignatedService === false && row.designatedServices.length > 0) {
-            issues.add('risk.isDesignatedService', 'Disagrees with the designated services on record; replace them with an empty set instead.');
+            issues.add(
+              'risk.isDesignatedService',
+              'Disagrees with the designated services on record; replace them with an empty set instead.',
+            );
           }
           issues.throwIfAny();
           const answers: RiskAnswers = { ...(row.riskAnswers as RiskAnswers), ...(body.risk ?? {}) };

@@ -1,6 +1,14 @@
 import type { RiskAnswers } from './risk-model.js';
 
-export const KYC_STATUSES = ['NOT_STARTED', 'PENDING', 'IN_PROGRESS', 'VERIFIED', 'FAILED', 'NOT_REQUIRED', 'AWAITING_RESUBMISSION'] as const;
+export const KYC_STATUSES = [
+  'NOT_STARTED',
+  'PENDING',
+  'IN_PROGRESS',
+  'VERIFIED',
+  'FAILED',
+  'NOT_REQUIRED',
+  'AWAITING_RESUBMISSION',
+] as const;
 export type KycStatus = (typeof KYC_STATUSES)[number];
 
 export type PreCommencementAssessment = {

@@ -21,7 +21,10 @@ export type CursorKey = () => Promise<Buffer>;
 
 /** Fingerprint of the filters a walk started with; a cursor only continues the same walk. */
 export function filterFingerprint(filters: Record<string, unknown>): string {
-  return createHash('sha256').update(stableStringify(filters) ?? '').digest('base64url').slice(0, 16);
+  return createHash('sha256')
+    .update(stableStringify(filters) ?? '')
+    .digest('base64url')
+    .slice(0, 16);
 }
 
 function macOf(payload: string, key: Buffer): string {

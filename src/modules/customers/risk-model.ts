@@ -67,11 +67,7 @@ export function rateRisk(services: readonly string[], answers: RiskAnswers, preE
   return 'LOW';
 }
 
-export function classifyClient(input: {
-  rating: RiskRating;
-  designated: boolean;
-  dueDiligenceOwed: boolean;
-}): ClientClassification {
+export function classifyClient(input: { rating: RiskRating; designated: boolean; dueDiligenceOwed: boolean }): ClientClassification {
   if (!input.designated) return 'NOT_DESIGNATED';
   if (!input.dueDiligenceOwed) return 'PRE_COMMENCEMENT_MONITORING';
   return input.rating === 'HIGH' ? 'ENHANCED_CDD' : 'STANDARD_CDD';

@@ -9,7 +9,10 @@ const catalogResponse = z.object({
   data: z
     .array(
       z.object({
-        code: z.string().describe('Stable code for designatedServices, preExistingServices and service_codes.').meta({ example: 'PRO-REAL-ESTATE' }),
+        code: z
+          .string()
+          .describe('Stable code for designatedServices, preExistingServices and service_codes.')
+          .meta({ example: 'PRO-REAL-ESTATE' }),
         group: z.string().describe('Catalog group.'),
         name: z.string().describe('Short name.'),
         description: z.string().describe('What the service covers.'),
@@ -28,7 +31,8 @@ export async function designatedServicesRoutes(fastify: FastifyInstance): Promis
         operationId: 'listDesignatedServices',
         tags: ['Catalog'],
         summary: 'The designated-service catalog',
-        description: 'The read-only catalog of stable codes used in designatedServices, preExistingServices and service_codes. Any valid key.',
+        description:
+          'The read-only catalog of stable codes used in designatedServices, preExistingServices and service_codes. Any valid key.',
         response: { 200: catalogResponse, ...errorResponses(401, 429) },
       },
     },

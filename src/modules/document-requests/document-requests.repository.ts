@@ -35,8 +35,16 @@ export function createDocumentRequestsRepository(db: Executor) {
         .where(and(eq(documentRequestTokens.orgId, orgId), eq(documentRequestTokens.documentRequestId, documentRequestId)));
     },
 
-    async findById(orgId: string, id: string, tx: Executor = db, lock: { forUpdate?: boolean } = {}): Promise<DocumentRequestRow | undefined> {
-      const query = tx.select().from(documentRequests).where(and(eq(documentRequests.orgId, orgId), eq(documentRequests.id, id)));
+    async findById(
+      orgId: string,
+      id: string,
+      tx: Executor = db,
+      lock: { forUpdate?: boolean } = {},
+    ): Promise<DocumentRequestRow | undefined> {
+      const query = tx
+        .select()
+        .from(documentRequests)
+        .where(and(eq(documentRequests.orgId, orgId), eq(documentRequests.id, id)));
       const [row] = await (lock.forUpdate ? query.for('update') : query);
       return row;
     },
@@ -57,7 +65,13 @@ export function createDocumentRequestsRepository(db: Executor) {
         .select({ documentRequestId: entityDocuments.documentRequestId, id: entityDocuments.id, type: entityDocuments.type })
         .from(entityDocuments)
         // entity_id in the predicate: the entity's index (org_id, entity_id, created_at, id) serves it.
-        .where(and(eq(entityDocuments.orgId, orgId), eq(entityDocuments.entityId, entityId), inArray(entityDocuments.documentRequestId, [...requestIds])))
+        .where(
+          and(
+            eq(entityDocuments.orgId, orgId),
+            eq(entityDocuments.entityId, entityId),
+            inArray(entityDocuments.documentRequestId, [...requestIds]),
+          ),
+        )
         .orderBy(asc(entityDocuments.createdAt), asc(entityDocuments.id));
       return rows as RequestDocument[];
     },
@@ -90,7 +104,13 @@ export function createDocumentRequestsRepository(db: Executor) {
      * a skip scan of document_requests_open_due_idx, one probe per organisation with open requests.
      */
     async organisationsWithDueRequests(after: string, limit: number, now: Date, tx: Executor = db): Promise<string[]> {
-      return organisationsWith(tx, { table: 'document_requests', pending: sql`status = 'OPEN'`, due: sql`due_at <= ${now.toISOString()}::timestamptz`, after, limit });
+      return organisationsWith(tx, {
+        table: 'document_requests',
+        pending: sql`status = 'OPEN'`,
+        due: sql`due_at <= ${now.toISOString()}::timestamptz`,
+        after,
+        limit,
+      });
     },
 
     /**

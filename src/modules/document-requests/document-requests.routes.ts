@@ -8,7 +8,11 @@ import { createDocumentRequestBody, createdDocumentRequestSchema, documentReques
 
 export async function documentRequestsRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
-  const service = createDocumentRequestsService({ database: app.deps.database, publicBaseUrl: app.deps.config.publicBaseUrl, clock: app.deps.clock });
+  const service = createDocumentRequestsService({
+    database: app.deps.database,
+    publicBaseUrl: app.deps.config.publicBaseUrl,
+    clock: app.deps.clock,
+  });
   const tags = ['Entity documents'];
 
   app.post(

@@ -27,7 +27,9 @@ export const createDocumentRequestBody = z
       .meta({ example: 'Please upload these before settlement on Friday.' }),
     dueAt: dateTimeSchema()
       .optional()
-      .describe(`When the link stops working (ISO 8601): in the future and at most ${MAX_DUE_DAYS} days ahead. Default: ${DEFAULT_DUE_DAYS} days from now.`)
+      .describe(
+        `When the link stops working (ISO 8601): in the future and at most ${MAX_DUE_DAYS} days ahead. Default: ${DEFAULT_DUE_DAYS} days from now.`,
+      )
       .meta({ example: '2026-02-14T09:00:00Z' }),
     payer: z
       .enum(['organization', 'customer'])
@@ -44,10 +46,15 @@ export const documentRequestSchema = z
     id: z.uuid().describe('The document request id.'),
     object: z.literal('document_request').describe('Always document_request.'),
     entity_id: z.uuid().describe('The entity whose documents are asked for.'),
-    types: z.array(z.string()).describe('The requested document type codes.').meta({ example: ['CERTIFICATE_OF_REGISTRATION'] }),
+    types: z
+      .array(z.string())
+      .describe('The requested document type codes.')
+      .meta({ example: ['CERTIFICATE_OF_REGISTRATION'] }),
     message: z.string().nullable().describe('The note sent to the contact.'),
     due_at: dateTime.describe('When the link stops working; an OPEN request then becomes EXPIRED.'),
-    status: z.enum(['OPEN', 'FULFILLED', 'EXPIRED']).describe('OPEN until every requested type has a document (FULFILLED) or due_at passes (EXPIRED).'),
+    status: z
+      .enum(['OPEN', 'FULFILLED', 'EXPIRED'])
+      .describe('OPEN until every requested type has a document (FULFILLED) or due_at passes (EXPIRED).'),
     payer: z.enum(['organization', 'customer']).describe('Who paid the request.'),
     received_types: z.array(z.string()).describe('The requested types that have at least one document from the contact.'),
     document_ids: z.array(z.uuid()).describe('The documents the contact uploaded for this request, in the order received.'),

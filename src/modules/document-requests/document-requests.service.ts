@@ -87,7 +87,10 @@ export function createDocumentRequestsService(deps: { database: Database; public
 
   async function announce(dto: DocumentRequestDto, orgId: string, tx: Executor): Promise<void> {
     // customer_id is the entity: the feed's customer_id filter finds the entity's requests.
-    await outbox.record({ orgId, type: DOCUMENT_REQUEST_EVENT, customerId: dto.entity_id, customer: null, data: { document_request: dto } }, tx);
+    await outbox.record(
+      { orgId, type: DOCUMENT_REQUEST_EVENT, customerId: dto.entity_id, customer: null, data: { document_request: dto } },
+      tx,
+    );
   }
 
   /**
@@ -96,7 +99,12 @@ export function createDocumentRequestsService(deps: { database: Database; public
    */
   async function close(row: DocumentRequestRow, outcome: 'FULFILLED' | 'EXPIRED', actor: Actor, tx: Executor): Promise<boolean> {
     const now = clock.now();
-    const closed = await requests.close(row.orgId, row.id, outcome === 'FULFILLED' ? { status: outcome, fulfilledAt: now } : { status: outcome, expiredAt: now }, tx);
+    const closed = await requests.close(
+      row.orgId,
+      row.id,
+      outcome === 'FULFILLED' ? { status: outcome, fulfilledAt: now } : { status: outcome, expiredAt: now },
+      tx,
+    );
     if (!closed) return false;
     await requests.deleteTokens(row.orgId, row.id, tx);
     const documents = await requests.documentsOf(row.orgId, row.entityId, [row.id], tx);
@@ -150,7 +158,8 @@ export function createDocumentRequestsService(deps: { database: Database; public
         const dueAt = body.dueAt ?? new Date(now.getTime() + DEFAULT_DUE_DAYS * DAY_MS);
         const issues = new Issues();
         if (dueAt.getTime() <= now.getTime()) issues.add('dueAt', 'Must be in the future.');
-        else if (dueAt.getTime() > now.getTime() + MAX_DUE_DAYS * DAY_MS) issues.add('dueAt', `Must be at most ${MAX_DUE_DAYS} days ahead.`);
+        else if (dueAt.getTime() > now.getTime() + MAX_DUE_DAYS * DAY_MS)
+          issues.add('dueAt', `Must be at most ${MAX_DUE_DAYS} days ahead.`);
         const contact = entity.contactCustomerId ? await customers.findById(ctx.orgId, entity.contactCustomerId, tx) : undefined;
         if (!contact?.email) issues.add('contact', 'The request emails the contact person: set a contact with an email first.');
         issues.throwIfAny();
@@ -174,7 +183,11 @@ export function createDocumentRequestsService(deps: { database: Database; public
         const token = randomBytes(32).toString('base64url');
         await requests.insertToken({ tokenHash: tokenHashOf(token), orgId: ctx.orgId, documentRequestId: row.id }, tx);
         // The contact's uploads through the link are covered by this charge.
-        await charge(ctx, { cost, reason: 'document_request', customerId: entity.id, documentRequestId: row.id, what: 'This document request' }, tx);
+        await charge(
+          ctx,
+          { cost, reason: 'document_request', customerId: entity.id, documentRequestId: row.id, what: 'This document request' },
+          tx,
+        );
 
         const link = `${deps.publicBaseUrl}/documents/${token}`;
         const organisation = await organisations.findById(ctx.orgId, tx);
@@ -200,7 +213,15 @@ export function createDocumentRequestsService(deps: { database: Database; public
         );
         const dto = toDocumentRequestDto(row, []);
         await audit.record(
-          { orgId: ctx.orgId, actor: ctx.actor, action: 'entity.documents_requested', subjectType: 'entity', subjectId: entity.id, before: null, after: dto },
+          {
+            orgId: ctx.orgId,
+            actor: ctx.actor,
+            action: 'entity.documents_requested',
+            subjectType: 'entity',
+            subjectId: entity.id,
+            before: null,
+            after: dto,
+          },
           tx,
         );
         await announce(dto, ctx.orgId, tx);
@@ -258,7 +279,10 @@ export function createDocumentRequestsService(deps: { database: Database; public
         if (unknown.length > 0) throw AppError.field('files', 'A file was sent for a document type this request does not ask for.');
         const before = await requests.documentsOf(row.orgId, row.entityId, [row.id], tx);
         if (before.length + files.length > limits.maxDocuments) {
-          throw AppError.field('files', `This request takes at most ${limits.maxDocuments} documents; ${before.length} have been received.`);
+          throw AppError.field(
+            'files',
+            `This request takes at most ${limits.maxDocuments} documents; ${before.length} have been received.`,
+          );
         }
         const contact: Actor = { type: 'contact', id: row.id };
         for (const file of files) {
@@ -292,11 +316,13 @@ export function createDocumentRequestsService(deps: { database: Database; public
     async expireDue(options: { batchSize?: number; maxOrganisations?: number } = {}): Promise<number> {
       const batchSize = options.batchSize ?? 100;
       const now = clock.now();
-      const orgIds = await dueOrganisations(rotation, options.maxOrganisations ?? 50, (after, limit) => requests.organisationsWithDueRequests(after, limit, now));
+      const orgIds = await dueOrganisations(rotation, options.maxOrganisations ?? 50, (after, limit) =>
+        requests.organisationsWithDueRequests(after, limit, now),
+      );
       let expired = 0;
       for (const orgId of orgIds) {
         // A full batch may have more behind it: the organisation is served until its due requests are gone.
-        for (let full = true; full; ) {
+        for (let full = true; full;) {
           const claimed = await database.transaction(async (tx) => {
             const due = await requests.claimDue(orgId, batchSize, now, tx);
             let closed = 0;

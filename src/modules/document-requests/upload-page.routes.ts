@@ -23,7 +23,11 @@ const tokenParams = z.object({ token: z.string().max(256) }).strict();
  */
 export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
-  const service = createDocumentRequestsService({ database: app.deps.database, publicBaseUrl: app.deps.config.publicBaseUrl, clock: app.deps.clock });
+  const service = createDocumentRequestsService({
+    database: app.deps.database,
+    publicBaseUrl: app.deps.config.publicBaseUrl,
+    clock: app.deps.clock,
+  });
 
   app.addHook('onRequest', (_request, reply, done) => {
     reply.headers(UPLOAD_PAGE_HEADERS);
@@ -43,7 +47,11 @@ export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> 
       if (!view) return invalid(reply);
       return html(reply, appError.status, renderUploadPage(view, { error: pageMessage(appError), maxFileMiB: MAX_FILE_MIB }));
     }
-    return html(reply, appError.status, renderErrorPage(appError.status >= 500 ? 'Something went wrong on our side. Please try again later.' : appError.message));
+    return html(
+      reply,
+      appError.status,
+      renderErrorPage(appError.status >= 500 ? 'Something went wrong on our side. Please try again later.' : appError.message),
+    );
   });
 
   app.get(THANK_YOU_PATH, { schema: { hide: true } }, async (_request, reply) => html(reply, 200, renderThankYouPage()));
@@ -52,7 +60,8 @@ export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> 
     const view = await service.openPage(request.params.token);
     if (!view) return invalid(reply);
     const received = view.items.filter((item) => item.received).length;
-    const notice = received > 0 ? `Received ${received} of ${view.items.length} document types. Upload the rest when you have them.` : undefined;
+    const notice =
+      received > 0 ? `Received ${received} of ${view.items.length} document types. Upload the rest when you have them.` : undefined;
     return html(reply, 200, renderUploadPage(view, { notice, maxFileMiB: MAX_FILE_MIB }));
   });
 
@@ -63,18 +72,20 @@ export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> 
       if (!(await service.openPage(token))) throw new AppError('not_found', 404, 'The link is not valid.');
     });
     registerMultipartIntake(uploads, { fileFields: DOCUMENT_TYPE_CODES, maxFiles: MAX_DOCUMENTS_PER_REQUEST, textFields: {} });
-    uploads.withTypeProvider<ZodTypeProvider>().post(
-      '/documents/:token',
-      { schema: { hide: true, params: tokenParams } },
-      async (request, reply) => {
+    uploads
+      .withTypeProvider<ZodTypeProvider>()
+      .post('/documents/:token', { schema: { hide: true, params: tokenParams } }, async (request, reply) => {
         const { token } = request.params as z.infer<typeof tokenParams>;
         // Each file's field is the type code it answers.
         const outcome = await service.receive(token, multipartFormOf(request).files, { maxDocuments: MAX_DOCUMENTS_PER_REQUEST });
         if (outcome.kind === 'invalid') return invalid(reply);
         // Post/redirect/get: the page (or, once the link is spent, the thank-you page) is fetched anew.
-        return reply.code(303).header('Location', outcome.fulfilled ? THANK_YOU_PATH : `/documents/${token}`).type('text/html; charset=utf-8').send('');
-      },
-    );
+        return reply
+          .code(303)
+          .header('Location', outcome.fulfilled ? THANK_YOU_PATH : `/documents/${token}`)
+          .type('text/html; charset=utf-8')
+          .send('');
+      });
   });
 }
 

@@ -38,7 +38,7 @@ function matchesEtag(ifNoneMatch: string | undefined, etag: string): boolean {
 
 const jsonError = (description: string) => ({ description, content: { 'application/json': { schema: errorEnvelopeSchema } } });
 
-const binary = z.string().meta({ format: 'binary' }).describe('The document\'s bytes, exactly as uploaded.');
+const binary = z.string().meta({ format: 'binary' }).describe("The document's bytes, exactly as uploaded.");
 
 export async function documentsRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
@@ -65,7 +65,7 @@ export async function documentsRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         operationId: 'listEntityDocuments',
         tags,
-        summary: 'List an entity\'s documents',
+        summary: "List an entity's documents",
         description: 'Every document of the entity (metadata only, no content), oldest first. Not paginated: an entity has few documents.',
         params: idParams,
         response: { 200: documentsListResponse, ...errorResponses(401, 403, 404, 429) },
@@ -80,18 +80,18 @@ export async function documentsRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         operationId: 'getEntityDocumentContent',
         tags,
-        summary: 'Download a document\'s content',
+        summary: "Download a document's content",
         description:
           'The bytes as uploaded, streamed, with the sniffed media type, `Content-Disposition: attachment` (the file name, RFC 6266/5987 encoded), ' +
           '`ETag` (the quoted SHA-256) and `Cache-Control: private, no-cache`. `If-None-Match` with the ETag answers 304.',
         params: documentParams,
         response: {
           200: {
-            description: 'The document\'s content.',
+            description: "The document's content.",
             content: Object.fromEntries(DOCUMENT_MEDIA_TYPES.map((type) => [type, { schema: binary }])),
           },
           // type null: documented without a body.
-          304: z.null().describe('Not modified: `If-None-Match` names the content\'s ETag; no body.'),
+          304: z.null().describe("Not modified: `If-None-Match` names the content's ETag; no body."),
           ...errorResponses(401, 403, 404, 429),
         },
       },
@@ -106,7 +106,10 @@ export async function documentsRoutes(fastify: FastifyInstance): Promise<void> {
       if (matchesEtag(request.headers['if-none-match'], etag)) return reply.code(304).send(null);
       reply.header('Content-Type', document.mediaType);
       reply.header('Content-Length', String(document.sizeBytes));
-      reply.header('Content-Disposition', contentDisposition(document.fileName ?? `document-${document.id}.${EXTENSIONS[document.mediaType] ?? 'bin'}`));
+      reply.header(
+        'Content-Disposition',
+        contentDisposition(document.fileName ?? `document-${document.id}.${EXTENSIONS[document.mediaType] ?? 'bin'}`),
+      );
       // A stream is sent as it is (never serialized); the schema's binary string only documents it.
       return reply.send(open() as unknown as string);
     },
@@ -132,7 +135,9 @@ export async function documentsRoutes(fastify: FastifyInstance): Promise<void> {
           response: {
             201: documentSchema,
             ...errorResponses(401, 402, 403, 404, 409, 422, 429),
-            413: jsonError(`Payload too large: \`payload_too_large\` — the file exceeds ${MAX_DOCUMENT_BYTES} bytes (10 MiB); nothing was stored or charged.`),
+            413: jsonError(
+              `Payload too large: \`payload_too_large\` — the file exceeds ${MAX_DOCUMENT_BYTES} bytes (10 MiB); nothing was stored or charged.`,
+            ),
             415: jsonError(
               'Unsupported media type: `unsupported_media_type` — the request is not multipart/form-data, or the file is not a PDF, PNG or JPEG by its content; nothing was stored or charged.',
             ),

@@ -16,13 +16,18 @@ export const documentSchema = z
     file_name: z.string().nullable().describe('The name the uploaded file had (display only).').meta({ example: 'trust-deed.pdf' }),
     media_type: z.enum(DOCUMENT_MEDIA_TYPES).describe('Read from the content at upload, never from the name or the declared type.'),
     size_bytes: z.number().int().describe('The size of the content in bytes.'),
-    sha256: z.string().describe('Lower-case hex SHA-256 of the content; the content\'s ETag.').meta({ example: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855' }),
-    uploaded_by: z.enum(['organization', 'contact']).describe('organization: uploaded through the API; contact: by the entity\'s contact through a document request\'s upload page.'),
+    sha256: z
+      .string()
+      .describe("Lower-case hex SHA-256 of the content; the content's ETag.")
+      .meta({ example: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855' }),
+    uploaded_by: z
+      .enum(['organization', 'contact'])
+      .describe("organization: uploaded through the API; contact: by the entity's contact through a document request's upload page."),
     document_request_id: z.uuid().nullable().describe('The document request the contact answered with it; null for API uploads.'),
     created_at: dateTime.describe('When the document was stored.'),
   })
   .strict()
-  .describe('An entity document\'s metadata; the content is at GET /v1/entities/{id}/documents/{documentId}/content.');
+  .describe("An entity document's metadata; the content is at GET /v1/entities/{id}/documents/{documentId}/content.");
 export type DocumentDto = z.infer<typeof documentSchema>;
 
 export const documentsListResponse = z
@@ -39,10 +44,15 @@ export const documentTypesResponse = z
       .array(
         z
           .object({
-            code: z.enum(DOCUMENT_TYPE_CODES).describe('The stable code uploads and document requests name.').meta({ example: 'TRUST_DEED' }),
+            code: z
+              .enum(DOCUMENT_TYPE_CODES)
+              .describe('The stable code uploads and document requests name.')
+              .meta({ example: 'TRUST_DEED' }),
             name: z.string().describe('Short name.'),
             description: z.string().describe('What the document is.'),
-            entity_types: z.array(z.string()).describe('The entity types it usually applies to (advice; any type may be uploaded for any entity).'),
+            entity_types: z
+              .array(z.string())
+              .describe('The entity types it usually applies to (advice; any type may be uploaded for any entity).'),
           })
           .strict(),
       )
@@ -51,7 +61,12 @@ export const documentTypesResponse = z
   .strict();
 export const DOCUMENT_TYPES_BODY = {
   object: 'list' as const,
-  data: DOCUMENT_TYPES.map((type) => ({ code: type.code, name: type.name, description: type.description, entity_types: [...type.entityTypes] })),
+  data: DOCUMENT_TYPES.map((type) => ({
+    code: type.code,
+    name: type.name,
+    description: type.description,
+    entity_types: [...type.entityTypes],
+  })),
 };
 
 export const documentParams = z
@@ -75,7 +90,10 @@ export const uploadDocumentBody = z
       .custom<FileSummary>(isFileSummary, { message: 'Required: the document as a file part (with a filename).' })
       .describe(`The document: PDF, PNG or JPEG (read from the content), at most ${MAX_DOCUMENT_BYTES} bytes (10 MiB).`)
       .meta({ type: 'string', format: 'binary' }),
-    type: z.enum(DOCUMENT_TYPE_CODES, { error: 'Must be a code of GET /v1/document-types.' }).describe('A code of GET /v1/document-types.').meta({ example: 'TRUST_DEED' }),
+    type: z
+      .enum(DOCUMENT_TYPE_CODES, { error: 'Must be a code of GET /v1/document-types.' })
+      .describe('A code of GET /v1/document-types.')
+      .meta({ example: 'TRUST_DEED' }),
     description: z
       .string()
       .trim()

@@ -61,7 +61,11 @@ export type StoreDocumentInput = {
  * (subject the entity; after = the metadata, never the content). Nothing is charged here. Throws, and
  * so rolls the caller back, when the bytes written are not as many as the intake measured.
  */
-export async function storeDocument(tx: Executor, input: StoreDocumentInput, storage: DocumentStorage = postgresDocumentStorage): Promise<EntityDocumentRow> {
+export async function storeDocument(
+  tx: Executor,
+  input: StoreDocumentInput,
+  storage: DocumentStorage = postgresDocumentStorage,
+): Promise<EntityDocumentRow> {
   const row = await createDocumentsRepository(tx).insert(
     {
       orgId: input.orgId,
@@ -84,7 +88,9 @@ export async function storeDocument(tx: Executor, input: StoreDocumentInput, sto
   // The intake hashed the bytes as they arrived; the spool is this process's own 0600 file, so its
   // length is the check that it is still whole.
   if (written.size !== row.sizeBytes) {
-    throw new Error(`document ${row.id}: the spooled file changed between intake (${row.sizeBytes} bytes) and storage (${written.size} bytes)`);
+    throw new Error(
+      `document ${row.id}: the spooled file changed between intake (${row.sizeBytes} bytes) and storage (${written.size} bytes)`,
+    );
   }
   await createAuditRepository(tx).record(
     {

@@ -73,9 +73,14 @@ export function multipartBodyLimit(options: MultipartIntakeOptions): number {
 }
 
 function payloadTooLarge(maxFileBytes: number): AppError {
-  return new AppError('payload_too_large', 413, `A file may be at most ${maxFileBytes} bytes (${maxFileBytes / (1024 * 1024)} MiB); nothing was stored.`, {
-    max_bytes: maxFileBytes,
-  });
+  return new AppError(
+    'payload_too_large',
+    413,
+    `A file may be at most ${maxFileBytes} bytes (${maxFileBytes / (1024 * 1024)} MiB); nothing was stored.`,
+    {
+      max_bytes: maxFileBytes,
+    },
+  );
 }
 
 function unsupportedContent(): AppError {
@@ -154,7 +159,11 @@ export function openSpooledFile(file: SpooledFile): ReadStream {
  * files, a repeated or over-long text field), 400 `bad_request` (malformed multipart, or the client
  * went away). The caller owns the files of a settled form and removes them (removeSpooledFiles).
  */
-export function readMultipartForm(headers: IncomingHttpHeaders, payload: Readable, options: MultipartIntakeOptions): Promise<MultipartForm> {
+export function readMultipartForm(
+  headers: IncomingHttpHeaders,
+  payload: Readable,
+  options: MultipartIntakeOptions,
+): Promise<MultipartForm> {
   const maxFileBytes = options.maxFileBytes ?? MAX_DOCUMENT_BYTES;
   const bodyLimit = multipartBodyLimit(options);
   const declaredLength = Number(headers['content-length']);
@@ -262,7 +271,10 @@ export function readMultipartForm(headers: IncomingHttpHeaders, payload: Readabl
       const unchosen = fileName === '';
       const meter = new FileMeter(maxFileBytes, unchosen);
       const spool = createWriteStream(path, { flags: 'wx', mode: 0o600 });
-      const removeOnceClosed = () => closedStream(spool).then(() => rm(path, { force: true })).catch(() => undefined);
+      const removeOnceClosed = () =>
+        closedStream(spool)
+          .then(() => rm(path, { force: true }))
+          .catch(() => undefined);
       reading.add(meter);
       spools.push(
         pipeline(stream, meter, spool).then(

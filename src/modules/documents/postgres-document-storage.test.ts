@@ -35,7 +35,9 @@ async function chunksWritten(ref: DocumentRef, tx: Executor): Promise<number> {
 }
 
 /** A 10 MiB PDF's metadata row, and its bytes written through the store by `write` within the same transaction. */
-async function storeTenMebibytes(write: (ref: DocumentRef, data: Buffer, tx: Executor) => Promise<void>): Promise<{ ref: DocumentRef; data: Buffer }> {
+async function storeTenMebibytes(
+  write: (ref: DocumentRef, data: Buffer, tx: Executor) => Promise<void>,
+): Promise<{ ref: DocumentRef; data: Buffer }> {
   const entity = await createEntity(ctx, org, { type: 'TRUST' });
   const data = pdfBytes(MAX_DOCUMENT_BYTES);
   let ref: DocumentRef | undefined;
@@ -77,7 +79,8 @@ describe('the PostgreSQL document store', () => {
     });
 
     expect(seen).toHaveLength(MAX_DOCUMENT_BYTES / PIECE_BYTES);
-    for (const { received, chunks } of seen) expect({ received, chunks }).toEqual({ received, chunks: Math.floor(received / DOCUMENT_CHUNK_BYTES) });
+    for (const { received, chunks } of seen)
+      expect({ received, chunks }).toEqual({ received, chunks: Math.floor(received / DOCUMENT_CHUNK_BYTES) });
   });
 
   it('when a document is read, the stream fetches a chunk only when the consumer wants more: left unread, it holds at most one chunk ahead, and read to the end it yields the bytes stored', async () => {

@@ -28,12 +28,23 @@ function emailLogFields(email: EmailRow): { emailId: string; orgId: string; kind
  * without it they are marked `recorded`, which is the development default: `svc emails` shows them
  * with their links (a log line names the email, never its link, which carries the verification token).
  */
-export function createEmailSender(deps: { database: Database; smtpUrl: string | undefined; from: string; logger: Logger; smtpTimeoutMs?: number }) {
+export function createEmailSender(deps: {
+  database: Database;
+  smtpUrl: string | undefined;
+  from: string;
+  logger: Logger;
+  smtpTimeoutMs?: number;
+}) {
   const repository = createEmailsRepository(deps.database.db);
   const timeout = deps.smtpTimeoutMs ?? SMTP_TIMEOUT_MS;
   const transport: Transporter | undefined = deps.smtpUrl
     ? // Parsed here because nodemailer ignores every other option given next to `url`; the URL's own query options still win.
-      nodemailer.createTransport({ connectionTimeout: timeout, greetingTimeout: timeout, socketTimeout: timeout, ...parseConnectionUrl(deps.smtpUrl) })
+      nodemailer.createTransport({
+        connectionTimeout: timeout,
+        greetingTimeout: timeout,
+        socketTimeout: timeout,
+        ...parseConnectionUrl(deps.smtpUrl),
+      })
     : undefined;
 
   async function deliver(email: EmailRow): Promise<void> {
@@ -49,7 +60,10 @@ export function createEmailSender(deps: { database: Database; smtpUrl: string | 
     } catch (error) {
       const giveUp = email.attempts >= MAX_ATTEMPTS;
       const delay = Math.min(3600, 30 * 2 ** (email.attempts - 1));
-      deps.logger.warn({ ...emailLogFields(email), attempt: email.attempts, err: error }, giveUp ? 'email failed for good' : 'email send failed; will retry');
+      deps.logger.warn(
+        { ...emailLogFields(email), attempt: email.attempts, err: error },
+        giveUp ? 'email failed for good' : 'email send failed; will retry',
+      );
       await repository.scheduleRetry(email.orgId, email.id, error instanceof Error ? error.message : String(error), delay, giveUp);
     }
   }

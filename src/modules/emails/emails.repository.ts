@@ -15,7 +15,13 @@ export function createEmailsRepository(db: Executor) {
    * emails_due_idx, one probe per organisation with queued emails and one to check it has a due one.
    */
   function organisationsWithDueEmails(after: string, limit: number, tx: Executor): Promise<string[]> {
-    return organisationsWith(tx, { table: 'emails', pending: sql`status = 'queued'`, due: sql`next_attempt_at <= clock_timestamp()`, after, limit });
+    return organisationsWith(tx, {
+      table: 'emails',
+      pending: sql`status = 'queued'`,
+      due: sql`next_attempt_at <= clock_timestamp()`,
+      after,
+      limit,
+    });
   }
 
   /**
@@ -48,7 +54,10 @@ export function createEmailsRepository(db: Executor) {
      * Queues an email in the caller's transaction; the sender delivers it after commit. No NOTIFY: the
      * sender polls every second, and a NOTIFY would queue this commit behind every other notifying one.
      */
-    async queue(values: { orgId: string; recipient: string; subject: string; body: string; link?: string; verificationId?: string }, tx: Executor = db) {
+    async queue(
+      values: { orgId: string; recipient: string; subject: string; body: string; link?: string; verificationId?: string },
+      tx: Executor = db,
+    ) {
       const [row] = await tx.insert(emails).values(values).returning();
       return row!;
     },

@@ -46,7 +46,9 @@ export function createEntitiesRepository(db: Executor) {
       const [row] = await tx
         .select()
         .from(beneficialOwners)
-        .where(and(eq(beneficialOwners.orgId, orgId), eq(beneficialOwners.entityId, entityId), eq(beneficialOwners.customerId, customerId)));
+        .where(
+          and(eq(beneficialOwners.orgId, orgId), eq(beneficialOwners.entityId, entityId), eq(beneficialOwners.customerId, customerId)),
+        );
       return row;
     },
 

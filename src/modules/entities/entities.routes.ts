@@ -73,7 +73,8 @@ export async function entitiesRoutes(fastify: FastifyInstance): Promise<void> {
         operationId: 'updateEntity',
         tags,
         summary: 'Partially update an entity',
-        description: 'Omitted fields are untouched; null clears abn, acn, address or registrationNumber; contact replaces the contact person. type and origin never change.',
+        description:
+          'Omitted fields are untouched; null clears abn, acn, address or registrationNumber; contact replaces the contact person. type and origin never change.',
         params: idParams,
         body: patchEntityBody,
         response: { 200: entitySchema, ...errorResponses(401, 403, 404, 409, 422, 429) },
@@ -117,7 +118,8 @@ export async function entitiesRoutes(fastify: FastifyInstance): Promise<void> {
         operationId: 'addBeneficialOwners',
         tags: ['Beneficial owners'],
         summary: 'Add beneficial owners',
-        description: 'Links each owner to an existing individual (exact name + email) or creates one. Nothing is emailed or charged. Returns the full owners list.',
+        description:
+          'Links each owner to an existing individual (exact name + email) or creates one. Nothing is emailed or charged. Returns the full owners list.',
         params: idParams,
         body: addOwnersBody,
         response: { 200: ubosResponse, ...errorResponses(401, 403, 404, 409, 422, 429) },
@@ -126,4 +128,3 @@ export async function entitiesRoutes(fastify: FastifyInstance): Promise<void> {
     async (request) => entities.addOwners(requestContext(request), request.params.id, request.body),
   );
 }
-

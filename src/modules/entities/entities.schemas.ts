@@ -35,9 +35,12 @@ const registrationNumber = z.string().trim().min(1).max(64, 'At most 64 characte
 export const contactInput = z
   .object({
     customerId: z.string().min(1).max(255).optional().describe("An existing individual's UUID or external_id."),
-    fullName: nameField.optional().describe('The contact person\'s full name (with email).').meta({ example: 'Sam Director' }),
-    email: emailField.optional().describe('The contact person\'s email (with fullName).').meta({ example: 'sam@acme.example' }),
-    kycRequired: z.boolean().optional().describe('Whether the contact’s own KYC is intended alongside KYB; default true. Records intent only.'),
+    fullName: nameField.optional().describe("The contact person's full name (with email).").meta({ example: 'Sam Director' }),
+    email: emailField.optional().describe("The contact person's email (with fullName).").meta({ example: 'sam@acme.example' }),
+    kycRequired: z
+      .boolean()
+      .optional()
+      .describe('Whether the contact’s own KYC is intended alongside KYB; default true. Records intent only.'),
   })
   .strict()
   .describe('Either customerId, or fullName plus email (an exact match is reused, else a contact individual is created).');
@@ -47,7 +50,7 @@ export const upsertEntityBody = z
   .object({
     type: z.enum(ENTITY_TYPES).optional().describe('Required on create; immutable.'),
     name: nameField.optional().describe('Legal name; required on create.').meta({ example: 'Acme Holdings Pty Ltd' }),
-    externalId: externalIdField.optional().describe("Your CRM id; recommended for idempotent upsert.").meta({ example: 'crm-acct-778' }),
+    externalId: externalIdField.optional().describe('Your CRM id; recommended for idempotent upsert.').meta({ example: 'crm-acct-778' }),
     origin: z.enum(ENTITY_ORIGINS).optional().describe('Default AUSTRALIAN; immutable.'),
     abn: abnField.optional().describe('AUSTRALIAN only.'),
     acn: acnField.optional().describe('AUSTRALIAN only.'),
@@ -57,10 +60,14 @@ export const upsertEntityBody = z
     contact: contactInput.optional(),
     clientSinceDate: calendarDate.optional().describe('Not in the future; requires risk.isNewCustomer false.'),
     preCommencementAssessment: preCommencementAssessmentSchema.optional(),
-    preExistingServices: serviceCodeList.optional().describe('History only; requires risk.isNewCustomer false; not with a non-empty designatedServices.'),
+    preExistingServices: serviceCodeList
+      .optional()
+      .describe('History only; requires risk.isNewCustomer false; not with a non-empty designatedServices.'),
     preExistingServiceSince: calendarDate.optional().describe('Since when the pre-existing services were provided (yyyy-mm-dd).'),
     risk: riskAnswersSchema.optional(),
-    designatedServices: serviceCodeList.optional().describe('Designated services provided to the entity (catalog codes); replaces the stored set.'),
+    designatedServices: serviceCodeList
+      .optional()
+      .describe('Designated services provided to the entity (catalog codes); replaces the stored set.'),
   })
   .strict();
 export type UpsertEntityBody = z.output<typeof upsertEntityBody>;
@@ -86,21 +93,36 @@ export const listEntitiesQuery = listQueryBase
   .strict();
 
 export const HOLDER_TYPES = ['INDIVIDUAL', 'JOINT', 'NOMINEE'] as const;
-export const ROLE_TYPES = ['SHAREHOLDER', 'DIRECTOR', 'TRUSTEE', 'BENEFICIARY', 'SETTLOR', 'APPOINTOR', 'PARTNER', 'MEMBER', 'CONTROLLER'] as const;
+export const ROLE_TYPES = [
+  'SHAREHOLDER',
+  'DIRECTOR',
+  'TRUSTEE',
+  'BENEFICIARY',
+  'SETTLOR',
+  'APPOINTOR',
+  'PARTNER',
+  'MEMBER',
+  'CONTROLLER',
+] as const;
 
 export const ownerInput = z
   .object({
-    fullName: nameField.describe('The owner\'s full name; with email it links an existing individual or creates one.').meta({ example: 'Sam Director' }),
-    email: emailField.describe('The owner\'s email.').meta({ example: 'sam@acme.example' }),
+    fullName: nameField
+      .describe("The owner's full name; with email it links an existing individual or creates one.")
+      .meta({ example: 'Sam Director' }),
+    email: emailField.describe("The owner's email.").meta({ example: 'sam@acme.example' }),
     holderType: z.enum(HOLDER_TYPES).default('INDIVIDUAL').describe('How the interest is held; default INDIVIDUAL.'),
     roleTypes: z
       .array(z.enum(ROLE_TYPES))
       .min(1, 'At least one role.')
       .max(ROLE_TYPES.length)
-      .describe('The owner\'s roles; the first is returned as role_type.')
+      .describe("The owner's roles; the first is returned as role_type.")
       .meta({ example: ['SHAREHOLDER', 'DIRECTOR'] }),
     percentageHeld: z.number().min(0).max(100).default(0).describe('Percentage held, 0 to 100; default 0.').meta({ example: 50 }),
-    kycRequired: z.boolean().default(true).describe('Whether the owner must be verified; default true. Nothing is emailed or charged here.'),
+    kycRequired: z
+      .boolean()
+      .default(true)
+      .describe('Whether the owner must be verified; default true. Nothing is emailed or charged here.'),
   })
   .strict();
 export const addOwnersBody = z
@@ -122,18 +144,18 @@ const dateTime = z.string().describe('ISO 8601 date-time (UTC).');
 
 export const entityContactSchema = z
   .object({
-    id: z.uuid().describe('The contact individual\'s customer id.'),
-    external_id: z.string().nullable().describe('The contact\'s external_id.'),
+    id: z.uuid().describe("The contact individual's customer id."),
+    external_id: z.string().nullable().describe("The contact's external_id."),
     full_name: z.string().describe('Full name.'),
     email: z.string().nullable().describe('Email address.'),
-    kyc_status: z.enum(KYC_STATUSES).describe('The contact\'s own KYC status.'),
-    kyc_required: z.boolean().describe('Whether the contact\'s own KYC is intended alongside the entity\'s KYB.'),
+    kyc_status: z.enum(KYC_STATUSES).describe("The contact's own KYC status."),
+    kyc_required: z.boolean().describe("Whether the contact's own KYC is intended alongside the entity's KYB."),
   })
   .describe('The contact person; null when none is set.');
 
 export const entitySchema = z
   .object({
-    id: z.uuid().describe('The entity\'s customer id.'),
+    id: z.uuid().describe("The entity's customer id."),
     external_id: z.string().nullable().describe('Your identifier; immutable once set.').meta({ example: 'crm-acct-778' }),
     type: z.enum(ENTITY_TYPES).describe('Entity type; immutable.'),
     name: z.string().describe('Legal name.').meta({ example: 'Acme Holdings Pty Ltd' }),
@@ -156,18 +178,18 @@ export type EntityDto = z.infer<typeof entitySchema>;
 
 export const beneficialOwnerSchema = z.object({
   id: z.uuid().describe('The owner id (for send-link).'),
-  name: z.string().describe('The owner\'s full name.'),
+  name: z.string().describe("The owner's full name."),
   holder_type: z.string().describe('INDIVIDUAL, JOINT or NOMINEE.'),
   role_type: z.string().describe('The first of role_types.').meta({ example: 'TRUSTEE' }),
   role_types: z.array(z.string()).describe('Every role of the owner.'),
   percentage_held: z.number().describe('Percentage held, 0 to 100.'),
   kyc_required: z.boolean().describe('Whether the owner must be verified.'),
-  kyc_status: z.enum(KYC_STATUSES).describe('The linked individual\'s KYC status.'),
-  kyc_email: z.string().describe('The linked individual\'s email.'),
+  kyc_status: z.enum(KYC_STATUSES).describe("The linked individual's KYC status."),
+  kyc_email: z.string().describe("The linked individual's email."),
   linked_customer: z
     .object({
-      id: z.uuid().describe('The individual\'s customer id.'),
-      external_id: z.string().nullable().describe('The individual\'s external_id.'),
+      id: z.uuid().describe("The individual's customer id."),
+      external_id: z.string().nullable().describe("The individual's external_id."),
     })
     .describe('The individual customer record of the owner.'),
   added_via: z.string().describe('How the owner was added.'),

@@ -75,7 +75,10 @@ export function createEntitiesService(deps: { database: Database; pageReads?: Pa
         tx,
       );
       if (created) {
-        await changes.record({ actor: ctx.actor, action: 'customer.created', before: undefined, after: created, dto: toIndividualDto(created) }, tx);
+        await changes.record(
+          { actor: ctx.actor, action: 'customer.created', before: undefined, after: created, dto: toIndividualDto(created) },
+          tx,
+        );
         return created;
       }
     }
@@ -108,7 +111,9 @@ export function createEntitiesService(deps: { database: Database; pageReads?: Pa
     if (body.externalId) {
       const byExternalId = await customers.findByExternalId(ctx.orgId, body.externalId, tx, { forUpdate: true });
       if (byExternalId && byExternalId.kind !== 'entity') {
-        throw AppError.conflict('This externalId belongs to an individual customer; use POST /v1/customers for it.', { field: 'externalId' });
+        throw AppError.conflict('This externalId belongs to an individual customer; use POST /v1/customers for it.', {
+          field: 'externalId',
+        });
       }
       match = byExternalId;
     }
@@ -124,7 +129,9 @@ export function createEntitiesService(deps: { database: Database; pageReads?: Pa
     }
     if (match) {
       if (body.type !== undefined && body.type !== match.type) {
-        throw AppError.conflict(`The stored type is ${match.type}; type is immutable (create a new record for another type).`, { field: 'type' });
+        throw AppError.conflict(`The stored type is ${match.type}; type is immutable (create a new record for another type).`, {
+          field: 'type',
+        });
       }
       if (body.origin !== undefined && body.origin !== match.origin) {
         throw AppError.conflict(`The stored origin is ${match.origin}; origin is immutable.`, { field: 'origin' });
@@ -133,13 +140,19 @@ export function createEntitiesService(deps: { database: Database; pageReads?: Pa
     return match;
   }
 
-  function identityRules(origin: string, fields: { abn?: unknown; acn?: unknown; countryOfFormation?: unknown; registrationNumber?: unknown }, issues: Issues) {
+  function identityRules(
+    origin: string,
+    fields: { abn?: unknown; acn?: unknown; countryOfFormation?: unknown; registrationNumber?: unknown },
+    issues: Issues,
+  ) {
     if (origin === 'INTERNATIONAL') {
       if (fields.abn !== undefined && fields.abn !== null) issues.add('abn', 'Only for AUSTRALIAN entities.');
       if (fields.acn !== undefined && fields.acn !== null) issues.add('acn', 'Only for AUSTRALIAN entities.');
     } else {
-      if (fields.countryOfFormation !== undefined) issues.add('countryOfFormation', 'Only for INTERNATIONAL entities (Australian ones are AUS).');
-      if (fields.registrationNumber !== undefined && fields.registrationNumber !== null) issues.add('registrationNumber', 'Only for INTERNATIONAL entities.');
+      if (fields.countryOfFormation !== undefined)
+        issues.add('countryOfFormation', 'Only for INTERNATIONAL entities (Australian ones are AUS).');
+      if (fields.registrationNumber !== undefined && fields.registrationNumber !== null)
+        issues.add('registrationNumber', 'Only for INTERNATIONAL entities.');
     }
   }
 
@@ -184,14 +197,27 @@ export function createEntitiesService(deps: { database: Database; pageReads?: Pa
       ...(body.contact ? await resolveContact(ctx, body.contact, tx) : {}),
     };
     if (!existing) {
-      Object.assign(values, { orgId: ctx.orgId, kind: 'entity', type: body.type, origin, externalId: body.externalId ?? null, addedVia: 'INTEGRATION' });
+      Object.assign(values, {
+        orgId: ctx.orgId,
+        kind: 'entity',
+        type: body.type,
+        origin,
+        externalId: body.externalId ?? null,
+        addedVia: 'INTEGRATION',
+      });
     } else if (body.externalId && existing.externalId === null) {
       values.externalId = body.externalId;
     }
     return values;
   }
 
-  async function save(ctx: RequestContext, action: string, row: CustomerRow, values: Partial<NewCustomerRow>, tx: Executor): Promise<EntityDto> {
+  async function save(
+    ctx: RequestContext,
+    action: string,
+    row: CustomerRow,
+    values: Partial<NewCustomerRow>,
+    tx: Executor,
+  ): Promise<EntityDto> {
     const diff = changedColumns(row, values);
     if (Object.keys(diff).length === 0) return dtoOf(row, tx);
     const updated = await customers.update(ctx.orgId, row.id, diff, tx);
@@ -213,7 +239,8 @@ export function createEntitiesService(deps: { database: Database; pageReads?: Pa
         return await database.transaction(async (tx) => {
           for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
             const match = await matchForUpsert(ctx, body, tx);
-            if (match) return { created: false, entity: await save(ctx, 'entity.upserted', match, await upsertColumns(ctx, match, body, tx), tx) };
+            if (match)
+              return { created: false, entity: await save(ctx, 'entity.upserted', match, await upsertColumns(ctx, match, body, tx), tx) };
             const inserted = await customers.insertIfAbsent((await upsertColumns(ctx, undefined, body, tx)) as NewCustomerRow, tx);
             if (inserted) {
               const dto = await dtoOf(inserted, tx);
@@ -246,12 +273,20 @@ export function createEntitiesService(deps: { database: Database; pageReads?: Pa
         const issues = new Issues();
         identityRules(row.origin ?? 'AUSTRALIAN', body, issues);
         if (row.kycStatus === 'VERIFIED') {
-          for (const [field, column] of [['name', 'name'], ['abn', 'abn'], ['acn', 'acn'], ['registrationNumber', 'registrationNumber']] as const) {
+          for (const [field, column] of [
+            ['name', 'name'],
+            ['abn', 'abn'],
+            ['acn', 'acn'],
+            ['registrationNumber', 'registrationNumber'],
+          ] as const) {
             if (body[field] !== undefined && body[field] !== row[column]) issues.add(field, FROZEN_MESSAGE);
           }
         }
         if (body.risk?.isDesignatedService === false && row.designatedServices.length > 0) {
-          issues.add('risk.isDesignatedService', 'Disagrees with the designated services on record; replace them with an empty set instead.');
+          issues.add(
+            'risk.isDesignatedService',
+            'Disagrees with the designated services on record; replace them with an empty set instead.',
+          );
         }
         issues.throwIfAny();
         const answers: RiskAnswers = { ...(row.riskAnswers as RiskAnswers), ...(body.risk ?? {}) };
@@ -294,7 +329,8 @@ export function createEntitiesService(deps: { database: Database; pageReads?: Pa
         const entity = await requireEntity(ctx, ref, tx, true);
         // People are found or created in one canonical order, so two requests naming the same new
         // people in different orders cannot deadlock on the name+email unique index.
-        const personKey = (owner: { fullName: string; email: string }) => `${owner.email.toLowerCase()}\u0000${owner.fullName.toLowerCase()}`;
+        const personKey = (owner: { fullName: string; email: string }) =>
+          `${owner.email.toLowerCase()}\u0000${owner.fullName.toLowerCase()}`;
         const people = new Map<string, CustomerRow>();
         for (const owner of [...body.owners].sort((a, b) => (personKey(a) < personKey(b) ? -1 : personKey(a) > personKey(b) ? 1 : 0))) {
           if (!people.has(personKey(owner))) people.set(personKey(owner), await findOrCreatePerson(ctx, owner, tx));

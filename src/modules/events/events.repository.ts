@@ -28,7 +28,13 @@ export function createEventsRepository(db: Executor) {
     async list(orgId: string, filters: FeedFilters, limit: number, tx: Executor = db): Promise<FeedEventRow[]> {
       const conditions: SQL[] = [sql`org_id = ${orgId}`, sql`position > ${filters.after}`];
       if (filters.customerId !== undefined) conditions.push(sql`customer_id = ${filters.customerId}`);
-      if (filters.types !== undefined) conditions.push(sql`type IN (${sql.join(filters.types.map((type) => sql`${type}`), sql`, `)})`);
+      if (filters.types !== undefined)
+        conditions.push(
+          sql`type IN (${sql.join(
+            filters.types.map((type) => sql`${type}`),
+            sql`, `,
+          )})`,
+        );
       if (filters.createdAfter !== undefined) conditions.push(sql`created_at > ${filters.createdAfter.toISOString()}`);
       if (filters.createdBefore !== undefined) conditions.push(sql`created_at < ${filters.createdBefore.toISOString()}`);
       const result = await tx.execute<FeedEventRow>(sql`
@@ -41,7 +47,9 @@ export function createEventsRepository(db: Executor) {
 
     /** One event of the organisation, sealed or not; undefined when there is none (or it was purged). */
     async find(orgId: string, id: string, tx: Executor = db): Promise<{ id: string; payload: string } | undefined> {
-      const result = await tx.execute<{ id: string; payload: string }>(sql`SELECT id, payload FROM outbox_events WHERE org_id = ${orgId} AND id = ${id}`);
+      const result = await tx.execute<{ id: string; payload: string }>(
+        sql`SELECT id, payload FROM outbox_events WHERE org_id = ${orgId} AND id = ${id}`,
+      );
       return result.rows[0];
     },
 

@@ -30,7 +30,9 @@ export const listEventsQuery = z
       .string()
       .max(1024)
       .optional()
-      .describe('The next_cursor of the previous page, with the same filters. Keep the last one durably: it is where your next poll resumes.'),
+      .describe(
+        'The next_cursor of the previous page, with the same filters. Keep the last one durably: it is where your next poll resumes.',
+      ),
     type: typeList.optional(),
     customer_id: z
       .string()
@@ -39,17 +41,27 @@ export const listEventsQuery = z
       .optional()
       .describe('Only events about this customer or entity: its UUID or your external_id. Unknown → 404.')
       .meta({ example: 'crm-10442' }),
-    created_after: dateTimeSchema().optional().describe('Only events created strictly after this instant (ISO 8601).').meta({ example: '2026-01-31T09:00:00Z' }),
-    created_before: dateTimeSchema().optional().describe('Only events created strictly before this instant (ISO 8601).').meta({ example: '2026-02-28T09:00:00Z' }),
+    created_after: dateTimeSchema()
+      .optional()
+      .describe('Only events created strictly after this instant (ISO 8601).')
+      .meta({ example: '2026-01-31T09:00:00Z' }),
+    created_before: dateTimeSchema()
+      .optional()
+      .describe('Only events created strictly before this instant (ISO 8601).')
+      .meta({ example: '2026-02-28T09:00:00Z' }),
   })
   .strict();
 export type ListEventsQuery = z.output<typeof listEventsQuery>;
 
-export const eventIdParams = z.object({ id: z.string().min(1).max(255).describe('The event id (the webhook-id / SVC-Event-Id of its deliveries).') }).strict();
+export const eventIdParams = z
+  .object({ id: z.string().min(1).max(255).describe('The event id (the webhook-id / SVC-Event-Id of its deliveries).') })
+  .strict();
 
 export const eventSchema = z
   .object({
-    id: z.uuid().describe('The event id; the same as the webhook-id and SVC-Event-Id headers of its deliveries. Process events idempotently by it.'),
+    id: z
+      .uuid()
+      .describe('The event id; the same as the webhook-id and SVC-Event-Id headers of its deliveries. Process events idempotently by it.'),
     type: z
       .string()
       .describe(`The event type: ${FEED_EVENT_TYPES.join(', ')}; later versions may add types, so ignore the ones you do not know.`)
@@ -57,7 +69,9 @@ export const eventSchema = z
     created: z.string().describe('When the event was written (ISO 8601, UTC).').meta({ example: '2026-01-31T09:00:00.000Z' }),
     data: z
       .record(z.string(), z.unknown())
-      .describe('As in the webhook: {customer} (the public DTO of the record at the change) for record events, {endpoint} for endpoint.disabled, {document_request} for document_request.updated.'),
+      .describe(
+        'As in the webhook: {customer} (the public DTO of the record at the change) for record events, {endpoint} for endpoint.disabled, {document_request} for document_request.updated.',
+      ),
   })
   .describe('An event: exactly the JSON document its webhook deliveries carry.');
 export type EventDto = z.infer<typeof eventSchema>;

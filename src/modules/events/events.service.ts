@@ -3,7 +3,15 @@ import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
 import type { RequestContext } from '../customers/customers.service.js';
-import { checkFingerprint, cursorKeyLoader, filterFingerprint, notACursor, openCursor, signCursor, type CursorKey } from '../customers/list-cursor.js';
+import {
+  checkFingerprint,
+  cursorKeyLoader,
+  filterFingerprint,
+  notACursor,
+  openCursor,
+  signCursor,
+  type CursorKey,
+} from '../customers/list-cursor.js';
 import { createEventsRepository, type FeedFilters } from './events.repository.js';
 import type { EventDto, EventList, ListEventsQuery } from './events.schemas.js';
 
@@ -53,7 +61,13 @@ export function createEventsService(deps: { database: Database; cursorKey?: Curs
       });
       const key = await cursorKey();
       const after = query.cursor === undefined ? 0 : decodePosition(query.cursor, fingerprint, key);
-      const filters: FeedFilters = { after, types: query.type, customerId, createdAfter: query.created_after, createdBefore: query.created_before };
+      const filters: FeedFilters = {
+        after,
+        types: query.type,
+        customerId,
+        createdAfter: query.created_after,
+        createdBefore: query.created_before,
+      };
       const rows = await events.list(ctx.orgId, filters, limit + 1);
       const page = rows.slice(0, limit);
       // Never null: an empty page hands back the position it started from, so the consumer resumes there.

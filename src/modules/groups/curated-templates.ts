@@ -122,8 +122,7 @@ export const CURATED_TEMPLATES: readonly CuratedTemplate[] = [
   {
     code: 'PB-SMSF-ESTABLISHMENT',
     name: 'SMSF establishment',
-    description:
-      'Setting up a self-managed superannuation fund (designated service PRO-FORMATION). Members and the trustee are verified.',
+    description: 'Setting up a self-managed superannuation fund (designated service PRO-FORMATION). Members and the trustee are verified.',
     industry: INDUSTRIES.corporateServices,
     roles: [
       role('Member', 'INDIVIDUAL', true, 'ON_ADD'),
@@ -160,4 +159,3 @@ export const CURATED_TEMPLATES: readonly CuratedTemplate[] = [
 ];
 
 export const CURATED_CODES: readonly string[] = CURATED_TEMPLATES.map((template) => template.code);
-

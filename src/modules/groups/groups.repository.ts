@@ -88,7 +88,12 @@ export function createGroupsRepository(db: Executor) {
         );
     },
 
-    async findTemplate(orgId: string, id: string, curatedCodes: readonly string[], tx: Executor = db): Promise<GroupTemplateRow | undefined> {
+    async findTemplate(
+      orgId: string,
+      id: string,
+      curatedCodes: readonly string[],
+      tx: Executor = db,
+    ): Promise<GroupTemplateRow | undefined> {
       const [row] = await tx
         .select()
         .from(groupTemplates)
@@ -97,11 +102,7 @@ export function createGroupsRepository(db: Executor) {
     },
 
     /** Customers of the organisation matching any of the ids or external ids (individuals and entities alike). */
-    async findCustomers(
-      orgId: string,
-      refs: { ids: string[]; externalIds: string[] },
-      tx: Executor = db,
-    ): Promise<CustomerRef[]> {
+    async findCustomers(orgId: string, refs: { ids: string[]; externalIds: string[] }, tx: Executor = db): Promise<CustomerRef[]> {
       const matches: SQL[] = [];
       if (refs.ids.length) matches.push(inArray(customers.id, refs.ids));
       if (refs.externalIds.length) matches.push(inArray(customers.externalId, refs.externalIds));

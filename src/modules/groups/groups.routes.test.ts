@@ -71,7 +71,14 @@ describe('GET /v1/group-templates', () => {
     const response = await ctx.request('GET', '/v1/group-templates', { key: org.key });
     const body = response.json() as { object: string; data: Array<Record<string, unknown>> };
     expect(body.object).toBe('list');
-    for (const code of ['PB-PROPERTY-SALE', 'PB-PROPERTY-PURCHASE', 'PB-CONVEYANCING-SALE', 'PB-COMPANY-FORMATION', 'PB-TRUST-ESTABLISHMENT', 'PB-LENDING-DEAL']) {
+    for (const code of [
+      'PB-PROPERTY-SALE',
+      'PB-PROPERTY-PURCHASE',
+      'PB-CONVEYANCING-SALE',
+      'PB-COMPANY-FORMATION',
+      'PB-TRUST-ESTABLISHMENT',
+      'PB-LENDING-DEAL',
+    ]) {
       expect(body.data.map((template) => template.code)).toContain(code);
     }
     const sale = body.data.find((template) => template.code === 'PB-PROPERTY-SALE')!;
@@ -99,7 +106,9 @@ describe('GET /v1/group-templates', () => {
     const org = await ctx.createOrg({ features: ['groups'] });
     const before = await templatesOf(org);
     const again = await ctx.request('GET', '/v1/group-templates', { key: org.key }, await ctx.buildInstance());
-    expect((again.json() as { data: Array<{ id: string }> }).data.map((template) => template.id)).toEqual(before.map((template) => template.id));
+    expect((again.json() as { data: Array<{ id: string }> }).data.map((template) => template.id)).toEqual(
+      before.map((template) => template.id),
+    );
     expect(await ctx.database.db.$count(groupTemplates, eq(groupTemplates.orgId, org.id))).toBe(CURATED_CODES.length);
   });
 
@@ -127,7 +136,12 @@ describe('GET /v1/group-templates', () => {
     const org = await ctx.createOrg({ features: ['groups'] });
     const original = await templatesOf(org);
     const stamp = async (code: string) =>
-      (await ctx.database.db.select().from(groupTemplates).where(and(eq(groupTemplates.orgId, org.id), eq(groupTemplates.code, code))))[0]!;
+      (
+        await ctx.database.db
+          .select()
+          .from(groupTemplates)
+          .where(and(eq(groupTemplates.orgId, org.id), eq(groupTemplates.code, code)))
+      )[0]!;
     const untouchedBefore = await stamp('PB-LENDING-DEAL');
 
     // A deploy that edits one template, adds one and retires one.
@@ -482,7 +496,9 @@ describe('access to groups', () => {
     const response = await ctx.request('GET', '/openapi.json');
     expect(response.statusCode).toBe(200);
     const paths = (response.json() as { paths: Record<string, Record<string, { responses: Record<string, unknown> }>> }).paths;
-    expect(Object.keys(paths['/groups']!.post!.responses)).toEqual(expect.arrayContaining(['200', '201', '401', '403', '404', '422', '429']));
+    expect(Object.keys(paths['/groups']!.post!.responses)).toEqual(
+      expect.arrayContaining(['200', '201', '401', '403', '404', '422', '429']),
+    );
     expect(Object.keys(paths['/group-templates']!.get!.responses)).toEqual(expect.arrayContaining(['200', '401', '403', '429']));
   });
 

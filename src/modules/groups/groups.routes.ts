@@ -50,7 +50,8 @@ export async function groupsRoutes(fastify: FastifyInstance): Promise<void> {
     {
       schema: {
         summary: 'List group templates',
-        description: "The organisation's custom templates plus its own copies of the curated pre-built set; not paginated. Needs the Groups feature.",
+        description:
+          "The organisation's custom templates plus its own copies of the curated pre-built set; not paginated. Needs the Groups feature.",
         tags: ['Groups'],
         response: { 200: groupTemplateListSchema, ...errorResponses(401, 403, 429) },
       },

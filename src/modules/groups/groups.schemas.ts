@@ -6,8 +6,7 @@ export const TEMPLATE_SOURCES = ['PRE_BUILT', 'CUSTOM'] as const;
 export const MAX_GROUP_PARTIES = 100;
 export const MAX_TEMPLATE_ROLES = 50;
 
-const requiredString = () =>
-  z.string({ error: (issue) => (issue.input === undefined ? 'is required' : 'must be a string') });
+const requiredString = () => z.string({ error: (issue) => (issue.input === undefined ? 'is required' : 'must be a string') });
 const text = (max: number) => requiredString().trim().min(1, 'must not be empty').max(max, `must be at most ${max} characters`);
 
 // ---------------------------------------------------------------------------------------------
@@ -19,7 +18,10 @@ export const groupPartyInputSchema = z
     roleLabel: text(255).describe('The role in the deal, e.g. Vendor or Purchaser.').meta({ example: 'Vendor' }),
     partyType: z.enum(PARTY_TYPES).default('EITHER').describe('Who may fill the role: INDIVIDUAL, ENTITY or EITHER (default).'),
     required: z.boolean().default(true).describe('Whether the role must be filled; default true.'),
-    customerId: z.uuid({ error: 'must be a UUID' }).optional().describe('A customer or entity of your organisation (not with customerExternalId).'),
+    customerId: z
+      .uuid({ error: 'must be a UUID' })
+      .optional()
+      .describe('A customer or entity of your organisation (not with customerExternalId).'),
     // Not trimmed: it must equal the stored external_id exactly.
     customerExternalId: requiredString()
       .min(1, 'must not be empty')
@@ -45,7 +47,10 @@ export const createGroupBodySchema = z
       .optional()
       .describe('Your stable deal or listing id; an ACTIVE group with the same reference is returned instead of a new one.')
       .meta({ example: 'LISTING-2231' }),
-    templateId: z.uuid({ error: 'must be a UUID' }).optional().describe('A template of GET /group-templates whose roles become empty party slots (not with parties).'),
+    templateId: z
+      .uuid({ error: 'must be a UUID' })
+      .optional()
+      .describe('A template of GET /group-templates whose roles become empty party slots (not with parties).'),
     parties: z
       .array(groupPartyInputSchema)
       .max(MAX_GROUP_PARTIES, `at most ${MAX_GROUP_PARTIES} parties`)
@@ -95,7 +100,9 @@ export const templateRoleSchema = z.object({
   role_label: z.string().describe('The role in the deal.'),
   party_type: z.enum(PARTY_TYPES).describe('Who may fill the role.'),
   required: z.boolean().describe('Whether the role must be filled.'),
-  check_trigger: z.enum(CHECK_TRIGGERS).describe('When staff are prompted to verify whoever fills it: ON_ADD, BEFORE_SETTLEMENT or MANUAL.'),
+  check_trigger: z
+    .enum(CHECK_TRIGGERS)
+    .describe('When staff are prompted to verify whoever fills it: ON_ADD, BEFORE_SETTLEMENT or MANUAL.'),
 });
 
 export const groupTemplateSchema = z.object({

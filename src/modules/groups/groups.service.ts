@@ -133,13 +133,16 @@ export function createGroupsService(deps: {
     const issues: Record<string, string[]> = {};
     const slots = parties.map((party, index): NewGroupParty => {
       let customerId: string | null = null;
-      const field = party.customerId !== undefined ? 'customerId' : party.customerExternalId !== undefined ? 'customerExternalId' : undefined;
+      const field =
+        party.customerId !== undefined ? 'customerId' : party.customerExternalId !== undefined ? 'customerExternalId' : undefined;
       if (field) {
         const path = `parties[${index}].${field}`;
         const customer = field === 'customerId' ? byId.get(party.customerId!) : byExternalId.get(party.customerExternalId!);
         if (!customer) {
           const value = field === 'customerId' ? party.customerId : party.customerExternalId;
-          (issues[path] ??= []).push(`No customer or entity with ${field === 'customerId' ? 'id' : 'external id'} "${value}" in this organisation.`);
+          (issues[path] ??= []).push(
+            `No customer or entity with ${field === 'customerId' ? 'id' : 'external id'} "${value}" in this organisation.`,
+          );
         } else if (party.partyType === 'INDIVIDUAL' && customer.kind !== 'individual') {
           (issues[path] ??= []).push(`The customer is an entity, but parties[${index}].partyType is INDIVIDUAL.`);
         } else if (party.partyType === 'ENTITY' && customer.kind !== 'entity') {
@@ -257,7 +260,15 @@ export function createGroupsService(deps: {
         if (!row) throw AppError.field('code', `A template with code "${content.code}" already exists in this organisation.`);
         const template = toGroupTemplateDto(row);
         await audit.record(
-          { orgId, actor, action: 'group_template.created', subjectType: 'group_template', subjectId: row.id, before: null, after: template },
+          {
+            orgId,
+            actor,
+            action: 'group_template.created',
+            subjectType: 'group_template',
+            subjectId: row.id,
+            before: null,
+            after: template,
+          },
           tx,
         );
         return template;

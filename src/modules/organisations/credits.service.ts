@@ -37,10 +37,15 @@ export function createCreditCharger(db: Executor) {
     );
     if (!charged) {
       const org = await organisations.findById(ctx.orgId, tx);
-      throw new AppError('insufficient_credits', 402, `${charge.what} costs ${cost} credit(s); the organisation has ${org?.credits ?? 0}. Nothing was started or charged.`, {
-        required: cost,
-        available: org?.credits ?? 0,
-      });
+      throw new AppError(
+        'insufficient_credits',
+        402,
+        `${charge.what} costs ${cost} credit(s); the organisation has ${org?.credits ?? 0}. Nothing was started or charged.`,
+        {
+          required: cost,
+          available: org?.credits ?? 0,
+        },
+      );
     }
     // A balance change is a change of the organisation's record: the trail shows it beside the ledger row.
     await audit.record(
@@ -74,7 +79,12 @@ export type Payer = 'organization' | 'customer';
  */
 export function createPayerResolver(db: Executor) {
   const organisations = createOrganisationsRepository(db);
-  return async function payerFor(orgId: string, record: { defaultPayer: Payer | null }, requested: Payer | undefined, tx: Executor): Promise<Payer> {
+  return async function payerFor(
+    orgId: string,
+    record: { defaultPayer: Payer | null },
+    requested: Payer | undefined,
+    tx: Executor,
+  ): Promise<Payer> {
     if (requested) return requested;
     if (record.defaultPayer) return record.defaultPayer;
     return (await organisations.findById(orgId, tx))?.defaultPayer ?? 'organization';

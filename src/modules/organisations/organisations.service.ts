@@ -59,12 +59,18 @@ export function createOrganisationsService(deps: { database: Database }) {
           tx,
         );
         const funded =
-          parsed.data.credits > 0
-            ? await repository.adjustCredits(row.id, parsed.data.credits, { reason: 'initial_credits' }, tx)
-            : row;
+          parsed.data.credits > 0 ? await repository.adjustCredits(row.id, parsed.data.credits, { reason: 'initial_credits' }, tx) : row;
         const dto = toOrganisationDto(funded!);
         await audit.record(
-          { orgId: dto.id, actor, action: 'organisation.created', subjectType: 'organisation', subjectId: dto.id, before: null, after: dto },
+          {
+            orgId: dto.id,
+            actor,
+            action: 'organisation.created',
+            subjectType: 'organisation',
+            subjectId: dto.id,
+            before: null,
+            after: dto,
+          },
           tx,
         );
         return dto;

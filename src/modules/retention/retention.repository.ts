@@ -55,7 +55,12 @@ export function createRetentionRepository(db: Executor) {
      * attempts are deleted by this statement rather than by the foreign key's cascade so they are
      * counted; the cascade then finds nothing.
      */
-    async purgeWebhookDeliveries(orgId: string, days: number, limit: number, tx: Executor = db): Promise<{ deliveries: number; attempts: number }> {
+    async purgeWebhookDeliveries(
+      orgId: string,
+      days: number,
+      limit: number,
+      tx: Executor = db,
+    ): Promise<{ deliveries: number; attempts: number }> {
       const result = await tx.execute<{ deliveries: number; attempts: number }>(sql`
         WITH chosen AS (
           SELECT id FROM webhook_deliveries
@@ -94,7 +99,10 @@ export function createRetentionRepository(db: Executor) {
       const ids = locked.rows.map((row) => row.id);
       const result = await tx.execute(sql`
         DELETE FROM outbox_events e
-         WHERE e.org_id = ${orgId} AND e.id IN (${sql.join(ids.map((id) => sql`${id}`), sql`, `)})
+         WHERE e.org_id = ${orgId} AND e.id IN (${sql.join(
+           ids.map((id) => sql`${id}`),
+           sql`, `,
+         )})
            AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.org_id = ${orgId} AND d.event_id = e.id)`);
       return { locked: ids.length, deleted: result.rowCount ?? 0 };
     },

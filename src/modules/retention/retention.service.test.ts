@@ -59,7 +59,14 @@ const seed = {
     return row!.id;
   },
   /** A delivery of `eventId` with `attempts` attempt rows, all aged by `interval`. */
-  async delivery(orgId: string, eventId: string, endpointId: string, status: 'pending' | 'succeeded' | 'failed', interval: string, attempts = 2): Promise<string> {
+  async delivery(
+    orgId: string,
+    eventId: string,
+    endpointId: string,
+    status: 'pending' | 'succeeded' | 'failed',
+    interval: string,
+    attempts = 2,
+  ): Promise<string> {
     const [row] = await query<{ id: string }>(
       `INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id, status, attempts) VALUES ($1, $2, $3, $4, $5) RETURNING id`,
       [orgId, eventId, endpointId, status, attempts],
@@ -87,22 +94,38 @@ const seed = {
        VALUES ($1, $2, '{TRUST_DEED}', now() + interval '1 day', $3, 'organization', 'contact@example.test') RETURNING id`,
       [orgId, entityId, status],
     );
-    await query(`INSERT INTO document_request_tokens (token_hash, org_id, document_request_id) VALUES ($1, $2, $3)`, [randomUUID(), orgId, row!.id]);
+    await query(`INSERT INTO document_request_tokens (token_hash, org_id, document_request_id) VALUES ($1, $2, $3)`, [
+      randomUUID(),
+      orgId,
+      row!.id,
+    ]);
     await query(`UPDATE document_requests SET created_at = now() - $2::interval WHERE id = $1`, [row!.id, interval]);
     return row!.id;
   },
   /** A document of `chunks` chunk rows, charged on the ledger, aged by `interval`. */
-  async document(orgId: string, entityId: string, interval: string, options: { chunks?: number; requestId?: string } = {}): Promise<string> {
+  async document(
+    orgId: string,
+    entityId: string,
+    interval: string,
+    options: { chunks?: number; requestId?: string } = {},
+  ): Promise<string> {
     const [row] = await query<{ id: string }>(
       `INSERT INTO entity_documents (org_id, entity_id, type, media_type, size_bytes, sha256, uploaded_by, document_request_id)
        VALUES ($1, $2, 'TRUST_DEED', 'application/pdf', 3, 'abc', 'organization', $3) RETURNING id`,
       [orgId, entityId, options.requestId ?? null],
     );
     for (let seq = 0; seq < (options.chunks ?? 2); seq += 1) {
-      await query(`INSERT INTO document_chunks (org_id, document_id, seq, data) VALUES ($1, $2, $3, '\\x255044'::bytea)`, [orgId, row!.id, seq]);
+      await query(`INSERT INTO document_chunks (org_id, document_id, seq, data) VALUES ($1, $2, $3, '\\x255044'::bytea)`, [
+        orgId,
+        row!.id,
+        seq,
+      ]);
     }
     await query(`UPDATE organisations SET credits = credits + 1 WHERE id = $1`, [orgId]);
-    await query(`INSERT INTO credit_ledger (org_id, delta, balance_after, reason, document_id) VALUES ($1, -1, 0, 'document_upload', $2)`, [orgId, row!.id]);
+    await query(`INSERT INTO credit_ledger (org_id, delta, balance_after, reason, document_id) VALUES ($1, -1, 0, 'document_upload', $2)`, [
+      orgId,
+      row!.id,
+    ]);
     await query(`UPDATE entity_documents SET created_at = now() - $2::interval WHERE id = $1`, [row!.id, interval]);
     return row!.id;
   },
@@ -138,7 +161,14 @@ const service = (options: { batchSize?: number; onPurged?: (table: RetentionTabl
 
 describe('retention settings', () => {
   it('when nothing is set, it keeps events and deliveries 30 days, emails 90, audit 7 years and idempotency keys 24 hours', () => {
-    expect(loadConfig({}).retention).toEqual({ eventDays: 30, webhookDeliveryDays: 30, emailDays: 90, auditYears: 7, documentYears: 7, idempotencyHours: 24 });
+    expect(loadConfig({}).retention).toEqual({
+      eventDays: 30,
+      webhookDeliveryDays: 30,
+      emailDays: 90,
+      auditYears: 7,
+      documentYears: 7,
+      idempotencyHours: 24,
+    });
   });
 
   it('when set, it uses each variable for its own table', () => {
@@ -150,7 +180,14 @@ describe('retention settings', () => {
       DOCUMENT_RETENTION_YEARS: '12',
       IDEMPOTENCY_RETENTION_HOURS: '48',
     }).retention;
-    expect(retention).toEqual({ eventDays: 7, webhookDeliveryDays: 14, emailDays: 60, auditYears: 10, documentYears: 12, idempotencyHours: 48 });
+    expect(retention).toEqual({
+      eventDays: 7,
+      webhookDeliveryDays: 14,
+      emailDays: 60,
+      auditYears: 10,
+      documentYears: 12,
+      idempotencyHours: 48,
+    });
   });
 
   it.each([
@@ -259,7 +296,9 @@ describe('the batched purge, table by table', () => {
     expect(purged.entity_documents).toBe(1);
     expect(purged.document_chunks).toBe(3);
     expect(await existing('entity_documents', 'id', [old, young])).toEqual([young]);
-    expect(await query(`SELECT document_id FROM document_chunks WHERE org_id = $1 GROUP BY document_id`, [org.id])).toEqual([{ document_id: young }]);
+    expect(await query(`SELECT document_id FROM document_chunks WHERE org_id = $1 GROUP BY document_id`, [org.id])).toEqual([
+      { document_id: young },
+    ]);
     const ledger = await query<{ document_id: string | null; delta: number }>(
       `SELECT document_id, delta FROM credit_ledger WHERE org_id = $1 AND reason = 'document_upload' ORDER BY id`,
       [org.id],
@@ -281,10 +320,12 @@ describe('the batched purge, table by table', () => {
     const keptDocument = await seed.document(org.id, entity, '6 years', { requestId: referenced });
     const purged = await service().purgeOrganisation(org.id);
     expect(purged.document_requests).toBe(2);
-    expect((await existing('document_requests', 'id', [fulfilled, expired, open, young, referenced])).sort()).toEqual([open, young, referenced].sort());
-    expect((await existing('document_request_tokens', 'document_request_id', [fulfilled, expired, open, young, referenced])).sort()).toEqual(
+    expect((await existing('document_requests', 'id', [fulfilled, expired, open, young, referenced])).sort()).toEqual(
       [open, young, referenced].sort(),
     );
+    expect(
+      (await existing('document_request_tokens', 'document_request_id', [fulfilled, expired, open, young, referenced])).sort(),
+    ).toEqual([open, young, referenced].sort());
     expect(await existing('entity_documents', 'id', [keptDocument])).toEqual([keptDocument]);
   });
 
@@ -293,7 +334,10 @@ describe('the batched purge, table by table', () => {
     const ids: number[] = [];
     for (let i = 0; i < 10; i += 1) ids.push(await seed.audit(org.id, '8 years'));
     const batches: number[] = [];
-    const purged = await service({ batchSize: 3, onPurged: (table, rows) => table === 'audit_log' && batches.push(rows) }).purgeOrganisation(org.id);
+    const purged = await service({
+      batchSize: 3,
+      onPurged: (table, rows) => table === 'audit_log' && batches.push(rows),
+    }).purgeOrganisation(org.id);
     expect(purged.audit_log).toBe(10);
     expect(batches).toEqual([3, 3, 3, 1]);
     expect(await existing('audit_log', 'id', ids)).toEqual([]);
@@ -314,7 +358,7 @@ describe('stopping', () => {
 });
 
 describe('organisations', () => {
-  it('when one organisation is purged, another organisation\'s expired rows stay untouched, and a full run then purges every organisation', async () => {
+  it("when one organisation is purged, another organisation's expired rows stay untouched, and a full run then purges every organisation", async () => {
     const [first, second] = [await ctx.createOrg(), await ctx.createOrg()];
     const rows = async (org: TestOrg) => {
       const endpoint = await seed.endpoint(org.id);
@@ -345,7 +389,14 @@ describe('organisations', () => {
     expect(await remaining(b)).toEqual(all);
 
     const totals = await service().runOnce();
-    expect(totals).toMatchObject({ audit_log: 1, idempotency_keys: 1, outbox_events: 1, webhook_deliveries: 1, webhook_attempts: 1, emails: 1 });
+    expect(totals).toMatchObject({
+      audit_log: 1,
+      idempotency_keys: 1,
+      outbox_events: 1,
+      webhook_deliveries: 1,
+      webhook_attempts: 1,
+      emails: 1,
+    });
     expect(await remaining(b)).toEqual(none);
   });
 });
@@ -353,9 +404,26 @@ describe('organisations', () => {
 describe('writers are never waited on', () => {
   type Case = { table: RetentionTable; seedTwo(org: TestOrg): Promise<{ locked: unknown; other: unknown; column: string }> };
   const cases: Case[] = [
-    { table: 'audit_log', seedTwo: async (org) => ({ locked: await seed.audit(org.id, '8 years'), other: await seed.audit(org.id, '8 years'), column: 'id' }) },
-    { table: 'idempotency_keys', seedTwo: async (org) => ({ locked: await seed.idempotencyKey(org, '2 days'), other: await seed.idempotencyKey(org, '2 days'), column: 'key' }) },
-    { table: 'emails', seedTwo: async (org) => ({ locked: await seed.email(org.id, 'sent', '100 days'), other: await seed.email(org.id, 'failed', '100 days'), column: 'id' }) },
+    {
+      table: 'audit_log',
+      seedTwo: async (org) => ({ locked: await seed.audit(org.id, '8 years'), other: await seed.audit(org.id, '8 years'), column: 'id' }),
+    },
+    {
+      table: 'idempotency_keys',
+      seedTwo: async (org) => ({
+        locked: await seed.idempotencyKey(org, '2 days'),
+        other: await seed.idempotencyKey(org, '2 days'),
+        column: 'key',
+      }),
+    },
+    {
+      table: 'emails',
+      seedTwo: async (org) => ({
+        locked: await seed.email(org.id, 'sent', '100 days'),
+        other: await seed.email(org.id, 'failed', '100 days'),
+        column: 'id',
+      }),
+    },
     {
       table: 'webhook_deliveries',
       seedTwo: async (org) => {
@@ -368,32 +436,38 @@ describe('writers are never waited on', () => {
         };
       },
     },
-    { table: 'outbox_events', seedTwo: async (org) => ({ locked: await seed.event(org.id, '31 days'), other: await seed.event(org.id, '31 days'), column: 'id' }) },
+    {
+      table: 'outbox_events',
+      seedTwo: async (org) => ({ locked: await seed.event(org.id, '31 days'), other: await seed.event(org.id, '31 days'), column: 'id' }),
+    },
   ];
 
-  it.each(cases)('when a writer holds a row lock on an expired $table row, the purge skips it and does not wait', async ({ table, seedTwo }) => {
-    const org = await ctx.createOrg();
-    const { locked, other, column } = await seedTwo(org);
-    await sealer.sealOnce(); // before the writer's lock: sealing an audit row it holds would wait on it
-    const writer = new pg.Client({ connectionString: ctx.databaseUrl });
-    await writer.connect();
-    try {
-      await writer.query('BEGIN');
-      await writer.query(`SELECT 1 FROM ${table} WHERE org_id = $1 AND ${column} = $2 FOR UPDATE`, [org.id, locked]);
-      const started = performance.now();
-      // The pool's lock_timeout (3 s) would fail a purge that waited; the timer says it did not even start to.
-      const purged = await service().purgeOrganisation(org.id);
-      expect(performance.now() - started).toBeLessThan(1_000);
-      expect(purged[table]).toBe(1);
-      expect(await existing(table, column, [locked, other])).toEqual([locked]);
-      await writer.query('ROLLBACK');
-      // Once the writer is done, the next run takes it.
-      expect((await service().purgeOrganisation(org.id))[table]).toBe(1);
-      expect(await existing(table, column, [locked])).toEqual([]);
-    } finally {
-      await writer.end();
-    }
-  });
+  it.each(cases)(
+    'when a writer holds a row lock on an expired $table row, the purge skips it and does not wait',
+    async ({ table, seedTwo }) => {
+      const org = await ctx.createOrg();
+      const { locked, other, column } = await seedTwo(org);
+      await sealer.sealOnce(); // before the writer's lock: sealing an audit row it holds would wait on it
+      const writer = new pg.Client({ connectionString: ctx.databaseUrl });
+      await writer.connect();
+      try {
+        await writer.query('BEGIN');
+        await writer.query(`SELECT 1 FROM ${table} WHERE org_id = $1 AND ${column} = $2 FOR UPDATE`, [org.id, locked]);
+        const started = performance.now();
+        // The pool's lock_timeout (3 s) would fail a purge that waited; the timer says it did not even start to.
+        const purged = await service().purgeOrganisation(org.id);
+        expect(performance.now() - started).toBeLessThan(1_000);
+        expect(purged[table]).toBe(1);
+        expect(await existing(table, column, [locked, other])).toEqual([locked]);
+        await writer.query('ROLLBACK');
+        // Once the writer is done, the next run takes it.
+        expect((await service().purgeOrganisation(org.id))[table]).toBe(1);
+        expect(await existing(table, column, [locked])).toEqual([]);
+      } finally {
+        await writer.end();
+      }
+    },
+  );
 });
 
 describe('the retention job and /metrics', () => {
@@ -413,7 +487,11 @@ describe('the retention job and /metrics', () => {
     await seed.email(org.id, 'sent', '100 days');
     await seed.audit(org.id, '1 year');
     await sealer.sealOnce();
-    await createRetentionService({ database: ctx.database, settings: ctx.config.retention, onPurged: app.metrics!.retentionPurged }).purgeOrganisation(org.id);
+    await createRetentionService({
+      database: ctx.database,
+      settings: ctx.config.retention,
+      onPurged: app.metrics!.retentionPurged,
+    }).purgeOrganisation(org.id);
 
     const after = (await ctx.request('GET', '/metrics', {}, app)).body;
     expect(sample(after, 'retention_purged_rows_total', '{table="audit_log"}')).toBe(3);

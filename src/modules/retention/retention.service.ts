@@ -72,7 +72,9 @@ export function createRetentionService(deps: {
       return deliveries;
     });
     await drain(signal, async () => {
-      const { locked, deleted } = await database.transaction((tx) => repository.purgeOutboxEvents(orgId, settings.eventDays, batchSize, tx));
+      const { locked, deleted } = await database.transaction((tx) =>
+        repository.purgeOutboxEvents(orgId, settings.eventDays, batchSize, tx),
+      );
       record(counts, 'outbox_events', deleted);
       return locked;
     });

@@ -92,7 +92,12 @@ export function createBackOfficeService(deps: { database: Database }) {
     },
 
     /** AML screening results: status, the four flags and screened_at. */
-    async setAml(orgId: string, ref: string, input: { status: AmlStatus; pep?: boolean; sanctions?: boolean; adverseMedia?: boolean; terrorism?: boolean }, actor: Actor) {
+    async setAml(
+      orgId: string,
+      ref: string,
+      input: { status: AmlStatus; pep?: boolean; sanctions?: boolean; adverseMedia?: boolean; terrorism?: boolean },
+      actor: Actor,
+    ) {
       if (!(SCREENING_STATUSES as readonly string[]).includes(input.status)) {
         throw AppError.field('status', `Must be one of ${SCREENING_STATUSES.join(', ')}; RESOLVED is reached with aml resolve.`);
       }
@@ -121,8 +126,16 @@ export function createBackOfficeService(deps: { database: Database }) {
     async resolveAml(orgId: string, ref: string, actor: Actor) {
       return database.transaction(async (tx) => {
         const row = await requireRecord(orgId, ref, tx);
-        if (row.amlStatus !== 'NEEDS_REVIEW') throw AppError.conflict(`Only a NEEDS_REVIEW screening can be resolved; the status is ${row.amlStatus}.`);
-        const { updated, dto } = await apply(orgId, actor, 'aml.review_completed', row, { amlStatus: 'RESOLVED', amlLastReviewedAt: new Date() }, tx);
+        if (row.amlStatus !== 'NEEDS_REVIEW')
+          throw AppError.conflict(`Only a NEEDS_REVIEW screening can be resolved; the status is ${row.amlStatus}.`);
+        const { updated, dto } = await apply(
+          orgId,
+          actor,
+          'aml.review_completed',
+          row,
+          { amlStatus: 'RESOLVED', amlLastReviewedAt: new Date() },
+          tx,
+        );
         await outbox.record({ orgId, type: 'aml.review_completed', customerId: updated.id, customer: dto }, tx);
         return toAmlBlock(updated);
       });

@@ -9,7 +9,8 @@ export function createVerificationRepository(db: Executor) {
     /** The verification and its link token's directory row (verification_link_tokens), if it has one: call it in a transaction. */
     async insert(values: typeof verifications.$inferInsert, tx: Executor = db): Promise<VerificationRow> {
       const [row] = await tx.insert(verifications).values(values).returning();
-      if (row!.linkToken) await tx.insert(verificationLinkTokens).values({ token: row!.linkToken, orgId: row!.orgId, verificationId: row!.id });
+      if (row!.linkToken)
+        await tx.insert(verificationLinkTokens).values({ token: row!.linkToken, orgId: row!.orgId, verificationId: row!.id });
       return row!;
     },
 
@@ -24,7 +25,10 @@ export function createVerificationRepository(db: Executor) {
     },
 
     async complete(orgId: string, id: string, status: string, completedAt: Date | null, tx: Executor = db): Promise<void> {
-      await tx.update(verifications).set({ status, completedAt, updatedAt: new Date() }).where(and(eq(verifications.orgId, orgId), eq(verifications.id, id)));
+      await tx
+        .update(verifications)
+        .set({ status, completedAt, updatedAt: new Date() })
+        .where(and(eq(verifications.orgId, orgId), eq(verifications.id, id)));
     },
   };
 }

@@ -33,7 +33,12 @@ export async function verificationRoutes(fastify: FastifyInstance): Promise<void
         response: { 200: entityStartResponse, ...errorResponses(401, 402, 403, 404, 409, 422, 429) },
       },
     },
-    async (request) => verification.startKyb({ ...requestContext(request), features: (await confirmedAuth(request)).features }, request.params.id, request.body),
+    async (request) =>
+      verification.startKyb(
+        { ...requestContext(request), features: (await confirmedAuth(request)).features },
+        request.params.id,
+        request.body,
+      ),
   );
 
   app.post(
@@ -43,7 +48,8 @@ export async function verificationRoutes(fastify: FastifyInstance): Promise<void
         operationId: 'startKyc',
         tags,
         summary: 'Start KYC for an individual',
-        description: 'Emails the person (or their representative) a secure link and charges 1 credit plus EDD add-ons, or bills the customer with payer=customer. The body is optional.',
+        description:
+          'Emails the person (or their representative) a secure link and charges 1 credit plus EDD add-ons, or bills the customer with payer=customer. The body is optional.',
         params: idParams,
         body: startKycBody,
         response: { 200: individualStartResponse, ...errorResponses(401, 402, 403, 404, 409, 422, 429) },

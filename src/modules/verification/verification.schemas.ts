@@ -23,7 +23,12 @@ const startFields = {
 
 export const startKybBody = z
   .object({
-    method: z.enum(KYB_METHODS).optional().describe('automated (default for COMPANY/OTHER), contact_led, or manual (the only lane, and the default, for TRUST, PARTNERSHIP, SMSF).'),
+    method: z
+      .enum(KYB_METHODS)
+      .optional()
+      .describe(
+        'automated (default for COMPANY/OTHER), contact_led, or manual (the only lane, and the default, for TRUST, PARTNERSHIP, SMSF).',
+      ),
     ...startFields,
   })
   .strict()

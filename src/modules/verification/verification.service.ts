@@ -60,7 +60,12 @@ export function createVerificationService(deps: { database: Database; publicBase
     const emailing = !(lane.kind === 'KYB' && lane.method === 'manual');
     const issues = new Issues();
     if (emailing && !input.recipient) {
-      issues.add(lane.kind === 'KYB' ? 'contact' : 'email', lane.kind === 'KYB' ? 'This lane emails the contact person: set a contact with an email first.' : 'The person has no email address.');
+      issues.add(
+        lane.kind === 'KYB' ? 'contact' : 'email',
+        lane.kind === 'KYB'
+          ? 'This lane emails the contact person: set a contact with an email first.'
+          : 'The person has no email address.',
+      );
     }
     if (!emailing && input.eddCheckTypes.length > 0) issues.add('eddCheckTypes', 'EDD add-ons apply to the emailing lanes only.');
     issues.throwIfAny();
@@ -91,7 +96,12 @@ export function createVerificationService(deps: { database: Database; publicBase
       const reason = `${lane.kind.toLowerCase()}_start`;
       await charge(ctx, { cost, reason, verificationId: verification.id, customerId: subject.id, what: 'This check' }, tx);
     }
-    const updated = await customers.update(ctx.orgId, subject.id, { kycStatus: status, kycStartedAt: new Date(), kycCompletedAt: null }, tx);
+    const updated = await customers.update(
+      ctx.orgId,
+      subject.id,
+      { kycStatus: status, kycStartedAt: new Date(), kycCompletedAt: null },
+      tx,
+    );
     const dto = updated.kind === 'entity' ? await entities.dtoOf(updated, tx) : toIndividualDto(updated);
     await changes.record({ actor: ctx.actor, action: input.action, before: subject, after: updated, dto }, tx);
     if (emailing && link && input.recipient) {
@@ -135,7 +145,9 @@ export function createVerificationService(deps: { database: Database; publicBase
           throw AppError.field('method', `${entity.type} entities support only the manual method.`);
         }
         if (method === 'contact_led' && !ctx.features.has('kyb_extra_methods')) {
-          throw new AppError('feature_disabled', 403, 'The contact_led method needs the kyb_extra_methods feature.', { feature: 'kyb_extra_methods' });
+          throw new AppError('feature_disabled', 403, 'The contact_led method needs the kyb_extra_methods feature.', {
+            feature: 'kyb_extra_methods',
+          });
         }
         const contact = entity.contactCustomerId ? await customers.findById(ctx.orgId, entity.contactCustomerId, tx) : undefined;
         const { updated, link } = await arm(ctx, tx, {

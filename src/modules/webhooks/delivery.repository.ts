@@ -160,7 +160,11 @@ export function createDeliveryRepository(db: Executor) {
      * attempt settling after a disable leaves a re-enabled endpoint a fresh start). Endpoints are
      * locked in key order, so two batches touching the same endpoints cannot deadlock.
      */
-    async settleMany(items: Array<{ claim: ClaimedDelivery; settlement: Settlement }>, workerId: string, tx: Executor = db): Promise<Set<string>> {
+    async settleMany(
+      items: Array<{ claim: ClaimedDelivery; settlement: Settlement }>,
+      workerId: string,
+      tx: Executor = db,
+    ): Promise<Set<string>> {
       if (items.length === 0) return new Set();
       const rows = items.map(({ claim, settlement }) => {
         const attempt = settlement.attempt;
@@ -170,7 +174,8 @@ export function createDeliveryRepository(db: Executor) {
         // An attempt that never reached the network does not count towards the schedule.
         const uncounted = attempt ? 0 : 1;
         // What the receiver's health is judged on: an interrupted attempt (released) says nothing about it.
-        const outcome = attempt === null || settlement.status === 'released' ? null : settlement.status === 'succeeded' ? 'success' : 'failure';
+        const outcome =
+          attempt === null || settlement.status === 'released' ? null : settlement.status === 'succeeded' ? 'success' : 'failure';
         return sql`(${claim.id}::uuid, ${claim.orgId}::uuid, ${claim.endpointId}::uuid, ${claim.attempt}::int, ${status}::text, ${delayMs}::bigint,
                     ${uncounted}::int, ${attempt !== null}::boolean, ${attempt?.statusCode ?? null}::int,
                     ${attempt?.latencyMs ?? null}::int, ${truncate(attempt?.error ?? null)}::text,

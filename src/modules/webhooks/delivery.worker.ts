@@ -149,7 +149,11 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
 
   const deliveries = createDeliveryRepository(database.db);
   const disabler = createEndpointDisabler(database.db);
-  const sender = createWebhookSender({ allowPrivateUrls: options.allowPrivateUrls, allowedPorts: options.allowedPorts, timeoutMs: requestTimeoutMs });
+  const sender = createWebhookSender({
+    allowPrivateUrls: options.allowPrivateUrls,
+    allowedPorts: options.allowedPorts,
+    timeoutMs: requestTimeoutMs,
+  });
   const wake = createWakeSignal();
   /** Posts on the wire (they hold a concurrency slot and can be aborted on stop). */
   const posting = new Map<string, AbortController>();
@@ -188,7 +192,12 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
     }
     const failing = failingTooLong(claim, result, startedAt);
     if (claim.attempt >= maxAttempts) {
-      return { status: 'failed', attempt, error: `${result.error ?? `HTTP ${code}`} (gave up after ${claim.attempt} attempts)`, ...failing };
+      return {
+        status: 'failed',
+        attempt,
+        error: `${result.error ?? `HTTP ${code}`} (gave up after ${claim.attempt} attempts)`,
+        ...failing,
+      };
     }
     return { status: 'retry', attempt, delayMs: retryDelay(claim.attempt, result), ...failing };
   }
@@ -251,7 +260,11 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
    * (the order of the batched settlements: delivery, then endpoint); a retry it was given is then
    * failed with the endpoint's other queued deliveries.
    */
-  async function settleAndDisable(claim: ClaimedDelivery, settlement: Settlement, request: EndpointDisableRequest): Promise<{ applied: boolean; disabled: boolean }> {
+  async function settleAndDisable(
+    claim: ClaimedDelivery,
+    settlement: Settlement,
+    request: EndpointDisableRequest,
+  ): Promise<{ applied: boolean; disabled: boolean }> {
     return database.transaction(async (tx) => {
       const applied = await deliveries.settle(claim, workerId, settlement, tx);
       const outcome = await disabler.disable(
@@ -312,7 +325,14 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
     const startedAt = new Date();
     let result: SendResult;
     try {
-      result = await sender.send({ url: claim.url, secret: claim.secret, previousSecret: claim.previousSecret, eventId: claim.eventId, payload: claim.payload, signal });
+      result = await sender.send({
+        url: claim.url,
+        secret: claim.secret,
+        previousSecret: claim.previousSecret,
+        eventId: claim.eventId,
+        payload: claim.payload,
+        signal,
+      });
     } catch (error) {
       // A request that cannot even be built is a failed attempt like any other, not a stuck claim.
       const message = error instanceof Error ? error.message : String(error);
@@ -322,7 +342,17 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
       pump();
     }
     const settlement = decide(claim, result, startedAt);
-    logger.debug({ deliveryId: claim.id, eventId: claim.eventId, attempt: claim.attempt, outcome: settlement.status, statusCode: result.statusCode, latencyMs: result.latencyMs }, 'webhook attempt');
+    logger.debug(
+      {
+        deliveryId: claim.id,
+        eventId: claim.eventId,
+        attempt: claim.attempt,
+        outcome: settlement.status,
+        statusCode: result.statusCode,
+        latencyMs: result.latencyMs,
+      },
+      'webhook attempt',
+    );
     await settle(claim, settlement);
   }
 
@@ -392,7 +422,11 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
     if (stopping) return;
     // Anything committed while not listening (before, or while its connection was being opened again)
     // is picked up as soon as the LISTEN is in place rather than at the next poll.
-    listener = await database.listen(DELIVERY_CHANNEL, () => wake.notify(), () => wake.notify());
+    listener = await database.listen(
+      DELIVERY_CHANNEL,
+      () => wake.notify(),
+      () => wake.notify(),
+    );
   }
 
   return {

@@ -30,7 +30,10 @@ const NOT_GLOBALLY_REACHABLE: Array<[entry: string, addresses: string[]]> = [
   ['255.255.255.255/32 limited broadcast', ['255.255.255.255']],
   ['::/128 unspecified', ['::']],
   ['::1/128 loopback', ['::1']],
-  ['::ffff:0:0/96 IPv4-mapped, judged by the embedded IPv4', ['::ffff:127.0.0.1', '::ffff:10.0.0.1', '::ffff:169.254.169.254', '::ffff:a00:1']],
+  [
+    '::ffff:0:0/96 IPv4-mapped, judged by the embedded IPv4',
+    ['::ffff:127.0.0.1', '::ffff:10.0.0.1', '::ffff:169.254.169.254', '::ffff:a00:1'],
+  ],
   ['::/96 deprecated IPv4-compatible', ['::127.0.0.1', '::8.8.8.8', '::10.0.0.1', '::ffff']],
   ['64:ff9b::/96 NAT64', ['64:ff9b::', '64:ff9b::7f00:1', '64:ff9b::808:808']],
   ['64:ff9b:1::/48 local-use translation', ['64:ff9b:1::', '64:ff9b:1:ffff::1']],
@@ -128,7 +131,11 @@ describe('webhook target addresses (IANA special-purpose registries)', () => {
   });
 });
 
-async function registrationProblem(raw: string, policy: { allowPrivateUrls: boolean; allowedPorts?: number[] } = STRICT, resolve?: ResolveHost) {
+async function registrationProblem(
+  raw: string,
+  policy: { allowPrivateUrls: boolean; allowedPorts?: number[] } = STRICT,
+  resolve?: ResolveHost,
+) {
   const parsed = parseEndpointUrl(raw, policy);
   if ('problem' in parsed) return parsed.problem;
   try {
@@ -168,7 +175,9 @@ describe('webhook endpoint URLs at registration', () => {
     expect(await registrationProblem('https://93.184.215.14/hook')).toBeUndefined();
     expect(await registrationProblem('https://93.184.215.14:443/hook')).toBeUndefined();
     for (const port of [80, 22, 25, 5432, 6379, 8080, 8443, 65535]) {
-      expect(await registrationProblem(`https://93.184.215.14:${port}/hook`)).toMatch(new RegExp(`Port ${port} is not allowed.*WEBHOOK_ALLOWED_PORTS`));
+      expect(await registrationProblem(`https://93.184.215.14:${port}/hook`)).toMatch(
+        new RegExp(`Port ${port} is not allowed.*WEBHOOK_ALLOWED_PORTS`),
+      );
     }
   });
 
@@ -228,7 +237,10 @@ describe('webhook sending at connect time', () => {
     const sender = createWebhookSender({ allowPrivateUrls: false, allowedPorts: [port], resolveHost: resolve, timeoutMs: 2_000 });
     try {
       const result = await send(sender, url);
-      expect(result).toMatchObject({ statusCode: null, error: expect.stringMatching(/resolves to 127\.0\.0\.1, which is not a public address/) });
+      expect(result).toMatchObject({
+        statusCode: null,
+        error: expect.stringMatching(/resolves to 127\.0\.0\.1, which is not a public address/),
+      });
       expect(connections).toBe(0);
     } finally {
       sender.close();

@@ -22,7 +22,10 @@ export type WebhookTargetPolicy = {
   allowedPorts?: readonly number[];
 };
 
-export function webhookTargetPolicy(config: { webhookAllowPrivateUrls: boolean; webhookAllowedPorts: readonly number[] }): WebhookTargetPolicy {
+export function webhookTargetPolicy(config: {
+  webhookAllowPrivateUrls: boolean;
+  webhookAllowedPorts: readonly number[];
+}): WebhookTargetPolicy {
   return { allowPrivateUrls: config.webhookAllowPrivateUrls, allowedPorts: config.webhookAllowedPorts };
 }
 
@@ -213,7 +216,9 @@ export async function assertDeliverableTarget(url: URL, policy: WebhookTargetPol
   try {
     addresses = await resolveHost(hostname, resolve);
   } catch (error) {
-    throw new UnsafeWebhookTargetError(`Host "${hostname}" could not be resolved (${(error as NodeJS.ErrnoException).code ?? 'lookup failed'}).`);
+    throw new UnsafeWebhookTargetError(
+      `Host "${hostname}" could not be resolved (${(error as NodeJS.ErrnoException).code ?? 'lookup failed'}).`,
+    );
   }
   const refused = refusedAddress(hostname, addresses);
   if (refused) throw refused;

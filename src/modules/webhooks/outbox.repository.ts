@@ -5,7 +5,13 @@ import { wakeAfterCommit, type Executor } from '../../db/client.js';
 import { FEED_CHANNEL } from '../events/events-feed.sealer.js';
 
 /** The types an endpoint can subscribe to. */
-export const EVENT_TYPES = ['customer.kyc_completed', 'aml.review_completed', 'customer.updated', 'endpoint.disabled', 'document_request.updated'] as const;
+export const EVENT_TYPES = [
+  'customer.kyc_completed',
+  'aml.review_completed',
+  'customer.updated',
+  'endpoint.disabled',
+  'document_request.updated',
+] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 /** Every type the feed can hold: a `webhook.test` reaches every endpoint it is sent to, subscribed or not. */
 export const FEED_EVENT_TYPES = [...EVENT_TYPES, 'webhook.test'] as const;
@@ -89,11 +95,15 @@ export function createOutboxRepository(db: Executor) {
       const created = new Date().toISOString();
       const payload = JSON.stringify({ id, type: event.type, created, data: event.data ?? { customer: event.customer } });
       const values = { id, orgId: event.orgId, type: event.type, customerId: event.customerId, payload, created };
-      const { rows } = event.endpointId !== undefined
-        ? await statements.toOneEndpoint.run(tx, Object.assign(values, { endpointId: event.endpointId }))
-        : event.updatedAtFromRecord
-        ? await statements.withRecordUpdatedAt.run(tx, Object.assign(values, { marker: `"updated_at":"${RECORD_UPDATED_AT}"`, recordId: event.customerId }))
-        : await statements.asGiven.run(tx, values);
+      const { rows } =
+        event.endpointId !== undefined
+          ? await statements.toOneEndpoint.run(tx, Object.assign(values, { endpointId: event.endpointId }))
+          : event.updatedAtFromRecord
+            ? await statements.withRecordUpdatedAt.run(
+                tx,
+                Object.assign(values, { marker: `"updated_at":"${RECORD_UPDATED_AT}"`, recordId: event.customerId }),
+              )
+            : await statements.asGiven.run(tx, values);
       wakeAfterCommit(tx, FEED_CHANNEL);
       if (rows.length > 0) wakeAfterCommit(tx, 'webhook_deliveries');
       return id;

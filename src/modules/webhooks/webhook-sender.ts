@@ -19,7 +19,13 @@ export type SignedHeaders = {
  * the base64-decoded part of the `whsec_` secret. Signed with the reference library so any Standard
  * Webhooks verifier accepts it.
  */
-export function signWebhook(secret: string, id: string, timestampSeconds: number, body: string, previousSecret?: string | null): SignedHeaders {
+export function signWebhook(
+  secret: string,
+  id: string,
+  timestampSeconds: number,
+  body: string,
+  previousSecret?: string | null,
+): SignedHeaders {
   const at = new Date(timestampSeconds * 1000);
   const signatures = [new Webhook(secret).sign(id, at, body)];
   // During a rotation's grace the old secret signs too, space separated as Standard Webhooks allows:
@@ -63,9 +69,7 @@ export type SendRequest = {
  * of registration are applied again here, to the port and to every address the socket may connect
  * to: the configuration may have changed since, and a DNS answer may have (rebinding).
  */
-export function createWebhookSender(
-  options: WebhookTargetPolicy & { timeoutMs?: number; userAgent?: string; resolveHost?: ResolveHost },
-) {
+export function createWebhookSender(options: WebhookTargetPolicy & { timeoutMs?: number; userAgent?: string; resolveHost?: ResolveHost }) {
   const timeoutMs = options.timeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
   const policy: WebhookTargetPolicy = { allowPrivateUrls: options.allowPrivateUrls, allowedPorts: options.allowedPorts };
   const lookup = guardedLookup(policy, options.resolveHost);
@@ -110,79 +114,80 @@ export function createWebhookSender(
 
       // A kept-alive connection the receiver closed while idle fails at once on reuse; that is not the
       // receiver's answer, so the request goes out once more on a fresh connection.
-      const exchange = (retryStaleConnection: boolean): Promise<SendResult> => new Promise<SendResult>((resolve) => {
-        let settled = false;
-        let aborted = false;
-        // The status line, once it has arrived: kept when the exchange is cut afterwards (timeout), so
-        // the delivery log shows that the receiver did answer, and how.
-        let answer: { statusCode: number; retryAfterMs: number | null } | null = null;
-        const finish = (result: Omit<SendResult, 'latencyMs' | 'aborted'>) => {
-          if (settled) return;
-          settled = true;
-          clearTimeout(timer);
-          request.signal?.removeEventListener('abort', onAbort);
-          resolve({ ...result, latencyMs: Math.round(performance.now() - startedAt), aborted });
-        };
-        const outgoing = (isHttps ? https : http).request(url, {
-          method: 'POST',
-          headers,
-          agent: isHttps ? httpsAgent : httpAgent,
-          lookup,
-        });
-        const timer = setTimeout(() => outgoing.destroy(new Error(`timed out after ${timeoutMs} ms`)), timeoutMs);
-        const onAbort = () => {
-          aborted = true;
-          outgoing.destroy(new Error('aborted: the worker stopped before a response'));
-        };
-        if (request.signal?.aborted) onAbort();
-        else request.signal?.addEventListener('abort', onAbort, { once: true });
-
-        outgoing.on('error', (error: NodeJS.ErrnoException) => {
-          const stale = outgoing.reusedSocket && (error.code === 'ECONNRESET' || error.code === 'EPIPE');
-          if (stale && retryStaleConnection && !aborted && !settled) {
+      const exchange = (retryStaleConnection: boolean): Promise<SendResult> =>
+        new Promise<SendResult>((resolve) => {
+          let settled = false;
+          let aborted = false;
+          // The status line, once it has arrived: kept when the exchange is cut afterwards (timeout), so
+          // the delivery log shows that the receiver did answer, and how.
+          let answer: { statusCode: number; retryAfterMs: number | null } | null = null;
+          const finish = (result: Omit<SendResult, 'latencyMs' | 'aborted'>) => {
+            if (settled) return;
             settled = true;
             clearTimeout(timer);
             request.signal?.removeEventListener('abort', onAbort);
-            resolve(exchange(false));
-            return;
-          }
-          finish(
-            answer
-              ? { ...answer, error: `HTTP ${answer.statusCode}; ${error.message}` }
-              : { statusCode: null, retryAfterMs: null, error: error.message },
-          );
-        });
-        outgoing.on('response', (response) => {
-          const statusCode = response.statusCode ?? 0;
-          const retryAfter = response.headers['retry-after'];
-          const retryAfterMs = parseRetryAfter(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter, Date.now());
-          const location = response.headers.location;
-          answer = { statusCode, retryAfterMs };
-          const error =
-            statusCode >= 200 && statusCode < 300
-              ? null
-              : statusCode >= 300 && statusCode < 400
-                ? `redirect not followed (HTTP ${statusCode}${location ? ` to ${location}` : ''})`
-                : `HTTP ${statusCode}`;
-          let drained = 0;
-          response.on('data', (chunk: Buffer) => {
-            drained += chunk.length;
-            if (drained > MAX_DRAINED_RESPONSE_BYTES) {
-              response.destroy();
-              finish({ statusCode, retryAfterMs, error });
+            resolve({ ...result, latencyMs: Math.round(performance.now() - startedAt), aborted });
+          };
+          const outgoing = (isHttps ? https : http).request(url, {
+            method: 'POST',
+            headers,
+            agent: isHttps ? httpsAgent : httpAgent,
+            lookup,
+          });
+          const timer = setTimeout(() => outgoing.destroy(new Error(`timed out after ${timeoutMs} ms`)), timeoutMs);
+          const onAbort = () => {
+            aborted = true;
+            outgoing.destroy(new Error('aborted: the worker stopped before a response'));
+          };
+          if (request.signal?.aborted) onAbort();
+          else request.signal?.addEventListener('abort', onAbort, { once: true });
+
+          outgoing.on('error', (error: NodeJS.ErrnoException) => {
+            const stale = outgoing.reusedSocket && (error.code === 'ECONNRESET' || error.code === 'EPIPE');
+            if (stale && retryStaleConnection && !aborted && !settled) {
+              settled = true;
+              clearTimeout(timer);
+              request.signal?.removeEventListener('abort', onAbort);
+              resolve(exchange(false));
+              return;
             }
+            finish(
+              answer
+                ? { ...answer, error: `HTTP ${answer.statusCode}; ${error.message}` }
+                : { statusCode: null, retryAfterMs: null, error: error.message },
+            );
           });
-          response.on('end', () => finish({ statusCode, retryAfterMs, error }));
-          // A response that breaks off or outlives the timeout is not a success.
-          response.on('error', (failure) =>
-            finish({ statusCode, retryAfterMs, error: `${error ?? `HTTP ${statusCode}`}; response failed: ${failure.message}` }),
-          );
-          response.on('close', () => {
-            if (!response.complete) finish({ statusCode, retryAfterMs, error: error ?? `HTTP ${statusCode}; response incomplete` });
+          outgoing.on('response', (response) => {
+            const statusCode = response.statusCode ?? 0;
+            const retryAfter = response.headers['retry-after'];
+            const retryAfterMs = parseRetryAfter(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter, Date.now());
+            const location = response.headers.location;
+            answer = { statusCode, retryAfterMs };
+            const error =
+              statusCode >= 200 && statusCode < 300
+                ? null
+                : statusCode >= 300 && statusCode < 400
+                  ? `redirect not followed (HTTP ${statusCode}${location ? ` to ${location}` : ''})`
+                  : `HTTP ${statusCode}`;
+            let drained = 0;
+            response.on('data', (chunk: Buffer) => {
+              drained += chunk.length;
+              if (drained > MAX_DRAINED_RESPONSE_BYTES) {
+                response.destroy();
+                finish({ statusCode, retryAfterMs, error });
+              }
+            });
+            response.on('end', () => finish({ statusCode, retryAfterMs, error }));
+            // A response that breaks off or outlives the timeout is not a success.
+            response.on('error', (failure) =>
+              finish({ statusCode, retryAfterMs, error: `${error ?? `HTTP ${statusCode}`}; response failed: ${failure.message}` }),
+            );
+            response.on('close', () => {
+              if (!response.complete) finish({ statusCode, retryAfterMs, error: error ?? `HTTP ${statusCode}; response incomplete` });
+            });
           });
+          outgoing.end(body);
         });
-        outgoing.end(body);
-      });
       return exchange(true);
     },
 

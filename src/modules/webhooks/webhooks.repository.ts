@@ -16,9 +16,10 @@ const endpointColumns = {
   description: webhookEndpoints.description,
   enabled: webhookEndpoints.enabled,
   disabledReason: webhookEndpoints.disabledReason,
-  previousSecretExpiresAt: sql<Date | null>`CASE WHEN ${webhookEndpoints.previousSecretExpiresAt} > clock_timestamp() THEN ${webhookEndpoints.previousSecretExpiresAt} END`.mapWith(
-    webhookEndpoints.previousSecretExpiresAt,
-  ),
+  previousSecretExpiresAt:
+    sql<Date | null>`CASE WHEN ${webhookEndpoints.previousSecretExpiresAt} > clock_timestamp() THEN ${webhookEndpoints.previousSecretExpiresAt} END`.mapWith(
+      webhookEndpoints.previousSecretExpiresAt,
+    ),
   createdAt: webhookEndpoints.createdAt,
   updatedAt: webhookEndpoints.updatedAt,
 };
@@ -126,7 +127,9 @@ export function createWebhooksRepository(db: Executor) {
     ): Promise<WebhookEndpointRecord[]> {
       const conditions: SQL[] = [eq(webhookEndpoints.orgId, orgId)];
       if (page.after) {
-        conditions.push(sql`(${webhookEndpoints.createdAt}, ${webhookEndpoints.id}) > (${page.after.createdAt.toISOString()}::timestamptz, ${page.after.id}::uuid)`);
+        conditions.push(
+          sql`(${webhookEndpoints.createdAt}, ${webhookEndpoints.id}) > (${page.after.createdAt.toISOString()}::timestamptz, ${page.after.id}::uuid)`,
+        );
       }
       return tx
         .select(endpointColumns)
@@ -136,7 +139,12 @@ export function createWebhooksRepository(db: Executor) {
         .limit(page.limit);
     },
 
-    async updateEndpoint(orgId: string, id: string, changes: EndpointChanges, tx: Executor = db): Promise<WebhookEndpointRecord | undefined> {
+    async updateEndpoint(
+      orgId: string,
+      id: string,
+      changes: EndpointChanges,
+      tx: Executor = db,
+    ): Promise<WebhookEndpointRecord | undefined> {
       const [row] = await tx
         .update(webhookEndpoints)
         .set({ ...changes, updatedAt: sql`clock_timestamp()` })
@@ -149,7 +157,13 @@ export function createWebhooksRepository(db: Executor) {
      * A new signing secret; the current one becomes the previous one, used beside it until the grace
      * ends (a secret still in its grace from an earlier rotation is dropped). A grace of 0 keeps none.
      */
-    async rotateSecret(orgId: string, id: string, secret: string, graceSeconds: number, tx: Executor = db): Promise<WebhookEndpointRecord | undefined> {
+    async rotateSecret(
+      orgId: string,
+      id: string,
+      secret: string,
+      graceSeconds: number,
+      tx: Executor = db,
+    ): Promise<WebhookEndpointRecord | undefined> {
       const [row] = await tx
         .update(webhookEndpoints)
         .set({
@@ -183,7 +197,9 @@ export function createWebhooksRepository(db: Executor) {
       const conditions: SQL[] = [eq(webhookDeliveries.orgId, orgId), eq(webhookDeliveries.endpointId, endpointId)];
       if (page.status) conditions.push(eq(webhookDeliveries.status, page.status));
       if (page.before) {
-        conditions.push(sql`(${webhookDeliveries.createdAt}, ${webhookDeliveries.id}) < (${page.before.createdAt.toISOString()}::timestamptz, ${page.before.id}::uuid)`);
+        conditions.push(
+          sql`(${webhookDeliveries.createdAt}, ${webhookDeliveries.id}) < (${page.before.createdAt.toISOString()}::timestamptz, ${page.before.id}::uuid)`,
+        );
       }
       return tx
         .select(deliveryColumns)
@@ -196,13 +212,20 @@ export function createWebhooksRepository(db: Executor) {
     },
 
     /** The delivery of an event to one endpoint (a test event sent to it has exactly one). */
-    async findDeliveryOfEvent(orgId: string, eventId: string, endpointId: string, tx: Executor = db): Promise<WebhookDeliveryRecord | undefined> {
+    async findDeliveryOfEvent(
+      orgId: string,
+      eventId: string,
+      endpointId: string,
+      tx: Executor = db,
+    ): Promise<WebhookDeliveryRecord | undefined> {
       const [row] = await tx
         .select(deliveryColumns)
         .from(webhookDeliveries)
         .innerJoin(outboxEvents, and(eq(outboxEvents.id, webhookDeliveries.eventId), eq(outboxEvents.orgId, orgId)))
         .innerJoin(webhookEndpoints, and(eq(webhookEndpoints.id, webhookDeliveries.endpointId), eq(webhookEndpoints.orgId, orgId)))
-        .where(and(eq(webhookDeliveries.orgId, orgId), eq(webhookDeliveries.eventId, eventId), eq(webhookDeliveries.endpointId, endpointId)))
+        .where(
+          and(eq(webhookDeliveries.orgId, orgId), eq(webhookDeliveries.eventId, eventId), eq(webhookDeliveries.endpointId, endpointId)),
+        )
         .orderBy(asc(webhookDeliveries.createdAt))
         .limit(1);
       return row;
@@ -295,12 +318,19 @@ export function createWebhooksRepository(db: Executor) {
 
     async attemptsOf(orgId: string, deliveryIds: string[], tx: Executor = db): Promise<WebhookAttemptRecord[]> {
       if (deliveryIds.length === 0) return [];
-      return tx
-        .select()
-        .from(webhookAttempts)
-        .where(and(eq(webhookAttempts.orgId, orgId), inArray(webhookAttempts.deliveryId, deliveryIds)))
-        // Ties (an attempt recorded by a worker whose lease had expired) by time; the id, from a global sequence, only breaks exact ties.
-        .orderBy(asc(webhookAttempts.deliveryId), asc(webhookAttempts.attemptNumber), asc(webhookAttempts.createdAt), asc(webhookAttempts.id));
+      return (
+        tx
+          .select()
+          .from(webhookAttempts)
+          .where(and(eq(webhookAttempts.orgId, orgId), inArray(webhookAttempts.deliveryId, deliveryIds)))
+          // Ties (an attempt recorded by a worker whose lease had expired) by time; the id, from a global sequence, only breaks exact ties.
+          .orderBy(
+            asc(webhookAttempts.deliveryId),
+            asc(webhookAttempts.attemptNumber),
+            asc(webhookAttempts.createdAt),
+            asc(webhookAttempts.id),
+          )
+      );
     },
 
     /** Makes a queued delivery due now; a worker holding it keeps its claim and settles it as usual. */
@@ -314,10 +344,7 @@ export function createWebhooksRepository(db: Executor) {
     },
 
     async insertDelivery(orgId: string, eventId: string, endpointId: string, tx: Executor = db): Promise<string> {
-      const [row] = await tx
-        .insert(webhookDeliveries)
-        .values({ orgId, eventId, endpointId })
-        .returning({ id: webhookDeliveries.id });
+      const [row] = await tx.insert(webhookDeliveries).values({ orgId, eventId, endpointId }).returning({ id: webhookDeliveries.id });
       return row!.id;
     },
 

@@ -175,7 +175,10 @@ export async function webhooksRoutes(fastify: FastifyInstance): Promise<void> {
           'Newest first, by (created_at, id), with an opaque cursor: the delivery log of this endpoint, each delivery with every attempt (status code, duration, error, time). Filter with `status`.',
         params: endpointIdParams,
         querystring: listEndpointDeliveriesQuery,
-        response: { 200: pageEnvelope(deliverySchema, 'newest first (created_at, then id, descending)'), ...errorResponses(401, 403, 404, 422, 429) },
+        response: {
+          200: pageEnvelope(deliverySchema, 'newest first (created_at, then id, descending)'),
+          ...errorResponses(401, 403, 404, 422, 429),
+        },
       },
     },
     async (request) => webhooks.listEndpointDeliveries(request.params.id, request.query, { orgId: requestContext(request).orgId }),

@@ -9,9 +9,7 @@ export const addEndpointInput = z
     orgId: z.string(),
     url: z.string(),
     /** Event types the endpoint receives; empty or absent means every type. */
-    events: z
-      .array(z.enum(EVENT_TYPES, { error: `Unknown event type. Valid: ${EVENT_TYPES.join(', ')}.` }))
-      .optional(),
+    events: z.array(z.enum(EVENT_TYPES, { error: `Unknown event type. Valid: ${EVENT_TYPES.join(', ')}.` })).optional(),
     enabled: z.boolean().optional(),
     description: z.string().trim().max(500, 'At most 500 characters.').optional(),
   })
@@ -102,7 +100,10 @@ export type CreateEndpointBody = z.infer<typeof createEndpointBody>;
 export const updateEndpointInput = z
   .object({
     url: urlField.optional().describe('A new URL, checked as on create.').meta({ example: 'https://crm.example.com/hooks/v2' }),
-    events: eventTypeList.optional().describe('Replaces the event types; an empty list means every type.').meta({ example: ['customer.updated'] }),
+    events: eventTypeList
+      .optional()
+      .describe('Replaces the event types; an empty list means every type.')
+      .meta({ example: ['customer.updated'] }),
     enabled: z
       .boolean()
       .optional()
@@ -169,13 +170,18 @@ export const endpointSchema = z
     id: z.uuid().describe('The endpoint id.'),
     org_id: z.uuid().describe('Your organisation.'),
     url: z.string().describe('Where events are POSTed.').meta({ example: 'https://crm.example.com/hooks/svc' }),
-    events: z.array(z.string()).describe('Subscribed event types; empty means every type.').meta({ example: ['customer.updated'] }),
+    events: z
+      .array(z.string())
+      .describe('Subscribed event types; empty means every type.')
+      .meta({ example: ['customer.updated'] }),
     description: z.string().nullable().describe('Your note about the endpoint.').meta({ example: 'CRM production' }),
     enabled: z.boolean().describe('Whether events are delivered to it.'),
     disabled_reason: z.string().nullable().describe('Why it was disabled (by you, an operator, a 410 answer or 3 days of failures).'),
     previous_secret_expires_at: dateTime
       .nullable()
-      .describe('After a rotation: until when deliveries also carry a signature made with the previous secret; null when only the current secret signs.'),
+      .describe(
+        'After a rotation: until when deliveries also carry a signature made with the previous secret; null when only the current secret signs.',
+      ),
     created_at: dateTime.describe('When the endpoint was registered.'),
     updated_at: dateTime.describe('When it last changed.'),
   })
@@ -232,8 +238,14 @@ export type DeletedEndpointDto = z.infer<typeof deletedEndpointSchema>;
 export const attemptSchema = z
   .object({
     attempt_number: z.int().describe('1 for the first attempt of the delivery.'),
-    status_code: z.int().nullable().describe('The HTTP status your endpoint answered; null when none arrived (timeout, connection refused).'),
-    latency_ms: z.int().nullable().describe('How long the attempt took, from sending the request to the end of the answer, in milliseconds.'),
+    status_code: z
+      .int()
+      .nullable()
+      .describe('The HTTP status your endpoint answered; null when none arrived (timeout, connection refused).'),
+    latency_ms: z
+      .int()
+      .nullable()
+      .describe('How long the attempt took, from sending the request to the end of the answer, in milliseconds.'),
     error: z.string().nullable().describe('Why the attempt failed; null on success.').meta({ example: 'HTTP 503' }),
     worker_id: z.string().nullable().describe('Which delivery worker made the attempt (for support).'),
     started_at: dateTime.describe('When the attempt started.'),
@@ -248,7 +260,9 @@ export const deliverySchema = z
     event_type: z.string().describe('The event type.').meta({ example: 'customer.updated' }),
     endpoint_id: z.uuid().describe('The endpoint it goes to.'),
     endpoint_url: z.string().describe('The endpoint URL now.'),
-    status: z.enum(DELIVERY_STATUSES).describe('pending (queued or waiting for a retry), succeeded or failed (gave up, or the endpoint was disabled).'),
+    status: z
+      .enum(DELIVERY_STATUSES)
+      .describe('pending (queued or waiting for a retry), succeeded or failed (gave up, or the endpoint was disabled).'),
     attempt_count: z.int().describe('Attempts made so far.'),
     next_attempt_at: dateTime.nullable().describe('When the next attempt is due; null once settled.'),
     last_status_code: z.int().nullable().describe('Status code of the latest attempt that got an answer.'),
@@ -274,8 +288,22 @@ export const deliverySchema = z
       created_at: '2026-01-31T09:00:00.000Z',
       updated_at: '2026-01-31T09:00:31.000Z',
       attempts: [
-        { attempt_number: 1, status_code: 503, latency_ms: 120, error: 'HTTP 503', worker_id: 'api-1:41:ab12cd34', started_at: '2026-01-31T09:00:00.100Z' },
-        { attempt_number: 2, status_code: 200, latency_ms: 85, error: null, worker_id: 'api-1:41:ab12cd34', started_at: '2026-01-31T09:00:30.900Z' },
+        {
+          attempt_number: 1,
+          status_code: 503,
+          latency_ms: 120,
+          error: 'HTTP 503',
+          worker_id: 'api-1:41:ab12cd34',
+          started_at: '2026-01-31T09:00:00.100Z',
+        },
+        {
+          attempt_number: 2,
+          status_code: 200,
+          latency_ms: 85,
+          error: null,
+          worker_id: 'api-1:41:ab12cd34',
+          started_at: '2026-01-31T09:00:30.900Z',
+        },
       ],
     },
   });
@@ -285,7 +313,9 @@ export const retriedDeliverySchema = deliverySchema
     resent_from: z
       .uuid()
       .nullable()
-      .describe('The settled delivery this one repeats (a new delivery of the same event); null when the queued delivery itself was made due now.'),
+      .describe(
+        'The settled delivery this one repeats (a new delivery of the same event); null when the queued delivery itself was made due now.',
+      ),
   })
   .describe('The delivery that will make the next attempt.');
 

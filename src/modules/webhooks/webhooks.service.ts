@@ -6,7 +6,13 @@ import { isUuid } from '../../shared/ids.js';
 import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
 import { cursorKeyLoader, decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from '../customers/list-cursor.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
-import { assertDeliverableTarget, parseEndpointUrl, UnsafeWebhookTargetError, type ResolveHost, type WebhookTargetPolicy } from './endpoint-url.js';
+import {
+  assertDeliverableTarget,
+  parseEndpointUrl,
+  UnsafeWebhookTargetError,
+  type ResolveHost,
+  type WebhookTargetPolicy,
+} from './endpoint-url.js';
 import { createOutboxRepository } from './outbox.repository.js';
 import {
   createWebhooksRepository,
@@ -159,9 +165,14 @@ function zodIssues(error: z.ZodError): Record<string, string[]> {
   return issues;
 }
 
-export type TestEventResult = { event: { id: string; type: string; created: string; data: Record<string, unknown> }; delivery: WebhookDeliveryDto };
+export type TestEventResult = {
+  event: { id: string; type: string; created: string; data: Record<string, unknown> };
+  delivery: WebhookDeliveryDto;
+};
 
-export function createWebhooksService(deps: { database: Database; resolveHost?: ResolveHost; cursorKey?: CursorKey } & WebhookTargetPolicy) {
+export function createWebhooksService(
+  deps: { database: Database; resolveHost?: ResolveHost; cursorKey?: CursorKey } & WebhookTargetPolicy,
+) {
   const { database } = deps;
   const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
   const policy: WebhookTargetPolicy = { allowPrivateUrls: deps.allowPrivateUrls, allowedPorts: deps.allowedPorts };
@@ -252,7 +263,15 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
         );
         const dto = toEndpointDto(row);
         await audit.record(
-          { orgId: row.orgId, actor, action: 'webhook_endpoint.created', subjectType: 'webhook_endpoint', subjectId: row.id, before: null, after: dto },
+          {
+            orgId: row.orgId,
+            actor,
+            action: 'webhook_endpoint.created',
+            subjectType: 'webhook_endpoint',
+            subjectId: row.id,
+            before: null,
+            after: dto,
+          },
           tx,
         );
         return { ...dto, secret };
@@ -268,10 +287,7 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
      * Stops deliveries to the endpoint; its queued deliveries fail with the reason and an
      * `endpoint.disabled` event is recorded. An endpoint already disabled is returned as it is.
      */
-    async disableEndpoint(
-      id: string,
-      options: { orgId?: string; reason?: string; actor?: Actor } = {},
-    ): Promise<WebhookEndpointDto> {
+    async disableEndpoint(id: string, options: { orgId?: string; reason?: string; actor?: Actor } = {}): Promise<WebhookEndpointDto> {
       const reason = options.reason ?? 'disabled by an operator';
       return database.transaction(async (tx) =>
         disableWithin(await lockEndpoint(id, options.orgId, tx), reason, options.actor ?? SYSTEM_ACTOR, tx),
@@ -310,7 +326,11 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
      * nothing. `enabled: false` disables as disableEndpoint does (queued deliveries fail);
      * `enabled: true` enables again, clearing why it was disabled and how long it had been failing.
      */
-    async updateEndpoint(id: string, input: UpdateEndpointInput, options: { orgId?: string; actor?: Actor } = {}): Promise<WebhookEndpointDto> {
+    async updateEndpoint(
+      id: string,
+      input: UpdateEndpointInput,
+      options: { orgId?: string; actor?: Actor } = {},
+    ): Promise<WebhookEndpointDto> {
       const parsed = updateEndpointInput.safeParse(input);
       if (!parsed.success) throw AppError.validation(zodIssues(parsed.error));
       const body = parsed.data;
@@ -414,7 +434,8 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
     async sendTestEventTo(id: string, options: { orgId: string; actor?: Actor }): Promise<TestEventResult> {
       return database.transaction(async (tx) => {
         const endpoint = await lockEndpoint(id, options.orgId, tx);
-        if (!endpoint.enabled) throw AppError.conflict('This endpoint is disabled; enable it (PATCH enabled: true) to send it a test event.');
+        if (!endpoint.enabled)
+          throw AppError.conflict('This endpoint is disabled; enable it (PATCH enabled: true) to send it a test event.');
         const eventId = await outbox.record(
           { orgId: endpoint.orgId, type: 'webhook.test', customerId: null, customer: null, data: { endpoint_id: id }, endpointId: id },
           tx,
@@ -439,7 +460,11 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
     },
 
     /** The endpoint's deliveries, newest first, each with its attempts; cursor paged. */
-    async listEndpointDeliveries(id: string, query: ListEndpointDeliveriesQuery, options: { orgId: string }): Promise<Page<WebhookDeliveryDto>> {
+    async listEndpointDeliveries(
+      id: string,
+      query: ListEndpointDeliveriesQuery,
+      options: { orgId: string },
+    ): Promise<Page<WebhookDeliveryDto>> {
       const limit = pageLimit(query.limit);
       const fingerprint = filterFingerprint({ list: 'webhook_deliveries', endpoint: id, status: query.status ?? null });
       const key = await cursorKey();
@@ -449,7 +474,11 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
         if (!org || !(await webhooks.findEndpoint(org, id, tx))) throw AppError.notFound('Webhook endpoint');
         const rows = await webhooks.listEndpointDeliveries(org, id, { status: query.status, before, limit: limit + 1 }, tx);
         const page = rows.slice(0, limit);
-        const attempts = await webhooks.attemptsOf(org, page.map((row) => row.id), tx);
+        const attempts = await webhooks.attemptsOf(
+          org,
+          page.map((row) => row.id),
+          tx,
+        );
         const last = page.at(-1);
         const hasMore = rows.length > limit;
         return {
@@ -471,7 +500,11 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
       if (eventId !== undefined && !isUuid(eventId)) throw AppError.field('eventId', 'Must be an event id (UUID).');
       return snapshot(async (tx) => {
         const rows = await webhooks.listDeliveries(orgId, { eventId, status, limit }, tx);
-        const attempts = await webhooks.attemptsOf(orgId, rows.map((row) => row.id), tx);
+        const attempts = await webhooks.attemptsOf(
+          orgId,
+          rows.map((row) => row.id),
+          tx,
+        );
         return rows.map((row) => toDeliveryDto(row, attempts));
       });
     },
@@ -486,7 +519,13 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
       options: { orgId?: string; actor?: Actor } = {},
     ): Promise<WebhookDeliveryDto & { resent_from: string | null }> {
       // The caller's organisation when known (the API); an operator naming only the delivery gets its own.
-      const orgId = !isUuid(id) ? undefined : options.orgId !== undefined ? (isUuid(options.orgId) ? options.orgId : undefined) : await webhooks.findDeliveryOrg(id);
+      const orgId = !isUuid(id)
+        ? undefined
+        : options.orgId !== undefined
+          ? isUuid(options.orgId)
+            ? options.orgId
+            : undefined
+          : await webhooks.findDeliveryOrg(id);
       if (!orgId) throw AppError.notFound('Delivery');
       const deliveryId = await database.transaction(async (tx) => {
         const delivery = await webhooks.findDelivery(orgId, id, tx);
@@ -525,7 +564,15 @@ export function createWebhooksService(deps: { database: Database; resolveHost?: 
       const eventId = await database.transaction(async (tx) => {
         const id = await outbox.record({ orgId, type: 'webhook.test', customerId: null, customer: null }, tx);
         await audit.record(
-          { orgId, actor, action: 'webhook.test_sent', subjectType: 'organisation', subjectId: orgId, before: null, after: { event_id: id } },
+          {
+            orgId,
+            actor,
+            action: 'webhook.test_sent',
+            subjectType: 'organisation',
+            subjectId: orgId,
+            before: null,
+            after: { event_id: id },
+          },
           tx,
         );
         return id;
