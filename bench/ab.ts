@@ -116,7 +116,7 @@ async function main() {
       if (!run) throw new Error(`Unknown scenario ${scenario}: use get or upsert`);
       // Warm-up on every side (it also creates the upsert's 1,000 records), then statistics for the planner.
       for (const side of ['before', 'after', 'baseline'] as const) await run(side, 2);
-      await scratch!.pool.query('ANALYZE customers');
+      await scratch.pool.query('ANALYZE customers');
       const measures: Record<Side, Measure[]> = { before: [], after: [], baseline: [] };
       for (let round = 0; round < ROUNDS; round += 1) {
         const order: Side[] = round % 2 === 0 ? ['before', 'after', 'baseline'] : ['baseline', 'after', 'before'];

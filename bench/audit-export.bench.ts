@@ -139,7 +139,7 @@ function timedSvc(databaseUrl: string | undefined, args: string[]): Timed {
     });
   } catch (error) {
     const failed = error as { stderr?: string; stdout?: string; message: string };
-    throw new Error(`svc ${args.join(' ')} failed: ${failed.stderr || failed.message}\n${failed.stdout ?? ''}`);
+    throw new Error(`svc ${args.join(' ')} failed: ${failed.stderr || failed.message}\n${failed.stdout ?? ''}`, { cause: error });
   }
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
   const text = execFileSync('cat', [report], { encoding: 'utf8' });

@@ -23,7 +23,7 @@ import type { ChildProcess } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { dirname, join } from 'node:path';
-import pg from 'pg';
+import type pg from 'pg';
 import {
   build,
   cpuTicks,
@@ -118,10 +118,10 @@ async function main() {
       );
 
     for (const side of SIDES) await run(side, 2); // warm-up: JIT, prepared statements, caches
-    await drained(scratch['sealing on']!.pool, 60_000);
+    await drained(scratch['sealing on'].pool, 60_000);
     const before = {
-      'sealing on': await auditRows(scratch['sealing on']!.pool),
-      'sealing off': await auditRows(scratch['sealing off']!.pool),
+      'sealing on': await auditRows(scratch['sealing on'].pool),
+      'sealing off': await auditRows(scratch['sealing off'].pool),
     };
 
     const measures: Record<Side, Measure[]> = { 'sealing on': [], 'sealing off': [] };
@@ -147,10 +147,10 @@ async function main() {
       }
     }
     const after = {
-      'sealing on': await auditRows(scratch['sealing on']!.pool),
-      'sealing off': await auditRows(scratch['sealing off']!.pool),
+      'sealing on': await auditRows(scratch['sealing on'].pool),
+      'sealing off': await auditRows(scratch['sealing off'].pool),
     };
-    const verdict = svc(scratch['sealing on']!.url, ['audit', 'verify', '--org', scratch['sealing on']!.org.id]) as {
+    const verdict = svc(scratch['sealing on'].url, ['audit', 'verify', '--org', scratch['sealing on'].org.id]) as {
       ok: boolean;
       rows: number;
       unsealed: number;

@@ -23,7 +23,7 @@ import type { ChildProcess } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { dirname, join } from 'node:path';
-import pg from 'pg';
+import type pg from 'pg';
 import {
   build,
   cpuTicks,

@@ -327,7 +327,7 @@ export function svc(databaseUrl: string, args: string[], env: NodeJS.ProcessEnv 
     return JSON.parse(output);
   } catch (error) {
     const failed = error as { stderr?: string; message: string };
-    throw new Error(`svc ${args.join(' ')} failed: ${failed.stderr || failed.message}`);
+    throw new Error(`svc ${args.join(' ')} failed: ${failed.stderr || failed.message}`, { cause: error });
   }
 }
 

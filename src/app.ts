@@ -143,7 +143,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       reply.header('X-Request-Id', request.id);
       reply.header('Cache-Control', 'no-store');
       const message = error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? LONG_ID_MESSAGE : 'The URL is not validly percent-encoded.';
-      return renderError(reply, new AppError('not_found', 404, message));
+      void renderError(reply, new AppError('not_found', 404, message));
     },
   }).withTypeProvider<ZodTypeProvider>();
 

@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import pg from 'pg';
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../test/helpers/database.js';
 import { expectPoolSettled, rejection } from '../../test/helpers/database-assertions.js';
 import { startPgProxy, type PgProxy } from '../../test/helpers/pg-proxy.js';

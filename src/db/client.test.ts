@@ -293,7 +293,7 @@ describe('timeouts', () => {
       const { error, ms } = await rejection(limited.query(`UPDATE contract_items SET note = 'changed' WHERE id = 1000`));
       expect(sqlState(error)).toBe('55P03');
       expect(ms).toBeLessThan(1_500);
-      expect((await limited.query('SELECT count(*)::int AS n FROM contract_items')).rows[0].n).toBeGreaterThan(0);
+      expect((await limited.query('SELECT count(*)::int AS n FROM contract_items')).rows[0]!.n).toBeGreaterThan(0);
     } finally {
       await holder.query('ROLLBACK').catch(() => {});
       await holder.end().catch(() => {});
@@ -532,13 +532,13 @@ describe('a schema change under prepared statements', () => {
     const named = { name: 'contract_deallocated_q', text: 'SELECT $1::int * 3 AS tripled, pg_backend_pid() AS pid' };
     const first = await statement.run(single.db, { n: 2 });
     const firstQuery = await single.query({ ...named, values: [2] });
-    expect([Number(first.rows[0]![0]), firstQuery.rows[0].tripled]).toEqual([4, 6]);
+    expect([Number(first.rows[0]![0]), firstQuery.rows[0]!.tripled]).toEqual([4, 6]);
 
     await single.query('DEALLOCATE ALL');
 
     const again = await statement.run(single.db, { n: 5 });
     const againQuery = await single.query({ ...named, values: [5] });
-    expect([Number(again.rows[0]![0]), againQuery.rows[0].tripled]).toEqual([10, 15]);
+    expect([Number(again.rows[0]![0]), againQuery.rows[0]!.tripled]).toEqual([10, 15]);
     // Inside a transaction as well (poolSize 1: on the connection whose statements were deallocated).
     await statement.run(single.db, { n: 1 });
     await single.query('DEALLOCATE ALL');

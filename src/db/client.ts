@@ -28,7 +28,7 @@ export type Database = {
    * One statement on the pool. A named statement is sent unnamed when prepared statements are off,
    * and one whose plan went stale (a schema change) is prepared again and retried once.
    */
-  query<R extends pg.QueryResultRow = any>(config: string | pg.QueryConfig, values?: unknown[]): Promise<pg.QueryResult<R>>;
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(config: string | pg.QueryConfig, values?: unknown[]): Promise<pg.QueryResult<R>>;
   /**
    * Runs `work` in a transaction on one pooled connection. When one is already open in this async
    * context (the idempotency layer opens one around a handler), `work` joins it, so the change, its
@@ -106,12 +106,10 @@ export function statementName(name: string | undefined, names: StatementNames): 
   return names.generation === 0 ? name : `${name}_g${names.generation}`;
 }
 
-const codeOf = (error: unknown): string | undefined => (error as { code?: unknown }).code as string | undefined;
-
 function* causes(error: unknown): Generator<{ code?: string; message?: string }> {
   let current: unknown = error;
   for (let depth = 0; current && typeof current === 'object' && depth < 5; depth += 1) {
-    yield current as { code?: string; message?: string };
+    yield current;
     current = (current as { cause?: unknown }).cause;
   }
 }

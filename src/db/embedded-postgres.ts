@@ -190,7 +190,7 @@ async function startCluster(pgCtl: string, databaseDir: string, port: number, os
     );
   } catch (error) {
     const tail = existsSync(log) ? readFileSync(log, 'utf8').trim().split('\n').slice(-5).join('\n') : '';
-    throw new Error(`the embedded PostgreSQL did not start: ${(error as Error).message}${tail ? `\n${tail}` : ''}`);
+    throw new Error(`the embedded PostgreSQL did not start: ${(error as Error).message}${tail ? `\n${tail}` : ''}`, { cause: error });
   }
 }
 

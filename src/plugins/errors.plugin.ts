@@ -45,7 +45,7 @@ function toAppError(error: FastifyError): AppError | undefined {
   if (isAppError(error)) return error;
   if (hasZodFastifySchemaValidationErrors(error)) {
     const context = (error as FastifyError & { validationContext?: string }).validationContext;
-    return AppError.validation(issuesFromValidation(error.validation as ValidationItem[], context));
+    return AppError.validation(issuesFromValidation(error.validation, context));
   }
   switch (error.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
@@ -66,7 +66,7 @@ function toAppError(error: FastifyError): AppError | undefined {
     return new AppError('invalid_json', 400, 'The request body is not valid JSON.');
   }
   if (error.validation) {
-    return AppError.validation(issuesFromValidation(error.validation as ValidationItem[], error.validationContext));
+    return AppError.validation(issuesFromValidation(error.validation, error.validationContext));
   }
   if (error.statusCode === 404) return AppError.notFound('Route');
   return undefined;

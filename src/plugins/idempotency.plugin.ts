@@ -38,7 +38,7 @@ type Outcome = { kind: 'sent'; status: number; body: string; replayed: boolean }
 export const idempotencyPlugin = fp(
   async (app: FastifyInstance) => {
     const { database } = app.deps;
-    const records = createIdempotencyRepository(database.db);
+    const records = createIdempotencyRepository();
 
     app.addHook('onRoute', (route) => {
       const methods = Array.isArray(route.method) ? route.method : [route.method];

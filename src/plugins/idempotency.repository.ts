@@ -5,7 +5,7 @@ export const IDEMPOTENCY_WINDOW_HOURS = 24;
 /** The first key of the two-key advisory locks on idempotency keys ('idem'), so they meet no other lock of the app. */
 const IDEMPOTENCY_LOCK_CLASS = 0x6964656d;
 
-export function createIdempotencyRepository(db: Executor) {
+export function createIdempotencyRepository() {
   return {
     /**
      * Serialises the requests that carry this key until this transaction ends (a transaction-scoped

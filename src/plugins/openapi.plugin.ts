@@ -249,7 +249,7 @@ function addCommonResponses(operation: Operation): void {
   for (const [status, name, applies] of common) {
     if (applies && responses[status] === undefined) responses[status] = ref('responses', name);
   }
-  operation.responses = Object.fromEntries(Object.entries(responses).sort(([a], [b]) => a.localeCompare(b))) as OpenAPIV3_1.ResponsesObject;
+  operation.responses = Object.fromEntries(Object.entries(responses).sort(([a], [b]) => a.localeCompare(b)));
 }
 
 function hasPathParameter(operation: Operation): boolean {
@@ -293,7 +293,7 @@ const transformDocument: SwaggerTransformObject = (input) => {
   pruneUnusedInputSchemas(document);
   const described = new Map((document.tags ?? []).map((tag) => [tag.name, tag]));
   document.tags = [...new Set([...described.keys(), ...tags])].sort().map((name) => described.get(name) ?? { name });
-  return document as ReturnType<SwaggerTransformObject>;
+  return document;
 };
 
 /** One description per tag the routes use; the openapi test fails for a tag without one. */

@@ -24,6 +24,7 @@ import { formatFieldPath } from './errors.plugin.js';
 export const MULTI_LINE_FIELDS: ReadonlySet<string> = new Set(['customMessage', 'address']);
 
 // Printable ASCII is already NFC and holds nothing the rules refuse: the one test most strings get.
+/* eslint-disable no-control-regex -- the patterns below match control characters on purpose: they are what the text rules refuse */
 const PRINTABLE_ASCII = /^[\x20-\x7e]*$/;
 // With the u flag a surrogate range matches only a surrogate that is not part of a valid pair.
 const UNSAFE_SINGLE_LINE = /[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]/u;
@@ -35,6 +36,7 @@ const SINGLE_LINE_CONTROL = /[\x01-\x1f\x7f-\x9f]/;
 const MULTI_LINE_CONTROL = /[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]/;
 const LINE_SEPARATOR = /[\u2028\u2029]/;
 const BIDI_CONTROL = /[\u202a-\u202e\u2066-\u2069]/;
+/* eslint-enable no-control-regex */
 
 const NUL_MESSAGE = 'Must not contain NUL characters (U+0000).';
 

@@ -475,7 +475,7 @@ export function loggerOptions(
     mixin: logContextMixin,
     mixinMergeStrategy: mergeLogContext,
     formatters: { log: logFormatter(withStack) },
-    hooks: { logMethod: logMethodHook as NonNullable<LoggerOptions['hooks']>['logMethod'] },
+    hooks: { logMethod: logMethodHook },
   };
 }
 

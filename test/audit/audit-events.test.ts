@@ -40,7 +40,7 @@ async function list(org: TestOrg, query: Record<string, string> = {}, key = org.
 async function page(org: TestOrg, query: Record<string, string> = {}): Promise<Page> {
   const response = await list(org, query);
   expect(response.statusCode, response.body).toBe(200);
-  return response.json() as Page;
+  return response.json<Page>();
 }
 
 /** Every event (with the filters), following has_more page by page. */

@@ -1,8 +1,5 @@
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
-import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp } from '../../src/app.js';
-import { createDatabase } from '../../src/db/client.js';
 import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
 import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
@@ -51,15 +48,6 @@ function expectUnauthorized(response: LightMyRequestResponse): void {
   expect(response.statusCode).toBe(401);
   expect(response.headers['www-authenticate']).toBe('Bearer');
   expect(response.json()).toEqual({ error: { code: 'unauthorized', message: expect.any(String) } });
-}
-
-/**
- * Resolves early in a second of the clock (the database's is the same machine's), so that a key
- * made known now still holds tokens of the current second for a request sent right after.
- */
-async function earlyInASecond(): Promise<void> {
-  const intoSecond = Date.now() % 1000;
-  if (intoSecond > 200) await new Promise((resolve) => setTimeout(resolve, 1000 - intoSecond + 20));
 }
 
 describe('revocation of a known key', () => {

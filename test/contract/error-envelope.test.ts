@@ -158,7 +158,7 @@ describe('500 internal', () => {
     const app = await buildApp({
       config: ctx.config,
       database: ctx.database,
-      logger: { level: 'error', stream: { write: (line: string) => logged.push(line) } } as never,
+      logger: { level: 'error', stream: { write: (line: string) => logged.push(line) } },
     });
     app.get('/boom', async () => {
       const error = new Error('relation "secret_table" does not exist: SELECT * FROM secret_table');

@@ -70,7 +70,7 @@ beforeAll(async () => {
         payload: person(),
       });
       if (created.statusCode !== 201) throw new Error(`expected 201, got ${created.statusCode}: ${created.body}`);
-      customerId = (created.json() as { id: string }).id;
+      customerId = created.json<{ id: string }>().id;
     } finally {
       await app.close();
     }

@@ -46,7 +46,7 @@ const VALID_BODIES: Record<string, unknown> = {
 };
 
 function isRegistered(app: FastifyInstance, route: RouteEntry): boolean {
-  return app.hasRoute({ method: route.method as 'GET', url: route.url });
+  return app.hasRoute({ method: route.method, url: route.url });
 }
 
 function fill(url: string, ids: { id: string; uboId?: string }): string {

@@ -84,7 +84,7 @@ describe('control characters', () => {
   it('when several fields break the rules, every one is named', async () => {
     const response = await ctx.request('POST', '/v1/customers', { key: org.key, body: newPerson({ fullName: 'A\u0007', phone: '1\n2' }) });
     expect(response.statusCode).toBe(422);
-    expect(Object.keys((response.json() as Envelope).error.details!.issues!).sort()).toEqual(['fullName', 'phone']);
+    expect(Object.keys(response.json<Envelope>().error.details!.issues!).sort()).toEqual(['fullName', 'phone']);
   });
 
   it('when a query parameter contains a control character, it answers 422 naming the parameter', async () => {
@@ -239,7 +239,7 @@ describe('hostile shapes', () => {
     const depth = 100_000;
     const response = await post(`{"fullName":"Ada","email":"deep@example.test","x":${'['.repeat(depth)}"\\u0007"${']'.repeat(depth)}}`);
     expect(response.statusCode, response.body.slice(0, 300)).toBe(422);
-    const issues = (response.json() as Envelope).error.details!.issues!;
+    const issues = response.json<Envelope>().error.details!.issues!;
     expect(Object.keys(issues)).toEqual([`x${'[0]'.repeat(MAX_BODY_DEPTH - 1)}`]);
     expect(Object.values(issues)[0]).toEqual([expect.stringContaining(`${MAX_BODY_DEPTH} levels`)]);
   });
@@ -249,6 +249,6 @@ describe('hostile shapes', () => {
       JSON.stringify({ fullName: 'Ada', email: 'many@example.test', x: Array.from({ length: 5000 }, () => '\u0007') }),
     );
     expect(response.statusCode).toBe(422);
-    expect(Object.keys((response.json() as Envelope).error.details!.issues!)).toHaveLength(100);
+    expect(Object.keys(response.json<Envelope>().error.details!.issues!)).toHaveLength(100);
   });
 });

@@ -3,7 +3,6 @@ import { sql } from 'drizzle-orm';
 import { auditChanges, auditSnapshot } from '../../src/modules/customers/customer-dto.js';
 import { createCustomersRepository } from '../../src/modules/customers/customers.repository.js';
 import { createCustomersService } from '../../src/modules/customers/customers.service.js';
-import type pg from 'pg';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 import { createCustomer, customerRow, insertEntity, issues, person, upsert } from './customers-fixtures.js';
 

@@ -17,7 +17,7 @@ export function upsert(ctx: TestContext, org: TestOrg, body: unknown): Promise<L
 export async function createCustomer(ctx: TestContext, org: TestOrg, body: Record<string, unknown> = person()) {
   const response = await upsert(ctx, org, body);
   if (response.statusCode !== 201) throw new Error(`expected 201, got ${response.statusCode}: ${response.body}`);
-  return response.json() as Record<string, any>;
+  return response.json<Record<string, any>>();
 }
 
 export async function customerRow(ctx: TestContext, id: string): Promise<Record<string, any>> {
@@ -44,5 +44,5 @@ export async function insertEntity(ctx: TestContext, orgId: string, externalId: 
 }
 
 export function issues(response: LightMyRequestResponse): Record<string, string[]> {
-  return (response.json() as { error: { details?: { issues?: Record<string, string[]> } } }).error.details?.issues ?? {};
+  return response.json<{ error: { details?: { issues?: Record<string, string[]> } } }>().error.details?.issues ?? {};
 }

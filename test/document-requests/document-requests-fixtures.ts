@@ -68,7 +68,7 @@ export async function openRequest(
 ) {
   const response = await createRequest(ctx, org, entityId, body);
   expect(response.statusCode, response.body).toBe(201);
-  const dto = response.json() as { id: string; upload_url: string; status: string };
+  const dto = response.json<{ id: string; upload_url: string; status: string }>();
   const token = tokenOf(dto.upload_url);
   return { dto, token };
 }

@@ -335,7 +335,7 @@ describe('the link token in logs', () => {
     try {
       const { token } = await setup();
       const send = async (parts: Array<[string, Buffer, string]>) => {
-        const { body, contentType } = await multipart(parts);
+        const { body, contentType } = multipart(parts);
         return app.inject({ method: 'POST', url: `/documents/${token}`, headers: { 'content-type': contentType }, payload: body });
       };
       expect((await app.inject({ method: 'GET', url: `/documents/${token}` })).statusCode).toBe(200);

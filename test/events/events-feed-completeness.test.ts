@@ -42,7 +42,7 @@ function startConsumer(org: TestOrg, pauseMs: number, limit: number) {
         query: { limit: String(limit), ...(cursor ? { cursor } : {}) },
       });
       expect(response.statusCode, response.body).toBe(200);
-      const page = response.json() as Page;
+      const page = response.json<Page>();
       polls += 1;
       seen.push(...page.data.map((event) => event.id));
       cursor = page.next_cursor;

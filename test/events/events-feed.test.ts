@@ -43,7 +43,7 @@ async function list(org: TestOrg, query: Record<string, string> = {}) {
 async function page(org: TestOrg, query: Record<string, string> = {}): Promise<Page> {
   const response = await list(org, query);
   expect(response.statusCode, response.body).toBe(200);
-  return response.json() as Page;
+  return response.json<Page>();
 }
 
 /** Every event from `cursor` on (the start when undefined), following has_more; returns them and the last cursor. */

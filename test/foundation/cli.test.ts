@@ -1,8 +1,6 @@
-import { execFile } from 'node:child_process';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
-import { PROJECT_ROOT, runSvc, type SvcResult } from '../helpers/svc-process.js';
+import { runSvc, type SvcResult } from '../helpers/svc-process.js';
 
 // Each spawned `svc` loads the build compiled once for the run (half a second, more on a busy machine).
 vi.setConfig({ testTimeout: 120_000 });

@@ -54,6 +54,7 @@ function npmTest(config: string, env: Record<string, string>): Promise<{ code: n
     child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
     child.on('error', reject);
     // Without the colour codes around the summary's words.
+    // eslint-disable-next-line no-control-regex -- an ANSI colour code starts with the ESC control character
     child.on('close', (code) => resolve({ code, output: output.replace(/\u001b\[[0-9;]*m/g, '') }));
   });
 }

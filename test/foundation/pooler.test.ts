@@ -6,7 +6,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import { afterAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
-import { ConfigError, loadConfig } from '../../src/config/config.js';
+import { type ConfigError, loadConfig } from '../../src/config/config.js';
 import { connect } from '../../src/db/connect.js';
 import { migrationsFolder, runMigrations } from '../../src/db/migrate.js';
 import { createEmptyDatabase } from '../helpers/database.js';

@@ -155,7 +155,7 @@ describe('directories for lookups before the organisation is known', () => {
     const entity = await createEntity(ctx, org);
     const response = await ctx.request('POST', `/v1/entities/${entity.id}/kyb`, { key: org.key, body: {} });
     expect(response.statusCode, response.body).toBe(200);
-    const link = (response.json() as { verification_link: string }).verification_link;
+    const link = response.json<{ verification_link: string }>().verification_link;
     const entries = await rows<{ token: string; org_id: string; matches: boolean }>(
       `SELECT t.token, t.org_id, v.link_token = t.token AS matches
          FROM verification_link_tokens t JOIN verifications v ON v.org_id = t.org_id AND v.id = t.verification_id

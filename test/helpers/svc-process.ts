@@ -91,11 +91,11 @@ export function startServe(env: SvcEnv = {}): ServeProcess {
       const match = /Server listening at http:\/\/127\.0\.0\.1:(\d+)/.exec(stderr);
       if (match) resolve(Number(match[1]));
     };
-    child.stderr!.on('data', (chunk: Buffer) => {
+    child.stderr.on('data', (chunk: Buffer) => {
       stderr += chunk.toString();
       look();
     });
-    child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
     void exited.then(({ code, signal }) => reject(new Error(`svc serve exited (${code ?? signal}) before listening\n${stderr}`)));
   });
   port.catch(() => {});

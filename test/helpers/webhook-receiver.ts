@@ -28,7 +28,8 @@ export async function startReceiver(reply: (receipt: Receipt, index: number) => 
   const server = createServer((request, response) => {
     const chunks: Buffer[] = [];
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
-    request.on('end', async () => {
+    request.on('end', () => void respond());
+    const respond = async () => {
       const body = Buffer.concat(chunks).toString('utf8');
       const path = request.url ?? '/';
       const secret = secrets.get(path);
@@ -59,7 +60,7 @@ export async function startReceiver(reply: (receipt: Receipt, index: number) => 
       if (response.destroyed) return;
       response.writeHead(answer.status ?? 200, { 'content-type': 'text/plain', ...(answer.headers ?? {}) });
       response.end('ok');
-    });
+    };
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as AddressInfo).port;
@@ -91,7 +92,7 @@ export async function waitFor<T>(check: () => T | Promise<T>, timeoutMs = 20_000
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();
-    if (value) return value as NonNullable<T>;
+    if (value) return value;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 25));
   }

@@ -1,6 +1,6 @@
 import { execFile, spawn } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -350,7 +350,7 @@ function runInBrowserLikeContext(code: string, webCrypto: WebCrypto) {
 async function pageOrigin(page: string, bundle: string, apiOrigin: string) {
   let report!: (body: string) => void;
   const result = new Promise<string>((resolve) => (report = resolve));
-  const server: Server = createServer(async (request, response) => {
+  const forward = async (request: IncomingMessage, response: ServerResponse) => {
     const chunks: Buffer[] = [];
     for await (const chunk of request) chunks.push(chunk as Buffer);
     const body = Buffer.concat(chunks);
@@ -371,7 +371,8 @@ async function pageOrigin(page: string, bundle: string, apiOrigin: string) {
       if (!['content-encoding', 'content-length', 'transfer-encoding', 'connection'].includes(name)) forwarded[name] = value;
     });
     response.writeHead(upstream.status, forwarded).end(Buffer.from(await upstream.arrayBuffer()));
-  });
+  };
+  const server: Server = createServer((request, response) => void forward(request, response));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     url: `http://127.0.0.1:${(server.address() as { port: number }).port}/`,

@@ -275,7 +275,7 @@ describe('svc serve on the embedded database, stopped by a signal under load', (
     });
     launched.push(child);
     let stderr = '';
-    child.stdout!.resume();
+    child.stdout.resume();
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>((resolve) =>
       child.on('exit', (code, signal) => {
         collectProcessOutput(stderr);
@@ -283,7 +283,7 @@ describe('svc serve on the embedded database, stopped by a signal under load', (
       }),
     );
     const port = new Promise<number>((resolve, reject) => {
-      child.stderr!.on('data', (chunk: Buffer) => {
+      child.stderr.on('data', (chunk: Buffer) => {
         stderr += chunk.toString();
         const match = /Server listening at http:\/\/127\.0\.0\.1:(\d+)/.exec(stderr);
         if (match) resolve(Number(match[1]));

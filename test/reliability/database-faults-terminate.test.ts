@@ -52,7 +52,7 @@ it('when every backend of its database is terminated every 2.5 s for 20 s under 
   const stormStarted = Date.now();
   let rounds = 0;
   let terminated = 0;
-  let stormEnded = stormStarted;
+  let stormEnded: number;
   for (;;) {
     const { rows } = await admin.query<{ count: number }>(
       `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS count

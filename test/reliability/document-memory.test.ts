@@ -99,7 +99,7 @@ async function profileBareNode(): Promise<RssProfile> {
   try {
     const port = await new Promise<string>((resolve, reject) => {
       child.once('exit', (code) => reject(new Error(`the bare server exited (${code})`)));
-      child.stdout!.on('data', (chunk: Buffer) => {
+      child.stdout.on('data', (chunk: Buffer) => {
         const match = /PORT (\d+)/.exec(chunk.toString());
         if (match) resolve(match[1]!);
       });

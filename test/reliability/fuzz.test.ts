@@ -95,7 +95,7 @@ it(`when ${REQUESTS.toLocaleString('en')} requests generated from the OpenAPI do
       else {
         [body] = fc.sample(arbitraryFor(bodySchema as never, components), { numRuns: 1, seed: sample.seed });
         if (sample.mode === 'mutated' && body && typeof body === 'object' && !Array.isArray(body)) {
-          body = { ...(body as object), [sample.extraKey]: sample.random };
+          body = { ...body, [sample.extraKey]: sample.random };
         }
       }
     }

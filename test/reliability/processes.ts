@@ -47,8 +47,8 @@ export async function startServerProcess(env: Record<string, string>): Promise<S
     process.removeListener('exit', reap);
     collectProcessOutput(output); // its log lines join the run's log scan (helpers/log-scan.ts)
   });
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const url = `http://127.0.0.1:${port}`;
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   const deadline = Date.now() + 60_000;

@@ -137,7 +137,7 @@ function poller(app: FastifyInstance, startFrom: 'own clock' | 'Date header') {
         }
         figures.pages += 1;
         start ??= startFrom === 'own clock' ? before : new Date(String(response.headers.date));
-        const page = response.json() as { data: Version[]; next_cursor: string | null };
+        const page = response.json<{ data: Version[]; next_cursor: string | null }>();
         for (const row of page.data) seen.add(`${row.id}@${row.updated_at}`);
         if (!page.next_cursor) break;
         cursor = page.next_cursor;

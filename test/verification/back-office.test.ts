@@ -65,13 +65,13 @@ function sameState(dto: Record<string, unknown>) {
 async function getCustomer(org: TestOrg, id: string) {
   const response = await ctx.request('GET', `/v1/customers/${id}`, { key: org.key });
   expect(response.statusCode).toBe(200);
-  return response.json() as Record<string, unknown>;
+  return response.json<Record<string, unknown>>();
 }
 
 async function getEntity(org: TestOrg, id: string) {
   const response = await ctx.request('GET', `/v1/entities/${id}`, { key: org.key });
   expect(response.statusCode).toBe(200);
-  return response.json() as Record<string, unknown>;
+  return response.json<Record<string, unknown>>();
 }
 
 /** An individual whose KYC was started (PENDING). */
@@ -222,7 +222,7 @@ describe('kyc verdict', () => {
       key: org.key,
       body: { fullName: 'Ext Person', email: 'ext@example.test', externalId: 'crm-42' },
     });
-    const id = (created.json() as { id: string }).id;
+    const id = created.json<{ id: string }>().id;
     await setStatus(ctx, id, 'IN_PROGRESS');
     const dto = (await backOffice.verdict(org.id, 'crm-42', { result: 'FAILED' }, operator)) as { id: string; kyc_status: string };
     expect(dto).toMatchObject({ id, kyc_status: 'FAILED' });

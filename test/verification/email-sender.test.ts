@@ -1,4 +1,4 @@
-import { createServer, type AddressInfo } from 'node:net';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { eq } from 'drizzle-orm';
 import { SMTPServer } from 'smtp-server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -65,7 +65,7 @@ async function queueOneEmail() {
   expect(response.statusCode, response.body).toBe(200);
   const [email] = await emailsOf(ctx, org.id);
   expect(email!.status).toBe('queued');
-  return { org, entity, email: email!, link: (response.json() as { verification_link: string }).verification_link };
+  return { org, entity, email: email!, link: response.json<{ verification_link: string }>().verification_link };
 }
 
 async function emailRow(id: string) {
@@ -198,7 +198,7 @@ describe('email sender', () => {
   });
 
   it('when the SMTP server accepts the connection but never answers, the attempt times out and the email is retried later', async () => {
-    const sockets: import('node:net').Socket[] = [];
+    const sockets: Socket[] = [];
     const silent = createServer((socket) => sockets.push(socket));
     await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
     const port = (silent.address() as AddressInfo).port;

@@ -49,7 +49,7 @@ describe('POST /v1/entities/{id}/kyb: emailing lanes on COMPANY and OTHER', () =
       const entity = await createEntity(ctx, org, { type });
       const response = await startKyb(org, entity.id, { method, payer, customMessage: 'Please finish by Friday.' });
       expect(response.statusCode, response.body).toBe(200);
-      const body = response.json() as StartResponse;
+      const body = response.json<StartResponse>();
       expect(body.kyb_status).toBe('PENDING');
       expect(body.kyb_started_at).not.toBeNull();
       expect(body.verification_link).toMatch(LINK);
@@ -95,7 +95,7 @@ describe('POST /v1/entities/{id}/kyb: emailing lanes on COMPANY and OTHER', () =
       const entity = await createEntity(ctx, org, { type });
       const response = await startKyb(org, entity.id, { method, payer: 'customer' });
       expect(response.statusCode, response.body).toBe(200);
-      const body = response.json() as StartResponse;
+      const body = response.json<StartResponse>();
       expect(body.kyb_status).toBe('PENDING');
       expect(body.verification_link).toMatch(LINK);
       expect(body.verification_link).toContain('/pay/');
@@ -141,7 +141,7 @@ describe('POST /v1/entities/{id}/kyb: emailing lanes on COMPANY and OTHER', () =
     expect(await verificationsOf(ctx, org.id, contactId)).toEqual([]);
     expect(await balanceOf(ctx, org.id)).toBe(8);
     const fetched = await ctx.request('GET', `/v1/entities/${entity.id}`, { key: org.key });
-    expect((fetched.json() as { contact: { kyc_status: string; kyc_required: boolean } }).contact).toMatchObject({
+    expect(fetched.json<{ contact: { kyc_status: string; kyc_required: boolean } }>().contact).toMatchObject({
       kyc_status: before,
       kyc_required: true,
     });
@@ -162,7 +162,7 @@ describe('POST /v1/entities/{id}/kyb: emailing lanes on COMPANY and OTHER', () =
     expect(response.statusCode).toBe(200);
     const events = await eventsOf(ctx, org.id, 'customer.updated');
     expect(events).toHaveLength(1);
-    const { verification_link: link, updated_at: _ignored, ...entityState } = response.json() as StartResponse & { updated_at: string };
+    const { verification_link: link, updated_at: _ignored, ...entityState } = response.json<StartResponse & { updated_at: string }>();
     expect(link).toBeDefined();
     const { updated_at: _eventUpdatedAt, ...eventState } = events[0]!.document.data.customer;
     expect(eventState).toEqual(entityState);
@@ -186,7 +186,7 @@ describe('POST /v1/entities/{id}/kyb: the manual lane', () => {
         const entity = await createEntity(ctx, org, { type });
         const response = await startKyb(org, entity.id, { method: 'manual', payer });
         expect(response.statusCode, response.body).toBe(200);
-        const body = response.json() as StartResponse;
+        const body = response.json<StartResponse>();
         expect(body.kyb_status).toBe('IN_PROGRESS');
         expect(body.kyb_started_at).not.toBeNull();
         expect(body).not.toHaveProperty('verification_link');
@@ -206,7 +206,7 @@ describe('POST /v1/entities/{id}/kyb: the manual lane', () => {
         const entity = await createEntity(ctx, org, { type });
         const response = await startKyb(org, entity.id, payer ? { payer } : {});
         expect(response.statusCode, response.body).toBe(200);
-        const body = response.json() as StartResponse;
+        const body = response.json<StartResponse>();
         expect(body.kyb_status).toBe('IN_PROGRESS');
         expect(body).not.toHaveProperty('verification_link');
         const [verification] = await verificationsOf(ctx, org.id, entity.id);
@@ -222,7 +222,7 @@ describe('POST /v1/entities/{id}/kyb: the manual lane', () => {
       const entity = await createEntity(ctx, org, { type, contact: false });
       const response = await startKyb(org, entity.id, { method: 'manual' });
       expect(response.statusCode, response.body).toBe(200);
-      expect((response.json() as StartResponse).kyb_status).toBe('IN_PROGRESS');
+      expect(response.json<StartResponse>().kyb_status).toBe('IN_PROGRESS');
     });
 
     for (const method of ['automated', 'contact_led'] as const) {
@@ -300,7 +300,7 @@ describe('POST /v1/entities/{id}/kyb: defaults', () => {
     await ctx.database.db.update(customers).set({ defaultPayer: 'customer' }).where(eq(customers.id, entity.id));
     const response = await startKyb(org, entity.id, {});
     expect(response.statusCode, response.body).toBe(200);
-    expect((response.json() as StartResponse).verification_link).toContain('/pay/');
+    expect(response.json<StartResponse>().verification_link).toContain('/pay/');
     expect((await verificationsOf(ctx, org.id, entity.id))[0]).toMatchObject({ payer: 'customer', cost: 0 });
     expect(await balanceOf(ctx, org.id)).toBe(10);
   });
@@ -428,7 +428,7 @@ describe('POST /v1/entities/{id}/kyb: errors arm nothing', () => {
       key: org.key,
       body: { fullName: 'Solo Person', email: 'solo@example.test' },
     });
-    const response = await startKyb(org, (person.json() as { id: string }).id, {});
+    const response = await startKyb(org, person.json<{ id: string }>().id, {});
     expect(response.statusCode).toBe(404);
     expect(await balanceOf(ctx, org.id)).toBe(10);
   });
@@ -524,7 +524,7 @@ describe('after a start', () => {
     const org = await ctx.createOrg({ credits: 10 });
     const entity = await createEntity(ctx, org);
     const started = await startKyb(org, entity.id);
-    const token = (started.json() as StartResponse).verification_link!.split('/').pop()!;
+    const token = started.json<StartResponse>().verification_link!.split('/').pop()!;
     const fetched = await ctx.request('GET', `/v1/entities/${entity.id}`, { key: org.key });
     expect(fetched.json()).toMatchObject({ kyb_status: 'PENDING' });
     expect(fetched.json()).not.toHaveProperty('verification_link');
@@ -546,7 +546,7 @@ describe('POST /v1/entities/{id}/kyb: starting again', () => {
 
     const again = await startKyb(org, entity.id, {});
     expect(again.statusCode, again.body).toBe(200);
-    const body = again.json() as StartResponse & { kyb_completed_at: string | null };
+    const body = again.json<StartResponse & { kyb_completed_at: string | null }>();
     expect(body.kyb_status).toBe('PENDING');
     expect(body.kyb_completed_at).toBeNull();
     expect(await balanceOf(ctx, org.id)).toBe(6);
@@ -563,7 +563,7 @@ describe('POST /v1/entities/{id}/kyb: starting again', () => {
     await setStatus(ctx, entity.id, 'NOT_REQUIRED');
     const response = await startKyb(org, entity.id, {});
     expect(response.statusCode, response.body).toBe(200);
-    expect((response.json() as StartResponse).kyb_status).toBe('PENDING');
+    expect(response.json<StartResponse>().kyb_status).toBe('PENDING');
   });
 
   it('when the entity is NOT_STARTED, a start is allowed', async () => {
@@ -572,6 +572,6 @@ describe('POST /v1/entities/{id}/kyb: starting again', () => {
     await setStatus(ctx, entity.id, 'NOT_STARTED');
     const response = await startKyb(org, entity.id, { method: 'manual' });
     expect(response.statusCode, response.body).toBe(200);
-    expect((response.json() as StartResponse).kyb_status).toBe('IN_PROGRESS');
+    expect(response.json<StartResponse>().kyb_status).toBe('IN_PROGRESS');
   });
 });

@@ -37,7 +37,7 @@ describe('POST /v1/customers/{id}/kyc', () => {
     const person = await createCustomer(ctx, org);
     const response = await startKyc(org, person.id, { customMessage: 'Hi from your adviser.' });
     expect(response.statusCode, response.body).toBe(200);
-    const body = response.json() as IndividualStart;
+    const body = response.json<IndividualStart>();
     expect(body.id).toBe(person.id);
     expect(body.full_name).toBe(person.dto.full_name);
     expect(body.kyc_status).toBe('PENDING');
@@ -85,7 +85,7 @@ describe('POST /v1/customers/{id}/kyc', () => {
     const person = await createCustomer(ctx, org);
     const response = await startKyc(org, person.id, { payer: 'customer' });
     expect(response.statusCode, response.body).toBe(200);
-    const body = response.json() as IndividualStart;
+    const body = response.json<IndividualStart>();
     expect(body.kyc_status).toBe('PENDING');
     expect(body.verification_link).toContain('/pay/');
     expect((await verificationsOf(ctx, org.id, person.id))[0]).toMatchObject({ payer: 'customer', status: 'PAYMENT_PENDING', cost: 0 });
@@ -199,16 +199,16 @@ describe('POST /v1/customers/{id}/kyc', () => {
 
     const again = await startKyc(org, person.id);
     expect(again.statusCode, again.body).toBe(200);
-    const body = again.json() as IndividualStart & { kyc_completed_at: string | null; identity: unknown };
+    const body = again.json<IndividualStart & { kyc_completed_at: string | null; identity: unknown }>();
     expect(body.kyc_status).toBe('PENDING');
     expect(body.kyc_completed_at).toBeNull();
     expect(body.identity).toBeNull();
-    expect(body.verification_link).not.toBe((first.json() as IndividualStart).verification_link);
+    expect(body.verification_link).not.toBe(first.json<IndividualStart>().verification_link);
     expect(await balanceOf(ctx, org.id)).toBe(3);
     expect(await ledgerOf(ctx, org.id)).toHaveLength(2);
     expect(await verificationsOf(ctx, org.id, person.id)).toHaveLength(2);
     expect((await emailsOf(ctx, org.id)).map((email) => email.link).sort()).toEqual(
-      [(first.json() as IndividualStart).verification_link, body.verification_link].sort(),
+      [first.json<IndividualStart>().verification_link, body.verification_link].sort(),
     );
   });
 
@@ -234,7 +234,7 @@ describe('POST /v1/entities/{id}/ubos/{uboId}/send-link', () => {
       },
     });
     expect(response.statusCode, response.body).toBe(200);
-    const owner = (response.json() as { ubos: Array<{ id: string; kyc_email: string; linked_customer: { id: string } }> }).ubos[0]!;
+    const owner = response.json<{ ubos: Array<{ id: string; kyc_email: string; linked_customer: { id: string } }> }>().ubos[0]!;
     return { entity, owner };
   }
 
@@ -243,7 +243,7 @@ describe('POST /v1/entities/{id}/ubos/{uboId}/send-link', () => {
     const { entity, owner } = await entityWithOwner(org);
     const response = await ctx.request('POST', `/v1/entities/${entity.id}/ubos/${owner.id}/send-link`, { key: org.key });
     expect(response.statusCode, response.body).toBe(200);
-    const body = response.json() as { id: string; kyc_status: string; verification_link?: string };
+    const body = response.json<{ id: string; kyc_status: string; verification_link?: string }>();
     expect(body.id).toBe(owner.id);
     expect(body.kyc_status).toBe('PENDING');
     expect(body.verification_link).toMatch(LINK);
@@ -278,7 +278,7 @@ describe('POST /v1/entities/{id}/ubos/{uboId}/send-link', () => {
       body: { payer: 'customer' },
     });
     expect(response.statusCode, response.body).toBe(200);
-    expect((response.json() as { verification_link: string }).verification_link).toContain('/pay/');
+    expect(response.json<{ verification_link: string }>().verification_link).toContain('/pay/');
     expect(await balanceOf(ctx, org.id)).toBe(5);
     expect(await ledgerOf(ctx, org.id)).toEqual([]);
     expect((await verificationsOf(ctx, org.id, owner.linked_customer.id))[0]).toMatchObject({
@@ -296,7 +296,7 @@ describe('POST /v1/entities/{id}/ubos/{uboId}/send-link', () => {
       body: { owners: [{ fullName: person.dto.full_name, email: person.email, roleTypes: ['SHAREHOLDER'], percentageHeld: 40 }] },
     });
     expect(added.statusCode, added.body).toBe(200);
-    const owner = (added.json() as { ubos: Array<{ id: string; linked_customer: { id: string } }> }).ubos[0]!;
+    const owner = added.json<{ ubos: Array<{ id: string; linked_customer: { id: string } }> }>().ubos[0]!;
     expect(owner.linked_customer.id).toBe(person.id);
 
     const response = await ctx.request('POST', `/v1/entities/${entity.id}/ubos/${owner.id}/send-link`, { key: org.key });
@@ -305,7 +305,7 @@ describe('POST /v1/entities/{id}/ubos/{uboId}/send-link', () => {
     expect(sent).toHaveLength(1);
     expect(sent[0]).toMatchObject({
       recipient: person.representativeEmail,
-      link: (response.json() as { verification_link: string }).verification_link,
+      link: response.json<{ verification_link: string }>().verification_link,
     });
     expect(sent[0]!.body).toMatch(/^Hello Attorney /);
     expect((await verificationsOf(ctx, org.id, person.id))[0]!.recipientEmail).toBe(person.representativeEmail);
@@ -317,7 +317,7 @@ describe('POST /v1/entities/{id}/ubos/{uboId}/send-link', () => {
     await ctx.database.db.update(customers).set({ defaultPayer: 'customer' }).where(eq(customers.id, entity.id));
     const response = await ctx.request('POST', `/v1/entities/${entity.id}/ubos/${owner.id}/send-link`, { key: org.key });
     expect(response.statusCode, response.body).toBe(200);
-    expect((response.json() as { verification_link: string }).verification_link).toContain('/pay/');
+    expect(response.json<{ verification_link: string }>().verification_link).toContain('/pay/');
     expect((await verificationsOf(ctx, org.id, owner.linked_customer.id))[0]).toMatchObject({
       payer: 'customer',
       status: 'PAYMENT_PENDING',

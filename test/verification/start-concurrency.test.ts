@@ -42,7 +42,7 @@ describe('starts under replay and concurrency', () => {
       Array.from({ length: 5 }, () => ctx.request('POST', `/v1/customers/${person.id}/kyc`, { key: org.key, headers, body: {} })),
     );
     expect(responses.map((response) => response.statusCode)).toEqual([200, 200, 200, 200, 200]);
-    const links = new Set(responses.map((response) => (response.json() as { verification_link: string }).verification_link));
+    const links = new Set(responses.map((response) => response.json<{ verification_link: string }>().verification_link));
     expect(links.size).toBe(1);
     expect(await ledgerOf(ctx, org.id)).toHaveLength(1);
     expect(await emailsOf(ctx, org.id)).toHaveLength(1);

@@ -23,7 +23,7 @@ export async function createEntity(ctx: TestContext, org: TestOrg, options: { ty
     },
   });
   expect(response.statusCode, response.body).toBe(201);
-  const entity = response.json() as Json & { id: string };
+  const entity = response.json<Json & { id: string }>();
   return { id: entity.id, contactEmail, dto: entity };
 }
 
@@ -41,7 +41,7 @@ export async function createCustomer(ctx: TestContext, org: TestOrg, options: { 
     },
   });
   expect(response.statusCode, response.body).toBe(201);
-  const customer = response.json() as Json & { id: string; full_name: string };
+  const customer = response.json<Json & { id: string; full_name: string }>();
   return { id: customer.id, email, representativeEmail, dto: customer };
 }
 

@@ -50,7 +50,7 @@ async function createEndpoint(org: TestOrg, body: Record<string, unknown> = {}):
   const path = nextPath();
   const response = await ctx.request('POST', '/v1/webhook-endpoints', { key: org.key, body: { url: receiver.url(path), ...body } });
   expect(response.statusCode, response.body).toBe(201);
-  const endpoint = response.json() as Endpoint & { secret: string };
+  const endpoint = response.json<Endpoint & { secret: string }>();
   receiver.trust(path, endpoint.secret);
   return { ...endpoint, path };
 }
@@ -487,7 +487,7 @@ describe('webhook endpoints API: secret rotation', () => {
     const rotate = async (body: unknown) => {
       const response = await ctx.request('POST', `/v1/webhook-endpoints/${endpoint.id}/rotate-secret`, { key: org.key, body });
       expect(response.statusCode, response.body).toBe(200);
-      return response.json() as Endpoint & { secret: string };
+      return response.json<Endpoint & { secret: string }>();
     };
     const second = await rotate({});
     expect(Math.abs(Date.parse(second.previous_secret_expires_at!) - (Date.now() + 86_400_000))).toBeLessThan(60_000);

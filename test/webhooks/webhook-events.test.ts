@@ -59,11 +59,11 @@ async function createPerson(org: TestOrg, externalId: string) {
     body: { externalId, fullName: 'Noor Haddad', email: `${externalId}@example.com` },
   });
   expect(response.statusCode, response.body).toBe(201);
-  return response.json() as { id: string };
+  return response.json<{ id: string }>();
 }
 
 const getCustomer = async (org: TestOrg, id: string) =>
-  (await ctx.request('GET', `/v1/customers/${id}`, { key: org.key })).json() as Record<string, unknown>;
+  (await ctx.request('GET', `/v1/customers/${id}`, { key: org.key })).json<Record<string, unknown>>();
 
 describe('events from changes to the receiver', () => {
   it('when the integration changes a customer through the API, the endpoint receives one signed customer.updated whose data.customer equals GET', async () => {

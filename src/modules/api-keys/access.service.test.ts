@@ -1,8 +1,6 @@
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext } from '../../../test/helpers/harness.js';
-import { sql } from 'drizzle-orm';
-import { createDatabase } from '../../db/client.js';
 import type { Clock } from '../../shared/clock.js';
 import { hashApiKey } from './api-key-secret.js';
 import { createAccessService, RateLimitedError } from './access.service.js';

@@ -128,8 +128,8 @@ export async function verifyChain(audit: AuditRepository, orgId: string, tx: Exe
           detail: `sequence ${expected} is missing: ${previous ? `row ${previous.id} (sequence ${previous.sequence})` : 'the start'} is followed by row ${row.id} (sequence ${row.sequence})`,
         });
       }
-      if (row.hash !== chainHash(previousHash!, row)) {
-        return broken(rows, await diagnose(row, previousHash!, previous));
+      if (row.hash !== chainHash(previousHash, row)) {
+        return broken(rows, await diagnose(row, previousHash, previous));
       }
       rows += 1;
       previous = row;

@@ -10,7 +10,7 @@ export function changedColumns(row: CustomerRow, next: Partial<NewCustomerRow>):
   const changes: Partial<NewCustomerRow> = {};
   for (const [key, value] of Object.entries(next) as [keyof NewCustomerRow, unknown][]) {
     if (value === undefined) continue;
-    const current = row[key as keyof CustomerRow];
+    const current = row[key];
     if (!isDeepStrictEqual(normalize(current), normalize(value))) (changes as Record<string, unknown>)[key] = value;
   }
   return changes;
@@ -64,7 +64,7 @@ export function createCustomerChangeRecorder(db: Executor) {
       update: () => Promise<{ updatedAt: Date } | undefined>,
       tx: Executor,
     ): Promise<{ row: CustomerRow; dto: Dto }> {
-      const expected = { ...change.before, ...change.diff } as CustomerRow;
+      const expected = { ...change.before, ...change.diff };
       // Object.assign, not a spread with new names: adding properties to a spread copy is V8's slow path.
       const recorded = Object.assign({}, change, {
         after: expected,

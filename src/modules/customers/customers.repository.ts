@@ -253,7 +253,7 @@ export function createCustomersRepository(db: Executor) {
       if (built) {
         const { rows } = await built.statement.run(tx, built.bound);
         const stamp = rows[0]?.[0];
-        return stamp === undefined ? undefined : { updatedAt: customers.updatedAt.mapFromDriverValue(stamp as string) as Date };
+        return stamp === undefined ? undefined : { updatedAt: customers.updatedAt.mapFromDriverValue(stamp) as Date };
       }
       const [row] = await updatePerCall(tx, orgId, id, values).returning({ updatedAt: customers.updatedAt });
       return row;

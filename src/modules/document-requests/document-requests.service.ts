@@ -81,10 +81,6 @@ export function createDocumentRequestsService(deps: { database: Database; public
   const payerFor = createPayerResolver(database.db);
   const rotation = createOrgRotation();
 
-  async function dtoOf(row: DocumentRequestRow, tx: Executor): Promise<DocumentRequestDto> {
-    return toDocumentRequestDto(row, await requests.documentsOf(row.orgId, row.entityId, [row.id], tx));
-  }
-
   async function announce(dto: DocumentRequestDto, orgId: string, tx: Executor): Promise<void> {
     // customer_id is the entity: the feed's customer_id filter finds the entity's requests.
     await outbox.record(

@@ -75,7 +75,7 @@ export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> 
     uploads
       .withTypeProvider<ZodTypeProvider>()
       .post('/documents/:token', { schema: { hide: true, params: tokenParams } }, async (request, reply) => {
-        const { token } = request.params as z.infer<typeof tokenParams>;
+        const { token } = request.params;
         // Each file's field is the type code it answers.
         const outcome = await service.receive(token, multipartFormOf(request).files, { maxDocuments: MAX_DOCUMENTS_PER_REQUEST });
         if (outcome.kind === 'invalid') return invalid(reply);

@@ -2,7 +2,7 @@ import type { CustomerRow } from '../../db/schema.js';
 import { toAmlBlock } from '../customers/customer-dto.js';
 import type { KycStatus } from '../customers/due-diligence.js';
 import type { BeneficialOwnerWithPerson } from './entities.repository.js';
-import type { EntityDto, EntityOrigin, EntityType } from './entities.schemas.js';
+import type { EntityDto, EntityType } from './entities.schemas.js';
 
 const iso = (value: Date | null): string | null => (value ? value.toISOString() : null);
 
@@ -13,7 +13,7 @@ export function toEntityDto(row: CustomerRow, contact: CustomerRow | undefined):
     external_id: row.externalId,
     type: row.type as EntityType,
     name: row.name,
-    origin: (row.origin ?? 'AUSTRALIAN') as EntityOrigin,
+    origin: row.origin ?? 'AUSTRALIAN',
     abn: row.abn,
     acn: row.acn,
     country_of_formation: row.countryOfFormation,

@@ -46,7 +46,7 @@ async function insertCustomer(
 async function templatesOf(org: TestOrg) {
   const response = await ctx.request('GET', '/v1/group-templates', { key: org.key });
   expect(response.statusCode).toBe(200);
-  return (response.json() as { data: Array<{ id: string; code: string; roles: unknown[]; industry: string }> }).data;
+  return response.json<{ data: Array<{ id: string; code: string; roles: unknown[]; industry: string }> }>().data;
 }
 
 async function groupCount(orgId: string): Promise<number> {
@@ -69,7 +69,7 @@ describe('GET /v1/group-templates', () => {
   it('when the curated set is listed, it covers the designated-service deals with the documented shape', async () => {
     const org = await ctx.createOrg({ features: ['groups'] });
     const response = await ctx.request('GET', '/v1/group-templates', { key: org.key });
-    const body = response.json() as { object: string; data: Array<Record<string, unknown>> };
+    const body = response.json<{ object: string; data: Array<Record<string, unknown>> }>();
     expect(body.object).toBe('list');
     for (const code of [
       'PB-PROPERTY-SALE',
@@ -106,7 +106,7 @@ describe('GET /v1/group-templates', () => {
     const org = await ctx.createOrg({ features: ['groups'] });
     const before = await templatesOf(org);
     const again = await ctx.request('GET', '/v1/group-templates', { key: org.key }, await ctx.buildInstance());
-    expect((again.json() as { data: Array<{ id: string }> }).data.map((template) => template.id)).toEqual(
+    expect(again.json<{ data: Array<{ id: string }> }>().data.map((template) => template.id)).toEqual(
       before.map((template) => template.id),
     );
     expect(await ctx.database.db.$count(groupTemplates, eq(groupTemplates.orgId, org.id))).toBe(CURATED_CODES.length);
@@ -178,9 +178,9 @@ describe('GET /v1/group-templates', () => {
 
     const restarted = await ctx.buildInstance();
     const response = await ctx.request('GET', '/v1/group-templates', { key: org.key }, restarted);
-    const trust = (response.json() as { data: Array<{ code: string; name: string; roles: unknown[] }> }).data.find(
-      (template) => template.code === 'PB-TRUST-ESTABLISHMENT',
-    )!;
+    const trust = response
+      .json<{ data: Array<{ code: string; name: string; roles: unknown[] }> }>()
+      .data.find((template) => template.code === 'PB-TRUST-ESTABLISHMENT')!;
     expect(trust.name).toBe('Trust establishment');
     expect(trust.roles.length).toBeGreaterThan(0);
   });
@@ -495,7 +495,7 @@ describe('access to groups', () => {
   it('when the API document is read, both routes list the errors the spec gives them, POST /groups including 404 for an unknown template', async () => {
     const response = await ctx.request('GET', '/openapi.json');
     expect(response.statusCode).toBe(200);
-    const paths = (response.json() as { paths: Record<string, Record<string, { responses: Record<string, unknown> }>> }).paths;
+    const paths = response.json<{ paths: Record<string, Record<string, { responses: Record<string, unknown> }>> }>().paths;
     expect(Object.keys(paths['/groups']!.post!.responses)).toEqual(
       expect.arrayContaining(['200', '201', '401', '403', '404', '422', '429']),
     );
