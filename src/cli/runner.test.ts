@@ -1,27 +1,25 @@
 import { sql } from 'drizzle-orm';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { PassThrough, Writable } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabase, type Database } from '../db/client.js';
 import { AppError } from '../shared/app-error.js';
 import { createTestDatabase, type TestDatabase } from '../../test/helpers/database.js';
-import { fail } from './runner.js';
+import { CliExit, createCliRunner } from './runner.js';
 
-/** What `fail` writes on stderr, with the process exit it asks for caught. */
+/** What `fail` writes on stderr, and the exit code it ends the command with. */
 function failureText(error: unknown): { text: string; exitCode: unknown } {
   let text = '';
-  const write = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
-    text += String(chunk);
-    return true;
+  const stderr = new Writable({
+    write(chunk: Buffer, _encoding, callback) {
+      text += chunk.toString();
+      callback();
+    },
   });
-  const exit = vi.spyOn(process, 'exit').mockImplementation(((code?: number) => {
-    throw Object.assign(new Error('exit'), { exitCode: code });
-  }) as never);
+  const cli = createCliRunner({ stdout: new PassThrough(), stderr, env: {} });
   try {
-    fail(error);
+    cli.fail(error);
   } catch (thrown) {
-    return { text, exitCode: (thrown as { exitCode?: unknown }).exitCode };
-  } finally {
-    write.mockRestore();
-    exit.mockRestore();
+    return { text, exitCode: thrown instanceof CliExit ? thrown.code : undefined };
   }
   return { text, exitCode: undefined };
 }

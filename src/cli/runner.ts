@@ -1,5 +1,6 @@
 import { InvalidArgumentError } from 'commander';
 import { userInfo } from 'node:os';
+import type { Writable } from 'node:stream';
 import { createLogger, serializeError } from '../shared/logging.js';
 import { loadConfig, type Config } from '../config/config.js';
 import type { Database } from '../db/client.js';
@@ -9,47 +10,22 @@ import type { Actor } from '../modules/audit/audit.repository.js';
 
 export type CommandContext = { config: Config; database: Database; actor: Actor };
 
-/** Logs go to stderr so stdout carries exactly one JSON document. */
-export function cliLogger(config: Config) {
-  return createLogger({ ...config, logLevel: config.logLevel === 'info' ? 'warn' : config.logLevel }, 2);
-}
+/**
+ * Where a command reads its environment and writes its output: the process's own in `bin/svc.js`, or
+ * buffers when a test runs the CLI in-process. A stream is all a command writes to (the audit export
+ * streams its data), with `isTTY` when it is a terminal.
+ */
+export type CliIo = {
+  stdout: Writable & { isTTY?: boolean };
+  stderr: Writable & { isTTY?: boolean; columns?: number };
+  env: NodeJS.ProcessEnv;
+};
 
-export function printJson(value: unknown): void {
-  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
-}
-
-export function fail(error: unknown): never {
-  if (isAppError(error)) {
-    const issues = (error.details as { issues?: Record<string, string[]> } | undefined)?.issues;
-    const detail = issues
-      ? Object.entries(issues)
-          .map(([field, messages]) => `  ${field}: ${messages.join(' ')}`)
-          .join('\n')
-      : '';
-    process.stderr.write(`error: ${error.message}${detail ? `\n${detail}` : ''}\n`);
-  } else if (isDatabaseError(error)) {
-    // A failed statement's message quotes its SQL and bound values (personal data): name it by state.
-    const logged = serializeError(error);
-    const where = [logged.constraint && `constraint ${logged.constraint}`, logged.table && `table ${logged.table}`]
-      .filter(Boolean)
-      .join(', ');
-    process.stderr.write(
-      `error: the database refused the command (${logged.type} ${logged.sqlState ?? logged.code ?? ''}${where ? `, ${where}` : ''})\n`,
-    );
-  } else {
-    process.stderr.write(`error: ${error instanceof Error ? error.message : String(error)}\n`);
+/** Thrown by `fail` to end the command with an exit code: the caller of the program turns it into the process's. */
+export class CliExit extends Error {
+  constructor(readonly code: number) {
+    super(`svc exited with code ${code}`);
   }
-  process.exit(1);
-}
-
-/** A failed statement (drizzle's wrapper names its SQL and values) or an error PostgreSQL raised. */
-function isDatabaseError(error: unknown): boolean {
-  if (typeof error !== 'object' || error === null) return false;
-  const candidate = error as { query?: unknown; severity?: unknown; code?: unknown };
-  return (
-    typeof candidate.query === 'string' ||
-    (typeof candidate.severity === 'string' && typeof candidate.code === 'string' && /^[0-9A-Z]{5}$/.test(candidate.code))
-  );
 }
 
 /** How a command runs, when not as every other: */
@@ -67,35 +43,108 @@ export type CommandOptions<T> = {
   print?(result: T): boolean;
 };
 
-/** Runs one operator command against the configured (or embedded) database and prints its result. */
-export async function runCommand<T>(work: (context: CommandContext) => Promise<T>, options: CommandOptions<T> = {}): Promise<void> {
-  let config: Config;
-  try {
-    config = loadConfig();
-  } catch (error) {
-    return fail(error);
+/** What every command uses to read its configuration, print its result and fail, bound to one `CliIo`. */
+export type CliRunner = ReturnType<typeof createCliRunner>;
+
+export function createCliRunner(io: CliIo) {
+  /** The exit code a command sets without ending at once (`svc audit verify` finding a broken chain). */
+  let exitCode = 0;
+
+  /** Logs go to stderr so stdout carries exactly one JSON document. */
+  function logger(config: Config) {
+    const level = config.logLevel === 'info' ? 'warn' : config.logLevel;
+    return io.stderr === process.stderr
+      ? createLogger({ ...config, logLevel: level }, 2)
+      : createLogger({ ...config, logLevel: level }, io.stderr);
   }
-  const logger = cliLogger(config);
-  let connection: Awaited<ReturnType<typeof connect>> | undefined;
-  try {
-    connection = await connect(config, { info: (message) => logger.info(message) }, { migrate: options.migrate });
-    const result = await work({
-      config,
-      database: connection.database,
-      actor: { type: 'operator', id: `cli:${userInfo().username}` },
-    });
-    await connection.close();
-    if (options.print?.(result) ?? true) printJson(result);
-    const exitCode = options.exitCode?.(result) ?? 0;
-    if (exitCode !== 0) {
-      const message = options.message?.(result);
-      if (message) process.stderr.write(`${message}\n`);
-      process.exitCode = exitCode;
+
+  function printJson(value: unknown): void {
+    io.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+  }
+
+  function fail(error: unknown): never {
+    if (error instanceof CliExit) throw error;
+    if (isAppError(error)) {
+      const issues = (error.details as { issues?: Record<string, string[]> } | undefined)?.issues;
+      const detail = issues
+        ? Object.entries(issues)
+            .map(([field, messages]) => `  ${field}: ${messages.join(' ')}`)
+            .join('\n')
+        : '';
+      io.stderr.write(`error: ${error.message}${detail ? `\n${detail}` : ''}\n`);
+    } else if (isDatabaseError(error)) {
+      // A failed statement's message quotes its SQL and bound values (personal data): name it by state.
+      const logged = serializeError(error);
+      const where = [logged.constraint && `constraint ${logged.constraint}`, logged.table && `table ${logged.table}`]
+        .filter(Boolean)
+        .join(', ');
+      io.stderr.write(
+        `error: the database refused the command (${logged.type} ${logged.sqlState ?? logged.code ?? ''}${where ? `, ${where}` : ''})\n`,
+      );
+    } else {
+      io.stderr.write(`error: ${error instanceof Error ? error.message : String(error)}\n`);
     }
-  } catch (error) {
-    await connection?.close().catch(() => {});
-    fail(error);
+    throw new CliExit(1);
   }
+
+  function config(): Config {
+    try {
+      return loadConfig(io.env);
+    } catch (error) {
+      return fail(error);
+    }
+  }
+
+  /** Runs one operator command against the configured (or embedded) database and prints its result. */
+  async function runCommand<T>(work: (context: CommandContext) => Promise<T>, options: CommandOptions<T> = {}): Promise<void> {
+    const settings = config();
+    const log = logger(settings);
+    let connection: Awaited<ReturnType<typeof connect>> | undefined;
+    try {
+      connection = await connect(settings, { info: (message) => log.info(message) }, { migrate: options.migrate });
+      const result = await work({
+        config: settings,
+        database: connection.database,
+        actor: { type: 'operator', id: `cli:${userInfo().username}` },
+      });
+      await connection.close();
+      if (options.print?.(result) ?? true) printJson(result);
+      const code = options.exitCode?.(result) ?? 0;
+      if (code !== 0) {
+        const message = options.message?.(result);
+        if (message) io.stderr.write(`${message}\n`);
+        exitCode = code;
+      }
+    } catch (error) {
+      await connection?.close().catch(() => {});
+      fail(error);
+    }
+  }
+
+  return {
+    io,
+    logger,
+    printJson,
+    fail,
+    config,
+    runCommand,
+    setExitCode(code: number) {
+      exitCode = code;
+    },
+    get exitCode() {
+      return exitCode;
+    },
+  };
+}
+
+/** A failed statement (drizzle's wrapper names its SQL and values) or an error PostgreSQL raised. */
+function isDatabaseError(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  const candidate = error as { query?: unknown; severity?: unknown; code?: unknown };
+  return (
+    typeof candidate.query === 'string' ||
+    (typeof candidate.severity === 'string' && typeof candidate.code === 'string' && /^[0-9A-Z]{5}$/.test(candidate.code))
+  );
 }
 
 export function parseList(value: string | undefined): string[] | undefined {

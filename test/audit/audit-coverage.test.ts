@@ -2,16 +2,16 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { Command } from 'commander';
+import { PassThrough } from 'node:stream';
+import type { Command } from 'commander';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { registerApiKeyCommands } from '../../src/cli/commands/api-keys.command.js';
-import { cliCommandModules } from '../../src/cli/commands/index.js';
-import { registerOrganisationCommands } from '../../src/cli/commands/organisations.command.js';
+import { createProgram } from '../../src/cli/program.js';
+import { createCliRunner } from '../../src/cli/runner.js';
 import { createAuditChainSealer, type AuditChainSealer } from '../../src/modules/audit/audit-chain.sealer.js';
 import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
 import { multipart, pdfBytes } from '../documents/document-helpers.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
-import { runSvc } from '../helpers/svc-process.js';
+import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
 /**
  * Issue 31, coverage: every mutation, through the API or the operator CLI, appears in the trail, read
@@ -427,19 +427,18 @@ const READ_ONLY_COMMANDS = new Set([
   'openapi',
 ]);
 
-/** The operator commands as `svc` registers them (main.ts adds only serve, worker and migrate). */
+/** The operator commands as `svc` registers them (serve, worker and migrate aside). */
 function leafCommands(): string[] {
-  const program = new Command();
-  registerOrganisationCommands(program);
-  registerApiKeyCommands(program);
-  for (const register of cliCommandModules) register(program);
+  const program = createProgram(createCliRunner({ stdout: new PassThrough(), stderr: new PassThrough(), env: {} }));
   const leaves = (command: Command, path: string[]): string[] =>
     command.commands.length === 0 ? [path.join(' ')] : command.commands.flatMap((child) => leaves(child, [...path, child.name()]));
-  return program.commands.flatMap((command) => leaves(command, [command.name()]));
+  return program.commands
+    .filter((command) => !['serve', 'worker', 'migrate'].includes(command.name()))
+    .flatMap((command) => leaves(command, [command.name()]));
 }
 
 async function svc(...args: string[]): Promise<any> {
-  const result = await runSvc(args, { DATABASE_URL: ctx.databaseUrl });
+  const result = await runSvcInProcess(args, { DATABASE_URL: ctx.databaseUrl });
   expect(result.code, `svc ${args.join(' ')}: ${result.stderr}`).toBe(0);
   return JSON.parse(result.stdout);
 }

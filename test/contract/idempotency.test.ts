@@ -349,7 +349,10 @@ describe('failures inside the handler', () => {
   const ROUTE = 'POST /v1/test-idempotency-probe';
 
   async function probeApp() {
-    (ROUTE_SCOPES as Record<string, string | null>)[ROUTE] = 'customers:write';
+    // The scope map is read while routes register; the entry goes again once this app is ready, since the
+    // module (shared by the test files of a worker) must list only the product's routes for the others.
+    const scopes = ROUTE_SCOPES as Record<string, string | null>;
+    scopes[ROUTE] = 'customers:write';
     const app = await buildApp({ config: ctx.config, database: ctx.database, logger: false });
     app.post('/v1/test-idempotency-probe', async (request) => {
       const { marker, fail } = request.body as { marker: string; fail: 'crash' | 'conflict' | 'none' };
@@ -362,7 +365,11 @@ describe('failures inside the handler', () => {
       if (fail === 'conflict') throw AppError.conflict('probe conflict');
       return { ok: true, marker };
     });
-    await app.ready();
+    try {
+      await app.ready();
+    } finally {
+      delete scopes[ROUTE];
+    }
     return app;
   }
 

@@ -1,5 +1,3 @@
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
 import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { customers as customersTable } from '../../src/db/schema.js';
@@ -7,8 +5,7 @@ import { isAppError } from '../../src/shared/app-error.js';
 import { createBackOfficeService } from '../../src/modules/verification/back-office.service.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 import { auditOf, createCustomer, createEntity, customerRow, eventsOf, setStatus, verificationsOf } from './verification-fixtures.js';
-
-const run = promisify(execFile);
+import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
 let ctx: TestContext;
 let backOffice: ReturnType<typeof createBackOfficeService>;
@@ -22,24 +19,15 @@ const operator = { type: 'operator' as const, id: 'cli:test' };
 
 /** Runs the operator CLI against this file's database; stdout must be exactly one JSON document. */
 async function svc(...args: string[]): Promise<unknown> {
-  const { stdout } = await run('node', ['bin/svc.js', ...args], {
-    env: { ...process.env, DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'silent' },
-    timeout: 60_000,
-  });
-  return JSON.parse(stdout);
+  const result = await runSvcInProcess(args, { DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'silent' });
+  if (result.code !== 0) throw new Error(`svc ${args.join(' ')} exited ${result.code}: ${result.stderr}`);
+  return JSON.parse(result.stdout);
 }
 
 async function svcFails(...args: string[]): Promise<{ code: number; stderr: string; stdout: string }> {
-  try {
-    await run('node', ['bin/svc.js', ...args], {
-      env: { ...process.env, DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'silent' },
-      timeout: 60_000,
-    });
-  } catch (error) {
-    const failure = error as { code: number; stderr: string; stdout: string };
-    return { code: failure.code, stderr: failure.stderr, stdout: failure.stdout };
-  }
-  throw new Error('expected the command to fail');
+  const result = await runSvcInProcess(args, { DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'silent' });
+  if (result.code === 0) throw new Error('expected the command to fail');
+  return { code: result.code ?? 1, stderr: result.stderr, stdout: result.stdout };
 }
 
 async function conflictOf(work: Promise<unknown>) {

@@ -1,12 +1,9 @@
-import { execFile } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { and, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { auditLog, webhookDeliveries, webhookEndpoints } from '../../src/db/schema.js';
 import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
-
-const SVC = fileURLToPath(new URL('../../bin/svc.js', import.meta.url));
+import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
 let ctx: TestContext;
 beforeAll(async () => {
@@ -18,14 +15,9 @@ afterAll(async () => {
 
 type Run = { code: number; stdout: string; stderr: string };
 function svc(args: string[]): Promise<Run> {
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      [SVC, ...args],
-      { env: { ...process.env, DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'warn', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' }, timeout: 60_000 },
-      (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }),
-    );
-  });
+  return runSvcInProcess(args, { DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'warn', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' }).then(
+    ({ code, stdout, stderr }) => ({ code: code ?? 1, stdout, stderr }),
+  );
 }
 async function svcJson<T = Record<string, unknown>>(args: string[]): Promise<T> {
   const run = await svc(args);

@@ -1,4 +1,4 @@
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import pg from 'pg';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -7,6 +7,7 @@ import { createOutboxRepository } from '../../src/modules/webhooks/outbox.reposi
 import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 import { startReceiver, waitFor, type Receiver } from '../helpers/webhook-receiver.js';
+import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
 const SVC = fileURLToPath(new URL('../../bin/svc.js', import.meta.url));
 
@@ -23,14 +24,11 @@ afterAll(async () => {
 
 type Run = { code: number; stdout: string; stderr: string };
 function svc(args: string[], env: Record<string, string> = {}): Promise<Run> {
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      [SVC, ...args],
-      { env: { ...process.env, DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'warn', ...env }, timeout: 60_000 },
-      (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }),
-    );
-  });
+  return runSvcInProcess(args, { DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'warn', ...env }).then(({ code, stdout, stderr }) => ({
+    code: code ?? 1,
+    stdout,
+    stderr,
+  }));
 }
 async function svcJson<T = Record<string, unknown>>(args: string[], env: Record<string, string> = {}): Promise<T> {
   const run = await svc(args, env);

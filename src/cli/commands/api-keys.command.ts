@@ -2,7 +2,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { createApiKeysService } from '../../modules/api-keys/api-keys.service.js';
 import { SCOPES } from '../../plugins/route-scopes.js';
 import { dateTimeRangeProblem } from '../../shared/dates.schema.js';
-import { parseInteger, parseList, runCommand } from '../runner.js';
+import { parseInteger, parseList, type CliRunner } from '../runner.js';
 
 /** An operator issuing an already expired key is a mistake (the service allows it, for tests of expiry). */
 function futureDateTime(value: string): Date {
@@ -18,7 +18,7 @@ function futureDateTime(value: string): Date {
   return date;
 }
 
-export function registerApiKeyCommands(program: Command): void {
+export function registerApiKeyCommands(program: Command, cli: CliRunner): void {
   const key = program.command('key').description('Manage API keys');
 
   key
@@ -41,7 +41,7 @@ export function registerApiKeyCommands(program: Command): void {
         burstLimit?: number;
         dailyLimit?: number;
       }) =>
-        runCommand(({ database, actor }) =>
+        cli.runCommand(({ database, actor }) =>
           createApiKeysService({ database }).create(
             {
               orgId: options.org,
@@ -61,11 +61,11 @@ export function registerApiKeyCommands(program: Command): void {
     .command('list')
     .description('List the keys of an organisation (no secrets)')
     .requiredOption('--org <id>', 'organisation id')
-    .action((options: { org: string }) => runCommand(({ database }) => createApiKeysService({ database }).list(options.org)));
+    .action((options: { org: string }) => cli.runCommand(({ database }) => createApiKeysService({ database }).list(options.org)));
 
   key
     .command('revoke')
     .description('Revoke a key; the next request with it is refused on every instance')
     .argument('<id>', 'key id')
-    .action((id: string) => runCommand(({ database, actor }) => createApiKeysService({ database }).revoke(id, actor)));
+    .action((id: string) => cli.runCommand(({ database, actor }) => createApiKeysService({ database }).revoke(id, actor)));
 }

@@ -8,19 +8,19 @@ import { EXPORT_FORMATS, type ExportFormat, type ExportManifest } from '../../mo
 import { verifyExportFile } from '../../modules/audit/audit-export.verifier.js';
 import { createAuditService, type ExportSink } from '../../modules/audit/audit.service.js';
 import { createProgressBar } from '../progress.js';
-import { fail, oneOf, printJson, runCommand } from '../runner.js';
+import { oneOf, type CliRunner } from '../runner.js';
 
 /** `svc audit verify`'s exit code when the chain is broken (1 stays "the command failed": nothing on stdout). */
 export const CHAIN_BROKEN_EXIT_CODE = 2;
 
-export function registerAuditCommands(program: Command): void {
+export function registerAuditCommands(program: Command, cli: CliRunner): void {
   const audit = program.command('audit').description("Inspect an organisation's audit trail and its hash chain");
 
   audit
     .command('head')
     .description('Print the last sealed sequence and hash of the chain (publish it elsewhere, e.g. daily, to detect a truncation later)')
     .requiredOption('--org <id>', 'organisation id')
-    .action((options: { org: string }) => runCommand(({ database }) => createAuditService({ database }).head(options.org)));
+    .action((options: { org: string }) => cli.runCommand(({ database }) => createAuditService({ database }).head(options.org)));
 
   audit
     .command('export')
@@ -33,12 +33,12 @@ export function registerAuditCommands(program: Command): void {
     .option('--format <format>', `${EXPORT_FORMATS.join(' or ')}`, oneOf(EXPORT_FORMATS), 'ndjson')
     .option('--out <file>', 'write to this file (via FILE.partial, renamed once complete) instead of stdout')
     .action((options: { org: string; from?: Date; to?: Date; format: ExportFormat; out?: string }) =>
-      runCommand<ExportManifest>(
+      cli.runCommand<ExportManifest>(
         async ({ database }) => {
           if (options.from && options.to && options.from >= options.to) throw new InvalidArgumentError('--from must be before --to');
           const partial = options.out === undefined ? undefined : `${options.out}.partial`;
-          const stream: Writable = partial === undefined ? process.stdout : createWriteStream(partial, { flags: 'w' });
-          const progress = createProgressBar();
+          const stream: Writable = partial === undefined ? cli.io.stdout : createWriteStream(partial, { flags: 'w' });
+          const progress = createProgressBar(cli.io.stderr);
           const sink: ExportSink = {
             async write(chunk) {
               if (!stream.write(chunk)) await once(stream, 'drain');
@@ -81,10 +81,10 @@ export function registerAuditCommands(program: Command): void {
     .option('--file <file>', 'an export of `svc audit export`')
     .option('--format <format>', `the file's format, ${EXPORT_FORMATS.join(' or ')} (default: read from the file)`, oneOf(EXPORT_FORMATS))
     .action(async (options: { org?: string; file?: string; format?: ExportFormat }) => {
-      if ((options.org === undefined) === (options.file === undefined)) return fail(new Error('give either --org or --file'));
-      if (options.file !== undefined) return verifyFile(options.file, options.format);
+      if ((options.org === undefined) === (options.file === undefined)) return cli.fail(new Error('give either --org or --file'));
+      if (options.file !== undefined) return verifyFile(cli, options.file, options.format);
       const org = options.org!;
-      return runCommand<ChainVerdict>(({ database }) => createAuditService({ database }).verify(org), {
+      return cli.runCommand<ChainVerdict>(({ database }) => createAuditService({ database }).verify(org), {
         // It writes nothing, so it runs on a read-only connection too (a read-only role or a standby).
         migrate: false,
         exitCode: (verdict) => (verdict.ok ? 0 : CHAIN_BROKEN_EXIT_CODE),
@@ -107,26 +107,26 @@ export function registerAuditCommands(program: Command): void {
       parseInstant('--before'),
     )
     .action((options: { org: string; before: Date }) =>
-      runCommand(({ database, config, actor }) =>
+      cli.runCommand(({ database, config, actor }) =>
         createAuditService({ database }).purge(options.org, options.before, { actor, retentionYears: config.retention.auditYears }),
       ),
     );
 }
 
 /** `svc audit verify --file`: no configuration and no database, so it runs on any machine the file is given to. */
-async function verifyFile(file: string, format: ExportFormat | undefined): Promise<void> {
+async function verifyFile(cli: CliRunner, file: string, format: ExportFormat | undefined): Promise<void> {
   let verdict;
   try {
     verdict = await verifyExportFile(file, format);
   } catch (error) {
-    return fail(error);
+    return cli.fail(error);
   }
-  printJson(verdict);
+  cli.printJson(verdict);
   if (!verdict.ok) {
-    process.stderr.write(
+    cli.io.stderr.write(
       `audit export broken at sequence ${verdict.broken_at.sequence} (${verdict.broken_at.problem}): ${verdict.broken_at.detail}\n`,
     );
-    process.exitCode = CHAIN_BROKEN_EXIT_CODE;
+    cli.setExitCode(CHAIN_BROKEN_EXIT_CODE);
   }
 }
 

@@ -2,10 +2,10 @@ import type { Command } from 'commander';
 import { createEmailsService } from '../../modules/emails/emails.service.js';
 import { createBackOfficeService, SCREENING_STATUSES, VERDICTS, type Verdict } from '../../modules/verification/back-office.service.js';
 import type { AmlStatus } from '../../modules/customers/customers.schemas.js';
-import { oneOf, runCommand } from '../runner.js';
+import { oneOf, type CliRunner } from '../runner.js';
 
 /** Back-office operations: KYC portal submission and verdicts, AML screening and review, emails. */
-export function registerBackOfficeCommands(program: Command): void {
+export function registerBackOfficeCommands(program: Command, cli: CliRunner): void {
   const kyc = program.command('kyc').description('Verification back office (KYC and KYB)');
   kyc
     .command('submit')
@@ -13,7 +13,7 @@ export function registerBackOfficeCommands(program: Command): void {
     .requiredOption('--org <id>', 'organisation id')
     .requiredOption('--customer <id>', 'customer or entity UUID or external_id')
     .action((options: { org: string; customer: string }) =>
-      runCommand(({ database, actor }) => createBackOfficeService({ database }).submit(options.org, options.customer, actor)),
+      cli.runCommand(({ database, actor }) => createBackOfficeService({ database }).submit(options.org, options.customer, actor)),
     );
   kyc
     .command('verdict')
@@ -24,7 +24,7 @@ export function registerBackOfficeCommands(program: Command): void {
     .option('--legal-name <name>', 'verified legal name (individuals; default: the full name)')
     .option('--country <alpha3>', 'verified country, ISO 3166-1 alpha-3 (individuals; default AUS)')
     .action((options: { org: string; customer: string; result: Verdict; legalName?: string; country?: string }) =>
-      runCommand(({ database, actor }) =>
+      cli.runCommand(({ database, actor }) =>
         createBackOfficeService({ database }).verdict(
           options.org,
           options.customer,
@@ -55,7 +55,9 @@ export function registerBackOfficeCommands(program: Command): void {
         adverseMedia?: boolean;
         terrorism?: boolean;
       }) =>
-        runCommand(({ database, actor }) => createBackOfficeService({ database }).setAml(options.org, options.customer, options, actor)),
+        cli.runCommand(({ database, actor }) =>
+          createBackOfficeService({ database }).setAml(options.org, options.customer, options, actor),
+        ),
     );
   aml
     .command('resolve')
@@ -63,7 +65,7 @@ export function registerBackOfficeCommands(program: Command): void {
     .requiredOption('--org <id>', 'organisation id')
     .requiredOption('--customer <id>', 'customer or entity UUID or external_id')
     .action((options: { org: string; customer: string }) =>
-      runCommand(({ database, actor }) => createBackOfficeService({ database }).resolveAml(options.org, options.customer, actor)),
+      cli.runCommand(({ database, actor }) => createBackOfficeService({ database }).resolveAml(options.org, options.customer, actor)),
     );
 
   program
@@ -72,6 +74,6 @@ export function registerBackOfficeCommands(program: Command): void {
     .requiredOption('--org <id>', 'organisation id')
     .option('--to <address>', 'only emails to this address')
     .action((options: { org: string; to?: string }) =>
-      runCommand(({ database }) => createEmailsService({ database }).list(options.org, { to: options.to })),
+      cli.runCommand(({ database }) => createEmailsService({ database }).list(options.org, { to: options.to })),
     );
 }

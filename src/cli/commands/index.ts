@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import type { CliRunner } from '../runner.js';
 import { registerAuditCommands } from './audit.command.js';
 import { registerBackOfficeCommands } from './back-office.command.js';
 import { registerOpenApiCommands } from './openapi.command.js';
@@ -6,7 +7,7 @@ import { registerTemplateCommands } from './templates.command.js';
 import { registerWebhookCommands } from './webhooks.command.js';
 
 /** Operator commands contributed by domain modules (kyc, aml, webhooks, templates, emails, openapi, audit). */
-export const cliCommandModules: Array<(program: Command) => void> = [
+export const cliCommandModules: Array<(program: Command, cli: CliRunner) => void> = [
   registerTemplateCommands,
   registerBackOfficeCommands,
   registerWebhookCommands,

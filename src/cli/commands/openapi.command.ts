@@ -2,9 +2,9 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { generateOpenApiDocument, serializeOpenApiDocument } from '../../plugins/openapi-document.js';
-import { fail, printJson } from '../runner.js';
+import { type CliRunner } from '../runner.js';
 
-export function registerOpenApiCommands(program: Command): void {
+export function registerOpenApiCommands(program: Command, cli: CliRunner): void {
   program
     .command('openapi')
     .description('Print the OpenAPI 3.1 document (or write it with --out); needs no database')
@@ -12,15 +12,15 @@ export function registerOpenApiCommands(program: Command): void {
     .action(async (options: { out?: string }) => {
       try {
         const document = await generateOpenApiDocument();
-        if (!options.out) return printJson(document);
+        if (!options.out) return cli.printJson(document);
         const file = resolve(options.out);
         await mkdir(dirname(file), { recursive: true });
         await writeFile(file, serializeOpenApiDocument(document));
         const paths = (document.paths ?? {}) as Record<string, Record<string, unknown>>;
         const operations = Object.values(paths).reduce((count, item) => count + Object.keys(item).length, 0);
-        printJson({ written: file, paths: Object.keys(paths).length, operations });
+        cli.printJson({ written: file, paths: Object.keys(paths).length, operations });
       } catch (error) {
-        fail(error);
+        cli.fail(error);
       }
     });
 }

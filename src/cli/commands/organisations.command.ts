@@ -1,7 +1,7 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { createOrganisationsService } from '../../modules/organisations/organisations.service.js';
 import { FEATURES, PAYERS, type Feature, type Payer } from '../../modules/organisations/organisations.schemas.js';
-import { oneOf, parseInteger, parseList, runCommand } from '../runner.js';
+import { oneOf, parseInteger, parseList, type CliRunner } from '../runner.js';
 
 function features(value: string): Feature[] {
   const list = parseList(value) ?? [];
@@ -12,7 +12,7 @@ function features(value: string): Feature[] {
 
 const payer = oneOf(PAYERS);
 
-export function registerOrganisationCommands(program: Command): void {
+export function registerOrganisationCommands(program: Command, cli: CliRunner): void {
   const org = program.command('org').description('Manage organisations');
 
   org
@@ -23,7 +23,7 @@ export function registerOrganisationCommands(program: Command): void {
     .option('--credits <n>', 'initial credit balance', parseInteger('--credits'))
     .option('--default-payer <payer>', 'who pays for checks by default (organization | customer)', payer)
     .action((options: { name: string; features?: Feature[]; credits?: number; defaultPayer?: Payer }) =>
-      runCommand(({ database, actor }) =>
+      cli.runCommand(({ database, actor }) =>
         createOrganisationsService({ database }).create(
           {
             name: options.name,
@@ -39,13 +39,13 @@ export function registerOrganisationCommands(program: Command): void {
   org
     .command('list')
     .description("List the organisations, oldest first (the first start's sandbox among them)")
-    .action(() => runCommand(({ database }) => createOrganisationsService({ database }).list()));
+    .action(() => cli.runCommand(({ database }) => createOrganisationsService({ database }).list()));
 
   org
     .command('show')
     .description('Show an organisation')
     .argument('<id>', 'organisation id')
-    .action((id: string) => runCommand(({ database }) => createOrganisationsService({ database }).show(id)));
+    .action((id: string) => cli.runCommand(({ database }) => createOrganisationsService({ database }).show(id)));
 
   org
     .command('update')
@@ -56,6 +56,6 @@ export function registerOrganisationCommands(program: Command): void {
     .option('--add-credits <n>', 'add (or, negative, remove) credits', parseInteger('--add-credits'))
     .option('--default-payer <payer>', 'organization | customer', payer)
     .action((id: string, options: { name?: string; features?: Feature[]; addCredits?: number; defaultPayer?: Payer }) =>
-      runCommand(({ database, actor }) => createOrganisationsService({ database }).update(id, options, actor)),
+      cli.runCommand(({ database, actor }) => createOrganisationsService({ database }).update(id, options, actor)),
     );
 }

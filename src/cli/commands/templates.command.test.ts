@@ -1,14 +1,12 @@
-import { execFile } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { and, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { auditLog, groupTemplates } from '../../db/schema.js';
 import { createTestContext, type TestContext, type TestOrg } from '../../../test/helpers/harness.js';
+import { runSvcInProcess } from '../../../test/helpers/cli-in-process.js';
 
-const run = promisify(execFile);
 let ctx: TestContext;
 let org: TestOrg;
 const folder = mkdtempSync(join(tmpdir(), 'svc-templates-'));
@@ -26,15 +24,8 @@ function writeFile(name: string, content: unknown): string {
 }
 
 async function svc(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await run('node', ['bin/svc.js', ...args], {
-      env: { ...process.env, DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'warn' },
-    });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const failed = error as { code: number; stdout: string; stderr: string };
-    return { code: failed.code, stdout: failed.stdout, stderr: failed.stderr };
-  }
+  const { code, stdout, stderr } = await runSvcInProcess(args, { DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'warn' });
+  return { code: code ?? 1, stdout, stderr };
 }
 
 const validFile = {

@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { createGroupsService } from '../../modules/groups/groups.service.js';
 import { AppError } from '../../shared/app-error.js';
-import { runCommand } from '../runner.js';
+import { type CliRunner } from '../runner.js';
 
 async function readTemplateFile(path: string): Promise<unknown> {
   let text: string;
@@ -18,7 +18,7 @@ async function readTemplateFile(path: string): Promise<unknown> {
   }
 }
 
-export function registerTemplateCommands(program: Command): void {
+export function registerTemplateCommands(program: Command, cli: CliRunner): void {
   const template = program.command('template').description('Manage group templates');
 
   template
@@ -31,7 +31,7 @@ export function registerTemplateCommands(program: Command): void {
     .requiredOption('--org <id>', 'organisation id')
     .requiredOption('--file <path>', 'template JSON file')
     .action((options: { org: string; file: string }) =>
-      runCommand(async ({ database, config, actor }) => {
+      cli.runCommand(async ({ database, config, actor }) => {
         const file = await readTemplateFile(options.file);
         return createGroupsService({ database, publicBaseUrl: config.publicBaseUrl }).createCustomTemplate(options.org, file, actor);
       }),

@@ -3,11 +3,11 @@ import { webhookTargetPolicy } from '../../modules/webhooks/endpoint-url.js';
 import { createWebhooksService } from '../../modules/webhooks/webhooks.service.js';
 import { DELIVERY_STATUSES, type DeliveryStatus } from '../../modules/webhooks/webhooks.schemas.js';
 import { EVENT_TYPES, type EventType } from '../../modules/webhooks/outbox.repository.js';
-import { parseInteger, parseList, runCommand, type CommandContext } from '../runner.js';
+import { parseInteger, parseList, type CommandContext, type CliRunner } from '../runner.js';
 
 const service = ({ config, database }: CommandContext) => createWebhooksService({ database, ...webhookTargetPolicy(config) });
 
-export function registerWebhookCommands(program: Command): void {
+export function registerWebhookCommands(program: Command, cli: CliRunner): void {
   const webhook = program.command('webhook').description('Manage webhook endpoints and deliveries');
 
   webhook
@@ -18,7 +18,7 @@ export function registerWebhookCommands(program: Command): void {
     .option('--events <list>', `comma-separated event types (${EVENT_TYPES.join(', ')}); default all`)
     .option('--disabled', 'register it disabled')
     .action((options: { org: string; url: string; events?: string; disabled?: boolean }) =>
-      runCommand((context) =>
+      cli.runCommand((context) =>
         service(context).addEndpoint(
           {
             orgId: options.org,
@@ -35,7 +35,7 @@ export function registerWebhookCommands(program: Command): void {
     .command('list')
     .description('List the endpoints of an organisation (no secrets)')
     .requiredOption('--org <id>', 'organisation id')
-    .action((options: { org: string }) => runCommand((context) => service(context).listEndpoints(options.org)));
+    .action((options: { org: string }) => cli.runCommand((context) => service(context).listEndpoints(options.org)));
 
   webhook
     .command('disable')
@@ -44,7 +44,9 @@ export function registerWebhookCommands(program: Command): void {
     .option('--org <id>', 'organisation id (refuses an endpoint of another organisation)')
     .option('--reason <text>', 'why, kept on the endpoint')
     .action((id: string, options: { org?: string; reason?: string }) =>
-      runCommand((context) => service(context).disableEndpoint(id, { orgId: options.org, reason: options.reason, actor: context.actor })),
+      cli.runCommand((context) =>
+        service(context).disableEndpoint(id, { orgId: options.org, reason: options.reason, actor: context.actor }),
+      ),
     );
 
   webhook
@@ -55,7 +57,7 @@ export function registerWebhookCommands(program: Command): void {
     .option('--status <status>', `only deliveries in this status (${DELIVERY_STATUSES.join(', ')})`)
     .option('--limit <n>', 'at most this many (1 to 1000, default 100)', parseInteger('--limit'))
     .action((options: { org: string; event?: string; status?: string; limit?: number }) =>
-      runCommand((context) =>
+      cli.runCommand((context) =>
         service(context).listDeliveries({
           orgId: options.org,
           eventId: options.event,
@@ -71,7 +73,7 @@ export function registerWebhookCommands(program: Command): void {
     .argument('<deliveryId>', 'delivery id')
     .option('--org <id>', 'organisation id (refuses a delivery of another organisation)')
     .action((deliveryId: string, options: { org?: string }) =>
-      runCommand((context) => service(context).resendDelivery(deliveryId, { orgId: options.org, actor: context.actor })),
+      cli.runCommand((context) => service(context).resendDelivery(deliveryId, { orgId: options.org, actor: context.actor })),
     );
 
   webhook
@@ -80,7 +82,7 @@ export function registerWebhookCommands(program: Command): void {
     .requiredOption('--org <id>', 'organisation id')
     .option('--endpoint <id>', 'only this endpoint (prints {event, delivery}); a disabled one is refused')
     .action((options: { org: string; endpoint?: string }) =>
-      runCommand<unknown>((context) =>
+      cli.runCommand<unknown>((context) =>
         options.endpoint === undefined
           ? service(context).sendTestEvent(options.org, context.actor)
           : service(context).sendTestEventTo(options.endpoint, { orgId: options.org, actor: context.actor }),
@@ -99,7 +101,7 @@ export function registerWebhookCommands(program: Command): void {
     .option('--disable', 'disable it; its queued deliveries fail')
     .action(
       (id: string, options: { org?: string; url?: string; events?: string; description?: string; enable?: boolean; disable?: boolean }) =>
-        runCommand((context) => {
+        cli.runCommand((context) => {
           if (options.enable && options.disable) throw new Error('--enable and --disable exclude each other');
           return service(context).updateEndpoint(
             id,
@@ -125,7 +127,7 @@ export function registerWebhookCommands(program: Command): void {
       parseInteger('--grace-period-seconds'),
     )
     .action((id: string, options: { org?: string; gracePeriodSeconds?: number }) =>
-      runCommand((context) =>
+      cli.runCommand((context) =>
         service(context).rotateSecret(id, { orgId: options.org, gracePeriodSeconds: options.gracePeriodSeconds, actor: context.actor }),
       ),
     );
@@ -136,6 +138,6 @@ export function registerWebhookCommands(program: Command): void {
     .argument('<id>', 'endpoint id')
     .option('--org <id>', 'organisation id (refuses an endpoint of another organisation)')
     .action((id: string, options: { org?: string }) =>
-      runCommand((context) => service(context).deleteEndpoint(id, { orgId: options.org, actor: context.actor })),
+      cli.runCommand((context) => service(context).deleteEndpoint(id, { orgId: options.org, actor: context.actor })),
     );
 }
