@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 import { runSvc, type SvcResult } from '../helpers/svc-process.js';
+import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
-// Each spawned `svc` loads the build compiled once for the run (half a second, more on a busy machine).
+// The commands run in this process (runSvcInProcess); `bin/svc.js` itself is spawned at the end.
 vi.setConfig({ testTimeout: 120_000 });
 
 let ctx: TestContext;
@@ -29,7 +30,7 @@ const KEY_FIELDS = [
 ].sort();
 
 function svc(...args: string[]): Promise<SvcResult> {
-  return runSvc(args, { DATABASE_URL: ctx.databaseUrl });
+  return runSvcInProcess(args, { DATABASE_URL: ctx.databaseUrl });
 }
 
 /** A successful operator command: exit 0 and the whole of stdout is one JSON document. */
@@ -47,7 +48,7 @@ function expectFailure(result: SvcResult, message: RegExp): void {
   expect(result.stderr).toMatch(message);
 }
 
-/** Runs the commands side by side (each spawn costs about a second) and checks each one failed as expected. */
+/** Runs the commands side by side and checks each one failed as expected. */
 async function expectFailures(cases: Array<[args: string[], message: RegExp]>): Promise<void> {
   const results = await Promise.all(cases.map(([args]) => svc(...args)));
   results.forEach((result, index) => {
@@ -267,7 +268,7 @@ describe('svc --help', () => {
     // Walk the command tree from the help output itself, so commands added by other modules are covered too.
     const helps = new Map<string, SvcResult>();
     const visit = async (paths: string[][]): Promise<void> => {
-      const results = await Promise.all(paths.map((path) => runSvc([...path, '--help'], NO_DATABASE)));
+      const results = await Promise.all(paths.map((path) => runSvcInProcess([...path, '--help'], NO_DATABASE)));
       const next: string[][] = [];
       results.forEach((result, index) => {
         const path = paths[index]!;
@@ -285,7 +286,7 @@ describe('svc --help', () => {
       expect(result.code, `svc ${path} --help`).toBe(0);
       expect(result.stdout, `svc ${path} --help`).toMatch(new RegExp(`^Usage: svc ${path}`.trimEnd()));
     }
-  }, 300_000); // one process per command (about 30), on 2 cores shared with the other test files
+  });
 });
 
 describe('bin/svc.js', () => {
@@ -294,5 +295,19 @@ describe('bin/svc.js', () => {
     const fromSources = await runSvc(['migrate'], { DATABASE_URL: ctx.databaseUrl, SVC_BUILD_DIR: undefined });
     expect(fromSources.code, fromSources.stderr).toBe(0);
     expect(JSON.parse(fromSources.stdout)).toEqual({ applied: 0 });
+  });
+
+  it('when run as a process, a failed command exits 1 with the reason on stderr, and usage errors and --help exit as commander says', async () => {
+    const [missing, unknown, help] = await Promise.all([
+      runSvc(['org', 'show', UNKNOWN_ID], { DATABASE_URL: ctx.databaseUrl }),
+      runSvc(['no-such-command'], {}),
+      runSvc(['org', '--help'], {}),
+    ]);
+    expect(missing).toMatchObject({ code: 1, stdout: '' });
+    expect(missing.stderr).toMatch(/^error: Organisation not found\.$/m);
+    expect(unknown).toMatchObject({ code: 1, stdout: '' });
+    expect(unknown.stderr).toMatch(/^error: unknown command 'no-such-command'$/m);
+    expect(help).toMatchObject({ code: 0, stderr: '' });
+    expect(help.stdout).toMatch(/^Usage: svc org /);
   });
 });
