@@ -1,9 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createAuditChainSealer, type AuditChainSealer } from '../../src/modules/audit/audit-chain.sealer.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
-import { runSvc, type SvcResult } from '../helpers/svc-process.js';
+import { type SvcResult } from '../helpers/svc-process.js';
+import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
-// Each spawned `svc` loads the build compiled once for the run.
+// The svc commands run in this process (runSvcInProcess).
 vi.setConfig({ testTimeout: 120_000 });
 
 let ctx: TestContext;
@@ -18,7 +19,7 @@ afterAll(async () => {
 });
 
 function svc(...args: string[]): Promise<SvcResult> {
-  return runSvc(args, { DATABASE_URL: ctx.databaseUrl });
+  return runSvcInProcess(args, { DATABASE_URL: ctx.databaseUrl });
 }
 
 /** An organisation with a few changes, all sealed. */
@@ -98,7 +99,7 @@ describe('svc audit verify', () => {
     // Every transaction of the session is read only unless it says otherwise: no migration, no write.
     const url = new URL(ctx.databaseUrl);
     url.searchParams.set('options', '-c default_transaction_read_only=on');
-    const result = await runSvc(['audit', 'verify', '--org', org.id], { DATABASE_URL: url.toString() });
+    const result = await runSvcInProcess(['audit', 'verify', '--org', org.id], { DATABASE_URL: url.toString() });
     expect(result.code, result.stderr).toBe(0);
     expect(JSON.parse(result.stdout)).toMatchObject({ ok: true, rows: 5 });
   });

@@ -9,8 +9,9 @@ import { createAuditChainSealer, type AuditChainSealer } from '../../src/modules
 import { createAuditRepository } from '../../src/modules/audit/audit.repository.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 import { runSvc, type SvcResult } from '../helpers/svc-process.js';
+import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
-// Each spawned `svc` loads the build compiled once for the run.
+// The commands run in this process (runSvcInProcess); the first export to stdout runs as a process of its own.
 vi.setConfig({ testTimeout: 120_000 });
 
 let ctx: TestContext;
@@ -28,12 +29,12 @@ afterAll(async () => {
 
 /** `svc` at its default log level (warn for operator commands): stderr carries errors only. */
 function svc(...args: string[]): Promise<SvcResult> {
-  return runSvc(args, { DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'info' });
+  return runSvcInProcess(args, { DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'info' });
 }
 
 /** `svc audit verify --file` needs no database: it runs without DATABASE_URL (and without DATA_DIR's embedded one). */
 function verifyFile(file: string, ...more: string[]): Promise<SvcResult> {
-  return runSvc(['audit', 'verify', '--file', file, ...more], {
+  return runSvcInProcess(['audit', 'verify', '--file', file, ...more], {
     LOG_LEVEL: 'info',
     DATABASE_URL: undefined,
     DATA_DIR: join(folder, 'no-data-dir'),
@@ -114,7 +115,8 @@ describe('svc audit export --format ndjson', () => {
   it('when exported to stdout (not a terminal), stdout carries only the records in sequence order and the manifest last, stderr nothing', async () => {
     const org = await sealedOrganisation();
     const head = await headOf(org.id);
-    const result = await svc('audit', 'export', '--org', org.id);
+    // A process of its own, its stdout a pipe, as a script would run it.
+    const result = await runSvc(['audit', 'export', '--org', org.id], { DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'info' });
     expect(result.code, result.stderr).toBe(0);
     expect(result.stderr).toBe('');
     const lines = result.stdout

@@ -8,9 +8,9 @@ import { createAuditService } from '../../src/modules/audit/audit.service.js';
 import { createRetentionService } from '../../src/modules/retention/retention.service.js';
 import { AppError } from '../../src/shared/app-error.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
-import { runSvc } from '../helpers/svc-process.js';
+import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
-// Two tests spawn `svc`, which loads the build compiled once for the run.
+// The svc commands run in this process (runSvcInProcess).
 vi.setConfig({ testTimeout: 120_000 });
 
 let ctx: TestContext;
@@ -107,7 +107,7 @@ describe('svc audit purge: the retention boundary', () => {
   it('when the CLI is given a date inside retention, it exits 1 with the reason on stderr, nothing on stdout, and deletes nothing', async () => {
     const { org } = await agedChain(2);
     const before = await sequences(org.id);
-    const result = await runSvc(['audit', 'purge', '--org', org.id, '--before', new Date().toISOString().slice(0, 10)], {
+    const result = await runSvcInProcess(['audit', 'purge', '--org', org.id, '--before', new Date().toISOString().slice(0, 10)], {
       DATABASE_URL: ctx.databaseUrl,
     });
     expect(result.code).toBe(1);
@@ -121,7 +121,7 @@ describe('svc audit purge: deleting behind a checkpoint', () => {
   it('when the date is past retention, the CLI deletes the sealed rows created before it, prints the checkpoint of the last one, and verify stays ok', async () => {
     const { org, hashAt } = await agedChain(5);
     const before = pastRetention().toISOString().slice(0, 10);
-    const result = await runSvc(['audit', 'purge', '--org', org.id, '--before', before], { DATABASE_URL: ctx.databaseUrl });
+    const result = await runSvcInProcess(['audit', 'purge', '--org', org.id, '--before', before], { DATABASE_URL: ctx.databaseUrl });
     expect(result.code, result.stderr).toBe(0);
     expect(JSON.parse(result.stdout)).toEqual({ org_id: org.id, purged: 5, checkpoint: { sequence: 5, hash: hashAt(5) } });
 

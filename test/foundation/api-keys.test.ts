@@ -2,9 +2,9 @@ import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
-import { runSvc } from '../helpers/svc-process.js';
+import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
-// One test spawns `svc`, which loads the TypeScript sources (several seconds on a busy machine).
+// The svc commands run in this process (runSvcInProcess).
 vi.setConfig({ testTimeout: 120_000 });
 
 let ctx: TestContext;
@@ -23,7 +23,7 @@ async function createOrgId(): Promise<string> {
 describe('API key creation and storage', () => {
   it('when a key is created with svc, only its SHA-256 hash and a short display prefix are stored', async () => {
     const orgId = await createOrgId();
-    const result = await runSvc(['key', 'create', '--org', orgId, '--scopes', 'customers:read', '--label', 'storage check'], {
+    const result = await runSvcInProcess(['key', 'create', '--org', orgId, '--scopes', 'customers:read', '--label', 'storage check'], {
       DATABASE_URL: ctx.databaseUrl,
     });
     expect(result.code).toBe(0);

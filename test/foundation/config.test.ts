@@ -2,9 +2,10 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it, vi } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config/config.js';
-import { PROJECT_ROOT, runSvc } from '../helpers/svc-process.js';
+import { PROJECT_ROOT } from '../helpers/svc-process.js';
+import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
-// Each spawned `svc` loads the TypeScript sources (about a second, several on a busy machine).
+// The svc commands run in this process (runSvcInProcess).
 vi.setConfig({ testTimeout: 120_000 });
 
 const BAD_VALUES: Array<[variable: string, value: string, problem: RegExp]> = [
@@ -186,7 +187,7 @@ describe('svc serve with a bad configuration', () => {
     ['DATABASE_URL', 'mysql://x'],
     ['TRUST_PROXY', 'true'],
   ])('when %s=%s, it exits non-zero naming the variable on stderr and printing nothing on stdout', async (variable, value) => {
-    const result = await runSvc(['serve'], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none', [variable]: value });
+    const result = await runSvcInProcess(['serve'], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none', [variable]: value });
     expect(result.code).not.toBe(0);
     expect(result.code).not.toBeNull();
     expect(result.stderr).toContain(`${variable}: `);

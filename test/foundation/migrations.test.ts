@@ -4,9 +4,10 @@ import pg from 'pg';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { migrationsFolder, runMigrations } from '../../src/db/migrate.js';
 import { createEmptyDatabase } from '../helpers/database.js';
-import { API_KEY_IN_OUTPUT, runSvc, startServe, type ServeProcess } from '../helpers/svc-process.js';
+import { API_KEY_IN_OUTPUT, startServe, type ServeProcess } from '../helpers/svc-process.js';
+import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
-// Each spawned `svc` loads the TypeScript sources (about a second, several on a busy machine).
+// The svc commands run in this process (runSvcInProcess); `svc serve` is spawned.
 vi.setConfig({ testTimeout: 120_000 });
 
 const journal = JSON.parse(readFileSync(join(migrationsFolder(), 'meta', '_journal.json'), 'utf8')) as {
@@ -62,11 +63,11 @@ describe('migrations under concurrency', () => {
   it('when svc migrate runs, it prints one JSON document with the number applied, and a second run applies nothing', async () => {
     const database = await createEmptyDatabase();
     cleanups.push(database.drop);
-    const first = await runSvc(['migrate'], { DATABASE_URL: database.url });
+    const first = await runSvcInProcess(['migrate'], { DATABASE_URL: database.url });
     expect(first.code, first.stderr).toBe(0);
     expect(JSON.parse(first.stdout)).toEqual({ applied: journal.entries.length });
     await expectMigratedOnce(database.url);
-    const second = await runSvc(['migrate'], { DATABASE_URL: database.url });
+    const second = await runSvcInProcess(['migrate'], { DATABASE_URL: database.url });
     expect(second.code, second.stderr).toBe(0);
     expect(JSON.parse(second.stdout)).toEqual({ applied: 0 });
     // Migrating is not a first start: no sandbox organisation and no key.
@@ -74,7 +75,7 @@ describe('migrations under concurrency', () => {
   });
 
   it('when svc migrate cannot reach the database, it exits non-zero with a message and prints nothing', async () => {
-    const result = await runSvc(['migrate'], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' });
+    const result = await runSvcInProcess(['migrate'], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' });
     expect(result.code).not.toBe(0);
     expect(result.code).not.toBeNull();
     expect(result.stdout).toBe('');
@@ -110,7 +111,7 @@ describe('migrations under concurrency', () => {
     ]);
 
     // Once an organisation exists (made with the CLI as printed), a start prints nothing at all on stdout.
-    const created = await runSvc(['org', 'create', '--name', 'First Org'], { DATABASE_URL: database.url });
+    const created = await runSvcInProcess(['org', 'create', '--name', 'First Org'], { DATABASE_URL: database.url });
     expect(created.code, created.stderr).toBe(0);
     const again = startServe({ DATABASE_URL: database.url, WEBHOOK_WORKER: 'off' });
     cleanups.push(async () => void (await again.stop('SIGKILL')));

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createTestContext, type TestContext } from '../../../test/helpers/harness.js';
-import { runSvc } from '../../../test/helpers/svc-process.js';
+import { runSvcInProcess } from '../../../test/helpers/cli-in-process.js';
 
-// Each spawned `svc` loads the TypeScript sources (about a second, several on a busy machine).
+// The svc commands run in this process (runSvcInProcess).
 vi.setConfig({ testTimeout: 60_000 });
 
 let ctx: TestContext;
@@ -11,7 +11,7 @@ beforeAll(async () => {
 });
 afterAll(async () => ctx?.close());
 
-const svc = (args: string[]) => runSvc(args, { DATABASE_URL: ctx.databaseUrl });
+const svc = (args: string[]) => runSvcInProcess(args, { DATABASE_URL: ctx.databaseUrl });
 
 describe('svc org list', () => {
   it('when the database has no organisation, it prints an empty JSON array and exits 0', async () => {
