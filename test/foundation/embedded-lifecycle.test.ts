@@ -2,20 +2,23 @@ import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { SCOPES } from '../../src/plugins/route-scopes.js';
 import { API_KEY_IN_OUTPUT, runSvc, startServe, temporaryDataDir, type ServeProcess } from '../helpers/svc-process.js';
+import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
-// Each spawned `svc` loads the TypeScript sources (about a second, several on a busy machine).
+// `svc serve` is spawned: the process, its signals and its PostgreSQL are the subject. Operator commands run in-process.
 vi.setConfig({ testTimeout: 120_000 });
 
-// `svc serve` without DATABASE_URL: the embedded PostgreSQL under DATA_DIR, started and stopped with the process.
-// The steps share one DATA_DIR and run in order: first start, restart, operator CLI alongside the server.
+// `svc serve` without DATABASE_URL or HOST, as a newcomer's `npm start` runs it: the embedded PostgreSQL
+// under DATA_DIR, started and stopped with the process. The steps share one DATA_DIR and run in order:
+// first start (inspected by the tests after it), restart, operator CLI alongside the server.
 const dataDir = temporaryDataDir();
 const postgresDir = join(dataDir, 'postgres');
-const env = { DATA_DIR: dataDir, DATABASE_URL: undefined, WEBHOOK_WORKER: 'off' };
+const env = { DATA_DIR: dataDir, DATABASE_URL: undefined, HOST: undefined, WEBHOOK_WORKER: 'off' };
 const running: ServeProcess[] = [];
 
 afterAll(async () => {
@@ -95,6 +98,43 @@ async function expectReady(server: ServeProcess, key?: string): Promise<void> {
   expect(await response.json()).toEqual({ status: 'ready', database: 'ok' });
 }
 
+/** The messages of the service's JSON log lines on stderr, in order. */
+function logMessages(stderr: string): string[] {
+  return stderr
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => (JSON.parse(line) as { msg?: string }).msg ?? '');
+}
+
+/** The messages matching `steps`, one after the other, each the first match after the previous one. */
+function stepsInOrder(messages: string[], steps: RegExp[]): string[] {
+  const found: string[] = [];
+  let from = 0;
+  for (const step of steps) {
+    const index = messages.findIndex((message, at) => at >= from && step.test(message));
+    if (index < 0) break;
+    found.push(messages[index]!);
+    from = index + 1;
+  }
+  return found;
+}
+
+async function waitForReadyLine(server: ServeProcess): Promise<void> {
+  await vi.waitFor(() => expect(logMessages(server.stderr()).some((message) => message.startsWith('ready on'))).toBe(true), {
+    timeout: 30_000,
+  });
+}
+
+const SECONDS = String.raw`\d+\.\d s`;
+const UUID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/;
+
+/** An address of this machine other than loopback, if it has one. */
+function externalIPv4(): string | undefined {
+  return Object.values(networkInterfaces())
+    .flat()
+    .find((address) => address?.family === 'IPv4' && !address.internal)?.address;
+}
+
 async function expectStoppedCleanly(server: ServeProcess, signal: NodeJS.Signals): Promise<void> {
   const exit = await server.stop(signal);
   expect(exit, server.stderr()).toEqual({ code: 0, signal: null });
@@ -105,7 +145,7 @@ async function expectStoppedCleanly(server: ServeProcess, signal: NodeJS.Signals
 describe('svc serve on the embedded database', () => {
   let sandboxKey = '';
 
-  it('when started on an empty DATA_DIR, it prints a sandbox key and a curl line, answers /readyz, and stops PostgreSQL on SIGTERM', async () => {
+  it('when started on an empty DATA_DIR, it prints a sandbox key and a curl line, and answers /readyz', async () => {
     const server = serve();
     await expectReady(server);
     const printed = server.stdout().match(API_KEY_IN_OUTPUT) ?? [];
@@ -138,15 +178,70 @@ describe('svc serve on the embedded database', () => {
         is_sandbox: true,
       },
     ]);
+  });
 
+  it('when started on an empty DATA_DIR, it reports initialising the database, the migrations and ready, in that order, each with its duration', async () => {
+    const server = running[0]!;
+    await waitForReadyLine(server);
+    const port = await server.port;
+    const steps = [
+      /^initialising the embedded PostgreSQL in .+ \(first start only\)…$/,
+      new RegExp(`^initialised the embedded PostgreSQL in ${SECONDS}$`),
+      new RegExp(`^embedded PostgreSQL listening on 127\\.0\\.0\\.1:\\d+, started in ${SECONDS}$`),
+      new RegExp(`^applied \\d+ migrations in ${SECONDS}$`),
+      new RegExp(`^ready on http://127\\.0\\.0\\.1:${port} in ${SECONDS}; API reference: http://127\\.0\\.0\\.1:${port}/docs$`),
+    ];
+    const messages = logMessages(server.stderr());
+    expect(stepsInOrder(messages, steps), messages.join('\n')).toHaveLength(steps.length);
+  });
+
+  it('when it created the sandbox, it prints the organisation id with the key and the API reference URL, and org list shows that organisation', async () => {
+    const server = running[0]!;
+    const port = await server.port;
+    // The first-start block is written on stdout after the ready line on stderr: wait for all of it.
+    await vi.waitFor(() => expect(server.stdout()).toMatch(/API reference: /), { timeout: 10_000 });
+    const stdout = server.stdout();
+    expect(new Set(stdout.match(API_KEY_IN_OUTPUT))).toHaveProperty('size', 1);
+    const orgIdLine = stdout.split('\n').find((line) => new RegExp(`^  ${UUID.source}$`).test(line));
+    expect(orgIdLine, stdout).toBeDefined();
+    const orgId = orgIdLine!.trim();
+    expect(stdout).toContain(`API reference: http://localhost:${port}/docs`);
+
+    const listed = await runSvcInProcess(['org', 'list'], env);
+    expect(listed.code, listed.stderr).toBe(0);
+    expect(JSON.parse(listed.stdout)).toEqual([expect.objectContaining({ id: orgId, name: 'Sandbox', is_sandbox: true, credits: 100 })]);
+    const keys = await runSvcInProcess(['key', 'list', '--org', orgId], env);
+    expect(keys.code, keys.stderr).toBe(0);
+    expect(JSON.parse(keys.stdout)).toHaveLength(1);
+  });
+
+  it("when HOST is unset, it listens on 127.0.0.1 only, not on the machine's other addresses; on SIGTERM it exits 0 and stops PostgreSQL", async () => {
+    const server = running[0]!;
+    const port = await server.port;
+    const listening = logMessages(server.stderr()).filter((message) => message.startsWith('Server listening at'));
+    expect(listening).toEqual([`Server listening at http://127.0.0.1:${port}`]);
+    expect((await fetch(`http://127.0.0.1:${port}/healthz`)).status).toBe(200);
+    const external = externalIPv4();
+    if (external !== undefined) {
+      await expect(fetch(`http://${external}:${port}/healthz`)).rejects.toMatchObject({ cause: { code: 'ECONNREFUSED' } });
+    }
     await expectStoppedCleanly(server, 'SIGTERM');
   });
 
-  it('when started again on the same DATA_DIR, it reuses the data, prints no new key, and stops PostgreSQL on SIGINT', async () => {
+  it('when started again on the same DATA_DIR, it reuses the data, prints no new key, reports the database start, an up-to-date schema and ready without initialising, and stops PostgreSQL on SIGINT', async () => {
     expect(sandboxKey).not.toBe('');
     const server = serve();
     await expectReady(server, sandboxKey);
     expect(server.stdout()).not.toContain('svc_live_');
+    await waitForReadyLine(server);
+    const messages = logMessages(server.stderr());
+    expect(messages.filter((message) => message.startsWith('initialis'))).toEqual([]);
+    const steps = [
+      new RegExp(`^embedded PostgreSQL listening on 127\\.0\\.0\\.1:\\d+, started in ${SECONDS}$`),
+      new RegExp(`^database schema up to date \\(checked in ${SECONDS}\\)$`),
+      new RegExp(`^ready on http://127\\.0\\.0\\.1:${await server.port} in ${SECONDS}`),
+    ];
+    expect(stepsInOrder(messages, steps), messages.join('\n')).toHaveLength(steps.length);
 
     const client = new pg.Client({ connectionString: embeddedDatabaseUrl() });
     await client.connect();
@@ -182,18 +277,17 @@ describe('svc serve on the embedded database', () => {
       .filter((line) => line.trim() !== '' && !line.trim().startsWith('#'));
     expect(rules.length).toBeGreaterThan(0);
     for (const rule of rules) expect(rule).toMatch(/\sscram-sha-256$/);
-
-    await expectStoppedCleanly(server, 'SIGTERM');
   });
 
   it('when the server runs, the operator CLI with the same DATA_DIR reaches the same database and leaves it running', async () => {
-    const server = serve();
+    // The server the test before started.
+    const server = running.at(-1)!;
     await expectReady(server);
 
-    const created = await runSvc(['org', 'create', '--name', 'Operator Org', '--credits', '7'], env);
+    const created = await runSvcInProcess(['org', 'create', '--name', 'Operator Org', '--credits', '7'], env);
     expect(created.code, created.stderr).toBe(0);
     const org = JSON.parse(created.stdout) as { id: string };
-    const shown = await runSvc(['org', 'show', org.id], env);
+    const shown = await runSvcInProcess(['org', 'show', org.id], env);
     expect(shown.code, shown.stderr).toBe(0);
     expect(JSON.parse(shown.stdout)).toMatchObject({ id: org.id, name: 'Operator Org', credits: 7 });
 
@@ -206,14 +300,14 @@ describe('svc serve on the embedded database', () => {
     expect(found.rows).toEqual([{ name: 'Operator Org' }]);
 
     // The embedded default no longer implies private webhook targets: only the variable does.
-    const refused = await runSvc(['webhook', 'add', '--org', org.id, '--url', 'https://127.0.0.1/hooks'], env);
+    const refused = await runSvcInProcess(['webhook', 'add', '--org', org.id, '--url', 'https://127.0.0.1/hooks'], env);
     expect(refused.code).toBe(1);
     expect(refused.stdout).toBe('');
     expect(refused.stderr).toMatch(/127\.0\.0\.1, which is not a public address/);
-    const refusedHttp = await runSvc(['webhook', 'add', '--org', org.id, '--url', 'http://127.0.0.1:9999/hooks'], env);
+    const refusedHttp = await runSvcInProcess(['webhook', 'add', '--org', org.id, '--url', 'http://127.0.0.1:9999/hooks'], env);
     expect(refusedHttp.code).toBe(1);
     expect(refusedHttp.stderr).toMatch(/Must be an https URL/);
-    const allowed = await runSvc(['webhook', 'add', '--org', org.id, '--url', 'http://127.0.0.1:9999/hooks'], {
+    const allowed = await runSvcInProcess(['webhook', 'add', '--org', org.id, '--url', 'http://127.0.0.1:9999/hooks'], {
       ...env,
       WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
     });
@@ -298,7 +392,7 @@ describe('an embedded data directory from before the password file', () => {
       await legacy.initialise();
       expect(existsSync(join(legacyDataDir, 'postgres-password'))).toBe(false);
 
-      const created = await runSvc(['org', 'create', '--name', 'Kept Org'], legacyEnv);
+      const created = await runSvcInProcess(['org', 'create', '--name', 'Kept Org'], legacyEnv);
       expect(created.code, created.stderr).toBe(0);
       const passwordFile = join(legacyDataDir, 'postgres-password');
       expect(statSync(passwordFile).mode & 0o777).toBe(0o600);
@@ -331,7 +425,7 @@ describe('an operator command on the embedded database', () => {
   it('when no server runs, it initialises and starts the embedded PostgreSQL itself, prints its JSON, and stops it before exiting', async () => {
     const ownDataDir = temporaryDataDir();
     try {
-      const result = await runSvc(['org', 'list'], { ...env, DATA_DIR: ownDataDir });
+      const result = await runSvcInProcess(['org', 'list'], { ...env, DATA_DIR: ownDataDir });
       expect(result.code, result.stderr).toBe(0);
       expect(JSON.parse(result.stdout)).toEqual([]);
       expect(existsSync(join(ownDataDir, 'postgres', 'PG_VERSION'))).toBe(true);
