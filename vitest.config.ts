@@ -16,6 +16,11 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 60_000,
     // The log scan fails the run when a log line holds personal data, SQL text or a key (test/helpers/log-scan.ts).
-    reporters: ['default', new LogScanReporter()],
+    // TEST_REPORT_JSON: also write vitest's JSON report there (scripts/test-repeat.mjs reads it).
+    reporters: [
+      'default',
+      new LogScanReporter(),
+      ...(process.env.TEST_REPORT_JSON ? [['json', { outputFile: process.env.TEST_REPORT_JSON }] as ['json', { outputFile: string }]] : []),
+    ],
   },
 });
