@@ -4,7 +4,9 @@ import { LogScanReporter } from './test/helpers/log-scan.js';
 /** `npm run test:reliability`: multi-process, crash, outage and fuzz suites (slower; run by .ci/run). */
 export default defineConfig({
   test: {
-    include: ['test/reliability/**/*.test.ts'],
+    // The events feed's completeness test is in npm test too, with 5 s of writers; here it soaks for 20 s.
+    include: ['test/reliability/**/*.test.ts', 'test/events/events-feed-completeness.test.ts'],
+    env: { FEED_COMPLETENESS_SECONDS: '20' },
     globalSetup: ['./test/global-setup.ts'],
     pool: 'forks',
     maxWorkers: 1,
