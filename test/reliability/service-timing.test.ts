@@ -1,5 +1,6 @@
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { buildApp } from '../../src/app.js';
 import { createDatabase } from '../../src/db/client.js';
 import { startBackgroundJobs } from '../../src/jobs.js';
 import { createAuditChainSealer, type AuditChainSealer } from '../../src/modules/audit/audit-chain.sealer.js';
@@ -191,5 +192,33 @@ describe('the commit-order sealers (test/audit/audit-chain.test.ts, audit-sealer
     const stopping = performance.now();
     await paused.stop();
     expect(figure('stopDuringPause', performance.now() - stopping)).toBeLessThan(1_000);
+  });
+});
+
+describe('readiness (test/foundation/framework-errors.test.ts)', () => {
+  it('when every pooled connection is held, GET /readyz answers 503 within 6 s, against the 60 s the pool would wait', async () => {
+    // Measured (3 runs): 1,025–1,030 ms (the probe's own 1 s bound). Bound 6 s: over 5.8×, a tenth of the pool's connect timeout.
+    const database = createDatabase(ctx.databaseUrl, { poolSize: 1, connectTimeoutMs: 60_000 });
+    const probe = await buildApp({ config: ctx.config, database, logger: false });
+    let release!: () => void;
+    let holding!: () => void;
+    const holds = new Promise<void>((resolve) => (holding = resolve));
+    const held = database.transaction(async () => {
+      holding();
+      await new Promise<void>((resolve) => (release = resolve));
+    });
+    try {
+      await holds;
+      const started = performance.now();
+      const busy = await probe.inject({ method: 'GET', url: '/readyz' });
+      const ms = performance.now() - started;
+      expect(busy.statusCode).toBe(503);
+      expect(figure('readyzWithHeldPool', ms)).toBeLessThan(6_000);
+    } finally {
+      release();
+      await held;
+      await probe.close();
+      await database.close();
+    }
   });
 });
