@@ -1,3 +1,4 @@
+import pg from 'pg';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { buildApp } from '../../src/app.js';
@@ -6,8 +7,10 @@ import { startBackgroundJobs } from '../../src/jobs.js';
 import { createAuditChainSealer, type AuditChainSealer } from '../../src/modules/audit/audit-chain.sealer.js';
 import { createAuditPurge } from '../../src/modules/audit/audit-purge.js';
 import { createAuditRepository } from '../../src/modules/audit/audit.repository.js';
+import { createCustomersRepository } from '../../src/modules/customers/customers.repository.js';
 import { createEventsFeedSealer } from '../../src/modules/events/events-feed.sealer.js';
 import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
+import { databaseFailure } from '../helpers/database-assertions.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 
 /*
@@ -219,6 +222,65 @@ describe('readiness (test/foundation/framework-errors.test.ts)', () => {
       await held;
       await probe.close();
       await database.close();
+    }
+  });
+});
+
+describe('a poll waiting for a held change (test/customers/concurrency.test.ts)', () => {
+  it("when a transaction holds a change, the poll's drain fails with 55P03 no sooner than lock_timeout and within 1 s after it, and writers meanwhile answer within 1.5 s", async () => {
+    // Measured (3 runs): the drain failed 3,009–3,011 ms after it started (9–11 ms past the 3 s
+    // lock_timeout); the writers took 71–93 ms. Bounds: 1 s past lock_timeout (over 90× the overshoot)
+    // and 1.5 s for the writers (over 16×, half the lock_timeout).
+    const [setting] = await sql<{ ms: number }>(`SELECT extract(epoch FROM current_setting('lock_timeout')::interval) * 1000 AS ms`);
+    const lockTimeoutMs = Number(setting!.ms);
+    const org = await ctx.createOrg();
+    const create = async (n: number) => {
+      const response = await ctx.request('POST', '/v1/customers', {
+        key: org.key,
+        body: { fullName: `Held ${n}`, email: `held${n}@example.com` },
+      });
+      expect(response.statusCode, response.body).toBe(201);
+      return response.json<{ id: string }>().id;
+    };
+    const [held, other] = [await create(1), await create(2)];
+    const writer = new pg.Client({ connectionString: ctx.databaseUrl });
+    await writer.connect();
+    try {
+      await writer.query('BEGIN');
+      await writer.query(`UPDATE customers SET phone = 'held' WHERE id = $1`, [held]);
+      const pollStart = performance.now();
+      const poll = createCustomersRepository(ctx.database.db)
+        .drainChanges(org.id)
+        .then(
+          () => ({ failure: 'none', after: performance.now() - pollStart }),
+          (error: unknown) => ({ failure: databaseFailure(error), after: performance.now() - pollStart }),
+        );
+      await vi.waitFor(
+        async () => {
+          const waiting = await sql(
+            `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`,
+          );
+          expect(waiting).toHaveLength(1);
+        },
+        { timeout: lockTimeoutMs, interval: 10 },
+      );
+      const writersStart = performance.now();
+      const statuses = await Promise.all([
+        ...['a', 'b', 'c'].map(
+          async (phone) => (await ctx.request('PATCH', `/v1/customers/${other}`, { key: org.key, body: { phone } })).statusCode,
+        ),
+        create(3).then(() => 201),
+      ]);
+      const writersTook = performance.now() - writersStart;
+      expect(statuses).toEqual([200, 200, 200, 201]);
+      const outcome = await poll;
+      expect(outcome.failure).toBe('lock timeout');
+      expect(figure('drainFailedAfter', outcome.after)).toBeGreaterThanOrEqual(lockTimeoutMs - 50);
+      expect(figure('drainPastLockTimeout', outcome.after - lockTimeoutMs)).toBeLessThan(1_000);
+      expect(figure('writersDuringWaitingPoll', writersTook)).toBeLessThan(1_500);
+    } finally {
+      await writer.query('ROLLBACK').catch(() => {});
+      await writer.end();
     }
   });
 });
