@@ -2,14 +2,16 @@ import { sql } from 'drizzle-orm';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../test/helpers/database.js';
-import { expectPoolSettled, rejection } from '../../test/helpers/database-assertions.js';
+import { databaseFailure, expectPoolSettled, rejection } from '../../test/helpers/database-assertions.js';
 import { builtOnce } from './built-once.js';
 import { createDatabase, isDatabaseUnavailable, type Database, type DatabaseOptions } from './client.js';
 
 /*
  * Contract tests of the database interface (src/db/client.ts) against the real PostgreSQL: a
  * database of this file's own, scratch tables, and Database instances with small limits.
- * Faults on the wire (a connection cut mid round trip) are in client-faults.test.ts.
+ * Faults on the wire (a connection cut mid round trip) are in client-faults.test.ts. These tests
+ * say which limit ended a call (databaseFailure), never how long it took: how soon each limit
+ * fires is bounded in test/reliability/database-client-timing.test.ts.
  */
 
 let testDatabase: TestDatabase;
@@ -74,16 +76,21 @@ const childIds = async () => (await admin.query<{ id: number }>('SELECT id FROM 
 
 const backendPid = async (instance: Database) => (await instance.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
 
-/** Terminates a backend and waits until it is gone from pg_stat_activity. */
-async function terminate(pid: number): Promise<void> {
-  await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+/** Waits until the backend `pid` is gone from pg_stat_activity. */
+async function backendGone(pid: number, timeout = 5_000): Promise<void> {
   await vi.waitFor(
     async () => {
       const { rows } = await admin.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid]);
       expect(rows).toHaveLength(0);
     },
-    { timeout: 5_000, interval: 20 },
+    { timeout, interval: 20 },
   );
+}
+
+/** Terminates a backend and waits until it is gone from pg_stat_activity. */
+async function terminate(pid: number): Promise<void> {
+  await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+  await backendGone(pid);
 }
 
 describe('Database.transaction', () => {
@@ -257,24 +264,24 @@ describe('timeouts', () => {
     expect(inside).toEqual({ statement: '1500ms' });
   });
 
-  it('when a statement runs longer than statementTimeoutMs, it rejects with SQLSTATE 57014 after about that long, and the database stays usable', async () => {
-    const limited = open({ poolSize: 1, statementTimeoutMs: 200, queryTimeoutMs: 5_000 });
+  it('when a statement runs longer than statementTimeoutMs, the server cancels it (SQLSTATE 57014, the statement timeout), and the database stays usable', async () => {
+    // The client-side queryTimeoutMs is far longer: only the server's statement_timeout can end the call first.
+    const limited = open({ poolSize: 1, statementTimeoutMs: 200, queryTimeoutMs: 20_000 });
     await backendPid(limited);
-    const { error, ms } = await rejection(limited.query('SELECT pg_sleep(1)'));
+    const { error } = await rejection(limited.query('SELECT pg_sleep(10)'));
     expect(sqlState(error)).toBe('57014');
-    expect(ms).toBeGreaterThanOrEqual(150);
-    expect(ms).toBeLessThan(900);
+    expect(databaseFailure(error)).toBe('statement timeout');
     await expectPoolSettled(limited);
     expect((await limited.query('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
     // Inside a transaction too: nothing of it is written, and no connection is left in a transaction.
     const inTx = await rejection(
       limited.transaction(async (tx) => {
         await tx.execute(sql`INSERT INTO contract_items (id) VALUES (65)`);
-        await tx.execute(sql`SELECT pg_sleep(1)`);
+        await tx.execute(sql`SELECT pg_sleep(10)`);
       }),
     );
     expect(sqlState(inTx.error)).toBe('57014');
-    expect(inTx.ms).toBeLessThan(900);
+    expect(databaseFailure(inTx.error)).toBe('statement timeout');
     await expectPoolSettled(limited);
     expect(await openTransactions()).toBe(0);
     expect(await itemIds(65, 65)).toEqual([]);
@@ -282,17 +289,18 @@ describe('timeouts', () => {
     expect(await itemIds(66, 66)).toEqual([66]);
   });
 
-  it('when a row stays locked longer than lockTimeoutMs, a statement waiting for it rejects with SQLSTATE 55P03 and others are served', async () => {
-    const limited = open({ poolSize: 2, lockTimeoutMs: 200, statementTimeoutMs: 5_000 });
+  it('when a row stays locked longer than lockTimeoutMs, a statement waiting for it rejects with SQLSTATE 55P03 (the lock timeout) and others are served', async () => {
+    // statementTimeoutMs is far longer: only lock_timeout can end the wait first.
+    const limited = open({ poolSize: 2, lockTimeoutMs: 200, statementTimeoutMs: 20_000, queryTimeoutMs: 25_000 });
     const holder = new pg.Client({ connectionString: testDatabase.url });
     holder.on('error', () => {});
     await holder.connect();
     try {
       await holder.query('BEGIN');
       await holder.query('SELECT 1 FROM contract_items WHERE id = 1000 FOR UPDATE');
-      const { error, ms } = await rejection(limited.query(`UPDATE contract_items SET note = 'changed' WHERE id = 1000`));
+      const { error } = await rejection(limited.query(`UPDATE contract_items SET note = 'changed' WHERE id = 1000`));
       expect(sqlState(error)).toBe('55P03');
-      expect(ms).toBeLessThan(1_500);
+      expect(databaseFailure(error)).toBe('lock timeout');
       expect((await limited.query('SELECT count(*)::int AS n FROM contract_items')).rows[0]!.n).toBeGreaterThan(0);
     } finally {
       await holder.query('ROLLBACK').catch(() => {});
@@ -301,17 +309,26 @@ describe('timeouts', () => {
     await expectPoolSettled(limited);
   });
 
-  it('when a statement outlasts the client-side queryTimeoutMs, it rejects as unavailable about then, its connection is not reused, and the next call is served at once', async () => {
-    const limited = open({ poolSize: 1, queryTimeoutMs: 300, statementTimeoutMs: 10_000, connectTimeoutMs: 2_000 });
-    await backendPid(limited);
-    const { error, ms } = await rejection(limited.query('SELECT pg_sleep(3)'));
+  it('when a statement outlasts the client-side queryTimeoutMs, it rejects as unavailable (the query timeout), its connection is not reused, and the next call is served on a new one while the old statement still runs', async () => {
+    const limited = open({ poolSize: 1, queryTimeoutMs: 300, statementTimeoutMs: 20_000, connectTimeoutMs: 2_000 });
+    const before = await backendPid(limited);
+    const marker = `contract_query_timeout_${Date.now()}`;
+    const { error } = await rejection(limited.query(`SELECT pg_sleep(10) /* ${marker} */`));
     expect(isDatabaseUnavailable(error)).toBe(true);
-    expect(ms).toBeGreaterThanOrEqual(250);
-    expect(ms).toBeLessThan(1_300);
+    expect(databaseFailure(error)).toBe('query timeout');
     await expectPoolSettled(limited);
-    const started = performance.now();
-    expect((await limited.query('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
-    expect(performance.now() - started).toBeLessThan(1_000);
+    const next = await limited.query<{ pid: number; ok: number }>('SELECT pg_backend_pid() AS pid, 1 AS ok');
+    expect(next.rows[0]!.ok).toBe(1);
+    // Served on a new connection: the one that timed out is dropped, not queued behind its statement.
+    expect(next.rows[0]!.pid).not.toBe(before);
+    // The abandoned statement still runs on the old backend (the client only stopped waiting for it):
+    // the call above did not wait for it to end.
+    const { rows: still } = await admin.query(
+      `SELECT pid FROM pg_stat_activity WHERE query LIKE $1 AND state = 'active' AND pid <> pg_backend_pid()`,
+      [`%${marker}%`],
+    );
+    expect(still.map((row) => row.pid)).toEqual([before]);
+    await admin.query('SELECT pg_cancel_backend($1)', [before]);
   });
 
   it('when a transaction sits idle longer than idleInTransactionTimeoutMs, the server ends it: nothing is written, the call rejects as unavailable, and the pool recovers', async () => {
@@ -319,11 +336,14 @@ describe('timeouts', () => {
     const { error } = await rejection(
       limited.transaction(async (tx) => {
         await tx.execute(sql`INSERT INTO contract_items (id) VALUES (70)`);
-        await sleep(1_000);
+        const pid = (await tx.execute(sql`SELECT pg_backend_pid() AS pid`)).rows[0]!.pid as number;
+        // Idle until the server has ended the session (nothing else ends it here).
+        await backendGone(pid, 20_000);
         await tx.execute(sql`INSERT INTO contract_items (id) VALUES (71)`);
       }),
     );
     expect(isDatabaseUnavailable(error)).toBe(true);
+    expect(databaseFailure(error)).toBe('connection lost');
     expect(await itemIds(70, 71)).toEqual([]);
     await expectPoolSettled(limited);
     expect((await limited.query('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
@@ -331,7 +351,7 @@ describe('timeouts', () => {
 });
 
 describe('an exhausted pool', () => {
-  it('when every connection is held by an open transaction, another call rejects as unavailable after about connectTimeoutMs, and is served once the connection is released', async () => {
+  it('when every connection is held by an open transaction, another call rejects as unavailable when connectTimeoutMs runs out, and is served once the connection is released', async () => {
     const small = open({ poolSize: 1, connectTimeoutMs: 500, statementTimeoutMs: 10_000, idleInTransactionTimeoutMs: 10_000 });
     let release!: () => void;
     let started!: () => void;
@@ -346,12 +366,10 @@ describe('an exhausted pool', () => {
     try {
       const query = await rejection(small.query('SELECT 1'));
       expect(isDatabaseUnavailable(query.error)).toBe(true);
-      expect(query.ms).toBeGreaterThanOrEqual(400);
-      expect(query.ms).toBeLessThan(1_500);
+      expect(databaseFailure(query.error)).toBe('pool timeout');
       const transaction = await rejection(small.transaction(async (tx) => tx.execute(sql`SELECT 1`)));
       expect(isDatabaseUnavailable(transaction.error)).toBe(true);
-      expect(transaction.ms).toBeGreaterThanOrEqual(400);
-      expect(transaction.ms).toBeLessThan(1_500);
+      expect(databaseFailure(transaction.error)).toBe('pool timeout');
       expect(small.pool.waitingCount).toBe(0);
     } finally {
       release();
@@ -368,22 +386,16 @@ describe('a terminated backend', () => {
     const small = open({ poolSize: 1, connectTimeoutMs: 2_000, queryTimeoutMs: 5_000 });
     const pid = await backendPid(small);
     await terminate(pid);
-    await sleep(50); // the FATAL message and the close reach the idle client
-    const first = await small.query<{ pid: number }>('SELECT pg_backend_pid() AS pid').then(
-      (result) => ({ pid: result.rows[0]!.pid, error: undefined }),
-      (error: unknown) => ({ pid: undefined, error }),
-    );
-    // A call that raced the termination may only fail as unavailable; the pool must not keep serving the dead connection.
-    if (first.error !== undefined) expect(isDatabaseUnavailable(first.error)).toBe(true);
-    else expect(first.pid).not.toBe(pid);
+    // The FATAL message and the close reach the idle client: the pool drops it.
+    await vi.waitFor(() => expect(small.pool.totalCount).toBe(0), { timeout: 5_000, interval: 20 });
     const next = await backendPid(small);
     expect(next).not.toBe(pid);
     await expectPoolSettled(small);
   });
 
-  it('when the backend of a connection held by a transaction is terminated between statements, the next statement rejects as unavailable, nothing is written, and the next call succeeds', async () => {
+  it('when the backend of a connection held by a transaction is terminated between statements, the next statement rejects as unavailable (the connection lost, not a timeout), nothing is written, and the next call succeeds', async () => {
     const small = open({ poolSize: 1, connectTimeoutMs: 2_000, queryTimeoutMs: 5_000 });
-    const { error, ms } = await rejection(
+    const { error } = await rejection(
       small.transaction(async (tx) => {
         await tx.execute(sql`INSERT INTO contract_items (id) VALUES (90)`);
         const pid = (await tx.execute(sql`SELECT pg_backend_pid() AS pid`)).rows[0]!.pid as number;
@@ -392,13 +404,13 @@ describe('a terminated backend', () => {
       }),
     );
     expect(isDatabaseUnavailable(error)).toBe(true);
-    expect(ms).toBeLessThan(5_000);
+    expect(databaseFailure(error)).toBe('connection lost');
     expect(await itemIds(90, 91)).toEqual([]);
     await expectPoolSettled(small);
     expect((await small.query('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
   });
 
-  it('when the backend is terminated while it runs a statement, the call rejects promptly as unavailable and the next call succeeds', async () => {
+  it('when the backend is terminated while it runs a statement, the call rejects as unavailable with the termination (57P01), not a timeout, and the next call succeeds', async () => {
     const small = open({ poolSize: 1, connectTimeoutMs: 2_000, queryTimeoutMs: 10_000, statementTimeoutMs: 20_000 });
     await backendPid(small);
     const marker = `contract_terminate_${Date.now()}`;
@@ -415,11 +427,11 @@ describe('a terminated backend', () => {
       },
       { timeout: 5_000, interval: 20 },
     );
-    const terminatedAt = performance.now();
     await admin.query('SELECT pg_terminate_backend($1)', [pid]);
     const { error } = await running;
-    expect(performance.now() - terminatedAt).toBeLessThan(2_000);
     expect(isDatabaseUnavailable(error)).toBe(true);
+    expect(sqlState(error)).toBe('57P01');
+    expect(databaseFailure(error)).toBe('connection lost');
     await expectPoolSettled(small);
     expect((await small.query('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
   });
@@ -448,6 +460,7 @@ describe('a terminated backend', () => {
     await admin.query('SELECT pg_terminate_backend($1)', [pid]);
     const { error } = await running;
     expect(isDatabaseUnavailable(error)).toBe(true);
+    expect(databaseFailure(error)).toBe('connection lost');
     expect(await itemIds(95, 95)).toEqual([]);
     await expectPoolSettled(small);
     await small.transaction(async (tx) => tx.execute(sql`INSERT INTO contract_items (id) VALUES (96)`));

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import pino from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createDatabase, type Database } from '../../src/db/client.js';
 import { startBackgroundJobs } from '../../src/jobs.js';
 import { chainHash, GENESIS_HASH, type ChainRow } from '../../src/modules/audit/audit-chain.js';
@@ -208,21 +208,26 @@ describe('sealing', () => {
     }
   });
 
-  it("when another sealer holds the organisation's head, a pass skips the organisation at once instead of waiting for it", async () => {
+  it("when another sealer holds the organisation's head, a pass skips the organisation instead of waiting for it", async () => {
     const org = await ctx.createOrg();
     await sql('INSERT INTO audit_chain_heads (org_id) VALUES ($1)', [org.id]);
     await writeRow(org.id, 1);
+    const warnings: unknown[] = [];
+    const logger = { warn: (...args: unknown[]) => void warnings.push(args), error: (...args: unknown[]) => void warnings.push(args) };
+    const watched = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000, logger });
     const client = await ctx.database.pool.connect();
     try {
       await client.query('BEGIN');
       await client.query('SELECT 1 FROM audit_chain_heads WHERE org_id = $1 FOR UPDATE', [org.id]);
-      const started = Date.now();
-      await sealer.sealOnce();
-      expect(Date.now() - started).toBeLessThan(2_000);
+      // The head stays locked until after the pass, so a pass that waited for it would end at the pool's
+      // lock_timeout with 55P03, which the sealer logs as a failed organisation: no warning, no wait.
+      await watched.sealOnce();
+      expect(warnings).toEqual([]);
       expect((await rowsOf(org.id)).every((row) => row.sequence === null)).toBe(true);
       await client.query('ROLLBACK');
     } finally {
       client.release();
+      await watched.stop();
     }
     await sealer.sealOnce();
     expect((await rowsOf(org.id)).map((row) => row.sequence)).toEqual([1, 2, 3]);
@@ -248,7 +253,7 @@ describe('sealing', () => {
     expect(await service().verify(org.id)).toMatchObject({ ok: true, rows: 3 });
   });
 
-  it('when the background jobs of a running instance are up, a change through the API is sealed within 5 s of its commit', async () => {
+  it('when the background jobs of a running instance are up, a change through the API is sealed without anyone calling the sealer', async () => {
     const database = createDatabase(ctx.databaseUrl, { poolSize: 5 });
     const jobs = startBackgroundJobs({ config: ctx.config, database, logger: pino({ level: 'silent' }), webhookWorker: false });
     try {
@@ -258,18 +263,14 @@ describe('sealing', () => {
         body: { fullName: 'Grace Hopper', email: 'grace@example.com' },
       });
       expect(created.statusCode, created.body).toBe(201);
-      const committed = Date.now();
-      let sealedAfter: number | undefined;
-      while (Date.now() - committed < 5_000) {
-        const { rows } = await sql("SELECT sequence FROM audit_log WHERE org_id = $1 AND action = 'customer.created'", [org.id]);
-        if (rows[0]?.sequence !== null && rows[0]?.sequence !== undefined) {
-          sealedAfter = Date.now() - committed;
-          break;
-        }
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-      expect(sealedAfter).toBeDefined();
-      expect(sealedAfter!).toBeLessThan(5_000);
+      // How soon after the commit is bounded in test/reliability/service-timing.test.ts.
+      await vi.waitFor(
+        async () => {
+          const { rows } = await sql("SELECT sequence FROM audit_log WHERE org_id = $1 AND action = 'customer.created'", [org.id]);
+          expect(rows[0]?.sequence ?? null).not.toBeNull();
+        },
+        { timeout: 20_000, interval: 50 },
+      );
     } finally {
       await jobs.stop();
       await database.close();

@@ -317,10 +317,11 @@ describe('writers are never blocked by a purge', () => {
         `INSERT INTO audit_log (org_id, actor_type, action, subject_type) VALUES ($1, 'system', 'test.during_purge', 'test')`,
         [org.id],
       );
-      const started = performance.now();
+      // The writer stays open until after the purge, so a purge that waited for it would end at the pool's
+      // lock_timeout with 55P03 and reject: resolving, all five rows purged, shows it never waited.
+      const [setting] = await sql<{ lock_timeout: string }>('SHOW lock_timeout');
+      expect(setting!.lock_timeout).not.toBe('0');
       expect(await purge(org.id, pastRetention(), { batchSize: 2 })).toMatchObject({ purged: 5 });
-      // The pool's lock_timeout (3 s) would fail a purge that waited; the timer says it did not even start to.
-      expect(performance.now() - started).toBeLessThan(1_000);
       await writer.query('COMMIT');
     } finally {
       await writer.end();
@@ -329,30 +330,29 @@ describe('writers are never blocked by a purge', () => {
     expect(await verify(org.id)).toMatchObject({ ok: true, first_sequence: 6, unsealed: 0 });
   });
 
-  it('when changes are written through the API while a purge of many batches runs, each commits promptly during it, and the chain verifies after', async () => {
+  it('when changes are written through the API while a purge of many batches runs, they commit during it, between its batches, and the chain verifies after', async () => {
     const { org } = await agedChain(3_000, 0);
     let purging = true;
-    const commits: number[] = [];
+    /** For each committed write, whether the purge was still running when its answer came. */
+    const committedWhilePurging: boolean[] = [];
     const writes = (async () => {
       for (let n = 0; purging || n < 3; n += 1) {
-        const started = performance.now();
         const created = await ctx.request('POST', '/v1/customers', {
           key: org.key,
           body: { fullName: `Person ${n}`, email: `p${n}@example.com` },
         });
+        // A write held up past the pool's lock_timeout would fail here, not answer 201.
         expect(created.statusCode).toBe(201);
-        expect(performance.now() - started).toBeLessThan(2_000);
-        commits.push(performance.now());
+        committedWhilePurging.push(purging);
       }
     })();
-    const started = performance.now();
     const result = await purge(org.id, pastRetention(), { batchSize: 50 }).finally(() => {
       purging = false;
     });
-    const ended = performance.now();
     await writes;
     expect(result).toMatchObject({ purged: 3_000, checkpoint: { sequence: 3_000 } });
-    expect(commits.some((at) => at > started && at < ended)).toBe(true);
+    // More than one write committed while the purge ran: writers are not held for the whole purge.
+    expect(committedWhilePurging.filter(Boolean).length).toBeGreaterThan(1);
     await sealer.sealOnce();
     expect(await verify(org.id)).toMatchObject({ ok: true, first_sequence: 3_001, unsealed: 0 });
   });
