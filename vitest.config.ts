@@ -7,8 +7,10 @@ export default defineConfig({
     exclude: ['test/reliability/**', 'node_modules/**'],
     globalSetup: ['./test/global-setup.ts'],
     pool: 'forks',
-    // One worker per core of the 2-core machines the suite runs on; more only queue for the CPU.
-    maxWorkers: 2,
+    // Three workers on the 2-core machines the suite runs on: many files spend much of their time waiting
+    // (on spawned processes, PostgreSQL, paced requests), and a third worker fills that time; a fourth only
+    // queues for the CPU.
+    maxWorkers: 3,
     // Each file still gets its own database (test/helpers/harness.ts); the module graph is shared within a
     // worker because importing the app costs about a second on Node 22+, where the ESM loader re-reads
     // drizzle-orm's package.json for each of its files. Isolating every file paid that once per file.
