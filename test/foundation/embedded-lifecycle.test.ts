@@ -228,7 +228,7 @@ describe('svc serve on the embedded database', () => {
     await expectStoppedCleanly(server, 'SIGTERM');
   });
 
-  it('when started again on the same DATA_DIR, it reuses the data, prints no new key, reports the database start, an up-to-date schema and ready without initialising, and stops PostgreSQL on SIGINT', async () => {
+  it('when started again on the same DATA_DIR, it reuses the data, prints no new key, reports the database start, an up-to-date schema and ready without initialising', async () => {
     expect(sandboxKey).not.toBe('');
     const server = serve();
     await expectReady(server, sandboxKey);
@@ -250,12 +250,11 @@ describe('svc serve on the embedded database', () => {
     );
     await client.end();
     expect(count.rows).toEqual([{ organisations: 1, keys: 1 }]);
-
-    await expectStoppedCleanly(server, 'SIGINT');
   });
 
   it('when the embedded PostgreSQL runs, only its random password logs in: not none, not the old postgres/postgres, over TCP or the Unix socket', async () => {
-    const server = serve();
+    // The restarted server of the test before.
+    const server = running.at(-1)!;
     await expectReady(server);
     const passwordFile = join(dataDir, 'postgres-password');
     expect(statSync(passwordFile).mode & 0o777).toBe(0o600);
@@ -279,7 +278,7 @@ describe('svc serve on the embedded database', () => {
     for (const rule of rules) expect(rule).toMatch(/\sscram-sha-256$/);
   });
 
-  it('when the server runs, the operator CLI with the same DATA_DIR reaches the same database and leaves it running', async () => {
+  it('when the server runs, the operator CLI with the same DATA_DIR reaches the same database and leaves it running; on SIGINT the server stops PostgreSQL', async () => {
     // The server the test before started.
     const server = running.at(-1)!;
     await expectReady(server);
@@ -314,7 +313,7 @@ describe('svc serve on the embedded database', () => {
     expect(allowed.code, allowed.stderr).toBe(0);
     expect(JSON.parse(allowed.stdout)).toMatchObject({ url: 'http://127.0.0.1:9999/hooks' });
 
-    await expectStoppedCleanly(server, 'SIGTERM');
+    await expectStoppedCleanly(server, 'SIGINT');
   });
   it('when SIGTERM arrives during a request, the request completes before PostgreSQL is stopped', async () => {
     expect(sandboxKey).not.toBe('');

