@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { parse as parseContentDisposition } from 'content-disposition';
 import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
@@ -177,6 +178,17 @@ describe('form validation', () => {
     expectValidation(await upload(ctx.app, org.key, entity.id, [{ name: 'file', value: 'not a file' }, typePart()]), 'file');
     expect(await documentCount()).toBeGreaterThanOrEqual(0);
     await expectNoSpooledFiles();
+  });
+
+  it('when the file name is longer than 255 characters, it answers 422 on file and stores nothing; 255 is accepted', async () => {
+    const entity = await createEntity(ctx, org);
+    const before = await documentCount();
+    expectValidation(await upload(ctx.app, org.key, entity.id, [filePart(pdfBytes(), `${'n'.repeat(252)}.pdf`), typePart()]), 'file');
+    expect(await documentCount()).toBe(before);
+    const longest = `${'n'.repeat(251)}.pdf`;
+    const accepted = await upload(ctx.app, org.key, entity.id, [filePart(pdfBytes(), longest), typePart()]);
+    expect(accepted.statusCode, accepted.body).toBe(201);
+    expect(accepted.json().file_name).toBe(longest);
   });
 
   it('when a description of 500 characters is sent, it is stored', async () => {
@@ -367,6 +379,23 @@ describe('audit, list and download', () => {
     expect(response.headers.etag).toBe(`"${stored.sha256}"`);
     const stale = await download(entity.id, stored.id, org.key, { 'if-none-match': '"something-else"' });
     expect(stale.statusCode).toBe(200);
+  });
+
+  it("when the uploaded name has an extension other than the recognised type, the download name takes the type's extension", async () => {
+    const entity = await createEntity(ctx, org);
+    const cases: Array<[name: string, bytes: Buffer, saved: string]> = [
+      ['deed.html', pdfBytes(), 'deed.pdf'],
+      ['scan.pdf', pngBytes(), 'scan.png'],
+      ['photo.JPEG', jpegBytes(), 'photo.JPEG'],
+      ['no-extension', pdfBytes(), 'no-extension.pdf'],
+      ['statement.2026 final', pdfBytes(), 'statement.2026 final.pdf'],
+    ];
+    for (const [name, bytes, saved] of cases) {
+      const stored = (await upload(ctx.app, org.key, entity.id, [filePart(bytes, name), typePart()])).json();
+      expect(stored.file_name, name).toBe(name);
+      const response = await download(entity.id, stored.id);
+      expect(parseContentDisposition(String(response.headers['content-disposition'])).parameters.filename, name).toBe(saved);
+    }
   });
 
   it('when the file name is not ASCII, Content-Disposition carries an ASCII fallback and the RFC 5987 UTF-8 name', async () => {

@@ -27,7 +27,23 @@ export const UPLOAD_FORM: MultipartIntakeOptions = {
   maxFileBytes: MAX_DOCUMENT_BYTES,
 };
 
-const EXTENSIONS: Record<string, string> = { 'application/pdf': 'pdf', 'image/png': 'png', 'image/jpeg': 'jpg' };
+/** The file name extensions of each stored type, the first the one a download gets. */
+const EXTENSIONS: Record<string, readonly string[]> = { 'application/pdf': ['pdf'], 'image/png': ['png'], 'image/jpeg': ['jpg', 'jpeg'] };
+
+/**
+ * The name a download is saved under: the uploaded name, its extension following the type the content
+ * was recognised as (a PDF uploaded as deed.html downloads as deed.pdf), so the saved file opens as what
+ * it is; or document-<id> with that extension when the upload had no name.
+ */
+function downloadName(fileName: string | null, mediaType: string, documentId: string): string {
+  const extensions = EXTENSIONS[mediaType] ?? ['bin'];
+  if (fileName === null) return `document-${documentId}.${extensions[0]}`;
+  const dot = fileName.lastIndexOf('.');
+  const extension = dot > 0 ? fileName.slice(dot + 1).toLowerCase() : undefined;
+  if (extension !== undefined && extensions.includes(extension)) return fileName;
+  const stem = extension !== undefined && /^[a-z0-9]{1,10}$/.test(extension) ? fileName.slice(0, dot) : fileName;
+  return `${stem}.${extensions[0]}`;
+}
 
 /** If-None-Match against one strong ETag, by the weak comparison RFC 9110 §13.1.2 prescribes for it. */
 function matchesEtag(ifNoneMatch: string | undefined, etag: string): boolean {
@@ -106,10 +122,7 @@ export async function documentsRoutes(fastify: FastifyInstance): Promise<void> {
       if (matchesEtag(request.headers['if-none-match'], etag)) return reply.code(304).send(null);
       reply.header('Content-Type', document.mediaType);
       reply.header('Content-Length', String(document.sizeBytes));
-      reply.header(
-        'Content-Disposition',
-        contentDisposition(document.fileName ?? `document-${document.id}.${EXTENSIONS[document.mediaType] ?? 'bin'}`),
-      );
+      reply.header('Content-Disposition', contentDisposition(downloadName(document.fileName, document.mediaType, document.id)));
       // A stream is sent as it is (never serialized); the schema's binary string only documents it.
       return reply.send(open() as unknown as string);
     },

@@ -11,6 +11,9 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '../../shared/app-error.js';
 import { MAX_DOCUMENT_BYTES, type DocumentMediaType } from './document-types.js';
 
+/** The longest file name kept with a document (what common file systems allow); a longer one is refused. */
+export const MAX_FILE_NAME_LENGTH = 255;
+
 /**
  * Streaming multipart/form-data intake for document uploads. Each file is spooled to a temp file
  * while its size and SHA-256 are computed and its media type is sniffed from its first bytes; the
@@ -261,6 +264,11 @@ export function readMultipartForm(
       }
       if (fileCount >= options.maxFiles) {
         addIssue(name, `At most ${options.maxFiles} file(s) per request.`);
+        stream.resume();
+        return failOnIssues();
+      }
+      if (fileName !== undefined && fileName.length > MAX_FILE_NAME_LENGTH) {
+        addIssue(name, `The file name must be at most ${MAX_FILE_NAME_LENGTH} characters.`);
         stream.resume();
         return failOnIssues();
       }
