@@ -50,6 +50,24 @@ describe('svc failure output', () => {
     expect(text).not.toMatch(/select/i);
   });
 
+  it('when the connection itself is refused (FATAL), it prints the server message: it names no statement or value', async () => {
+    const missing = createDatabase(`${testDatabase.url}_missing`, { poolSize: 1 });
+    const error = await missing.db.execute(sql`SELECT 1`).then(
+      () => undefined,
+      (thrown: unknown) => thrown,
+    );
+    await missing.close();
+    const { text, exitCode } = failureText(error);
+    expect(exitCode).toBe(1);
+    expect(text).toMatch(/^error: the database refused the command \(\w+ 3D000\): database "[a-z0-9_]+_missing" does not exist\n$/);
+  });
+
+  it('when a pooler refuses a startup parameter (08P01, FATAL), it prints the pooler message', () => {
+    const refused = Object.assign(new Error('unsupported startup parameter: statement_timeout'), { severity: 'FATAL', code: '08P01' });
+    const { text } = failureText(refused);
+    expect(text).toBe('error: the database refused the command (Error 08P01): unsupported startup parameter: statement_timeout\n');
+  });
+
   it('when the service refuses the command, it prints the message meant for the operator', () => {
     const { text, exitCode } = failureText(AppError.validation({ name: ['Required.'] }));
     expect(exitCode).toBe(1);

@@ -74,12 +74,15 @@ export function createCliRunner(io: CliIo) {
       io.stderr.write(`error: ${error.message}${detail ? `\n${detail}` : ''}\n`);
     } else if (isDatabaseError(error)) {
       // A failed statement's message quotes its SQL and bound values (personal data): name it by state.
+      // A connection-level error (FATAL, or SQLSTATE class 08) comes from no statement, and its message
+      // (an unknown database, a pooler refusing a startup parameter) is what the operator needs.
       const logged = serializeError(error);
       const where = [logged.constraint && `constraint ${logged.constraint}`, logged.table && `table ${logged.table}`]
         .filter(Boolean)
         .join(', ');
+      const serverMessage = connectionLevelMessage(error);
       io.stderr.write(
-        `error: the database refused the command (${logged.type} ${logged.sqlState ?? logged.code ?? ''}${where ? `, ${where}` : ''})\n`,
+        `error: the database refused the command (${logged.type} ${logged.sqlState ?? logged.code ?? ''}${where ? `, ${where}` : ''})${serverMessage ? `: ${serverMessage}` : ''}\n`,
       );
     } else {
       io.stderr.write(`error: ${error instanceof Error ? error.message : String(error)}\n`);
@@ -135,6 +138,19 @@ export function createCliRunner(io: CliIo) {
       return exitCode;
     },
   };
+}
+
+/** The server's message of an error raised before or outside any statement (FATAL, or SQLSTATE class 08). */
+function connectionLevelMessage(error: unknown): string | undefined {
+  // The driver's error may come wrapped (drizzle names the statement it was about to run): look through the causes.
+  for (let current: unknown = error, depth = 0; typeof current === 'object' && current !== null && depth < 5; depth += 1) {
+    const candidate = current as { severity?: unknown; code?: unknown; message?: unknown; cause?: unknown };
+    const fatal = candidate.severity === 'FATAL' || candidate.severity === 'PANIC';
+    const connectionClass = typeof candidate.severity === 'string' && typeof candidate.code === 'string' && candidate.code.startsWith('08');
+    if ((fatal || connectionClass) && typeof candidate.message === 'string') return candidate.message;
+    current = candidate.cause;
+  }
+  return undefined;
 }
 
 /** A failed statement (drizzle's wrapper names its SQL and values) or an error PostgreSQL raised. */

@@ -351,6 +351,22 @@ describe('svc audit export failures and verify arguments', () => {
     expect(both.code).toBe(1);
     expect(both.stderr).toMatch(/either --org or --file/);
   });
+
+  it('when a date lies outside years 0001 to 9999, export --from/--to and purge --before exit 1 naming the option and the range, before the database', async () => {
+    const org = await ctx.createOrg();
+    for (const args of [
+      ['audit', 'export', '--org', org.id, '--from', '0000-01-01'],
+      ['audit', 'export', '--org', org.id, '--to', '0000-12-31T23:00:00Z'],
+      ['audit', 'purge', '--org', org.id, '--before', '0000-01-01'],
+    ]) {
+      const result = await svc(...args);
+      const option = args[4]!;
+      expect(result.code, args.join(' ')).toBe(1);
+      expect(result.stdout).toBe('');
+      expect(result.stderr).toContain(`${option}: Must lie between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z`);
+      expect(result.stderr).not.toMatch(/database refused/);
+    }
+  });
 });
 
 describe('the export progress bar', () => {

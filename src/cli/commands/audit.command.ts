@@ -8,6 +8,7 @@ import { EXPORT_FORMATS, type ExportFormat, type ExportManifest } from '../../mo
 import { verifyExportFile } from '../../modules/audit/audit-export.verifier.js';
 import { createAuditService, type ExportSink } from '../../modules/audit/audit.service.js';
 import { createProgressBar } from '../progress.js';
+import { dateTimeRangeProblem } from '../../shared/dates.schema.js';
 import { oneOf, type CliRunner } from '../runner.js';
 
 /** `svc audit verify`'s exit code when the chain is broken (1 stays "the command failed": nothing on stdout). */
@@ -141,6 +142,9 @@ function parseInstant(name: string) {
         `${name} must be an ISO 8601 date (2026-01-31) or date-time with its offset (2026-01-31T09:00:00Z), got "${value}"`,
       );
     }
+    // The API's bounds (years 0001 to 9999), so a date PostgreSQL cannot hold is refused here, by name.
+    const problem = dateTimeRangeProblem(value, instant);
+    if (problem) throw new InvalidArgumentError(`${name}: ${problem} Got "${value}".`);
     return instant;
   };
 }
