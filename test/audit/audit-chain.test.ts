@@ -169,10 +169,11 @@ describe('sealing', () => {
       ['test.changed', 3],
       ['test.late', 4],
     ]);
-    // Compared in PostgreSQL, to the microsecond: both rows can fall within one JavaScript millisecond.
+    // The late row was written first: its id, drawn from a sequence at insert, is the smaller. (created_at is
+    // the wall clock, clock_timestamp(), which a machine's time adjustment can move back between two inserts.)
     const { rows: order } = await sql(
-      `SELECT (SELECT created_at FROM audit_log WHERE org_id = $1 AND action = 'test.late')
-            < (SELECT created_at FROM audit_log WHERE org_id = $1 AND action = 'test.changed') AS written_first`,
+      `SELECT (SELECT id FROM audit_log WHERE org_id = $1 AND action = 'test.late')
+            < (SELECT id FROM audit_log WHERE org_id = $1 AND action = 'test.changed') AS written_first`,
       [org.id],
     );
     expect(order[0].written_first).toBe(true);
