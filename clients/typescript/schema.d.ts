@@ -5412,7 +5412,7 @@ export interface operations {
                      */
                     dueAt?: string;
                     /**
-                     * @description Who pays the request's 1 credit. Omit to follow the entity's billing default, else the organisation's.
+                     * @description Who pays the request's 1 credit. Omit to follow the entity's billing default, else the organisation's. Only `organization` is accepted for now: a request that resolves to `customer` is refused with 422 on `payer`, since documents have no pay-link lane yet.
                      * @enum {string}
                      */
                     payer?: "organization" | "customer";

@@ -156,27 +156,32 @@ describe('POST /v1/entities/{id}/document-requests', () => {
     await expectNothingWritten(org, 0);
   });
 
-  it('when payer is customer, the organisation is not charged and the request costs 0', async () => {
+  it('when payer is customer, it answers 422 on payer and writes nothing: no request, token, ledger row, email or event (documents have no pay-link lane)', async () => {
     const org = await ctx.createOrg({ credits: 0 });
     const entity = await createEntity(ctx, org);
     const response = await createRequest(ctx, org, entity.id, { types: ['OTHER'], payer: 'customer' });
-    expect(response.statusCode, response.body).toBe(201);
-    expect(response.json().payer).toBe('customer');
-    expect(await requestRow(ctx, response.json().id)).toMatchObject({ cost: 0, payer: 'customer' });
-    expect(await ledgerOf(ctx, org.id)).toEqual([]);
-    expect(await balanceOf(ctx, org.id)).toBe(0);
-    expect(await emailsTo(ctx, org.id)).toHaveLength(1);
+    expect(response.statusCode, response.body).toBe(422);
+    expect(errorOf(response).details!.issues!.payer).toEqual([expect.stringMatching(/cannot be paid by the customer/)]);
+    await expectNothingWritten(org, 0);
   });
 
-  it("when payer is omitted, the entity's default payer applies, else the organisation's", async () => {
+  it("when payer is omitted, the entity's default payer applies, else the organisation's; a customer default is refused on payer", async () => {
     const org = await ctx.createOrg({ credits: 3, defaultPayer: 'customer' });
     const entity = await createEntity(ctx, org);
     const byOrganisationDefault = await createRequest(ctx, org, entity.id, { types: ['OTHER'] });
-    expect(byOrganisationDefault.json().payer).toBe('customer');
+    expect(byOrganisationDefault.statusCode, byOrganisationDefault.body).toBe(422);
+    expect(errorOf(byOrganisationDefault).details!.issues!.payer).toEqual([
+      expect.stringMatching(/billing default for this entity is the customer/),
+    ]);
+    await expectNothingWritten(org, 3);
     await ctx.database.db.update(customers).set({ defaultPayer: 'organization' }).where(eq(customers.id, entity.id));
     const byEntityDefault = await createRequest(ctx, org, entity.id, { types: ['OTHER'] });
     expect(byEntityDefault.json().payer).toBe('organization');
     expect(await balanceOf(ctx, org.id)).toBe(2);
+    await ctx.database.db.update(customers).set({ defaultPayer: 'customer' }).where(eq(customers.id, entity.id));
+    const explicit = await createRequest(ctx, org, entity.id, { types: ['OTHER'], payer: 'organization' });
+    expect(explicit.statusCode, explicit.body).toBe(201);
+    expect(await balanceOf(ctx, org.id)).toBe(1);
   });
 
   it('when the entity has no contact with an email, it answers 422 on contact and writes nothing', async () => {

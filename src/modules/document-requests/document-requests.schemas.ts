@@ -34,7 +34,9 @@ export const createDocumentRequestBody = z
     payer: z
       .enum(['organization', 'customer'])
       .optional()
-      .describe("Who pays the request's 1 credit. Omit to follow the entity's billing default, else the organisation's."),
+      .describe(
+        "Who pays the request's 1 credit. Omit to follow the entity's billing default, else the organisation's. Only `organization` is accepted for now: a request that resolves to `customer` is refused with 422 on `payer`, since documents have no pay-link lane yet.",
+      ),
   })
   .strict();
 export type CreateDocumentRequestBody = z.output<typeof createDocumentRequestBody>;

@@ -158,10 +158,20 @@ export function createDocumentRequestsService(deps: { database: Database; public
           issues.add('dueAt', `Must be at most ${MAX_DUE_DAYS} days ahead.`);
         const contact = entity.contactCustomerId ? await customers.findById(ctx.orgId, entity.contactCustomerId, tx) : undefined;
         if (!contact?.email) issues.add('contact', 'The request emails the contact person: set a contact with an email first.');
+        const payer = await payerFor(ctx.orgId, entity, body.payer, tx);
+        // The KYB payer rules send a customer a pay link before anything else; documents have no such
+        // lane yet, so a customer-paid request would let the contact upload without paying.
+        if (payer === 'customer') {
+          issues.add(
+            'payer',
+            body.payer === 'customer'
+              ? 'Document requests cannot be paid by the customer yet: send payer "organization".'
+              : 'The billing default for this entity is the customer, and document requests cannot be paid by the customer yet: send payer "organization".',
+          );
+        }
         issues.throwIfAny();
 
-        const payer = await payerFor(ctx.orgId, entity, body.payer, tx);
-        const cost = payer === 'organization' ? DOCUMENT_PRICE : 0;
+        const cost = DOCUMENT_PRICE;
         const row = await requests.insert(
           {
             orgId: ctx.orgId,
