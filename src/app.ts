@@ -10,6 +10,7 @@ import { AppError } from './shared/app-error.js';
 import type { Database } from './db/client.js';
 import { createPageReads, type PageReads, type PageReason, type PageTarget } from './db/page-reads.js';
 import { systemClock, type Clock } from './shared/clock.js';
+import { linkSealerFor, type TextSealer } from './shared/text-sealer.js';
 import type { BusinessRegister } from './modules/customers/business-register.js';
 import { carriesLogContext, loggerOptions, requestChildLogger } from './shared/logging.js';
 import { clientErrorHandler, errorEnvelope, errorsPlugin, renderError } from './plugins/errors.plugin.js';
@@ -47,6 +48,8 @@ export type AppDeps = {
    * the typed DTO mappers already guarantee the shape, so responses are plain JSON.stringify.
    */
   validateResponses?: boolean;
+  /** Seals link-bearing text at rest; default: the key of config (LINK_ENCRYPTION_KEY, else DATA_DIR's key file). */
+  linkSealer?: TextSealer;
 };
 
 export type ResolvedDeps = Required<Omit<AppDeps, 'logger' | 'validateResponses' | 'businessRegister' | 'replica' | 'exactReplicaReads'>> &
@@ -215,6 +218,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     pageReads,
     clock: deps.clock ?? systemClock,
     businessRegister: deps.businessRegister,
+    linkSealer: deps.linkSealer ?? linkSealerFor(deps.config),
   });
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('X-Request-Id', request.id);

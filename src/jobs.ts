@@ -8,6 +8,7 @@ import { createDeliveryWorker } from './modules/webhooks/delivery.worker.js';
 import { createRetentionService, type RetentionTable } from './modules/retention/retention.service.js';
 import { createDocumentRequestsService } from './modules/document-requests/document-requests.service.js';
 import { systemClock } from './shared/clock.js';
+import { linkSealerFor } from './shared/text-sealer.js';
 
 export type BackgroundJobs = { stop(): Promise<void> };
 
@@ -62,8 +63,14 @@ export function startBackgroundJobs(deps: {
   });
   // A run over many organisations may be long: stopping ends it after the batch in flight.
   const stopping = new AbortController();
-  const documentRequests = createDocumentRequestsService({ database, publicBaseUrl: deps.config.publicBaseUrl, clock: systemClock });
-  const emailSender = createEmailSender({ database, smtpUrl: deps.config.smtpUrl, from: deps.config.smtpFrom, logger });
+  const linkSealer = linkSealerFor(deps.config);
+  const documentRequests = createDocumentRequestsService({
+    database,
+    publicBaseUrl: deps.config.publicBaseUrl,
+    clock: systemClock,
+    sealer: linkSealer,
+  });
+  const emailSender = createEmailSender({ database, smtpUrl: deps.config.smtpUrl, from: deps.config.smtpFrom, logger, sealer: linkSealer });
   const jobs: Job[] = [
     // Every growing table is bounded (docs/decisions.md, "Retention and batched purges"). Every
     // instance runs it: SKIP LOCKED makes concurrent runs share the rows instead of waiting.

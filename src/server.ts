@@ -5,6 +5,7 @@ import type { FastifyServerOptions } from 'fastify';
 import pino from 'pino';
 import { buildApp } from './app.js';
 import { createLogger, loggerOptions, prettyLogsWanted } from './shared/logging.js';
+import { resolveLinkKey } from './shared/text-sealer.js';
 import type { Config } from './config/config.js';
 import { connect, type Connection } from './db/connect.js';
 import { leaveSignalsToCaller, secondsSince } from './db/embedded-postgres.js';
@@ -49,6 +50,7 @@ export async function startServer(config: Config, options: { worker?: boolean } 
     // key would land in the deployment's logs, so an empty database gets instructions instead.
     sandbox = connection.embedded ? await bootstrapSandbox({ database }) : undefined;
     const noOrganisation = !connection.embedded && (await hasNoOrganisation({ database }));
+    warnOfLocalLinkKey(config, connection.embedded, logger);
     app = await buildApp({ config, database, replica, logger: httpLoggerOptions(config) });
     jobs = startBackgroundJobs({ config, database, logger, webhookWorker: options.worker ?? config.webhookWorker, metrics: app.metrics });
     await app.listen({ port: config.port, host: config.host });
@@ -75,10 +77,24 @@ export async function startServer(config: Config, options: { worker?: boolean } 
 export async function startWorker(config: Config): Promise<{ close(): Promise<void> }> {
   const logger = createLogger(config, 2);
   const connection = await connect(config, { info: (message) => logger.info(message) });
+  warnOfLocalLinkKey(config, connection.embedded, logger);
   const jobs = startBackgroundJobs({ config, database: connection.database, logger, webhookWorker: true });
   logger.info('worker started');
   let closing: Promise<void> | undefined;
   return { close: () => (closing ??= inOrder([() => jobs.stop(), () => connection.close()])) };
+}
+
+/**
+ * Without LINK_ENCRYPTION_KEY the key is a file in DATA_DIR: right for the embedded database, which
+ * lives there too, but on a shared database every instance (and `svc`) needs the same key.
+ */
+function warnOfLocalLinkKey(config: Config, embedded: boolean, logger: { warn(message: string): void }): void {
+  const { source, path } = resolveLinkKey({ key: config.linkEncryptionKey, dataDir: config.dataDir });
+  if (source === 'file' && !embedded) {
+    logger.warn(
+      `LINK_ENCRYPTION_KEY is not set: links at rest are sealed with the key in ${path}; set LINK_ENCRYPTION_KEY so every instance and svc command on this database uses the same key`,
+    );
+  }
 }
 
 function flushed(logger: { flush(done?: (error?: Error) => void): void }): Promise<void> {

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import ipaddr from 'ipaddr.js';
 import { DATABASE_DEFAULTS, type DatabaseOptions } from '../db/database-options.js';
 import { IDEMPOTENCY_WINDOW_HOURS } from '../plugins/idempotency.repository.js';
+import { parseLinkKey } from '../shared/text-sealer.js';
 
 const booleanFlag = (fallback: boolean) =>
   z
@@ -124,6 +125,18 @@ const environmentSchema = z.object({
     })
     .transform((value) => (value === '' ? undefined : value)),
   SMTP_FROM: z.string().default('Verification <no-reply@verification.local>'),
+  LINK_ENCRYPTION_KEY: z
+    .string()
+    .optional()
+    .transform((value, context) => {
+      if (value === undefined) return undefined;
+      const key = parseLinkKey(value);
+      if (!key) {
+        context.addIssue({ code: 'custom', message: 'must be 32 bytes: 64 hex digits or base64 (openssl rand -hex 32)' });
+        return z.NEVER;
+      }
+      return key;
+    }),
   WEBHOOK_WORKER: booleanFlag(true),
   WEBHOOK_ALLOW_PRIVATE_URLS: booleanFlag(false),
   WEBHOOK_ALLOWED_PORTS: portList,
@@ -192,6 +205,11 @@ export type Config = {
   rateLimit: { burst: number; daily: number };
   smtpUrl: string | undefined;
   smtpFrom: string;
+  /**
+   * LINK_ENCRYPTION_KEY: seals link-bearing text at rest (queued emails, stored idempotent replies).
+   * Unset: a key drawn once into DATA_DIR (src/shared/text-sealer.ts), fine for one machine only.
+   */
+  linkEncryptionKey: Buffer | undefined;
   webhookWorker: boolean;
   /** Development only: webhook endpoints may be http, on private addresses and on any port. */
   webhookAllowPrivateUrls: boolean;
@@ -281,6 +299,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     rateLimit: { burst: env.RATE_LIMIT_BURST, daily: env.RATE_LIMIT_DAILY },
     smtpUrl: env.SMTP_URL,
     smtpFrom: env.SMTP_FROM,
+    linkEncryptionKey: env.LINK_ENCRYPTION_KEY,
     webhookWorker: env.WEBHOOK_WORKER,
     // Only the variable says so: the embedded database is no proof of a developer's machine.
     webhookAllowPrivateUrls: env.WEBHOOK_ALLOW_PRIVATE_URLS,

@@ -437,8 +437,6 @@ export const verifications = pgTable(
     payer: text('payer', { enum: ['organization', 'customer'] }).notNull(),
     status: text('status').notNull(),
     cost: integer('cost').notNull().default(0),
-    /** Unique and looked up through verification_link_tokens, the directory keyed by the token. */
-    linkToken: text('link_token'),
     recipientEmail: text('recipient_email'),
     customMessage: text('custom_message'),
     eddCheckTypes: text('edd_check_types')
@@ -470,13 +468,14 @@ export const verifications = pgTable(
 
 /**
  * The directory of verification link tokens: a link is opened before its organisation is known.
- * Written in the transaction that starts the verification; keyed by the token alone, so under Citus
+ * Written in the transaction that starts the verification; keyed by the token's hash alone, so under Citus
  * it is distributed by token (or a reference table), not by org_id (docs/decisions.md).
  */
 export const verificationLinkTokens = pgTable(
   'verification_link_tokens',
   {
-    token: text('token').primaryKey(),
+    /** SHA-256 (hex) of the token: the database never holds a usable link. */
+    tokenHash: text('token_hash').primaryKey(),
     orgId: uuid('org_id').notNull(),
     verificationId: uuid('verification_id').notNull(),
   },

@@ -32,12 +32,12 @@ type Outcome = { kind: 'sent'; status: number; body: string; replayed: boolean }
 /**
  * `Idempotency-Key` on POST/PATCH/PUT/DELETE under /v1. The handler runs inside a transaction that first
  * locks the key; the handler's own transaction joins it, so the change, its side records and the
- * stored response (written once, last) commit (or roll back) together. A concurrent duplicate blocks
+ * stored response (written once, last, and sealed) commit (or roll back) together. A concurrent duplicate blocks
  * on the lock until the first commits, then replays its response.
  */
 export const idempotencyPlugin = fp(
   async (app: FastifyInstance) => {
-    const { database } = app.deps;
+    const { database, linkSealer } = app.deps;
     const records = createIdempotencyRepository();
 
     app.addHook('onRoute', (route) => {
@@ -67,9 +67,11 @@ export const idempotencyPlugin = fp(
                 'This Idempotency-Key was already used with a different request; use a new key for a new request.',
               );
             }
-            return { kind: 'sent', status: existing.responseStatus, body: existing.responseBody, replayed: true };
+            return { kind: 'sent', status: existing.responseStatus, body: linkSealer.open(existing.responseBody), replayed: true };
           }
-          const store = (status: number, body: string) => records.store({ apiKeyId, key, orgId, fingerprint, status, body }, tx);
+          // A stored reply may carry a link (upload_url, verification_link): it is kept sealed (text-sealer.ts).
+          const store = (status: number, body: string) =>
+            records.store({ apiKeyId, key, orgId, fingerprint, status, body: linkSealer.seal(body) }, tx);
           try {
             // A savepoint, so a handler-produced 4xx can undo its work while the stored error
             // response still commits.

@@ -1,6 +1,8 @@
+import { randomBytes } from 'node:crypto';
 import { buildApp } from '../app.js';
 import { loadConfig } from '../config/config.js';
 import { createDatabase } from '../db/client.js';
+import { createTextSealer } from '../shared/text-sealer.js';
 
 /**
  * The OpenAPI document exactly as the server serves it, built without a database: the app gets a
@@ -9,7 +11,8 @@ import { createDatabase } from '../db/client.js';
  */
 export async function generateOpenApiDocument(): Promise<Record<string, unknown>> {
   const database = createDatabase('postgres://openapi-generator.invalid:5432/unused', { poolSize: 1 });
-  const app = await buildApp({ config: loadConfig({}), database, logger: false });
+  // A throwaway key: nothing is sealed here, and no key file is written.
+  const app = await buildApp({ config: loadConfig({}), database, logger: false, linkSealer: createTextSealer(randomBytes(32)) });
   try {
     await app.ready();
     return app.swagger() as unknown as Record<string, unknown>;

@@ -4,6 +4,8 @@ import { expect } from 'vitest';
 import { documentRequests, documentRequestTokens, emails, entityDocuments } from '../../src/db/schema.js';
 import type { TestContext, TestOrg } from '../helpers/harness.js';
 import { multipart as buildMultipart } from '../helpers/multipart.js';
+import { testLinkSealer } from '../helpers/harness.js';
+import { createEmailsRepository } from '../../src/modules/emails/emails.repository.js';
 
 /** A small but real PDF (one empty page). */
 export const PDF = Buffer.from(
@@ -100,8 +102,11 @@ export async function documentsOf(ctx: TestContext, orgId: string, requestId?: s
     .orderBy(asc(entityDocuments.createdAt), asc(entityDocuments.id));
 }
 
+/** The organisation's emails, oldest first, with their body and link opened (they are sealed at rest). */
 export async function emailsTo(ctx: TestContext, orgId: string) {
-  return ctx.database.db.select().from(emails).where(eq(emails.orgId, orgId)).orderBy(asc(emails.createdAt));
+  const repository = createEmailsRepository(ctx.database.db, testLinkSealer());
+  const rows = await ctx.database.db.select().from(emails).where(eq(emails.orgId, orgId)).orderBy(asc(emails.createdAt));
+  return rows.map((row) => repository.openRow(row));
 }
 
 /** Moves a request's due time into the past, as the clock would. */

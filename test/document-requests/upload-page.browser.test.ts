@@ -8,7 +8,7 @@ import { PNG } from 'pngjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEmailsRepository } from '../../src/modules/emails/emails.repository.js';
 import { findChromium } from '../helpers/chromium.js';
-import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { createTestContext, type TestContext, testLinkSealer } from '../helpers/harness.js';
 import { createEntity } from '../verification/verification-fixtures.js';
 import { documentsOf, PDF, pngOf } from './document-requests-fixtures.js';
 
@@ -105,11 +105,12 @@ describe('the upload page in a headless Chromium', () => {
         server,
       );
       expect(created.statusCode, created.body).toBe(201);
-      const [email] = await createEmailsRepository(ctx.database.db).list(org.id);
-      expect(email!.recipient).toBe(entity.contactEmail);
-      const link = email!.link!;
+      const emails = createEmailsRepository(ctx.database.db, testLinkSealer());
+      const email = emails.openRow((await emails.list(org.id))[0]!);
+      expect(email.recipient).toBe(entity.contactEmail);
+      const link = email.link!;
       expect(link.startsWith(`${origin}/documents/`)).toBe(true);
-      expect(email!.body).toContain(link);
+      expect(email.body).toContain(link);
 
       const context = await browser!.newContext({ javaScriptEnabled: false, viewport: { width: 1000, height: 800 } });
       const page = await context.newPage();

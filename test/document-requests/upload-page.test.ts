@@ -5,7 +5,7 @@ import { buildApp } from '../../src/app.js';
 import { createAuditChainSealer } from '../../src/modules/audit/audit-chain.sealer.js';
 import { MAX_DOCUMENT_BYTES } from '../../src/modules/documents/document-types.js';
 import { loggerOptions, redactUrl } from '../../src/shared/logging.js';
-import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { createTestContext, type TestContext, testLinkSealer } from '../helpers/harness.js';
 import { collectInto } from '../helpers/log-collector.js';
 import { auditOf, balanceOf, createEntity, eventsOf, ledgerOf } from '../verification/verification-fixtures.js';
 import {
@@ -354,7 +354,7 @@ describe('the link token in logs', () => {
     }
     expect(lines.length).toBeGreaterThan(5);
     const { rows } = await ctx.database.pool.query<{ link: string }>('SELECT link FROM emails ORDER BY created_at DESC LIMIT 1');
-    const token = rows[0]!.link.split('/').pop()!;
+    const token = testLinkSealer().open(rows[0]!.link).split('/').pop()!;
     for (const line of lines) expect(line).not.toContain(token);
     // The request lines name the route pattern.
     expect(lines.some((line) => line.includes('"route":"/documents/:token"'))).toBe(true);

@@ -38,6 +38,8 @@ const BAD_VALUES: Array<[variable: string, value: string, problem: RegExp]> = [
   ['METRICS_PORT', 'abc', /port number/],
   ['METRICS_PORT', '70000', /at most 65535/],
   ['METRICS_PORT', '8080', /must differ from PORT \(8080\)/],
+  ['LINK_ENCRYPTION_KEY', 'short', /32 bytes/],
+  ['LINK_ENCRYPTION_KEY', 'ab'.repeat(31), /32 bytes/],
 ];
 
 function configErrorFor(environment: NodeJS.ProcessEnv): ConfigError {

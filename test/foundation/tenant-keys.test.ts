@@ -9,8 +9,9 @@ import { migrationsFolder, runMigrations } from '../../src/db/migrate.js';
 import { createEmailsRepository } from '../../src/modules/emails/emails.repository.js';
 import { createDeliveryRepository } from '../../src/modules/webhooks/delivery.repository.js';
 import { createEmptyDatabase, type TestDatabase } from '../helpers/database.js';
-import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { createTestContext, type TestContext, type TestOrg, testLinkSealer } from '../helpers/harness.js';
 import { createEntity } from '../verification/verification-fixtures.js';
+import { linkTokenHash } from '../../src/shared/link-tokens.js';
 
 // DESIGN §9 and docs/decisions.md, "Tenant keys: org_id first (issue 34, item 6)".
 
@@ -156,15 +157,13 @@ describe('directories for lookups before the organisation is known', () => {
     const response = await ctx.request('POST', `/v1/entities/${entity.id}/kyb`, { key: org.key, body: {} });
     expect(response.statusCode, response.body).toBe(200);
     const link = response.json<{ verification_link: string }>().verification_link;
-    const entries = await rows<{ token: string; org_id: string; matches: boolean }>(
-      `SELECT t.token, t.org_id, v.link_token = t.token AS matches
+    const entries = await rows<{ token_hash: string; org_id: string; kind: string }>(
+      `SELECT t.token_hash, t.org_id, v.kind
          FROM verification_link_tokens t JOIN verifications v ON v.org_id = t.org_id AND v.id = t.verification_id
         WHERE t.org_id = $1`,
       [org.id],
     );
-    expect(entries).toHaveLength(1);
-    expect(entries[0]).toMatchObject({ org_id: org.id, matches: true });
-    expect(link.endsWith(`/${entries[0]!.token}`)).toBe(true);
+    expect(entries).toEqual([{ token_hash: linkTokenHash(link.split('/').pop()!), org_id: org.id, kind: 'KYB' }]);
   });
 });
 
@@ -185,7 +184,7 @@ describe('claims per organisation', () => {
     await queueEmails(quiet.id, 1, 1);
     await rows(`UPDATE emails SET status = 'failed' WHERE org_id <> ALL ($1::uuid[])`, [[busy.id, quiet.id]]);
 
-    const claimed = await createEmailsRepository(ctx.database.db).claimDue(20, 120);
+    const claimed = await createEmailsRepository(ctx.database.db, testLinkSealer()).claimDue(20, 120);
 
     expect(claimed).toHaveLength(20);
     expect(claimed.filter((email) => email.orgId === quiet.id)).toHaveLength(1);
@@ -200,7 +199,7 @@ describe('claims per organisation', () => {
     await queueEmails(third!.id, 1, 10);
     // Only these three organisations have due emails.
     await rows(`UPDATE emails SET status = 'failed' WHERE org_id <> ALL ($1::uuid[])`, [orgs.map((org) => org.id)]);
-    const repository = createEmailsRepository(ctx.database.db);
+    const repository = createEmailsRepository(ctx.database.db, testLinkSealer());
 
     const served = [...(await repository.claimDue(2, 120)), ...(await repository.claimDue(2, 120))].map((email) => email.orgId);
 
@@ -372,8 +371,9 @@ describe('migration 0012 on existing data', () => {
     expect(await q('SELECT key_hash, org_id FROM api_key_hashes ORDER BY org_id')).toEqual(
       [orgA, orgB].sort().map((org) => ({ key_hash: `hash-${org}`, org_id: org })),
     );
-    expect(await q('SELECT token, org_id FROM verification_link_tokens ORDER BY org_id')).toEqual(
-      [orgA, orgB].sort().map((org) => ({ token: `token-${org}`, org_id: org })),
+    // Migration 0016 then keeps only each token's SHA-256.
+    expect(await q('SELECT token_hash, org_id FROM verification_link_tokens ORDER BY org_id')).toEqual(
+      [orgA, orgB].sort().map((org) => ({ token_hash: linkTokenHash(`token-${org}`), org_id: org })),
     );
     const [primaryKey] = await q(`SELECT pg_get_constraintdef(oid) AS def FROM pg_constraint WHERE conname = 'customers_pkey'`);
     expect(primaryKey.def).toBe('PRIMARY KEY (org_id, id)');

@@ -9,6 +9,7 @@ import { SCOPES } from '../../src/plugins/route-scopes.js';
 import { createTestDatabase } from './database.js';
 import { collectingLoggerOptions, recordSent } from './log-collector.js';
 import { MultipartBody } from './multipart.js';
+import { createTextSealer, type TextSealer } from '../../src/shared/text-sealer.js';
 
 export const ALL_SCOPES = [...SCOPES];
 
@@ -38,9 +39,18 @@ export type TestContext = {
   close(): Promise<void>;
 };
 
+/** The link encryption key of every test app (LINK_ENCRYPTION_KEY), so a test can open what its app sealed. */
+export const TEST_LINK_ENCRYPTION_KEY = '5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed';
+
+/** Opens (and seals) link-bearing text as the test apps do. */
+export function testLinkSealer(): TextSealer {
+  return createTextSealer(Buffer.from(TEST_LINK_ENCRYPTION_KEY, 'hex'));
+}
+
 export function testConfig(overrides: Partial<Config> = {}): Config {
   return {
     ...loadConfig({
+      LINK_ENCRYPTION_KEY: TEST_LINK_ENCRYPTION_KEY,
       LOG_LEVEL: 'silent',
       PUBLIC_BASE_URL: 'https://app.example.test',
       RATE_LIMIT_BURST: '10000',

@@ -61,27 +61,46 @@ describe('docker-compose.yml', () => {
     expect(compose.services.api!.ports).toEqual(['127.0.0.1:8080:8080', '127.0.0.1:9464:9464']);
   });
 
+  /** A service's environment as compose interpolates it, with LINK_ENCRYPTION_KEY exported as the README says. */
+  const exported: Record<string, string> = { LINK_ENCRYPTION_KEY: 'ab'.repeat(32) };
+  const environmentOf = (name: string): Record<string, string> =>
+    Object.fromEntries(
+      Object.entries(compose.services[name]!.environment as Record<string, string>).map(([variable, value]) => [
+        variable,
+        String(value).replace(/\$\{(\w+):\?[^}]*\}/g, (_, from: string) => exported[from] ?? ''),
+      ]),
+    );
+
+  it('when configured, api and worker take one LINK_ENCRYPTION_KEY, which compose requires from the environment (never a key in the file)', () => {
+    for (const name of ['api', 'worker']) {
+      expect(String((compose.services[name]!.environment as Record<string, string>).LINK_ENCRYPTION_KEY)).toMatch(
+        /^\$\{LINK_ENCRYPTION_KEY:\?/,
+      );
+      expect(loadConfig(environmentOf(name)).linkEncryptionKey).toEqual(Buffer.from(exported.LINK_ENCRYPTION_KEY!, 'hex'));
+    }
+  });
+
   it('when configured, api serves /metrics on its own METRICS_PORT, not on the API port, and the worker has none', () => {
-    const api = loadConfig(compose.services.api!.environment);
+    const api = loadConfig(environmentOf('api'));
     expect(api.metricsPort).toBe(9464);
     expect(api.metricsPort).not.toBe(api.port);
     expect(compose.services.api!.ports).toContain(`127.0.0.1:${api.metricsPort}:${api.metricsPort}`);
-    expect(loadConfig(compose.services.worker!.environment).metricsPort).toBeUndefined();
+    expect(loadConfig(environmentOf('worker')).metricsPort).toBeUndefined();
   });
 
   it('when configured, no service allows private webhook targets or extra webhook ports', () => {
     for (const name of ['api', 'worker']) {
-      const config = loadConfig(compose.services[name]!.environment);
+      const config = loadConfig(environmentOf(name));
       expect(config.webhookAllowPrivateUrls).toBe(false);
       expect(config.webhookAllowedPorts).toEqual([]);
     }
   });
 
   it("when configured, api runs no in-process worker and both configurations pass the service's own validation", () => {
-    const api = loadConfig(compose.services.api!.environment);
+    const api = loadConfig(environmentOf('api'));
     expect(api.webhookWorker).toBe(false);
     expect(api.databaseUrl).toMatch(/^postgres:\/\/[^@]+@postgres:5432\//);
-    const worker = loadConfig(compose.services.worker!.environment);
+    const worker = loadConfig(environmentOf('worker'));
     expect(worker.databaseUrl).toBe(api.databaseUrl);
   });
 });

@@ -16,7 +16,7 @@ import { createEmailSender } from '../../src/modules/emails/email-sender.js';
 import { createEmailsRepository } from '../../src/modules/emails/emails.repository.js';
 import { AppError } from '../../src/shared/app-error.js';
 import { createLogger, loggerOptions, prettyLogsWanted, redactUrl, serializeError } from '../../src/shared/logging.js';
-import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { createTestContext, type TestContext, type TestOrg, testLinkSealer } from '../helpers/harness.js';
 import { collectInto, recordSent } from '../helpers/log-collector.js';
 import { scanLogLines } from '../helpers/log-scan.js';
 
@@ -544,7 +544,7 @@ describe('emails', () => {
   it('when no SMTP server is configured, an email is logged as recorded by its id, organisation and kind, never by its link, token or recipient', async () => {
     const token = 'vtok_9f8e7d6c5b4a39281706f5e4d3c2b1a0';
     const link = `https://app.example.test/verify/${token}`;
-    const email = await createEmailsRepository(ctx.database.db).queue({
+    const email = await createEmailsRepository(ctx.database.db, testLinkSealer()).queue({
       orgId: org.id,
       recipient: EMAIL,
       subject: `Verify your identity, ${FULL_NAME}`,
@@ -554,6 +554,7 @@ describe('emails', () => {
     const written: string[] = [];
     const sender = createEmailSender({
       database: ctx.database,
+      sealer: testLinkSealer(),
       smtpUrl: undefined,
       from: 'no-reply@example.test',
       logger: createLogger({ logLevel: 'debug', logPretty: false }, sinkInto(written)),

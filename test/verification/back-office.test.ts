@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { customers as customersTable } from '../../src/db/schema.js';
 import { isAppError } from '../../src/shared/app-error.js';
 import { createBackOfficeService } from '../../src/modules/verification/back-office.service.js';
-import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { createTestContext, type TestContext, type TestOrg, TEST_LINK_ENCRYPTION_KEY } from '../helpers/harness.js';
 import { auditOf, createCustomer, createEntity, customerRow, eventsOf, setStatus, verificationsOf } from './verification-fixtures.js';
 import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
@@ -19,13 +19,21 @@ const operator = { type: 'operator' as const, id: 'cli:test' };
 
 /** Runs the operator CLI against this file's database; stdout must be exactly one JSON document. */
 async function svc(...args: string[]): Promise<unknown> {
-  const result = await runSvcInProcess(args, { DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'silent' });
+  const result = await runSvcInProcess(args, {
+    DATABASE_URL: ctx.databaseUrl,
+    LOG_LEVEL: 'silent',
+    LINK_ENCRYPTION_KEY: TEST_LINK_ENCRYPTION_KEY,
+  });
   if (result.code !== 0) throw new Error(`svc ${args.join(' ')} exited ${result.code}: ${result.stderr}`);
   return JSON.parse(result.stdout);
 }
 
 async function svcFails(...args: string[]): Promise<{ code: number; stderr: string; stdout: string }> {
-  const result = await runSvcInProcess(args, { DATABASE_URL: ctx.databaseUrl, LOG_LEVEL: 'silent' });
+  const result = await runSvcInProcess(args, {
+    DATABASE_URL: ctx.databaseUrl,
+    LOG_LEVEL: 'silent',
+    LINK_ENCRYPTION_KEY: TEST_LINK_ENCRYPTION_KEY,
+  });
   if (result.code === 0) throw new Error('expected the command to fail');
   return { code: result.code ?? 1, stderr: result.stderr, stdout: result.stdout };
 }

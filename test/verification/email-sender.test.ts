@@ -4,7 +4,7 @@ import { SMTPServer } from 'smtp-server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { emails } from '../../src/db/schema.js';
 import { createEmailSender } from '../../src/modules/emails/email-sender.js';
-import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { createTestContext, type TestContext, testLinkSealer } from '../helpers/harness.js';
 import { createEntity, emailsOf } from './verification-fixtures.js';
 
 let ctx: TestContext;
@@ -84,7 +84,7 @@ async function makeDue(id: string) {
 describe('email sender', () => {
   it('when SMTP_URL is not set, it marks queued emails recorded', async () => {
     const { email } = await queueOneEmail();
-    const sender = createEmailSender({ database: ctx.database, smtpUrl: undefined, from: FROM, logger: quiet });
+    const sender = createEmailSender({ database: ctx.database, sealer: testLinkSealer(), smtpUrl: undefined, from: FROM, logger: quiet });
     expect(await sender.runOnce()).toBeGreaterThanOrEqual(1);
     const row = await emailRow(email.id);
     expect(row.status).toBe('recorded');
@@ -94,7 +94,7 @@ describe('email sender', () => {
 
   it('when SMTP_URL points at a live server, the email arrives with the link and is marked sent', async () => {
     const smtp = await startSmtpServer();
-    const sender = createEmailSender({ database: ctx.database, smtpUrl: smtp.url, from: FROM, logger: quiet });
+    const sender = createEmailSender({ database: ctx.database, sealer: testLinkSealer(), smtpUrl: smtp.url, from: FROM, logger: quiet });
     try {
       const { email, link, entity } = await queueOneEmail();
       await sender.runOnce();
@@ -117,7 +117,13 @@ describe('email sender', () => {
 
   it('when the SMTP server is unreachable, the email stays queued with attempts, last_error and a later retry time', async () => {
     const port = await closedPort();
-    const sender = createEmailSender({ database: ctx.database, smtpUrl: `smtp://127.0.0.1:${port}`, from: FROM, logger: quiet });
+    const sender = createEmailSender({
+      database: ctx.database,
+      sealer: testLinkSealer(),
+      smtpUrl: `smtp://127.0.0.1:${port}`,
+      from: FROM,
+      logger: quiet,
+    });
     try {
       const { email } = await queueOneEmail();
       const before = Date.now();
@@ -136,9 +142,15 @@ describe('email sender', () => {
 
   it('when a failed email is retried after the SMTP server comes back, it is delivered, not lost', async () => {
     const port = await closedPort();
-    const broken = createEmailSender({ database: ctx.database, smtpUrl: `smtp://127.0.0.1:${port}`, from: FROM, logger: quiet });
+    const broken = createEmailSender({
+      database: ctx.database,
+      sealer: testLinkSealer(),
+      smtpUrl: `smtp://127.0.0.1:${port}`,
+      from: FROM,
+      logger: quiet,
+    });
     const smtp = await startSmtpServer();
-    const working = createEmailSender({ database: ctx.database, smtpUrl: smtp.url, from: FROM, logger: quiet });
+    const working = createEmailSender({ database: ctx.database, sealer: testLinkSealer(), smtpUrl: smtp.url, from: FROM, logger: quiet });
     try {
       const { email, link } = await queueOneEmail();
       await broken.runOnce();
@@ -161,7 +173,13 @@ describe('email sender', () => {
 
   it('when retries back off, each wait is longer than the one before', async () => {
     const port = await closedPort();
-    const sender = createEmailSender({ database: ctx.database, smtpUrl: `smtp://127.0.0.1:${port}`, from: FROM, logger: quiet });
+    const sender = createEmailSender({
+      database: ctx.database,
+      sealer: testLinkSealer(),
+      smtpUrl: `smtp://127.0.0.1:${port}`,
+      from: FROM,
+      logger: quiet,
+    });
     try {
       const { email } = await queueOneEmail();
       const waits: number[] = [];
@@ -180,7 +198,13 @@ describe('email sender', () => {
 
   it('when every attempt fails, the email ends failed with its error and stays listed for operators', async () => {
     const port = await closedPort();
-    const sender = createEmailSender({ database: ctx.database, smtpUrl: `smtp://127.0.0.1:${port}`, from: FROM, logger: quiet });
+    const sender = createEmailSender({
+      database: ctx.database,
+      sealer: testLinkSealer(),
+      smtpUrl: `smtp://127.0.0.1:${port}`,
+      from: FROM,
+      logger: quiet,
+    });
     try {
       const { email, org } = await queueOneEmail();
       for (let attempt = 0; attempt < 10; attempt++) {
@@ -204,6 +228,7 @@ describe('email sender', () => {
     const port = (silent.address() as AddressInfo).port;
     const sender = createEmailSender({
       database: ctx.database,
+      sealer: testLinkSealer(),
       smtpUrl: `smtp://127.0.0.1:${port}`,
       from: FROM,
       logger: quiet,

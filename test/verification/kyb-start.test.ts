@@ -1,6 +1,7 @@
 import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { customers } from '../../src/db/schema.js';
+import { linkTokenHash } from '../../src/shared/link-tokens.js';
 import { createBackOfficeService } from '../../src/modules/verification/back-office.service.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 import {
@@ -17,6 +18,14 @@ import {
   verificationsOf,
   type EntityType,
 } from './verification-fixtures.js';
+
+/** The organisation's rows of verification_link_tokens: the SHA-256 of each token, never the token. */
+async function tokenHashesOf(ctx: TestContext, orgId: string) {
+  const { rows } = await ctx.database.pool.query('SELECT token_hash, verification_id FROM verification_link_tokens WHERE org_id = $1', [
+    orgId,
+  ]);
+  return rows;
+}
 
 let ctx: TestContext;
 beforeAll(async () => {
@@ -64,7 +73,8 @@ describe('POST /v1/entities/{id}/kyb: emailing lanes on COMPANY and OTHER', () =
         cost,
         recipientEmail: entity.contactEmail,
       });
-      expect(body.verification_link!.endsWith(`/${verification!.linkToken}`)).toBe(true);
+      const token = body.verification_link!.split('/').pop()!;
+      expect(await tokenHashesOf(ctx, org.id)).toEqual([{ token_hash: linkTokenHash(token), verification_id: verification!.id }]);
 
       expect(await balanceOf(ctx, org.id)).toBe(10 - cost);
       const ledger = await ledgerOf(ctx, org.id);
@@ -191,7 +201,8 @@ describe('POST /v1/entities/{id}/kyb: the manual lane', () => {
         expect(body.kyb_started_at).not.toBeNull();
         expect(body).not.toHaveProperty('verification_link');
         const [verification] = await verificationsOf(ctx, org.id, entity.id);
-        expect(verification).toMatchObject({ lane: 'manual', payer: 'organization', status: 'IN_PROGRESS', cost: 0, linkToken: null });
+        expect(verification).toMatchObject({ lane: 'manual', payer: 'organization', status: 'IN_PROGRESS', cost: 0 });
+        expect(await tokenHashesOf(ctx, org.id)).toEqual([]);
         expect(await balanceOf(ctx, org.id)).toBe(10);
         expect(await ledgerOf(ctx, org.id)).toEqual([]);
         expect(await emailsOf(ctx, org.id)).toEqual([]);

@@ -2,6 +2,8 @@ import { and, asc, eq, ne } from 'drizzle-orm';
 import { expect } from 'vitest';
 import { auditLog, creditLedger, customers, emails, organisations, outboxEvents, verifications } from '../../src/db/schema.js';
 import type { TestContext, TestOrg } from '../helpers/harness.js';
+import { testLinkSealer } from '../helpers/harness.js';
+import { createEmailsRepository } from '../../src/modules/emails/emails.repository.js';
 
 export type EntityType = 'COMPANY' | 'TRUST' | 'PARTNERSHIP' | 'SMSF' | 'OTHER';
 
@@ -75,8 +77,10 @@ export async function ledgerOf(ctx: TestContext, orgId: string) {
     .orderBy(asc(creditLedger.createdAt), asc(creditLedger.id));
 }
 
+/** The organisation's emails with their body and link opened (they are sealed at rest). */
 export async function emailsOf(ctx: TestContext, orgId: string) {
-  return ctx.database.db.select().from(emails).where(eq(emails.orgId, orgId));
+  const repository = createEmailsRepository(ctx.database.db, testLinkSealer());
+  return (await ctx.database.db.select().from(emails).where(eq(emails.orgId, orgId))).map((row) => repository.openRow(row));
 }
 
 export async function eventsOf(ctx: TestContext, orgId: string, type?: string) {

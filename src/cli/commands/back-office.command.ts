@@ -3,6 +3,7 @@ import { createEmailsService } from '../../modules/emails/emails.service.js';
 import { createBackOfficeService, SCREENING_STATUSES, VERDICTS, type Verdict } from '../../modules/verification/back-office.service.js';
 import type { AmlStatus } from '../../modules/customers/customers.schemas.js';
 import { oneOf, type CliRunner } from '../runner.js';
+import { linkSealerFor } from '../../shared/text-sealer.js';
 
 /** Back-office operations: KYC portal submission and verdicts, AML screening and review, emails. */
 export function registerBackOfficeCommands(program: Command, cli: CliRunner): void {
@@ -74,6 +75,8 @@ export function registerBackOfficeCommands(program: Command, cli: CliRunner): vo
     .requiredOption('--org <id>', 'organisation id')
     .option('--to <address>', 'only emails to this address')
     .action((options: { org: string; to?: string }) =>
-      cli.runCommand(({ database }) => createEmailsService({ database }).list(options.org, { to: options.to })),
+      cli.runCommand(({ database, config }) =>
+        createEmailsService({ database, sealer: linkSealerFor(config) }).list(options.org, { to: options.to }),
+      ),
     );
 }

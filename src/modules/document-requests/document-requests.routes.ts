@@ -12,6 +12,7 @@ export async function documentRequestsRoutes(fastify: FastifyInstance): Promise<
     database: app.deps.database,
     publicBaseUrl: app.deps.config.publicBaseUrl,
     clock: app.deps.clock,
+    sealer: app.deps.linkSealer,
   });
   const tags = ['Entity documents'];
 

@@ -1,8 +1,9 @@
-import { createHash, randomBytes } from 'node:crypto';
 import type { Database, Executor } from '../../db/client.js';
 import type { DocumentRequestRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import type { Clock } from '../../shared/clock.js';
+import type { TextSealer } from '../../shared/text-sealer.js';
+import { LINK_TOKEN_PATTERN, linkTokenHash, newLinkToken } from '../../shared/link-tokens.js';
 import { createOrgRotation, dueOrganisations } from '../../shared/fair-claims.js';
 import { Issues } from '../../shared/issues.js';
 import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
@@ -19,8 +20,6 @@ import { createDocumentRequestsRepository, type RequestDocument } from './docume
 import { DEFAULT_DUE_DAYS, MAX_DUE_DAYS, type CreateDocumentRequestBody, type DocumentRequestDto } from './document-requests.schemas.js';
 
 const DAY_MS = 86_400_000;
-/** What a link token looks like: 32 random bytes, base64url. Anything else is not looked up at all. */
-const TOKEN_PATTERN = /^[A-Za-z0-9_-]{43}$/;
 const TYPE_NAMES: ReadonlyMap<string, string> = new Map(DOCUMENT_TYPES.map((type) => [type.code, type.name]));
 /** The actor of what happens because time passed (expiry). */
 const SYSTEM: Actor = { type: 'system', id: null };
@@ -30,11 +29,6 @@ export const DOCUMENT_REQUEST_EVENT = 'document_request.updated';
 /** The name of a document type as the contact reads it. */
 export function documentTypeName(code: string): string {
   return TYPE_NAMES.get(code) ?? code;
-}
-
-/** The directory key of a link token: its SHA-256, so the database never holds a usable token. */
-export function tokenHashOf(token: string): string {
-  return createHash('sha256').update(token).digest('hex');
 }
 
 export function toDocumentRequestDto(row: DocumentRequestRow, documents: readonly RequestDocument[]): DocumentRequestDto {
@@ -69,12 +63,12 @@ export type UploadPageView = {
   documentCount: number;
 };
 
-export function createDocumentRequestsService(deps: { database: Database; publicBaseUrl: string; clock: Clock }) {
+export function createDocumentRequestsService(deps: { database: Database; publicBaseUrl: string; clock: Clock; sealer: TextSealer }) {
   const { database, clock } = deps;
   const requests = createDocumentRequestsRepository(database.db);
   const customers = createCustomersRepository(database.db);
   const organisations = createOrganisationsRepository(database.db);
-  const emails = createEmailsRepository(database.db);
+  const emails = createEmailsRepository(database.db, deps.sealer);
   const audit = createAuditRepository(database.db);
   const outbox = createOutboxRepository(database.db);
   const charge = createCreditCharger(database.db);
@@ -126,8 +120,8 @@ export function createDocumentRequestsService(deps: { database: Database; public
    * unknown, spent or malformed token, `expired` when its due time has passed (the caller expires it).
    */
   async function resolve(token: string, tx: Executor, lock: { forUpdate?: boolean } = {}) {
-    if (!TOKEN_PATTERN.test(token)) return { kind: 'invalid' as const };
-    const entry = await requests.findToken(tokenHashOf(token), tx);
+    if (!LINK_TOKEN_PATTERN.test(token)) return { kind: 'invalid' as const };
+    const entry = await requests.findToken(linkTokenHash(token), tx);
     if (!entry) return { kind: 'invalid' as const };
     const row = await requests.findById(entry.orgId, entry.documentRequestId, tx, lock);
     if (!row || row.status !== 'OPEN') return { kind: 'invalid' as const };
@@ -186,8 +180,8 @@ export function createDocumentRequestsService(deps: { database: Database; public
           },
           tx,
         );
-        const token = randomBytes(32).toString('base64url');
-        await requests.insertToken({ tokenHash: tokenHashOf(token), orgId: ctx.orgId, documentRequestId: row.id }, tx);
+        const token = newLinkToken();
+        await requests.insertToken({ tokenHash: linkTokenHash(token), orgId: ctx.orgId, documentRequestId: row.id }, tx);
         // The contact's uploads through the link are covered by this charge.
         await charge(
           ctx,

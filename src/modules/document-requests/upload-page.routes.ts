@@ -27,6 +27,7 @@ export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> 
     database: app.deps.database,
     publicBaseUrl: app.deps.config.publicBaseUrl,
     clock: app.deps.clock,
+    sealer: app.deps.linkSealer,
   });
 
   app.addHook('onRequest', (_request, reply, done) => {

@@ -1,6 +1,7 @@
 import nodemailer, { type Transporter } from 'nodemailer';
 import { parseConnectionUrl } from 'nodemailer/lib/shared/index.js';
 import type { Database } from '../../db/client.js';
+import type { TextSealer } from '../../shared/text-sealer.js';
 import { createEmailsRepository, type EmailRow } from './emails.repository.js';
 
 const BATCH = 20;
@@ -33,9 +34,11 @@ export function createEmailSender(deps: {
   smtpUrl: string | undefined;
   from: string;
   logger: Logger;
+  /** Opens the sealed body (text-sealer.ts): the key of LINK_ENCRYPTION_KEY. */
+  sealer: TextSealer;
   smtpTimeoutMs?: number;
 }) {
-  const repository = createEmailsRepository(deps.database.db);
+  const repository = createEmailsRepository(deps.database.db, deps.sealer);
   const timeout = deps.smtpTimeoutMs ?? SMTP_TIMEOUT_MS;
   const transport: Transporter | undefined = deps.smtpUrl
     ? // Parsed here because nodemailer ignores every other option given next to `url`; the URL's own query options still win.
@@ -52,11 +55,15 @@ export function createEmailSender(deps: {
       // The link carries the verification token and the row the recipient: only which email it was is logged.
       deps.logger.info(emailLogFields(email), 'email recorded (SMTP_URL not set); `svc emails` lists it with its link');
       await repository.markDelivered(email.orgId, email.id, 'recorded');
+      await repository.sealLegacy(email);
       return;
     }
     try {
-      await transport.sendMail({ from: deps.from, to: email.recipient, subject: email.subject, text: email.body });
+      // Opened here, per email: one that does not open (another key) is retried and named, never blocks the batch.
+      const { body } = repository.openRow(email);
+      await transport.sendMail({ from: deps.from, to: email.recipient, subject: email.subject, text: body });
       await repository.markDelivered(email.orgId, email.id, 'sent');
+      await repository.sealLegacy(email);
     } catch (error) {
       const giveUp = email.attempts >= MAX_ATTEMPTS;
       const delay = Math.min(3600, 30 * 2 ** (email.attempts - 1));

@@ -3,10 +3,15 @@ import type { Executor } from '../../db/client.js';
 import { emails } from '../../db/schema.js';
 import { organisationsWith } from '../../db/skip-scan.js';
 import { claimFairly, createOrgRotation, dueOrganisations } from '../../shared/fair-claims.js';
+import type { TextSealer } from '../../shared/text-sealer.js';
 
 export type EmailRow = typeof emails.$inferSelect;
 
-export function createEmailsRepository(db: Executor) {
+/**
+ * An email's body and link carry a usable link token: both are sealed when queued (text-sealer.ts),
+ * and opened only to send or to show an operator (`openRow`).
+ */
+export function createEmailsRepository(db: Executor, sealer: TextSealer) {
   // Where this repository's next claim starts looking for organisations (fair-claims.ts).
   const rotation = createOrgRotation();
 
@@ -58,8 +63,29 @@ export function createEmailsRepository(db: Executor) {
       values: { orgId: string; recipient: string; subject: string; body: string; link?: string; verificationId?: string },
       tx: Executor = db,
     ) {
-      const [row] = await tx.insert(emails).values(values).returning();
+      const sealed = { ...values, body: sealer.seal(values.body), link: values.link === undefined ? undefined : sealer.seal(values.link) };
+      const [row] = await tx.insert(emails).values(sealed).returning();
       return row!;
+    },
+
+    /** The row with its body and link readable; throws SealedTextError under another key. */
+    openRow(row: EmailRow): EmailRow {
+      return { ...row, body: sealer.open(row.body), link: row.link === null ? null : sealer.open(row.link) };
+    },
+
+    /**
+     * Seals a row queued before emails were sealed, once it has been delivered: such rows are read in
+     * clear by the sender, and nothing readable stays behind for the retention period.
+     */
+    async sealLegacy(row: EmailRow, tx: Executor = db): Promise<void> {
+      if (sealer.isSealed(row.body) && (row.link === null || sealer.isSealed(row.link))) return;
+      await tx
+        .update(emails)
+        .set({
+          body: sealer.isSealed(row.body) ? row.body : sealer.seal(row.body),
+          link: row.link === null || sealer.isSealed(row.link) ? row.link : sealer.seal(row.link),
+        })
+        .where(and(eq(emails.orgId, row.orgId), eq(emails.id, row.id)));
     },
 
     async list(orgId: string, filters: { to?: string } = {}, tx: Executor = db): Promise<EmailRow[]> {

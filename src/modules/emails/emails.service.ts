@@ -1,4 +1,5 @@
 import type { Database } from '../../db/client.js';
+import type { TextSealer } from '../../shared/text-sealer.js';
 import { createEmailsRepository, type EmailRow } from './emails.repository.js';
 
 export function toEmailDto(row: EmailRow) {
@@ -15,11 +16,11 @@ export function toEmailDto(row: EmailRow) {
   };
 }
 
-export function createEmailsService(deps: { database: Database }) {
-  const repository = createEmailsRepository(deps.database.db);
+export function createEmailsService(deps: { database: Database; sealer: TextSealer }) {
+  const repository = createEmailsRepository(deps.database.db, deps.sealer);
   return {
     async list(orgId: string, filters: { to?: string } = {}) {
-      return (await repository.list(orgId, filters)).map(toEmailDto);
+      return (await repository.list(orgId, filters)).map((row) => toEmailDto(repository.openRow(row)));
     },
   };
 }

@@ -6,11 +6,14 @@ export type VerificationRow = typeof verifications.$inferSelect;
 
 export function createVerificationRepository(db: Executor) {
   return {
-    /** The verification and its link token's directory row (verification_link_tokens), if it has one: call it in a transaction. */
-    async insert(values: typeof verifications.$inferInsert, tx: Executor = db): Promise<VerificationRow> {
+    /**
+     * The verification and, when it emails a link, its token's directory row (verification_link_tokens,
+     * the token's SHA-256 only): call it in a transaction.
+     */
+    async insert(values: typeof verifications.$inferInsert, linkTokenHash: string | null, tx: Executor = db): Promise<VerificationRow> {
       const [row] = await tx.insert(verifications).values(values).returning();
-      if (row!.linkToken)
-        await tx.insert(verificationLinkTokens).values({ token: row!.linkToken, orgId: row!.orgId, verificationId: row!.id });
+      if (linkTokenHash)
+        await tx.insert(verificationLinkTokens).values({ tokenHash: linkTokenHash, orgId: row!.orgId, verificationId: row!.id });
       return row!;
     },
 

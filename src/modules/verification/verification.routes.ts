@@ -16,7 +16,11 @@ import {
 
 export async function verificationRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
-  const verification = createVerificationService({ database: app.deps.database, publicBaseUrl: app.deps.config.publicBaseUrl });
+  const verification = createVerificationService({
+    database: app.deps.database,
+    publicBaseUrl: app.deps.config.publicBaseUrl,
+    sealer: app.deps.linkSealer,
+  });
   const tags = ['Verification'];
 
   app.post(

@@ -1,8 +1,9 @@
-import { randomBytes } from 'node:crypto';
 import type { Database, Executor } from '../../db/client.js';
 import type { CustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { Issues } from '../../shared/issues.js';
+import { linkTokenHash, newLinkToken } from '../../shared/link-tokens.js';
+import type { TextSealer } from '../../shared/text-sealer.js';
 import { createCustomerChangeRecorder } from '../customers/customer-changes.js';
 import { toIndividualDto } from '../customers/customer-dto.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
@@ -23,13 +24,13 @@ const MANUAL_ONLY_TYPES = new Set(['TRUST', 'PARTNERSHIP', 'SMSF']);
 
 type Lane = { kind: 'KYC' } | { kind: 'KYB'; method: KybMethod };
 
-export function createVerificationService(deps: { database: Database; publicBaseUrl: string }) {
+export function createVerificationService(deps: { database: Database; publicBaseUrl: string; sealer: TextSealer }) {
   const { database } = deps;
   const customers = createCustomersRepository(database.db);
   const entityOwners = createEntitiesRepository(database.db);
   const entities = createEntitiesService({ database });
   const verifications = createVerificationRepository(database.db);
-  const emails = createEmailsRepository(database.db);
+  const emails = createEmailsRepository(database.db, deps.sealer);
   const changes = createCustomerChangeRecorder(database.db);
   const charge = createCreditCharger(database.db);
 
@@ -72,7 +73,7 @@ export function createVerificationService(deps: { database: Database; publicBase
 
     const payer = emailing ? input.payer : 'organization';
     const cost = priceOf(lane, input.eddCheckTypes.length);
-    const token = emailing ? randomBytes(32).toString('base64url') : null;
+    const token = emailing ? newLinkToken() : null;
     const link = token ? `${deps.publicBaseUrl}/${payer === 'customer' ? 'pay' : 'verify'}/${token}` : undefined;
     const status = emailing ? 'PENDING' : 'IN_PROGRESS';
     const verification = await verifications.insert(
@@ -85,11 +86,11 @@ export function createVerificationService(deps: { database: Database; publicBase
         payer,
         status: payer === 'customer' && emailing ? 'PAYMENT_PENDING' : status,
         cost: payer === 'organization' ? cost : 0,
-        linkToken: token,
         recipientEmail: emailing ? input.recipient : null,
         customMessage: input.customMessage,
         eddCheckTypes: input.eddCheckTypes,
       },
+      token ? linkTokenHash(token) : null,
       tx,
     );
     if (payer === 'organization') {
