@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
 import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
-import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { createTestContext, TEST_LINK_ENCRYPTION_KEY, type TestContext } from '../helpers/harness.js';
 import { collectProcessOutput } from '../helpers/log-collector.js';
 import { PROJECT_ROOT } from '../helpers/svc-process.js';
 import { runSvcInProcess } from '../helpers/cli-in-process.js';
@@ -147,6 +147,8 @@ describe('the README CLI examples', () => {
       const result = await runSvcInProcess(shellWords(command.slice(CLI_FORM.length)), {
         DATABASE_URL: ctx.databaseUrl,
         WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+        // The test app's key, as a deployment sets one LINK_ENCRYPTION_KEY for the server and svc.
+        LINK_ENCRYPTION_KEY: TEST_LINK_ENCRYPTION_KEY,
         LOG_LEVEL: undefined,
       });
       expect(result.code, result.stderr).toBe(0);
