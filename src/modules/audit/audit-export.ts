@@ -6,7 +6,8 @@ import { changesOf } from './audit.service.js';
  * The file `svc audit export` writes and `svc audit verify --file` reads: one record per sealed row,
  * in sequence order, then a manifest. A record carries what GET /v1/audit-events returns for the row
  * plus its `org_id`, `before`, `after` and `hash`, so the canonical content (audit-chain.ts) can be
- * rebuilt from the file alone and every hash recomputed offline.
+ * rebuilt from the file alone and every hash recomputed offline. Its `id` is the row's own id, which
+ * the hash covers (the API shows the sequence in its place: the row id comes from a global sequence).
  */
 
 export const EXPORT_FORMATS = ['ndjson', 'csv'] as const;
