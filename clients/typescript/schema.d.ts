@@ -7334,8 +7334,8 @@ export interface operations {
                         /** @description This page, ascending by sequence (the order the changes committed). */
                         data: {
                             /**
-                             * @description The audit event id (decimal digits).
-                             * @example 48213
+                             * @description The audit event id (decimal digits): numbered within your organisation, the same number as sequence, so it tells nothing of other organisations' activity; never reused.
+                             * @example 1042
                              */
                             id: string;
                             /**

@@ -6,6 +6,7 @@ import { loadConfig, type Config } from '../config/config.js';
 import type { Database } from '../db/client.js';
 import { connect } from '../db/connect.js';
 import { isAppError } from '../shared/app-error.js';
+import { connectionLevelMessage, isDatabaseError } from '../shared/database-errors.js';
 import type { Actor } from '../modules/audit/audit.repository.js';
 
 export type CommandContext = { config: Config; database: Database; actor: Actor };
@@ -138,29 +139,6 @@ export function createCliRunner(io: CliIo) {
       return exitCode;
     },
   };
-}
-
-/** The server's message of an error raised before or outside any statement (FATAL, or SQLSTATE class 08). */
-function connectionLevelMessage(error: unknown): string | undefined {
-  // The driver's error may come wrapped (drizzle names the statement it was about to run): look through the causes.
-  for (let current: unknown = error, depth = 0; typeof current === 'object' && current !== null && depth < 5; depth += 1) {
-    const candidate = current as { severity?: unknown; code?: unknown; message?: unknown; cause?: unknown };
-    const fatal = candidate.severity === 'FATAL' || candidate.severity === 'PANIC';
-    const connectionClass = typeof candidate.severity === 'string' && typeof candidate.code === 'string' && candidate.code.startsWith('08');
-    if ((fatal || connectionClass) && typeof candidate.message === 'string') return candidate.message;
-    current = candidate.cause;
-  }
-  return undefined;
-}
-
-/** A failed statement (drizzle's wrapper names its SQL and values) or an error PostgreSQL raised. */
-function isDatabaseError(error: unknown): boolean {
-  if (typeof error !== 'object' || error === null) return false;
-  const candidate = error as { query?: unknown; severity?: unknown; code?: unknown };
-  return (
-    typeof candidate.query === 'string' ||
-    (typeof candidate.severity === 'string' && typeof candidate.code === 'string' && /^[0-9A-Z]{5}$/.test(candidate.code))
-  );
 }
 
 export function parseList(value: string | undefined): string[] | undefined {

@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import pino, { type DestinationStream, type LoggerOptions } from 'pino';
 import type { Config } from '../config/config.js';
+import { isConnectionLevelError } from './database-errors.js';
 
 export const REDACTED = '[redacted]';
 
@@ -165,7 +166,11 @@ function serializeRequest(request: LoggedRequest) {
 export type LoggedError = {
   /** The error's class (`DatabaseError`, `AppError`, `TypeError`). */
   type: string;
-  /** Only a constant driver message about a connection (CONSTANT_MESSAGES): no other message is logged. */
+  /**
+   * Only a constant driver message about a connection (CONSTANT_MESSAGES), or the server's message of a
+   * connection-level error (FATAL, or SQLSTATE class 08: src/shared/database-errors.ts), which comes
+   * from no statement: no other message is logged.
+   */
   message?: string;
   /** The error's own code: an AppError's (`rate_limited`), Node's (`ECONNRESET`), Fastify's (`FST_ERR_…`), a library's. */
   code?: string | number;
@@ -273,7 +278,8 @@ function toLoggedError(value: unknown, withStack: boolean, depth: number): Logge
   // A failed statement's own fields are its SQL text and parameters: it is logged as what its cause says.
   if (isQueryError(error) && error.cause !== undefined && depth < MAX_CAUSES) return toLoggedError(error.cause, withStack, depth + 1);
   const logged: LoggedError = { type: typeOf(error) };
-  if (typeof error.message === 'string' && CONSTANT_MESSAGES.has(error.message)) logged.message = error.message;
+  if (typeof error.message === 'string' && (CONSTANT_MESSAGES.has(error.message) || isConnectionLevelError(error)))
+    logged.message = error.message;
   const code = error.code;
   if (isDatabaseError(error)) logged.sqlState = code as string;
   else if ((typeof code === 'string' && CODE.test(code)) || (typeof code === 'number' && Number.isFinite(code))) logged.code = code;
@@ -297,7 +303,7 @@ function toLoggedError(value: unknown, withStack: boolean, depth: number): Logge
   return logged;
 }
 
-/** The error serializer: what kind of failure and where, never a message, statement, bound value or row. */
+/** The error serializer: what kind of failure and where, never a statement's message, SQL, bound value or row. */
 export function serializeError(error: unknown, options: { stack?: boolean } = {}): LoggedError {
   return toLoggedError(error, options.stack ?? false, 0);
 }

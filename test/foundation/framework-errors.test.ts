@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { createDatabase } from '../../src/db/client.js';
+import { notReady } from '../../src/modules/health/health.routes.js';
 import { createEmptyDatabase } from '../helpers/database.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 
@@ -124,6 +125,37 @@ describe('health routes', () => {
     expect(ready.json()).toEqual({ error: { code: 'database_unavailable', message: expect.any(String) } });
     for (const leak of ['127.0.0.1', 'ECONNREFUSED', 'secret', 'nobody']) expect(ready.body).not.toContain(leak);
     expect(health.statusCode).toBe(200);
+  });
+
+  it('when the server refuses the connection itself (an unknown database), GET /readyz answers 503 naming the server message after its SQLSTATE', async () => {
+    const missing = new URL(ctx.databaseUrl);
+    missing.pathname = `/h43_missing_${Date.now()}`;
+    const { ready, health } = await readinessOn(missing.toString());
+    expect(ready.statusCode).toBe(503);
+    expect(ready.json()).toEqual({
+      error: {
+        code: 'database_unavailable',
+        message: `The database refused the connection (3D000): database "${missing.pathname.slice(1)}" does not exist`,
+      },
+    });
+    expect(health.statusCode).toBe(200);
+  });
+
+  it('when the check fails on a statement, /readyz names its SQLSTATE only: never its message, values or SQL', () => {
+    const failed = notReady(pgLikeError());
+    expect(failed).toMatchObject({ code: 'database_unavailable', status: 503, message: 'The database check failed (23505).' });
+    // drizzle's wrapper around the driver's error: the statement and its values in the message, the error as cause.
+    const wrapped = Object.assign(new Error('Failed query: select 1 from customers where email = $1\nparams: jane@example.com'), {
+      query: 'select 1 from customers where email = $1',
+      params: ['jane@example.com'],
+      cause: pgLikeError(),
+    });
+    expect(notReady(wrapped).message).toBe('The database check failed (23505).');
+    // A connection-level error wrapped the same way is named with the server's message.
+    const refused = Object.assign(new Error('unsupported startup parameter: statement_timeout'), { severity: 'FATAL', code: '08P01' });
+    expect(notReady(Object.assign(new Error('Failed query: select 1'), { query: 'select 1', params: [], cause: refused })).message).toBe(
+      'The database refused the connection (08P01): unsupported startup parameter: statement_timeout',
+    );
   });
 });
 

@@ -7,9 +7,12 @@ import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import { afterAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import { type ConfigError, loadConfig } from '../../src/config/config.js';
+import { buildApp } from '../../src/app.js';
+import { createDatabase } from '../../src/db/client.js';
 import { connect } from '../../src/db/connect.js';
 import { migrationsFolder, runMigrations } from '../../src/db/migrate.js';
 import { createEmptyDatabase } from '../helpers/database.js';
+import { testConfig } from '../helpers/harness.js';
 import { waitFor } from '../helpers/webhook-receiver.js';
 import { findPgBouncer, startPgBouncer, type PgBouncer } from '../reliability/pgbouncer.js';
 
@@ -143,6 +146,34 @@ describe.skipIf(!pgbouncer)('behind pgbouncer in transaction mode', () => {
     cleanups.push(() => started.stop());
     return started;
   }
+
+  it('when the pooler refuses the statement_timeout startup parameter, GET /readyz answers 503 naming the pooler message', async () => {
+    const strict = await startPgBouncer(pgbouncer!, inject('adminDatabaseUrl'), {
+      poolSize: 2,
+      ignoreStartupParameters: ['extra_float_digits'],
+    });
+    cleanups.push(() => strict.stop());
+    const database = await createEmptyDatabase();
+    cleanups.push(database.drop);
+    // The service's own client sends statement_timeout (and lock_timeout) as startup parameters.
+    const viaPooler = createDatabase(strict.via(database.url), { poolSize: 1 });
+    const app = await buildApp({ config: testConfig({ databaseUrl: database.url }), database: viaPooler, logger: false });
+    try {
+      const ready = await app.inject({ method: 'GET', url: '/readyz' });
+      expect(ready.statusCode).toBe(503);
+      expect(ready.json()).toEqual({
+        error: {
+          code: 'database_unavailable',
+          message: expect.stringMatching(
+            /^The database refused the connection \(08P01\): unsupported startup parameter: (statement|lock)_timeout$/,
+          ),
+        },
+      });
+    } finally {
+      await app.close();
+      await viaPooler.close();
+    }
+  });
 
   it('when four runners start at once on an empty database through the pooler, all succeed and each migration is applied exactly once', async () => {
     const database = await createEmptyDatabase();

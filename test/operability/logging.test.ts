@@ -491,6 +491,27 @@ describe('logged errors', () => {
     expect(serializeError(new Error(`Connection terminated unexpectedly for ${EMAIL}`))).not.toHaveProperty('message');
   });
 
+  it("when the server refuses the connection itself (FATAL, or SQLSTATE class 08), its message is logged; a statement's (ERROR) never is", () => {
+    const fatal = Object.assign(new Error('database "svc_missing" does not exist'), {
+      severity: 'FATAL',
+      code: '3D000',
+      routine: 'InitPostgres',
+    });
+    expect(serializeError(fatal)).toEqual({
+      type: 'Error',
+      sqlState: '3D000',
+      severity: 'FATAL',
+      routine: 'InitPostgres',
+      message: 'database "svc_missing" does not exist',
+    });
+    const pooler = Object.assign(new Error('unsupported startup parameter: statement_timeout'), { severity: 'ERROR', code: '08P01' });
+    expect(serializeError(queryError(pooler))).toMatchObject({
+      sqlState: '08P01',
+      message: 'unsupported startup parameter: statement_timeout',
+    });
+    expect(serializeError(queryError(databaseError()))).not.toHaveProperty('message');
+  });
+
   it('when a code or an identifier holds something other than a token (an address, a sentence), it is left out', () => {
     const odd = Object.assign(new Error('x'), { code: EMAIL, table: `${FULL_NAME} <${EMAIL}>`, address: EMAIL });
     expect(JSON.stringify(serializeError(odd))).not.toContain(EMAIL);

@@ -46,7 +46,20 @@ function osUser(name: string): { uid: number; gid: number } | undefined {
   return { uid: Number(uid.stdout.trim()), gid: Number(gid.stdout.trim()) };
 }
 
-export async function startPgBouncer(executable: string, serverUrl: string, options: { poolSize?: number } = {}): Promise<PgBouncer> {
+/** The startup parameters PgBouncer is told to ignore by default (see the comment in the ini below). */
+const IGNORED_STARTUP_PARAMETERS = [
+  'extra_float_digits',
+  'statement_timeout',
+  'lock_timeout',
+  'idle_in_transaction_session_timeout',
+  'options',
+];
+
+export async function startPgBouncer(
+  executable: string,
+  serverUrl: string,
+  options: { poolSize?: number; ignoreStartupParameters?: readonly string[] } = {},
+): Promise<PgBouncer> {
   const server = new URL(serverUrl);
   const user = decodeURIComponent(server.username || 'postgres');
   const password = decodeURIComponent(server.password);
@@ -78,7 +91,7 @@ export async function startPgBouncer(executable: string, serverUrl: string, opti
       // `options`) as startup parameters, which PgBouncer refuses unless told to ignore them. Ignored,
       // they do not reach the server: behind a transaction-mode pooler, set the timeouts on the role
       // or the database instead (ALTER ROLE … SET statement_timeout = …).
-      'ignore_startup_parameters = extra_float_digits,statement_timeout,lock_timeout,idle_in_transaction_session_timeout,options',
+      `ignore_startup_parameters = ${(options.ignoreStartupParameters ?? IGNORED_STARTUP_PARAMETERS).join(',')}`,
       `pidfile = ${join(dir, 'pgbouncer.pid')}`,
       '',
     ].join('\n'),

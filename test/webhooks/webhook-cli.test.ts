@@ -101,7 +101,19 @@ describe('svc webhook commands', () => {
     });
     expect(run.code).not.toBe(0);
     expect(run.stdout).toBe('');
-    expect(run.stderr).toMatch(/url: .*169\.254\.169\.254, which is not a public address/);
+    expect(run.stderr).toMatch(/url: .*169\.254\.169\.254 is not a public address/);
+  }, 60_000);
+
+  it('when the operator adds a name that resolves to a private address or not at all, stderr says which (the API does not)', async () => {
+    const org = await ctx.createOrg();
+    const strictEnv = { WEBHOOK_ALLOW_PRIVATE_URLS: 'false' };
+    const loopback = await svc(['webhook', 'add', '--org', org.id, '--url', 'https://localhost/hooks'], strictEnv);
+    expect(loopback.code).not.toBe(0);
+    expect(loopback.stdout).toBe('');
+    expect(loopback.stderr).toMatch(/url: Host "localhost" resolves to (127\.0\.0\.1|::1), which is not a public address/);
+    const unknown = await svc(['webhook', 'add', '--org', org.id, '--url', 'https://no-such-host.invalid/hooks'], strictEnv);
+    expect(unknown.code).not.toBe(0);
+    expect(unknown.stderr).toMatch(/url: Host "no-such-host\.invalid" could not be resolved \(ENOTFOUND\)/);
   }, 60_000);
   it('when `svc worker` runs alone, it delivers queued events and on SIGTERM exits 0 leaving no database connection', async () => {
     const org = await ctx.createOrg();

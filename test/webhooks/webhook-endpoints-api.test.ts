@@ -6,6 +6,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { auditLog, webhookDeliveries, webhookEndpoints } from '../../src/db/schema.js';
 import { createDeliveryRepository } from '../../src/modules/webhooks/delivery.repository.js';
 import { createDeliveryWorker, type DeliveryWorker } from '../../src/modules/webhooks/delivery.worker.js';
+import { NOT_A_PUBLIC_HOST } from '../../src/modules/webhooks/endpoint-url.js';
 import { createOutboxRepository, type EventType } from '../../src/modules/webhooks/outbox.repository.js';
 import { SCOPES } from '../../src/plugins/route-scopes.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
@@ -247,6 +248,36 @@ describe('webhook endpoints API: create, read, list', () => {
     expect(patched.json().error.details.issues.url).toEqual([expect.stringMatching(message)]);
     const list = await ctx.request('GET', '/v1/webhook-endpoints', { key: org.key });
     expect(list.json().data.map((endpoint: Endpoint) => endpoint.url)).toEqual(['https://93.184.215.14/hook']);
+  });
+
+  it('when a name that resolves to a private address and a name that does not resolve are registered, create and PATCH give the same answer, telling neither', async () => {
+    const org = await ctx.createOrg();
+    // localhost resolves (to loopback) on every machine; .invalid never does (RFC 6761).
+    const names = ['https://localhost/hook', 'https://no-such-host.invalid/hook'];
+    const created = await Promise.all(
+      names.map((url) => ctx.request('POST', '/v1/webhook-endpoints', { key: org.key, body: { url } }, strictApp)),
+    );
+    const good = await ctx.request(
+      'POST',
+      '/v1/webhook-endpoints',
+      { key: org.key, body: { url: 'https://93.184.215.14/hook' } },
+      strictApp,
+    );
+    expect(good.statusCode).toBe(201);
+    const patched = await Promise.all(
+      names.map((url) => ctx.request('PATCH', `/v1/webhook-endpoints/${good.json().id}`, { key: org.key, body: { url } }, strictApp)),
+    );
+    const answers = [...created, ...patched];
+    for (const answer of answers) {
+      expect(answer.statusCode).toBe(422);
+      expect(answer.json().error).toEqual({
+        code: 'validation_failed',
+        message: expect.any(String),
+        details: { issues: { url: [NOT_A_PUBLIC_HOST] } },
+      });
+      expect(answer.body).not.toMatch(/127\.0\.0\.1|::1|ENOTFOUND|EAI_AGAIN|resolves to|could not be resolved|localhost|no-such-host/);
+    }
+    expect(new Set(answers.map((answer) => answer.body)).size).toBe(1);
   });
 
   it.each([

@@ -1,3 +1,4 @@
+import { csvRow, type CsvCell } from '../../shared/csv.js';
 import type { ChainRow } from './audit-chain.js';
 import { changesOf } from './audit.service.js';
 
@@ -5,7 +6,8 @@ import { changesOf } from './audit.service.js';
  * The file `svc audit export` writes and `svc audit verify --file` reads: one record per sealed row,
  * in sequence order, then a manifest. A record carries what GET /v1/audit-events returns for the row
  * plus its `org_id`, `before`, `after` and `hash`, so the canonical content (audit-chain.ts) can be
- * rebuilt from the file alone and every hash recomputed offline.
+ * rebuilt from the file alone and every hash recomputed offline. Its `id` is the row's own id, which
+ * the hash covers (the API shows the sequence in its place: the row id comes from a global sequence).
  */
 
 export const EXPORT_FORMATS = ['ndjson', 'csv'] as const;
@@ -91,8 +93,11 @@ export const ndjsonManifest = (manifest: ExportManifest): string => `${JSON.stri
 // --- csv --------------------------------------------------------------------------------------
 
 /**
- * The csv columns. As in PostgreSQL's COPY … CSV, an empty unquoted field is null and `""` is an
- * empty string, so every value round-trips; before, after and changes are JSON text.
+ * The csv columns, written by the service's one CSV writer (src/shared/csv.ts): as in PostgreSQL's
+ * COPY … CSV, an empty unquoted field is null and `""` is an empty string, and a cell a spreadsheet
+ * would read as a formula (an Idempotency-Key of `=HYPERLINK(…)`) carries a leading single quote,
+ * which parseCsvRow removes again, so every value round-trips and every hash still verifies; before,
+ * after and changes are JSON text.
  */
 export const CSV_COLUMNS = [
   'id',
@@ -116,15 +121,9 @@ export const CSV_COLUMNS = [
 /** The csv's last line: the manifest as JSON after this prefix (a line no csv record starts with). */
 export const CSV_MANIFEST_PREFIX = '# manifest ';
 
-function csvField(value: string | null): string {
-  if (value === null) return '';
-  if (value === '' || /[",\r\n]/.test(value) || value.startsWith('#')) return `"${value.replaceAll('"', '""')}"`;
-  return value;
-}
-
 const jsonOrNull = (value: unknown): string | null => (value === null || value === undefined ? null : JSON.stringify(value));
 
-export const csvHeader = (): string => `${CSV_COLUMNS.join(',')}\n`;
+export const csvHeader = (): string => csvRow(CSV_COLUMNS);
 
 export function csvRecord(record: ExportRecord): string {
   const values: Record<(typeof CSV_COLUMNS)[number], string | null> = {
@@ -145,48 +144,13 @@ export function csvRecord(record: ExportRecord): string {
     idempotency_key: record.idempotency_key,
     hash: record.hash,
   };
-  return `${CSV_COLUMNS.map((column) => csvField(values[column])).join(',')}\n`;
+  return csvRow(CSV_COLUMNS.map((column) => values[column]));
 }
 
 export const csvManifest = (manifest: ExportManifest): string => `${CSV_MANIFEST_PREFIX}${JSON.stringify(manifest)}\n`;
 
-/** The fields of one csv record (its text without the final newline); null for an empty unquoted field. */
-export function parseCsvFields(text: string): Array<string | null> {
-  const fields: Array<string | null> = [];
-  let index = 0;
-  for (;;) {
-    if (text[index] === '"') {
-      let value = '';
-      index += 1;
-      for (;;) {
-        const quote = text.indexOf('"', index);
-        if (quote < 0) throw new Error('an unterminated quoted field');
-        value += text.slice(index, quote);
-        if (text[quote + 1] === '"') {
-          value += '"';
-          index = quote + 2;
-        } else {
-          index = quote + 1;
-          break;
-        }
-      }
-      fields.push(value);
-    } else {
-      const comma = text.indexOf(',', index);
-      const end = comma < 0 ? text.length : comma;
-      const value = text.slice(index, end);
-      if (value.includes('"')) throw new Error('a quote inside an unquoted field');
-      fields.push(value === '' ? null : value);
-      index = end;
-    }
-    if (index === text.length) return fields;
-    if (text[index] !== ',') throw new Error('text after a quoted field');
-    index += 1;
-  }
-}
-
-/** A csv record back to the record it was written from. */
-export function csvToRecord(fields: Array<string | null>): ExportRecord {
+/** A csv record's values (parseCsvRow) back to the record it was written from. */
+export function csvToRecord(fields: CsvCell[]): ExportRecord {
   if (fields.length !== CSV_COLUMNS.length) throw new Error(`${fields.length} fields where the header has ${CSV_COLUMNS.length}`);
   const value = Object.fromEntries(CSV_COLUMNS.map((column, index) => [column, fields[index] ?? null])) as Record<
     (typeof CSV_COLUMNS)[number],

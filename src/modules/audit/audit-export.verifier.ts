@@ -2,6 +2,7 @@ import { createReadStream } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import { isDeepStrictEqual } from 'node:util';
+import { parseCsvRow } from '../../shared/csv.js';
 import { chainHash, GENESIS_HASH } from './audit-chain.js';
 import type { ChainBreak, ChainProblem } from './audit-chain.verifier.js';
 import { changesOf } from './audit.service.js';
@@ -11,7 +12,6 @@ import {
   CSV_MANIFEST_PREFIX,
   csvToRecord,
   EXPORT_FORMATS,
-  parseCsvFields,
   type ExportFormat,
   type ExportManifest,
   type ExportRecord,
@@ -106,7 +106,7 @@ async function* recordsOf(path: string, format: ExportFormat): AsyncGenerator<{ 
       continue;
     }
     try {
-      yield { record: csvToRecord(parseCsvFields(text)), line: text };
+      yield { record: csvToRecord(parseCsvRow(text)), line: text };
     } catch (error) {
       yield { record: error as Error, line: text };
     }

@@ -73,7 +73,12 @@ const changeSchema = z
 
 export const auditEventSchema = z
   .object({
-    id: z.string().describe('The audit event id (decimal digits).').meta({ example: '48213' }),
+    id: z
+      .string()
+      .describe(
+        "The audit event id (decimal digits): numbered within your organisation, the same number as sequence, so it tells nothing of other organisations' activity; never reused.",
+      )
+      .meta({ example: '1042' }),
     sequence: z
       .number()
       .int()

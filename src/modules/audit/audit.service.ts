@@ -54,9 +54,14 @@ export function changesOf(before: unknown, after: unknown): Changes {
   return changes;
 }
 
+/**
+ * An audit event as the API shows it. Its `id` is its sequence in the organisation's chain, not the
+ * row's id: that comes from one sequence for every organisation, so another organisation's volume
+ * could be read from its gaps (issue 43). The row id stays in the export, whose hashes cover it.
+ */
 function toDto(row: AuditEventRow): AuditEventDto {
   return {
-    id: String(row.id),
+    id: String(row.sequence),
     sequence: row.sequence,
     created_at: row.createdAt.toISOString(),
     actor: { type: row.actorType as AuditEventDto['actor']['type'], id: row.actorId, key_label: row.keyLabel },

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { migrationsAreCurrent } from '../../db/migrate.js';
 import { API_SUMMARY, API_TITLE, API_VERSION, DOCS_PATH, OPENAPI_PATH } from '../../plugins/openapi.plugin.js';
 import { AppError } from '../../shared/app-error.js';
+import { connectionLevelMessage, sqlStateOf } from '../../shared/database-errors.js';
 
 const READY_WITHIN_MS = 1_000;
 
@@ -25,6 +26,23 @@ const ROOT_INDEX: z.infer<typeof rootIndex> = {
   // Relative, so they hold behind any proxy or host name; `/docs/` is the page itself (`/docs` redirects there).
   links: { docs: `${DOCS_PATH}/`, openapi: OPENAPI_PATH },
 };
+
+/**
+ * Why the database check failed, as far as it may be told (src/shared/database-errors.ts): a
+ * connection the server refused (an unknown database, a failed login, a pooler refusing a startup
+ * parameter) with the server's own message after its SQLSTATE; a failed statement by its SQLSTATE
+ * only (its message could quote values); anything else (no connection, no answer in time) as
+ * unreachable, naming nothing of the connection (its host, port or user).
+ */
+export function notReady(error: unknown): AppError {
+  const state = sqlStateOf(error);
+  const serverMessage = connectionLevelMessage(error);
+  if (serverMessage !== undefined) {
+    return new AppError('database_unavailable', 503, `The database refused the connection${state ? ` (${state})` : ''}: ${serverMessage}`);
+  }
+  if (state !== undefined) return new AppError('database_unavailable', 503, `The database check failed (${state}).`);
+  return new AppError('database_unavailable', 503, 'The database is not reachable.');
+}
 
 export async function healthRoutes(app: FastifyInstance): Promise<void> {
   // A newcomer opening the server's address finds the reference page and the document from here.
@@ -52,7 +70,7 @@ export async function healthRoutes(app: FastifyInstance): Promise<void> {
         if (!current) throw new AppError('service_unavailable', 503, 'Database migrations are not applied yet.');
       } catch (error) {
         if (error instanceof AppError) throw error;
-        throw new AppError('database_unavailable', 503, 'The database is not reachable.');
+        throw notReady(error);
       } finally {
         clearTimeout(timer);
       }

@@ -2,7 +2,14 @@ import { createServer, type AddressInfo, type Server } from 'node:net';
 import type { LookupAddress } from 'node:dns';
 import ipaddr from 'ipaddr.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertDeliverableTarget, isPublicAddress, parseEndpointUrl, type ResolveHost } from './endpoint-url.js';
+import {
+  assertDeliverableTarget,
+  isPublicAddress,
+  NOT_A_PUBLIC_HOST,
+  parseEndpointUrl,
+  UnsafeWebhookTargetError,
+  type ResolveHost,
+} from './endpoint-url.js';
 import { createWebhookSender } from './webhook-sender.js';
 
 const STRICT = { allowPrivateUrls: false };
@@ -196,16 +203,59 @@ describe('webhook endpoint URLs at registration', () => {
     expect(await registrationProblem('http://localhost/hook', policy)).toBeUndefined();
   });
 
-  it('when a host name resolves to several addresses and one of them is private, it is refused', async () => {
+  it('when a host name resolves to several addresses and one of them is private, it is refused, the detail naming the address', async () => {
     const resolve: ResolveHost = async () => [
       { address: '93.184.215.14', family: 4 },
       { address: '10.0.0.5', family: 4 },
     ];
-    expect(await registrationProblem('https://hooks.example.test/in', STRICT, resolve)).toMatch(
+    expect(await registrationProblem('https://hooks.example.test/in', STRICT, resolve)).toBe(NOT_A_PUBLIC_HOST);
+    expect(await registrationDetail('https://hooks.example.test/in', resolve)).toMatch(
       /"hooks\.example\.test" resolves to 10\.0\.0\.5, which is not a public address \(private-use/,
     );
   });
+
+  it('when a host name resolves to a private address, to no address or not at all, the refusal is one message naming neither the name nor what DNS said', async () => {
+    const notFound = Object.assign(new Error('getaddrinfo ENOTFOUND vm'), { code: 'ENOTFOUND' });
+    const answers: Record<string, ResolveHost> = {
+      loopback: async () => [{ address: '127.0.0.1', family: 4 }],
+      private: async () => [{ address: '::ffff:10.1.2.3', family: 6 }],
+      'no address': async () => [],
+      'not found': async () => Promise.reject(notFound),
+      'temporary failure': async () => Promise.reject(Object.assign(new Error('getaddrinfo EAI_AGAIN vm'), { code: 'EAI_AGAIN' })),
+    };
+    const problems = await Promise.all(Object.values(answers).map((resolve) => registrationProblem('https://vm/hook', STRICT, resolve)));
+    expect(new Set(problems)).toEqual(new Set([NOT_A_PUBLIC_HOST]));
+    expect(NOT_A_PUBLIC_HOST).not.toMatch(/vm|127|10\.1|ENOTFOUND|EAI_AGAIN|resolves to/);
+    // The operator's detail still tells them apart.
+    expect(await registrationDetail('https://vm/hook', answers.loopback!)).toMatch(/"vm" resolves to 127\.0\.0\.1/);
+    expect(await registrationDetail('https://vm/hook', answers['not found']!)).toMatch(/"vm" could not be resolved \(ENOTFOUND\)/);
+  });
+
+  it('when the URL itself holds a private address, the refusal names it (the caller wrote it) and asks no resolver', async () => {
+    const lookups: string[] = [];
+    const resolve: ResolveHost = async (hostname) => {
+      lookups.push(hostname);
+      return [];
+    };
+    expect(await registrationProblem('https://10.0.0.5/hook', STRICT, resolve)).toBe(
+      '10.0.0.5 is not a public address (private-use, RFC 1918).',
+    );
+    expect(await registrationProblem('https://[::1]/hook', STRICT, resolve)).toBe('::1 is not a public address (loopback, RFC 4291).');
+    expect(lookups).toEqual([]);
+  });
 });
+
+/** What the operator's CLI is told of a refusal (UnsafeWebhookTargetError.detail). */
+async function registrationDetail(raw: string, resolve: ResolveHost): Promise<string | undefined> {
+  const parsed = parseEndpointUrl(raw, STRICT);
+  if ('problem' in parsed) return parsed.problem;
+  try {
+    await assertDeliverableTarget(parsed.url, STRICT, resolve);
+    return undefined;
+  } catch (error) {
+    return error instanceof UnsafeWebhookTargetError ? error.detail : String(error);
+  }
+}
 
 describe('webhook sending at connect time', () => {
   let listener: Server;
@@ -237,13 +287,34 @@ describe('webhook sending at connect time', () => {
     const sender = createWebhookSender({ allowPrivateUrls: false, allowedPorts: [port], resolveHost: resolve, timeoutMs: 2_000 });
     try {
       const result = await send(sender, url);
-      expect(result).toMatchObject({
-        statusCode: null,
-        error: expect.stringMatching(/resolves to 127\.0\.0\.1, which is not a public address/),
-      });
+      expect(result).toMatchObject({ statusCode: null, error: NOT_A_PUBLIC_HOST });
       expect(connections).toBe(0);
     } finally {
       sender.close();
+    }
+  });
+
+  it('when a host name resolves to a private address or not at all at send time, the attempt records the same error', async () => {
+    const notFound = Object.assign(new Error('getaddrinfo ENOTFOUND internal.example.test'), { code: 'ENOTFOUND' });
+    const privateSender = createWebhookSender({
+      allowPrivateUrls: false,
+      allowedPorts: [port],
+      resolveHost: async () => [{ address: '10.0.0.7', family: 4 }],
+    });
+    const unknownSender = createWebhookSender({
+      allowPrivateUrls: false,
+      allowedPorts: [port],
+      resolveHost: async () => Promise.reject(notFound),
+    });
+    try {
+      const url = `https://internal.example.test:${port}/hook`;
+      const [refused, unresolved] = [await send(privateSender, url), await send(unknownSender, url)];
+      expect(refused.error).toBe(NOT_A_PUBLIC_HOST);
+      expect(unresolved.error).toBe(refused.error);
+      expect(connections).toBe(0);
+    } finally {
+      privateSender.close();
+      unknownSender.close();
     }
   });
 
@@ -255,7 +326,7 @@ describe('webhook sending at connect time', () => {
     const sender = createWebhookSender({ allowPrivateUrls: false, allowedPorts: [port], resolveHost: resolve, timeoutMs: 2_000 });
     try {
       const result = await send(sender, `https://mixed.example.test:${port}/hook`);
-      expect(result.error).toMatch(/not a public address/);
+      expect(result.error).toBe(NOT_A_PUBLIC_HOST);
       expect(connections).toBe(0);
     } finally {
       sender.close();

@@ -4,13 +4,31 @@ import { BlockList, isIP, type LookupFunction } from 'node:net';
 
 export const MAX_ENDPOINT_URL_LENGTH = 2048;
 
-/** Why a webhook target was refused; the message names the address so operators can act on it. */
+/**
+ * The one answer to every refusal that rests on what DNS said about a host name: that it resolves to
+ * a private address, to none, or not at all. Anyone allowed to register an endpoint would otherwise
+ * learn through it what internal names exist and where they point (`https://vm/` "resolves to
+ * 127.0.0.1"; an unknown name ENOTFOUND). An address written in the URL itself is named: the caller
+ * wrote it.
+ */
+export const NOT_A_PUBLIC_HOST =
+  'Not a public address: webhooks go only to host names that resolve to public addresses, and this one cannot be used.';
+
+/**
+ * Why a webhook target was refused. `message` may be shown to anyone; `detail` also says what DNS
+ * answered (the address, or the resolver's error), for the operator's CLI only.
+ */
 export class UnsafeWebhookTargetError extends Error {
-  constructor(message: string) {
+  readonly detail: string;
+  constructor(message: string, detail: string = message) {
     super(message);
     this.name = 'UnsafeWebhookTargetError';
+    this.detail = detail;
   }
 }
+
+/** A refusal that rests on DNS: the generic answer, with what DNS said as the operator's detail. */
+const dnsRefusal = (detail: string) => new UnsafeWebhookTargetError(NOT_A_PUBLIC_HOST, detail);
 
 /**
  * Where webhooks may go. WEBHOOK_ALLOW_PRIVATE_URLS (development only) lifts the whole SSRF guard:
@@ -192,13 +210,13 @@ export async function resolveHost(hostname: string, resolve: ResolveHost = syste
   return resolve(bare);
 }
 
+/** The refusal of a host name none or not all of whose addresses are public; undefined when all are. */
 function refusedAddress(hostname: string, addresses: readonly LookupAddress[]): UnsafeWebhookTargetError | undefined {
-  if (addresses.length === 0) return new UnsafeWebhookTargetError(`Host "${hostname}" has no address.`);
+  if (addresses.length === 0) return dnsRefusal(`Host "${hostname}" has no address.`);
   for (const entry of addresses) {
     const range = nonPublicRange(entry.address);
-    if (range !== undefined) {
-      return new UnsafeWebhookTargetError(`Host "${hostname}" resolves to ${entry.address}, which is not a public address (${range}).`);
-    }
+    if (range !== undefined)
+      return dnsRefusal(`Host "${hostname}" resolves to ${entry.address}, which is not a public address (${range}).`);
   }
   return undefined;
 }
@@ -212,13 +230,17 @@ export async function assertDeliverableTarget(url: URL, policy: WebhookTargetPol
   const badPort = portProblem(url, policy);
   if (badPort) throw new UnsafeWebhookTargetError(badPort);
   const hostname = bareHostname(url);
+  if (isIP(hostname)) {
+    // Written in the URL: naming it tells the caller nothing new.
+    const range = nonPublicRange(hostname);
+    if (range !== undefined) throw new UnsafeWebhookTargetError(`${hostname} is not a public address (${range}).`);
+    return;
+  }
   let addresses: LookupAddress[];
   try {
     addresses = await resolveHost(hostname, resolve);
   } catch (error) {
-    throw new UnsafeWebhookTargetError(
-      `Host "${hostname}" could not be resolved (${(error as NodeJS.ErrnoException).code ?? 'lookup failed'}).`,
-    );
+    throw dnsRefusal(`Host "${hostname}" could not be resolved (${(error as NodeJS.ErrnoException).code ?? 'lookup failed'}).`);
   }
   const refused = refusedAddress(hostname, addresses);
   if (refused) throw refused;
@@ -228,6 +250,8 @@ export async function assertDeliverableTarget(url: URL, policy: WebhookTargetPol
  * A `lookup` for http(s) agents that checks every address the socket may connect to, so a DNS
  * answer that changes between registration and delivery (rebinding) cannot reach a private address.
  * Node skips `lookup` for IP literals; those are checked by `assertDeliverableTarget` beforehand.
+ * Under the guard, a refusal and a failed resolution are the one generic error: the attempt's error
+ * is shown to the organisation (a name it controls may point, by CNAME, at an internal one).
  */
 export function guardedLookup(policy: WebhookTargetPolicy, resolve: ResolveHost = systemResolve): LookupFunction {
   return (hostname, lookupOptions, callback) => {
@@ -245,7 +269,12 @@ export function guardedLookup(policy: WebhookTargetPolicy, resolve: ResolveHost 
         if (all) return (callback as unknown as (error: null, addresses: LookupAddress[]) => void)(null, list);
         callback(null, list[0]!.address, list[0]!.family);
       },
-      (error: NodeJS.ErrnoException) => callback(error, '', 0),
+      (error: NodeJS.ErrnoException) =>
+        callback(
+          policy.allowPrivateUrls ? error : dnsRefusal(`Host "${hostname}" could not be resolved (${error.code ?? 'lookup failed'}).`),
+          '',
+          0,
+        ),
     );
   };
 }

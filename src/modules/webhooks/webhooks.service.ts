@@ -198,14 +198,18 @@ export function createWebhooksService(
     });
   }
 
-  /** The URL as stored, after the same checks as at registration (scheme, port, public address). */
-  async function checkedUrl(url: string): Promise<string> {
+  /**
+   * The URL as stored, after the same checks as at registration (scheme, port, public address). A
+   * refusal based on DNS is the one generic message (NOT_A_PUBLIC_HOST) for an API key; the operator's
+   * CLI, which runs on the service's own hosts and database anyway, is told what the name resolved to.
+   */
+  async function checkedUrl(url: string, actor: Actor): Promise<string> {
     const checked = parseEndpointUrl(url, policy);
     if ('problem' in checked) throw AppError.field('url', checked.problem);
     try {
       await assertDeliverableTarget(checked.url, policy, deps.resolveHost);
     } catch (error) {
-      if (error instanceof UnsafeWebhookTargetError) throw AppError.field('url', error.message);
+      if (error instanceof UnsafeWebhookTargetError) throw AppError.field('url', actor.type === 'operator' ? error.detail : error.message);
       throw error;
     }
     return checked.url.toString();
@@ -247,7 +251,7 @@ export function createWebhooksService(
       const checked = parseEndpointUrl(parsed.data.url, policy);
       if ('problem' in checked) throw AppError.field('url', checked.problem);
       await requireOrg(parsed.data.orgId);
-      const url = await checkedUrl(parsed.data.url);
+      const url = await checkedUrl(parsed.data.url, actor);
       const secret = generateWebhookSecret();
       return database.transaction(async (tx) => {
         const row = await webhooks.insertEndpoint(
@@ -334,8 +338,8 @@ export function createWebhooksService(
       const parsed = updateEndpointInput.safeParse(input);
       if (!parsed.success) throw AppError.validation(zodIssues(parsed.error));
       const body = parsed.data;
-      const url = body.url !== undefined ? await checkedUrl(body.url) : undefined;
       const actor = options.actor ?? SYSTEM_ACTOR;
+      const url = body.url !== undefined ? await checkedUrl(body.url, actor) : undefined;
       return database.transaction(async (tx) => {
         const existing = await lockEndpoint(id, options.orgId, tx);
         const changes: EndpointChanges = {};
