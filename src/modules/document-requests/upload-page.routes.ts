@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { answerFor } from '../../plugins/errors.plugin.js';
+import { answerFor, isClientAbort } from '../../plugins/errors.plugin.js';
 import { AppError } from '../../shared/app-error.js';
 import { DOCUMENT_TYPE_CODES, MAX_DOCUMENT_BYTES } from '../documents/document-types.js';
 import { multipartFormOf, registerMultipartIntake } from '../documents/multipart-intake.js';
@@ -42,7 +42,8 @@ export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> 
   app.setErrorHandler(async (error, request: FastifyRequest, reply) => {
     const appError = answerFor(error, request, reply);
     const token = (request.params as { token?: unknown } | undefined)?.token;
-    if (appError.status < 500 && typeof token === 'string' && request.method === 'POST') {
+    // A client that hung up mid-body reads no page: the form is not looked up again for it.
+    if (appError.status < 500 && typeof token === 'string' && request.method === 'POST' && !isClientAbort(error, request)) {
       const view = await service.openPage(token).catch(() => undefined);
       if (!view) return invalid(reply);
       return html(reply, appError.status, renderUploadPage(view, { error: pageMessage(appError), maxFileMiB: MAX_FILE_MIB }));
