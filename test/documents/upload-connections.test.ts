@@ -87,6 +87,31 @@ async function openSocket(port: number): Promise<Socket> {
   return socket;
 }
 
+/** Everything the server writes on `socket` until it closes the connection (status 0: still open after `ms`, closed here). */
+function answerOf(socket: Socket, ms = 10_000): Promise<{ status: number; headers: string; body: string }> {
+  return new Promise((resolve) => {
+    let raw = '';
+    const giveUp = setTimeout(() => socket.destroy(), ms);
+    socket.on('data', (chunk) => (raw += String(chunk)));
+    socket.once('close', () => {
+      clearTimeout(giveUp);
+      const [head = '', body = ''] = raw.split('\r\n\r\n', 2);
+      resolve({ status: Number(/^HTTP\/1\.1 (\d{3})/.exec(head)?.[1] ?? 0), headers: head.toLowerCase(), body });
+    });
+  });
+}
+
+/** Writes `bytes` one at a time, a little apart, until the connection closes. */
+function trickle(socket: Socket, bytes: Buffer): void {
+  let at = 0;
+  const timer = setInterval(() => {
+    if (socket.destroyed || at >= bytes.length) return clearInterval(timer);
+    socket.write(bytes.subarray(at, at + 1));
+    at += 1;
+  }, 20);
+  socket.once('close', () => clearInterval(timer));
+}
+
 const ROUTES = [
   ['the API upload route', 'api', '/v1/entities/:id/documents'],
   ['the upload page', 'page', '/documents/:token'],
@@ -130,6 +155,109 @@ describe('a client that hangs up in the middle of an upload', () => {
           err: expect.objectContaining({ code: 'ECONNRESET' }),
         }),
       );
+    },
+  );
+});
+
+describe('a client that stalls or trickles its body', () => {
+  /** A body that pauses this long is cut; the whole request may take a minute. */
+  const stalling = { requestTimeouts: { requestTimeoutMs: 60_000, bodyIdleTimeoutMs: 300 } };
+  /** The whole request must arrive within 1.5 s; pauses are allowed up to a second. */
+  const trickling = { requestTimeouts: { requestTimeoutMs: 1_500, bodyIdleTimeoutMs: 1_000 } };
+
+  function expectTimeoutAnswer(route: 'api' | 'page' | 'json', answer: { status: number; headers: string; body: string }) {
+    expect(answer.status).toBe(408);
+    expect(answer.headers).toContain('connection: close');
+    if (route === 'page') {
+      expect(answer.headers).toContain('content-type: text/html');
+      expect(answer.headers).toContain("content-security-policy: default-src 'none'");
+      expect(answer.body).toContain('The upload took too long to arrive');
+    } else {
+      expect(JSON.parse(answer.body)).toEqual({ error: { code: 'request_timeout', message: expect.any(String) } });
+    }
+  }
+
+  function expectTimedOutLine(lines: Entry[], requestId: string, route: string, timeout: string) {
+    const mine = lines.filter((entry) => entry.reqId === requestId);
+    expect(mine.filter((entry) => entry.level >= 40)).toEqual([]);
+    expect(mine.filter((entry) => entry.level === 30)).toEqual([
+      expect.objectContaining({ msg: 'request timed out', timeout, method: 'POST', route }),
+    ]);
+  }
+
+  it.each(ROUTES)(
+    'when the body of an upload on %s stops arriving, the connection is cut with a 408 and the temp file is removed',
+    async (_name, route, pattern) => {
+      const lines: Entry[] = [];
+      const { app, port } = await listeningApp(lines, stalling);
+      const requestId = `stall-${route}`;
+      try {
+        const socket = await openSocket(port);
+        const answer = answerOf(socket);
+        socket.write(uploadStart(route, requestId));
+        socket.write(pdfBytes(256 * 1024));
+        await until('the file to be spooled', async () => (await spooledFiles()).length > 0);
+        // Nothing more is sent: the server ends it.
+        expectTimeoutAnswer(route, await answer);
+        await expectNoSpooledFiles();
+        await until('the request line', () => lines.some((entry) => entry.reqId === requestId && entry.level === 30));
+      } finally {
+        await app.close();
+      }
+      expectTimedOutLine(lines, requestId, pattern, 'body_idle');
+    },
+  );
+
+  it.each(ROUTES)(
+    'when an upload on %s trickles in past the request timeout, the connection is cut with a 408 and the temp file is removed',
+    async (_name, route, pattern) => {
+      const lines: Entry[] = [];
+      const { app, port } = await listeningApp(lines, trickling);
+      const requestId = `trickle-${route}`;
+      try {
+        const socket = await openSocket(port);
+        const answer = answerOf(socket);
+        socket.write(uploadStart(route, requestId));
+        socket.write(pdfBytes(16 * 1024));
+        trickle(socket, Buffer.alloc(64 * 1024, 0x41));
+        expectTimeoutAnswer(route, await answer);
+        await expectNoSpooledFiles();
+        await until('the request line', () => lines.some((entry) => entry.reqId === requestId && entry.level === 30));
+      } finally {
+        await app.close();
+      }
+      expectTimedOutLine(lines, requestId, pattern, 'request');
+    },
+  );
+
+  it.each([
+    ['stops arriving', stalling, 'body_idle', (socket: Socket) => socket.write('{"fullName": "Jane')],
+    [
+      'trickles in past the request timeout',
+      trickling,
+      'request',
+      (socket: Socket) => trickle(socket, Buffer.from(`{"fullName": "${'J'.repeat(500)}`)),
+    ],
+  ] as const)(
+    'when the body of a JSON request %s, the connection is cut with a 408 in the envelope',
+    async (_name, settings, timeout, send) => {
+      const lines: Entry[] = [];
+      const { app, port } = await listeningApp(lines, settings);
+      const requestId = `json-${timeout}`;
+      try {
+        const socket = await openSocket(port);
+        const answer = answerOf(socket);
+        socket.write(
+          'POST /v1/customers HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n' +
+            `Authorization: Bearer ${org.key}\r\nX-Request-Id: ${requestId}\r\n\r\n`,
+        );
+        send(socket);
+        expectTimeoutAnswer('json', await answer);
+        await until('the request line', () => lines.some((entry) => entry.reqId === requestId && entry.level === 30));
+      } finally {
+        await app.close();
+      }
+      expectTimedOutLine(lines, requestId, '/v1/customers', timeout);
     },
   );
 });

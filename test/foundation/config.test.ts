@@ -113,6 +113,21 @@ describe('configuration from the environment', () => {
     expect(configErrorFor({ DATABASE_CONNECT_TIMEOUT_MS: '0' }).problems[0]).toMatch(/^DATABASE_CONNECT_TIMEOUT_MS:/);
   });
 
+  it('when no request timeout is set, a request has 300 s to arrive and its body may pause 30 s; an idle bound over the request timeout names the variable', () => {
+    expect(loadConfig({}).requestTimeouts).toEqual({ requestTimeoutMs: 300_000, bodyIdleTimeoutMs: 30_000 });
+    expect(loadConfig({ REQUEST_TIMEOUT_MS: '120000', REQUEST_BODY_IDLE_TIMEOUT_MS: '10000' }).requestTimeouts).toEqual({
+      requestTimeoutMs: 120_000,
+      bodyIdleTimeoutMs: 10_000,
+    });
+    expect(configErrorFor({ REQUEST_TIMEOUT_MS: '20000' }).problems).toEqual([
+      'REQUEST_BODY_IDLE_TIMEOUT_MS: must be at most REQUEST_TIMEOUT_MS (20000)',
+    ]);
+    expect(configErrorFor({ REQUEST_TIMEOUT_MS: '0' }).problems[0]).toMatch(/^REQUEST_TIMEOUT_MS: must be greater than zero/);
+    expect(configErrorFor({ REQUEST_BODY_IDLE_TIMEOUT_MS: 'soon' }).problems[0]).toMatch(
+      /^REQUEST_BODY_IDLE_TIMEOUT_MS: must be a whole number/,
+    );
+  });
+
   it('when a variable is set but empty, it is treated as unset', () => {
     const config = loadConfig({ PORT: '', DATABASE_URL: '', RATE_LIMIT_BURST: ' ', HOST: '' });
     expect(config.port).toBe(8080);

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { answerFor, isClientAbort } from '../../plugins/errors.plugin.js';
+import type { ConnectionAnswer } from '../../plugins/request-timeouts.plugin.js';
 import { AppError } from '../../shared/app-error.js';
 import { DOCUMENT_TYPE_CODES, MAX_DOCUMENT_BYTES } from '../documents/document-types.js';
 import { multipartFormOf, registerMultipartIntake } from '../documents/multipart-intake.js';
@@ -75,19 +76,30 @@ export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> 
     registerMultipartIntake(uploads, { fileFields: DOCUMENT_TYPE_CODES, maxFiles: MAX_DOCUMENTS_PER_REQUEST, textFields: {} });
     uploads
       .withTypeProvider<ZodTypeProvider>()
-      .post('/documents/:token', { schema: { hide: true, params: tokenParams } }, async (request, reply) => {
-        const { token } = request.params;
-        // Each file's field is the type code it answers.
-        const outcome = await service.receive(token, multipartFormOf(request).files, { maxDocuments: MAX_DOCUMENTS_PER_REQUEST });
-        if (outcome.kind === 'invalid') return invalid(reply);
-        // Post/redirect/get: the page (or, once the link is spent, the thank-you page) is fetched anew.
-        return reply
-          .code(303)
-          .header('Location', outcome.fulfilled ? THANK_YOU_PATH : `/documents/${token}`)
-          .type('text/html; charset=utf-8')
-          .send('');
-      });
+      .post(
+        '/documents/:token',
+        { schema: { hide: true, params: tokenParams }, config: { connectionErrorAnswer } },
+        async (request, reply) => {
+          const { token } = request.params;
+          // Each file's field is the type code it answers.
+          const outcome = await service.receive(token, multipartFormOf(request).files, { maxDocuments: MAX_DOCUMENTS_PER_REQUEST });
+          if (outcome.kind === 'invalid') return invalid(reply);
+          // Post/redirect/get: the page (or, once the link is spent, the thank-you page) is fetched anew.
+          return reply
+            .code(303)
+            .header('Location', outcome.fulfilled ? THANK_YOU_PATH : `/documents/${token}`)
+            .type('text/html; charset=utf-8')
+            .send('');
+        },
+      );
   });
+}
+
+/** A timeout's answer, written on the connection itself (request-timeouts.plugin.ts): a page like every other answer here. */
+function connectionErrorAnswer(error: AppError): ConnectionAnswer {
+  const message =
+    error.status === 408 ? 'The upload took too long to arrive and was stopped. Nothing was uploaded. Please try again.' : error.message;
+  return { headers: { ...UPLOAD_PAGE_HEADERS, 'Content-Type': 'text/html; charset=utf-8' }, body: renderErrorPage(message) };
 }
 
 /** What the contact reads for a refused upload. */
