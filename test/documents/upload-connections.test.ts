@@ -1,4 +1,4 @@
-import { connect, type AddressInfo, type Socket } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Config } from '../../src/config/config.js';
@@ -8,6 +8,7 @@ import { loggerOptions } from '../../src/shared/logging.js';
 import { openRequest } from '../document-requests/document-requests-fixtures.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 import { collectInto } from '../helpers/log-collector.js';
+import { answerOf, openSocket, trickle, until } from '../helpers/raw-http.js';
 import { createEntity } from '../verification/verification-fixtures.js';
 import { expectNoSpooledFiles, pdfBytes, spooledFiles, usePrivateTempDir } from './document-helpers.js';
 
@@ -56,15 +57,6 @@ async function listeningApp(lines: Entry[], overrides: Partial<Config> = {}): Pr
   return { app, port: (app.server.address() as AddressInfo).port };
 }
 
-/** Waits until `condition` holds, or fails naming `what` after `ms`. */
-async function until(what: string, condition: () => boolean | Promise<boolean>, ms = 5_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
-
 const BOUNDARY = 'svc-connection-test';
 
 /** The head of a multipart upload whose file part (named `field`) is under way, and the request head announcing 10 MiB. */
@@ -78,38 +70,6 @@ function uploadStart(route: 'api' | 'page', requestId: string): string {
     `Content-Length: ${MAX_DOCUMENT_BYTES}\r\n${authorization}X-Request-Id: ${requestId}\r\n\r\n` +
     `${typePart}--${BOUNDARY}\r\nContent-Disposition: form-data; name="${field}"; filename="deed.pdf"\r\nContent-Type: application/pdf\r\n\r\n`
   );
-}
-
-async function openSocket(port: number): Promise<Socket> {
-  const socket = connect(port, '127.0.0.1');
-  socket.on('error', () => {});
-  await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
-  return socket;
-}
-
-/** Everything the server writes on `socket` until it closes the connection (status 0: still open after `ms`, closed here). */
-function answerOf(socket: Socket, ms = 10_000): Promise<{ status: number; headers: string; body: string }> {
-  return new Promise((resolve) => {
-    let raw = '';
-    const giveUp = setTimeout(() => socket.destroy(), ms);
-    socket.on('data', (chunk) => (raw += String(chunk)));
-    socket.once('close', () => {
-      clearTimeout(giveUp);
-      const [head = '', body = ''] = raw.split('\r\n\r\n', 2);
-      resolve({ status: Number(/^HTTP\/1\.1 (\d{3})/.exec(head)?.[1] ?? 0), headers: head.toLowerCase(), body });
-    });
-  });
-}
-
-/** Writes `bytes` one at a time, a little apart, until the connection closes. */
-function trickle(socket: Socket, bytes: Buffer): void {
-  let at = 0;
-  const timer = setInterval(() => {
-    if (socket.destroyed || at >= bytes.length) return clearInterval(timer);
-    socket.write(bytes.subarray(at, at + 1));
-    at += 1;
-  }, 20);
-  socket.once('close', () => clearInterval(timer));
 }
 
 const ROUTES = [

@@ -5,8 +5,13 @@ import { answerFor, isClientAbort } from '../../plugins/errors.plugin.js';
 import type { ConnectionAnswer } from '../../plugins/request-timeouts.plugin.js';
 import { AppError } from '../../shared/app-error.js';
 import { DOCUMENT_TYPE_CODES, MAX_DOCUMENT_BYTES } from '../documents/document-types.js';
-import { multipartFormOf, registerMultipartIntake } from '../documents/multipart-intake.js';
-import { createDocumentRequestsService } from './document-requests.service.js';
+import { multipartFormOf, narrowMultipartForm, registerMultipartIntake, type FormNarrowing } from '../documents/multipart-intake.js';
+import {
+  allowanceMessage,
+  createDocumentRequestsService,
+  notOutstandingMessage,
+  type UploadPageView,
+} from './document-requests.service.js';
 import { MAX_DOCUMENTS_PER_REQUEST } from './document-requests.schemas.js';
 import { renderErrorPage, renderInvalidLinkPage, renderThankYouPage, renderUploadPage, UPLOAD_PAGE_HEADERS } from './upload-page.view.js';
 
@@ -68,10 +73,15 @@ export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> 
   });
 
   await app.register(async (uploads) => {
-    // A link that opens nothing is refused before a byte of the body is read or spooled.
+    // A link that opens nothing is refused before a byte of the body is read or spooled; for one that
+    // opens a request, the form may carry files of its outstanding types only (each file's field is the
+    // type it answers), and no more than its allowance has left: any other part is refused by its
+    // headers, before a byte of it is spooled.
     uploads.addHook('preParsing', async (request) => {
       const { token } = request.params as { token: string };
-      if (!(await service.openPage(token))) throw new AppError('not_found', 404, 'The link is not valid.');
+      const view = await service.openPage(token);
+      if (!view) throw new AppError('not_found', 404, 'The link is not valid.');
+      narrowMultipartForm(request, uploadForm(view));
     });
     registerMultipartIntake(uploads, { fileFields: DOCUMENT_TYPE_CODES, maxFiles: MAX_DOCUMENTS_PER_REQUEST, textFields: {} });
     uploads
@@ -93,6 +103,18 @@ export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> 
         },
       );
   });
+}
+
+/** What the page's form may carry now: files of the outstanding types, as many as the allowance has left. */
+function uploadForm(view: UploadPageView): FormNarrowing {
+  const outstanding = view.items.filter((item) => !item.received).map((item) => item.code);
+  const received = new Set(view.items.filter((item) => item.received).map((item) => item.code));
+  return {
+    fileFields: outstanding,
+    maxFiles: Math.max(0, MAX_DOCUMENTS_PER_REQUEST - view.documentCount),
+    refusedFileField: (field) => notOutstandingMessage(view.request.types, received, field),
+    tooManyFiles: allowanceMessage(MAX_DOCUMENTS_PER_REQUEST, view.documentCount),
+  };
 }
 
 /** A timeout's answer, written on the connection itself (request-timeouts.plugin.ts): a page like every other answer here. */
