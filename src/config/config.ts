@@ -119,6 +119,9 @@ const environmentSchema = z.object({
   // A request whose body stops arriving for this long is cut (an idle upload holds a socket and a temp file).
   REQUEST_BODY_IDLE_TIMEOUT_MS: positiveInt(30_000),
   RATE_LIMIT_BURST: positiveInt(25),
+  // The contact's upload page (no API key): requests per minute, per client address and per link.
+  UPLOAD_PAGE_RATE_LIMIT_PER_IP: positiveInt(60),
+  UPLOAD_PAGE_RATE_LIMIT_PER_LINK: positiveInt(20),
   RATE_LIMIT_DAILY: positiveInt(100_000),
   SMTP_URL: z
     .string()
@@ -194,6 +197,8 @@ export type Config = {
   publicBaseUrl: string;
   trustProxy: string[];
   rateLimit: { burst: number; daily: number };
+  /** Requests per minute the contact's upload page takes from one client address and for one link, on each instance. */
+  uploadPageRateLimit: { perIp: number; perLink: number };
   /** How long a client may take to send a request, and to pause while sending its body (src/plugins/request-timeouts.plugin.ts). */
   requestTimeouts: RequestTimeouts;
   smtpUrl: string | undefined;
@@ -296,6 +301,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     publicBaseUrl: (env.PUBLIC_BASE_URL ?? `http://localhost:${env.PORT}`).replace(/\/+$/, ''),
     trustProxy: env.TRUST_PROXY,
     rateLimit: { burst: env.RATE_LIMIT_BURST, daily: env.RATE_LIMIT_DAILY },
+    uploadPageRateLimit: { perIp: env.UPLOAD_PAGE_RATE_LIMIT_PER_IP, perLink: env.UPLOAD_PAGE_RATE_LIMIT_PER_LINK },
     requestTimeouts: { requestTimeoutMs: env.REQUEST_TIMEOUT_MS, bodyIdleTimeoutMs: env.REQUEST_BODY_IDLE_TIMEOUT_MS },
     smtpUrl: env.SMTP_URL,
     smtpFrom: env.SMTP_FROM,

@@ -446,6 +446,47 @@ describe('parts judged by their headers, before they are spooled', () => {
   });
 });
 
+describe('rate limits', () => {
+  function expectRateLimitedPage(response: { statusCode: number; headers: Record<string, unknown>; body: string }) {
+    expect(response.statusCode).toBe(429);
+    expect(response.headers['content-type']).toBe('text/html; charset=utf-8');
+    expectPageHeaders(response);
+    const retryAfter = Number(response.headers['retry-after']);
+    expect(
+      Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 60,
+      `Retry-After: ${String(response.headers['retry-after'])}`,
+    ).toBe(true);
+    expect(response.body).toContain('Too many requests for this page');
+  }
+
+  it('when one link is asked for more often than its limit in a minute, it answers a 429 page with Retry-After, for the form and an upload alike; another link is still served', async () => {
+    const limited = await ctx.buildInstance({ uploadPageRateLimit: { perIp: 1_000, perLink: 3 } });
+    const { org, token } = await setup();
+    const other = await setup();
+    for (let index = 0; index < 3; index += 1)
+      expect((await limited.inject({ method: 'GET', url: `/documents/${token}` })).statusCode).toBe(200);
+    expectRateLimitedPage(await limited.inject({ method: 'GET', url: `/documents/${token}` }));
+    const { body, contentType } = multipart([['CERTIFICATE_OF_REGISTRATION', PDF, 'c.pdf']]);
+    expectRateLimitedPage(
+      await limited.inject({ method: 'POST', url: `/documents/${token}`, headers: { 'content-type': contentType }, payload: body }),
+    );
+    expect(await documentsOf(ctx, org.id)).toEqual([]);
+    expect((await limited.inject({ method: 'GET', url: `/documents/${other.token}` })).statusCode).toBe(200);
+  });
+
+  it('when one address asks for more than its limit in a minute, whatever the links, it answers a 429 page; another address is still served', async () => {
+    const limited = await ctx.buildInstance({ uploadPageRateLimit: { perIp: 3, perLink: 1_000 } });
+    const tokens = await Promise.all([setup(), setup(), setup(), setup()]).then((all) => all.map((one) => one.token));
+    const from = (remoteAddress: string, url: string) => limited.inject({ method: 'GET', url, remoteAddress });
+    expect((await from('203.0.113.7', `/documents/${tokens[0]}`)).statusCode).toBe(200);
+    expect((await from('203.0.113.7', `/documents/${tokens[1]}`)).statusCode).toBe(200);
+    expect((await from('203.0.113.7', '/documents/received')).statusCode).toBe(200);
+    expectRateLimitedPage(await from('203.0.113.7', `/documents/${tokens[2]}`));
+    expectRateLimitedPage(await from('203.0.113.7', `/documents/${'x'.repeat(43)}`));
+    expect((await from('203.0.113.8', `/documents/${tokens[3]}`)).statusCode).toBe(200);
+  });
+});
+
 describe('the link token in logs', () => {
   it('when /documents/<token> is logged as a URL, the token is redacted', () => {
     const token = 'Q'.repeat(43);

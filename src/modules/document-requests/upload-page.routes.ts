@@ -1,3 +1,4 @@
+import rateLimit from '@fastify/rate-limit';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
@@ -10,6 +11,7 @@ import {
   allowanceMessage,
   createDocumentRequestsService,
   notOutstandingMessage,
+  tokenHashOf,
   type UploadPageView,
 } from './document-requests.service.js';
 import { MAX_DOCUMENTS_PER_REQUEST } from './document-requests.schemas.js';
@@ -20,6 +22,14 @@ export const THANK_YOU_PATH = '/documents/received';
 const MAX_FILE_MIB = MAX_DOCUMENT_BYTES / (1024 * 1024);
 
 const tokenParams = z.object({ token: z.string().max(256) }).strict();
+/** The rate limits' window: a minute. */
+const RATE_WINDOW_MS = 60_000;
+
+/** The link token a request names, if its route has one (read before validation: any string). */
+function tokenOf(request: FastifyRequest): string | undefined {
+  const token = (request.params as { token?: unknown } | undefined)?.token;
+  return typeof token === 'string' ? token : undefined;
+}
 
 /**
  * The contact's upload page (outside /v1, unauthenticated: the link's token is the only credential, and
@@ -40,6 +50,37 @@ export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> 
     done();
   });
 
+  // Rate limits, before anything is looked up or read: per client address, then per link. In memory,
+  // on each instance (@fastify/rate-limit's local store): a flood guard that costs the database nothing.
+  await app.register(rateLimit, { global: false });
+  const { perIp, perLink } = app.deps.config.uploadPageRateLimit;
+  const limits = [
+    { window: 'upload_page_ip', limit: perIp, check: app.createRateLimit({ max: perIp, timeWindow: RATE_WINDOW_MS }) },
+    {
+      window: 'upload_page_link',
+      limit: perLink,
+      check: app.createRateLimit({
+        max: perLink,
+        timeWindow: RATE_WINDOW_MS,
+        keyGenerator: (request) => tokenHashOf(tokenOf(request) ?? ''),
+      }),
+    },
+  ] as const;
+  app.addHook('onRequest', async (request, reply) => {
+    for (const { window, limit, check } of limits) {
+      if (window === 'upload_page_link' && tokenOf(request) === undefined) continue;
+      const state = await check(request);
+      if (!state.isAllowed && state.isExceeded) {
+        reply.header('Retry-After', String(Math.max(1, state.ttlInSeconds)));
+        app.metrics?.rateLimited(window);
+        throw new AppError('rate_limited', 429, `Too many requests: at most ${limit} a minute.`, {
+          limit,
+          window_seconds: RATE_WINDOW_MS / 1000,
+        });
+      }
+    }
+  });
+
   const html = (reply: FastifyReply, status: number, body: string) => reply.code(status).type('text/html; charset=utf-8').send(body);
   const invalid = (reply: FastifyReply) => html(reply, 404, renderInvalidLinkPage());
 
@@ -47,9 +88,10 @@ export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> 
   // the reason; anything else, a short page with the status.
   app.setErrorHandler(async (error, request: FastifyRequest, reply) => {
     const appError = answerFor(error, request, reply);
-    const token = (request.params as { token?: unknown } | undefined)?.token;
-    // A client that hung up mid-body reads no page: the form is not looked up again for it.
-    if (appError.status < 500 && typeof token === 'string' && request.method === 'POST' && !isClientAbort(error, request)) {
+    const token = tokenOf(request);
+    // A client that hung up mid-body reads no page, and a rate-limited one gets no lookup: the form is not shown again for them.
+    const showForm = appError.status < 500 && appError.status !== 429 && !isClientAbort(error, request);
+    if (showForm && token !== undefined && request.method === 'POST') {
       const view = await service.openPage(token).catch(() => undefined);
       if (!view) return invalid(reply);
       return html(reply, appError.status, renderUploadPage(view, { error: pageMessage(appError), maxFileMiB: MAX_FILE_MIB }));
@@ -57,7 +99,13 @@ export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> 
     return html(
       reply,
       appError.status,
-      renderErrorPage(appError.status >= 500 ? 'Something went wrong on our side. Please try again later.' : appError.message),
+      renderErrorPage(
+        appError.status >= 500
+          ? 'Something went wrong on our side. Please try again later.'
+          : appError.status === 429
+            ? `Too many requests for this page. Please wait ${String(reply.getHeader('Retry-After') ?? 60)} seconds and try again.`
+            : appError.message,
+      ),
     );
   });
 
