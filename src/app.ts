@@ -20,6 +20,7 @@ import { idempotencyPlugin } from './plugins/idempotency.plugin.js';
 import { cleanFlatValues, cleanJsonTree, cleanText, type TextIssues } from './plugins/text-input.js';
 import { metricsPlugin } from './plugins/metrics.plugin.js';
 import { gracefulClosePlugin } from './plugins/graceful-close.plugin.js';
+import { cutTimedOutConnection, requestTimeoutServerOptions, requestTimeoutsPlugin } from './plugins/request-timeouts.plugin.js';
 import { openapiPlugin } from './plugins/openapi.plugin.js';
 import { healthRoutes } from './modules/health/health.routes.js';
 import { uploadPageRoutes } from './modules/document-requests/upload-page.routes.js';
@@ -116,6 +117,7 @@ function refuseConnect(request: IncomingMessage, socket: Duplex): void {
 /** Builds the HTTP application on the given dependencies; it neither listens nor reads the environment. */
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const logger = deps.logger === undefined ? loggerOptions(deps.config) : deps.logger;
+  const timeouts = requestTimeoutServerOptions(deps.config.requestTimeouts);
   const app = Fastify({
     logger,
     bodyLimit: 1024 * 1024,
@@ -136,9 +138,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PATH_PARAM_LENGTH },
     // Node answers an HTTP/1.1 request without Host itself, with a bare 400 outside the envelope;
     // the onRequest hook below refuses it instead (and a repeated or malformed Host, which Node lets by).
-    http: { requireHostHeader: false },
-    // Errors from the HTTP parser (bad request line or header, headers too large) get the envelope too.
-    clientErrorHandler,
+    http: { requireHostHeader: false, ...timeouts.http },
+    requestTimeout: timeouts.requestTimeout,
+    // Errors from the HTTP parser (bad request line or header, headers too large) get the envelope too;
+    // a request not received in time is cut as the body-idle bound cuts one (request-timeouts.plugin.ts).
+    clientErrorHandler(this: FastifyInstance, error: Error & { code?: string }, socket: Duplex) {
+      if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') cutTimedOutConnection(socket, 'request');
+      else clientErrorHandler.call(this, error, socket);
+    },
     // Errors raised by the router before any route runs (a malformed percent-encoding, an
     // over-long path parameter) get the envelope too: no such resource can exist.
     frameworkErrors: (error, request, reply) => {
@@ -220,6 +227,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     businessRegister: deps.businessRegister,
     linkSealer: deps.linkSealer ?? linkSealerFor(deps.config),
   });
+  // First of the onRequest hooks: a body still to come is watched even when a later hook refuses the request.
+  await app.register(requestTimeoutsPlugin, { bodyIdleTimeoutMs: deps.config.requestTimeouts.bodyIdleTimeoutMs });
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('X-Request-Id', request.id);
     // Responses carry personal data (and a 404 is cacheable by default): no cache may keep any of

@@ -115,7 +115,14 @@ const environmentSchema = z.object({
   CI: z.string().optional(),
   PUBLIC_BASE_URL: z.url({ protocol: /^https?$/, error: 'must be an absolute http(s) URL' }).optional(),
   TRUST_PROXY: trustedProxyList,
+  // Time to receive a whole request (headers and body): Node's own default, which Fastify's 0 had turned off.
+  REQUEST_TIMEOUT_MS: positiveInt(300_000),
+  // A request whose body stops arriving for this long is cut (an idle upload holds a socket and a temp file).
+  REQUEST_BODY_IDLE_TIMEOUT_MS: positiveInt(30_000),
   RATE_LIMIT_BURST: positiveInt(25),
+  // The contact's upload page (no API key): requests per minute, per client address and per link.
+  UPLOAD_PAGE_RATE_LIMIT_PER_IP: positiveInt(60),
+  UPLOAD_PAGE_RATE_LIMIT_PER_LINK: positiveInt(20),
   RATE_LIMIT_DAILY: positiveInt(100_000),
   SMTP_URL: z
     .string()
@@ -203,6 +210,10 @@ export type Config = {
   publicBaseUrl: string;
   trustProxy: string[];
   rateLimit: { burst: number; daily: number };
+  /** Requests per minute the contact's upload page takes from one client address and for one link, on each instance. */
+  uploadPageRateLimit: { perIp: number; perLink: number };
+  /** How long a client may take to send a request, and to pause while sending its body (src/plugins/request-timeouts.plugin.ts). */
+  requestTimeouts: RequestTimeouts;
   smtpUrl: string | undefined;
   smtpFrom: string;
   /**
@@ -231,6 +242,13 @@ export type Config = {
    * switch: off, rows written here are sealed only by another instance, or by this one once back on.
    */
   auditSealing: boolean;
+};
+
+export type RequestTimeouts = {
+  /** REQUEST_TIMEOUT_MS: the whole request (headers and body) must have arrived within this; else 408. */
+  requestTimeoutMs: number;
+  /** REQUEST_BODY_IDLE_TIMEOUT_MS: a body that stops arriving for this long is cut; 408 when no answer has begun. */
+  bodyIdleTimeoutMs: number;
 };
 
 export type RetentionSettings = {
@@ -276,6 +294,10 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       `DATABASE_QUERY_TIMEOUT_MS: must be greater than DATABASE_STATEMENT_TIMEOUT_MS (${env.DATABASE_STATEMENT_TIMEOUT_MS})`,
     );
   }
+  if (env.REQUEST_BODY_IDLE_TIMEOUT_MS > env.REQUEST_TIMEOUT_MS) {
+    // The whole request would be cut first: the idle bound could never apply.
+    timeoutProblems.push(`REQUEST_BODY_IDLE_TIMEOUT_MS: must be at most REQUEST_TIMEOUT_MS (${env.REQUEST_TIMEOUT_MS})`);
+  }
   if (timeoutProblems.length > 0) throw new ConfigError(timeoutProblems);
   if (env.DATABASE_DIRECT_URL !== undefined && env.DATABASE_URL === undefined) {
     // The embedded database has no pooler in front of it: a direct URL beside it would be a second database.
@@ -297,6 +319,8 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     publicBaseUrl: (env.PUBLIC_BASE_URL ?? `http://localhost:${env.PORT}`).replace(/\/+$/, ''),
     trustProxy: env.TRUST_PROXY,
     rateLimit: { burst: env.RATE_LIMIT_BURST, daily: env.RATE_LIMIT_DAILY },
+    uploadPageRateLimit: { perIp: env.UPLOAD_PAGE_RATE_LIMIT_PER_IP, perLink: env.UPLOAD_PAGE_RATE_LIMIT_PER_LINK },
+    requestTimeouts: { requestTimeoutMs: env.REQUEST_TIMEOUT_MS, bodyIdleTimeoutMs: env.REQUEST_BODY_IDLE_TIMEOUT_MS },
     smtpUrl: env.SMTP_URL,
     smtpFrom: env.SMTP_FROM,
     linkEncryptionKey: env.LINK_ENCRYPTION_KEY,

@@ -120,10 +120,21 @@ export const CLIENT_GONE_CODES: ReadonlySet<string> = new Set(['ECONNRESET', 'EC
 
 /**
  * The client went away while its body was being read: Node's request stream failed ("aborted",
- * ECONNRESET) and Fastify passed that on with a 4xx status. A database connection fails with the
- * same codes, but never with a status, and not because this request's own connection is gone.
+ * ECONNRESET). That failure is recognised by where it comes from, never by its code alone, since a
+ * database connection fails with the same codes: it is the request stream's own error (the stream's
+ * `errored`, however a body reader passed it on: as it is, as a cause, or with a 4xx status Fastify's
+ * reader adds), or a reader's own report of it, which carries a 4xx status (no database error does),
+ * while this request's connection is gone.
  */
 export function isClientAbort(error: unknown, request: FastifyRequest): boolean {
+  const streamError = request.raw.errored;
+  if (streamError !== null && streamError !== undefined) {
+    let current: unknown = error;
+    for (let depth = 0; current !== null && typeof current === 'object' && depth < 5; depth += 1) {
+      if (current === streamError) return true;
+      current = (current as { cause?: unknown }).cause;
+    }
+  }
   const { code, message, statusCode } = (error ?? {}) as { code?: unknown; message?: unknown; statusCode?: unknown };
   const gone = (typeof code === 'string' && CLIENT_GONE_CODES.has(code)) || message === 'aborted';
   return gone && typeof statusCode === 'number' && statusCode < 500 && (request.raw.destroyed || request.raw.socket?.destroyed === true);

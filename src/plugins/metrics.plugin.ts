@@ -63,7 +63,7 @@ export const metricsPlugin = fp(
     });
     const rateLimited = new Counter({
       name: 'rate_limit_rejections_total',
-      help: 'Requests refused with 429 rate_limited, by window (burst or daily).',
+      help: 'Requests refused with 429 rate_limited, by window (burst or daily of an API key; upload_page_ip or upload_page_link).',
       labelNames: ['window'] as const,
       registers: [registry],
     });

@@ -1,6 +1,7 @@
 import { LogController, type FastifyReply, type FastifyRequest } from 'fastify';
 import { abortedRequestLine, requestLine } from '../shared/logging.js';
 import { CLIENT_GONE_CODES } from './errors.plugin.js';
+import { timeoutOf } from './request-timeouts.plugin.js';
 
 /**
  * Fastify's own request logging, as one line per request once its response has been sent
@@ -36,8 +37,13 @@ export class RequestLogController extends LogController {
   }
 }
 
-/** onRequestAbort hook: the one line of a request whose client closed the connection before the answer. */
+/**
+ * onRequestAbort hook: the one line of a request whose connection closed before the answer: the
+ * client's doing, or the server's when the request broke a timeout (request-timeouts.plugin.ts).
+ */
 export function logAbortedRequest(request: FastifyRequest, done: () => void): void {
-  request.log.info(abortedRequestLine(request.method, request.routeOptions.url), 'request aborted by the client');
+  const timeout = timeoutOf(request);
+  if (timeout) request.log.info({ ...abortedRequestLine(request.method, request.routeOptions.url), timeout }, 'request timed out');
+  else request.log.info(abortedRequestLine(request.method, request.routeOptions.url), 'request aborted by the client');
   done();
 }

@@ -1,12 +1,18 @@
 import { createHash } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
+import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { createAuditChainSealer } from '../../src/modules/audit/audit-chain.sealer.js';
 import { MAX_DOCUMENT_BYTES } from '../../src/modules/documents/document-types.js';
+import { createDocumentRequestsService } from '../../src/modules/document-requests/document-requests.service.js';
+import { systemClock } from '../../src/shared/clock.js';
 import { loggerOptions, redactUrl } from '../../src/shared/logging.js';
+import { expectNoSpooledFiles, spooledFiles, usePrivateTempDir } from '../documents/document-helpers.js';
 import { createTestContext, type TestContext, testLinkSealer } from '../helpers/harness.js';
 import { collectInto } from '../helpers/log-collector.js';
+import { answerOf, openSocket, type RawAnswer } from '../helpers/raw-http.js';
 import { auditOf, balanceOf, createEntity, eventsOf, ledgerOf } from '../verification/verification-fixtures.js';
 import {
   documentsOf,
@@ -307,6 +313,182 @@ describe('POST /documents/{token}', () => {
     expect(response.statusCode).toBe(404);
     expect((await requestRow(ctx, request.id)).status).toBe('EXPIRED');
     expect(await documentsOf(ctx, org.id)).toEqual([]);
+  });
+});
+
+describe('parts judged by their headers, before they are spooled', () => {
+  let server: FastifyInstance;
+  let port: number;
+  let restoreTempDir: (() => Promise<void>) | undefined;
+  beforeAll(async () => {
+    // Spool files are counted here: other test files' uploads must not land in the same directory.
+    restoreTempDir = await usePrivateTempDir();
+    server = await ctx.buildInstance();
+    await server.listen({ host: '127.0.0.1', port: 0 });
+    port = (server.server.address() as AddressInfo).port;
+  });
+  afterAll(async () => restoreTempDir?.());
+
+  const BOUNDARY = 'svc-judged-parts';
+  const filePart = (field: string, data: Buffer, name = 'doc.pdf') =>
+    Buffer.concat([
+      Buffer.from(
+        `--${BOUNDARY}\r\nContent-Disposition: form-data; name="${field}"; filename="${name}"\r\nContent-Type: application/pdf\r\n\r\n`,
+      ),
+      data,
+      Buffer.from('\r\n'),
+    ]);
+
+  /**
+   * Posts `complete` parts and then the start of a part for `field` (a 10 MiB file, 64 KiB of it sent)
+   * on a bare socket, announcing a 10 MiB body per part, and returns the answer together with whether
+   * any spool file existed meanwhile (looked for until the answer came).
+   */
+  async function postUnfinished(token: string, complete: Buffer[], field: string): Promise<RawAnswer & { spooled: boolean }> {
+    await expectNoSpooledFiles(); // what an earlier upload spooled is removed once its answer has gone
+    const socket = await openSocket(port);
+    const answer = answerOf(socket);
+    let answered = false;
+    void answer.then(() => (answered = true));
+    let spooled = false;
+    const watching = (async () => {
+      while (!answered) {
+        if ((await spooledFiles()).length > 0) spooled = true;
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    })();
+    const body = Buffer.concat([
+      ...complete,
+      Buffer.from(
+        `--${BOUNDARY}\r\nContent-Disposition: form-data; name="${field}"; filename="late.pdf"\r\nContent-Type: application/pdf\r\n\r\n`,
+      ),
+      pdfBytesOf(64 * 1024),
+    ]);
+    socket.write(
+      `POST /documents/${token} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary=${BOUNDARY}\r\n` +
+        `Content-Length: ${(complete.length + 1) * MAX_DOCUMENT_BYTES}\r\n\r\n`,
+    );
+    socket.write(body);
+    const result = await answer;
+    await watching;
+    return { ...result, spooled };
+  }
+
+  const pdfBytesOf = (size: number) => Buffer.concat([PDF, Buffer.alloc(size - PDF.length, 0x20)]);
+
+  it('when a part names a type the request does not ask for, it is refused at once: none of it is spooled and the answer comes with most of the body unsent', async () => {
+    const { org, token } = await setup({ types: ['CERTIFICATE_OF_REGISTRATION'] });
+    const answer = await postUnfinished(token, [], 'COMPANY_EXTRACT');
+    expect(answer.status).toBe(422);
+    expect(answer.body).toContain('This request does not ask for a document of type &quot;Company extract&quot;');
+    expect(answer.spooled, 'a spool file existed').toBe(false);
+    expect(await documentsOf(ctx, org.id)).toEqual([]);
+  });
+
+  it('when a part names a type already received, it is refused at once as well', async () => {
+    const { org, request, token } = await setup();
+    expect((await upload(ctx, token, [['CERTIFICATE_OF_REGISTRATION', PDF, 'c.pdf']])).statusCode).toBe(303);
+    const answer = await postUnfinished(token, [], 'CERTIFICATE_OF_REGISTRATION');
+    expect(answer.status).toBe(422);
+    expect(answer.body).toContain('has been received already');
+    expect(answer.spooled, 'a spool file existed').toBe(false);
+    expect(await documentsOf(ctx, org.id, request.id)).toHaveLength(1);
+  });
+
+  it('when the files go beyond what is left of the allowance, the first one past it is refused at once and what was spooled is removed', async () => {
+    const { org, request, token } = await setup();
+    const nineteen = Array.from(
+      { length: 19 },
+      (_, index) => ['CERTIFICATE_OF_REGISTRATION', PDF, `p-${index}.pdf`] as [string, Buffer, string],
+    );
+    expect((await upload(ctx, token, nineteen)).statusCode).toBe(303);
+    const answer = await postUnfinished(token, [filePart('ID_OF_OFFICEHOLDER', PDF, 'front.pdf')], 'ID_OF_OFFICEHOLDER');
+    expect(answer.status).toBe(422);
+    expect(answer.body).toContain('This request takes at most 20 documents; 19 have been received.');
+    await expectNoSpooledFiles();
+    expect(await documentsOf(ctx, org.id, request.id)).toHaveLength(19);
+  });
+
+  it('when a type arrives between the page being read and the files being stored (two posts at once), the later post is refused under the row lock', async () => {
+    const { org, request, token } = await setup();
+    const service = createDocumentRequestsService({
+      database: ctx.database,
+      publicBaseUrl: ctx.config.publicBaseUrl,
+      clock: systemClock,
+      sealer: testLinkSealer(),
+    });
+    expect((await upload(ctx, token, [['CERTIFICATE_OF_REGISTRATION', PDF, 'c.pdf']])).statusCode).toBe(303);
+    // What a post that passed the intake before the first was stored hands over: a file of a type received since.
+    const late = {
+      field: 'CERTIFICATE_OF_REGISTRATION',
+      fileName: 'late.pdf',
+      size: PDF.length,
+      sha256: 'a'.repeat(64),
+      mediaType: 'application/pdf' as const,
+      path: '/nonexistent',
+    };
+    await expect(service.receive(token, [late], { maxDocuments: 20 })).rejects.toMatchObject({
+      status: 422,
+      details: { issues: { CERTIFICATE_OF_REGISTRATION: [expect.stringContaining('has been received already')] } },
+    });
+    expect(await documentsOf(ctx, org.id, request.id)).toHaveLength(1);
+  });
+
+  it('when the allowance has one file left, a form with one file and an input left empty is taken', async () => {
+    const { org, request, token } = await setup();
+    const nineteen = Array.from(
+      { length: 19 },
+      (_, index) => ['CERTIFICATE_OF_REGISTRATION', PDF, `p-${index}.pdf`] as [string, Buffer, string],
+    );
+    expect((await upload(ctx, token, nineteen)).statusCode).toBe(303);
+    const response = await upload(ctx, token, [
+      ['ID_OF_OFFICEHOLDER', PDF, 'front.pdf'],
+      ['ID_OF_OFFICEHOLDER', Buffer.alloc(0), ''],
+    ]);
+    expect(response.statusCode, response.body).toBe(303);
+    expect(await documentsOf(ctx, org.id, request.id)).toHaveLength(20);
+    expect((await requestRow(ctx, request.id)).status).toBe('FULFILLED');
+  });
+});
+
+describe('rate limits', () => {
+  function expectRateLimitedPage(response: { statusCode: number; headers: Record<string, unknown>; body: string }) {
+    expect(response.statusCode).toBe(429);
+    expect(response.headers['content-type']).toBe('text/html; charset=utf-8');
+    expectPageHeaders(response);
+    const retryAfter = Number(response.headers['retry-after']);
+    expect(
+      Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 60,
+      `Retry-After: ${String(response.headers['retry-after'])}`,
+    ).toBe(true);
+    expect(response.body).toContain('Too many requests for this page');
+  }
+
+  it('when one link is asked for more often than its limit in a minute, it answers a 429 page with Retry-After, for the form and an upload alike; another link is still served', async () => {
+    const limited = await ctx.buildInstance({ uploadPageRateLimit: { perIp: 1_000, perLink: 3 } });
+    const { org, token } = await setup();
+    const other = await setup();
+    for (let index = 0; index < 3; index += 1)
+      expect((await limited.inject({ method: 'GET', url: `/documents/${token}` })).statusCode).toBe(200);
+    expectRateLimitedPage(await limited.inject({ method: 'GET', url: `/documents/${token}` }));
+    const { body, contentType } = multipart([['CERTIFICATE_OF_REGISTRATION', PDF, 'c.pdf']]);
+    expectRateLimitedPage(
+      await limited.inject({ method: 'POST', url: `/documents/${token}`, headers: { 'content-type': contentType }, payload: body }),
+    );
+    expect(await documentsOf(ctx, org.id)).toEqual([]);
+    expect((await limited.inject({ method: 'GET', url: `/documents/${other.token}` })).statusCode).toBe(200);
+  });
+
+  it('when one address asks for more than its limit in a minute, whatever the links, it answers a 429 page; another address is still served', async () => {
+    const limited = await ctx.buildInstance({ uploadPageRateLimit: { perIp: 3, perLink: 1_000 } });
+    const tokens = await Promise.all([setup(), setup(), setup(), setup()]).then((all) => all.map((one) => one.token));
+    const from = (remoteAddress: string, url: string) => limited.inject({ method: 'GET', url, remoteAddress });
+    expect((await from('203.0.113.7', `/documents/${tokens[0]}`)).statusCode).toBe(200);
+    expect((await from('203.0.113.7', `/documents/${tokens[1]}`)).statusCode).toBe(200);
+    expect((await from('203.0.113.7', '/documents/received')).statusCode).toBe(200);
+    expectRateLimitedPage(await from('203.0.113.7', `/documents/${tokens[2]}`));
+    expectRateLimitedPage(await from('203.0.113.7', `/documents/${'x'.repeat(43)}`));
+    expect((await from('203.0.113.8', `/documents/${tokens[3]}`)).statusCode).toBe(200);
   });
 });
 

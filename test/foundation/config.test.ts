@@ -21,6 +21,8 @@ const BAD_VALUES: Array<[variable: string, value: string, problem: RegExp]> = [
   ['RATE_LIMIT_BURST', '0', /greater than zero/],
   ['RATE_LIMIT_DAILY', '-5', /greater than zero/],
   ['RATE_LIMIT_BURST', '2.5', /whole number/],
+  ['UPLOAD_PAGE_RATE_LIMIT_PER_IP', '0', /greater than zero/],
+  ['UPLOAD_PAGE_RATE_LIMIT_PER_LINK', 'lots', /whole number/],
   ['WEBHOOK_WORKER', 'maybe', /one of/],
   ['WEBHOOK_ALLOW_PRIVATE_URLS', 'sure', /one of/],
   ['PUBLIC_BASE_URL', 'nope', /http\(s\) URL/],
@@ -77,6 +79,7 @@ describe('configuration from the environment', () => {
       publicBaseUrl: 'http://localhost:8080',
       trustProxy: [],
       rateLimit: { burst: 25, daily: 100_000 },
+      uploadPageRateLimit: { perIp: 60, perLink: 20 },
       smtpUrl: undefined,
       smtpFrom: 'Verification <no-reply@verification.local>',
       webhookWorker: true,
@@ -113,6 +116,21 @@ describe('configuration from the environment', () => {
       /^DATABASE_LOCK_TIMEOUT_MS: must be less than half/,
     );
     expect(configErrorFor({ DATABASE_CONNECT_TIMEOUT_MS: '0' }).problems[0]).toMatch(/^DATABASE_CONNECT_TIMEOUT_MS:/);
+  });
+
+  it('when no request timeout is set, a request has 300 s to arrive and its body may pause 30 s; an idle bound over the request timeout names the variable', () => {
+    expect(loadConfig({}).requestTimeouts).toEqual({ requestTimeoutMs: 300_000, bodyIdleTimeoutMs: 30_000 });
+    expect(loadConfig({ REQUEST_TIMEOUT_MS: '120000', REQUEST_BODY_IDLE_TIMEOUT_MS: '10000' }).requestTimeouts).toEqual({
+      requestTimeoutMs: 120_000,
+      bodyIdleTimeoutMs: 10_000,
+    });
+    expect(configErrorFor({ REQUEST_TIMEOUT_MS: '20000' }).problems).toEqual([
+      'REQUEST_BODY_IDLE_TIMEOUT_MS: must be at most REQUEST_TIMEOUT_MS (20000)',
+    ]);
+    expect(configErrorFor({ REQUEST_TIMEOUT_MS: '0' }).problems[0]).toMatch(/^REQUEST_TIMEOUT_MS: must be greater than zero/);
+    expect(configErrorFor({ REQUEST_BODY_IDLE_TIMEOUT_MS: 'soon' }).problems[0]).toMatch(
+      /^REQUEST_BODY_IDLE_TIMEOUT_MS: must be a whole number/,
+    );
   });
 
   it('when a variable is set but empty, it is treated as unset', () => {

@@ -55,6 +55,8 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
       PUBLIC_BASE_URL: 'https://app.example.test',
       RATE_LIMIT_BURST: '10000',
       RATE_LIMIT_DAILY: '1000000',
+      UPLOAD_PAGE_RATE_LIMIT_PER_IP: '100000',
+      UPLOAD_PAGE_RATE_LIMIT_PER_LINK: '100000',
     }),
     ...overrides,
   };

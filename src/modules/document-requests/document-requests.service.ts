@@ -31,6 +31,21 @@ export function documentTypeName(code: string): string {
   return TYPE_NAMES.get(code) ?? code;
 }
 
+/** Why a file for `field` is refused: the request does not ask for that type, or has received it already. */
+export function notOutstandingMessage(requested: readonly string[], received: ReadonlySet<string>, field: string): string {
+  if (!requested.includes(field)) {
+    return TYPE_NAMES.has(field)
+      ? `This request does not ask for a document of type "${documentTypeName(field)}".`
+      : 'A file was sent for a document type this request does not ask for.';
+  }
+  return received.has(field) ? `A document of type "${documentTypeName(field)}" has been received already.` : '';
+}
+
+/** Why files beyond a request's allowance are refused. */
+export function allowanceMessage(maxDocuments: number, received: number): string {
+  return `This request takes at most ${maxDocuments} documents; ${received} have been received.`;
+}
+
 export function toDocumentRequestDto(row: DocumentRequestRow, documents: readonly RequestDocument[]): DocumentRequestDto {
   const own = documents.filter((document) => document.documentRequestId === row.id);
   const received = new Set(own.map((document) => document.type));
@@ -274,15 +289,16 @@ export function createDocumentRequestsService(deps: { database: Database; public
         if (found.kind !== 'open') return { kind: 'invalid' as const };
         const { row } = found;
         if (files.length === 0) throw AppError.field('files', 'Choose at least one file to upload.');
-        const requested = new Set(row.types);
-        const unknown = files.filter((file) => !requested.has(file.field));
-        if (unknown.length > 0) throw AppError.field('files', 'A file was sent for a document type this request does not ask for.');
+        // The intake refused these already, by the form's headers, from what the page showed; under the
+        // row lock they are checked again against what has arrived since.
         const before = await requests.documentsOf(row.orgId, row.entityId, [row.id], tx);
+        const receivedBefore = new Set(before.map((document) => document.type));
+        const refused = files.find((file) => !row.types.includes(file.field) || receivedBefore.has(file.field));
+        if (refused) {
+          throw AppError.field(refused.field, notOutstandingMessage(row.types, receivedBefore, refused.field));
+        }
         if (before.length + files.length > limits.maxDocuments) {
-          throw AppError.field(
-            'files',
-            `This request takes at most ${limits.maxDocuments} documents; ${before.length} have been received.`,
-          );
+          throw AppError.field('files', allowanceMessage(limits.maxDocuments, before.length));
         }
         const contact: Actor = { type: 'contact', id: row.id };
         for (const file of files) {

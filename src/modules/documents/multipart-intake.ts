@@ -48,7 +48,18 @@ export type MultipartIntakeOptions = {
   textFields: Readonly<Record<string, number>>;
   /** The largest file accepted; default MAX_DOCUMENT_BYTES (10 MiB). */
   maxFileBytes?: number;
+  /** The issue for a file part in a field that is not a file field; default "Unknown field." (or, for a text field, that it must be text). */
+  refusedFileField?: (field: string) => string;
+  /** The issue for a file beyond maxFiles; default "At most N file(s) per request." */
+  tooManyFiles?: string;
 };
+
+/**
+ * What one request's form may carry, known before its body is read (the upload page: the request's
+ * outstanding types, and what is left of its allowance of documents): it narrows the context's options.
+ */
+export type FormNarrowing = Required<Pick<MultipartIntakeOptions, 'fileFields' | 'maxFiles'>> &
+  Pick<MultipartIntakeOptions, 'refusedFileField' | 'tooManyFiles'>;
 
 /** What a form may carry besides its files' bytes: part headers, boundaries, text fields. */
 const FORM_OVERHEAD_BYTES = 64 * 1024;
@@ -106,11 +117,17 @@ class FileMeter extends Transform {
     private readonly maxBytes: number,
     /** True for a part an HTML form sends for a file input left empty: no bytes is then no file, not a refusal. */
     private readonly mayBeEmpty = false,
+    /** Asked when the first bytes arrive (a part that may be empty counts as a file only then): a refusal, or none. */
+    private readonly onFirstBytes?: () => AppError | undefined,
   ) {
     super();
   }
 
   override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
+    if (this.size === 0 && chunk.length > 0 && this.onFirstBytes) {
+      const refusal = this.onFirstBytes();
+      if (refusal) return callback(refusal);
+    }
     this.size += chunk.length;
     if (this.size > this.maxBytes) return callback(payloadTooLarge(this.maxBytes));
     if (this.head.length < SNIFF_BYTES) {
@@ -160,15 +177,27 @@ export function openSpooledFile(file: SpooledFile): ReadStream {
  * `unsupported_media_type` (a file that is not PDF/PNG/JPEG by content), 422 `validation_failed`
  * naming the field (an unknown field, a file where text belongs or text where a file belongs, too many
  * files, a repeated or over-long text field), 400 `bad_request` (malformed multipart, or the client
- * went away). The caller owns the files of a settled form and removes them (removeSpooledFiles).
+ * went away). Each file part is judged by its headers (its field, the count so far, its name) before a
+ * byte of it is spooled. `narrowing` narrows the fields and the count for this one form; the body's
+ * bound stays the context's. The caller owns the files of a settled form and removes them (removeSpooledFiles).
  */
 export function readMultipartForm(
   headers: IncomingHttpHeaders,
   payload: Readable,
-  options: MultipartIntakeOptions,
+  contextOptions: MultipartIntakeOptions,
+  narrowing?: FormNarrowing,
 ): Promise<MultipartForm> {
+  const options: MultipartIntakeOptions = narrowing
+    ? {
+        ...contextOptions,
+        ...narrowing,
+        fileFields: narrowing.fileFields.filter((field) => contextOptions.fileFields.includes(field)),
+        maxFiles: Math.max(0, Math.min(contextOptions.maxFiles, narrowing.maxFiles)),
+      }
+    : contextOptions;
   const maxFileBytes = options.maxFileBytes ?? MAX_DOCUMENT_BYTES;
-  const bodyLimit = multipartBodyLimit(options);
+  // The context's bound: a form narrowed to fewer files is refused by count, at the next file's headers.
+  const bodyLimit = multipartBodyLimit(contextOptions);
   const declaredLength = Number(headers['content-length']);
   if (declaredLength > bodyLimit) return Promise.reject(payloadTooLarge(maxFileBytes));
   const longestText = Math.max(0, ...Object.values(options.textFields));
@@ -182,7 +211,8 @@ export function readMultipartForm(
           // UTF-8 takes at most 4 bytes a character; the character count is checked once decoded.
           fieldSize: longestText * 4 + 1,
           fields: Object.keys(options.textFields).length + 1,
-          parts: Object.keys(options.textFields).length + options.maxFiles + 2,
+          // A form may also carry a part per file input left empty (no file chosen).
+          parts: Object.keys(options.textFields).length + options.maxFiles + options.fileFields.length + 2,
           fieldNameSize: 200,
         },
       });
@@ -197,6 +227,8 @@ export function readMultipartForm(
     const reading = new Set<FileMeter>();
     const issues: Record<string, string[]> = Object.create(null);
     let fileCount = 0;
+    /** Files counted against maxFiles: every part with a file name, and a nameless one once it has bytes. */
+    let claimedFiles = 0;
     let received = 0;
     let settled = false;
     let busboyDone = false;
@@ -220,6 +252,14 @@ export function readMultipartForm(
 
     function failOnIssues(): void {
       fail(AppError.validation({ ...issues }));
+    }
+
+    const tooManyFiles = options.tooManyFiles ?? `At most ${options.maxFiles} file(s) per request.`;
+    /** Counts one more file; false when that is more than the form takes. */
+    function claimFile(): boolean {
+      if (claimedFiles >= options.maxFiles) return false;
+      claimedFiles += 1;
+      return true;
     }
 
     function finish(): void {
@@ -256,14 +296,22 @@ export function readMultipartForm(
         stream.resume();
         return;
       }
-      // Reading a file that cannot be accepted would only spend time: refuse at once.
+      // A part is judged by its headers, before a byte of it is spooled: a file that cannot be
+      // accepted is refused at once, and reading stops there.
       if (!options.fileFields.includes(name)) {
-        addIssue(name, name in options.textFields ? 'Must be a text field, not a file.' : 'Unknown field.');
+        addIssue(
+          name,
+          name in options.textFields ? 'Must be a text field, not a file.' : (options.refusedFileField?.(name) ?? 'Unknown field.'),
+        );
         stream.resume();
         return failOnIssues();
       }
-      if (fileCount >= options.maxFiles) {
-        addIssue(name, `At most ${options.maxFiles} file(s) per request.`);
+      // A browser sends a file input left empty as a part with filename="" and no bytes (HTML's form
+      // submission algorithm): that input chose no file, so it is skipped rather than refused as 415,
+      // and counts as a file only if bytes come after all.
+      const unchosen = fileName === '';
+      if (!unchosen && !claimFile()) {
+        addIssue(name, tooManyFiles);
         stream.resume();
         return failOnIssues();
       }
@@ -274,10 +322,11 @@ export function readMultipartForm(
       }
       const index = fileCount++;
       const path = join(tmpdir(), `${SPOOL_PREFIX}${randomUUID()}`);
-      // A browser sends a file input left empty as a part with filename="" and no bytes (HTML's form
-      // submission algorithm): that input chose no file, so it is skipped rather than refused as 415.
-      const unchosen = fileName === '';
-      const meter = new FileMeter(maxFileBytes, unchosen);
+      const meter = new FileMeter(
+        maxFileBytes,
+        unchosen,
+        unchosen ? () => (claimFile() ? undefined : AppError.validation({ [name]: [tooManyFiles] })) : undefined,
+      );
       const spool = createWriteStream(path, { flags: 'wx', mode: 0o600 });
       const removeOnceClosed = () =>
         closedStream(spool)
@@ -332,7 +381,7 @@ export function readMultipartForm(
   });
 }
 
-type IntakeState = { closed: boolean; form?: MultipartForm };
+type IntakeState = { closed: boolean; form?: MultipartForm; narrowing?: FormNarrowing };
 const intakeStates = new WeakMap<FastifyRequest, IntakeState>();
 
 /** The summary of a spooled file that stands for it in `request.body`: what an idempotency fingerprint must cover. */
@@ -362,7 +411,7 @@ export function registerMultipartIntake(app: FastifyInstance, options: Multipart
 
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('multipart/form-data', async (request: FastifyRequest, payload: Readable) => {
-    const form = await readMultipartForm(request.headers, payload, options);
+    const form = await readMultipartForm(request.headers, payload, options, intakeStates.get(request)?.narrowing);
     const state = intakeStates.get(request);
     if (!state || state.closed) {
       await removeSpooledFiles(form.files.map((file) => file.path));
@@ -388,6 +437,15 @@ export function registerMultipartIntake(app: FastifyInstance, options: Multipart
 
 function notMultipart(): AppError {
   return new AppError('unsupported_media_type', 415, 'Send the upload as multipart/form-data.');
+}
+
+/**
+ * Narrows what this request's form may carry (a hook before the body is read, e.g. preParsing, knows
+ * it): parts outside it are refused by their headers, before a byte of them is spooled.
+ */
+export function narrowMultipartForm(request: FastifyRequest, narrowing: FormNarrowing): void {
+  const state = intakeStates.get(request);
+  if (state) state.narrowing = narrowing;
 }
 
 /** The spooled form of a request of a context set up by registerMultipartIntake. */
