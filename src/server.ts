@@ -5,13 +5,13 @@ import type { FastifyServerOptions } from 'fastify';
 import pino from 'pino';
 import { buildApp } from './app.js';
 import { createLogger, loggerOptions, prettyLogsWanted } from './shared/logging.js';
+import { secondsSince } from './shared/clock.js';
 import { resolveLinkKey } from './shared/text-sealer.js';
 import type { Config } from './config/config.js';
 import { connect, type Connection } from './db/connect.js';
-import { leaveSignalsToCaller, secondsSince } from './db/embedded-postgres.js';
-import { bootstrapSandbox, hasNoOrganisation } from './modules/organisations/sandbox.service.js';
+import { leaveSignalsToCaller } from './embedded/embedded-postgres.js';
+import { bootstrapSandbox, hasNoOrganisation, printOrganisationHint, printSandboxKey } from './embedded/first-start.js';
 import { listenForMetrics, type MetricsListener } from './plugins/metrics.plugin.js';
-import { SCOPES } from './plugins/route-scopes.js';
 import { startBackgroundJobs, type BackgroundJobs } from './jobs.js';
 
 export type RunningServer = {
@@ -122,45 +122,6 @@ function httpLoggerOptions(config: Config): FastifyServerOptions['logger'] {
   const options = loggerOptions(config);
   if (!prettyLogsWanted(config, process.stderr)) return { ...options, stream: pino.destination(2) };
   return { ...options, transport: { target: 'pino-pretty', options: { destination: 2, translateTime: 'SYS:HH:MM:ss.l' } } };
-}
-
-function printSandboxKey(sandbox: { orgId: string; key: string }, port: number): void {
-  const lines = [
-    '',
-    'First start: created a sandbox organisation (every feature on, 100 credits) and an all-scopes API key.',
-    'The key is shown only this once; keep it somewhere safe:',
-    '',
-    `  ${sandbox.key}`,
-    '',
-    // The operator CLI takes the organisation by id (`key create --org`, `webhook add --org`, …).
-    'The sandbox organisation (`npm run -s svc -- org list` shows it again):',
-    '',
-    `  ${sandbox.orgId}`,
-    '',
-    'Try it:',
-    '',
-    `  curl -H "Authorization: Bearer ${sandbox.key}" http://localhost:${port}/v1/customers`,
-    '',
-    `API reference: http://localhost:${port}/docs`,
-    '',
-  ];
-  process.stdout.write(`${lines.join('\n')}\n`);
-}
-
-/** Printed on each start while an external database has no organisation: nothing is created on it unasked. */
-function printOrganisationHint(): void {
-  const lines = [
-    '',
-    'This database (DATABASE_URL) has no organisation yet, and none is created for you. Create one and an',
-    "API key with the operator CLI, from the service's directory (`docker compose exec api …` in the compose stack):",
-    '',
-    '  node bin/svc.js org create --name "My organisation" --credits 100',
-    `  node bin/svc.js key create --org <id printed above> --scopes ${SCOPES.join(',')}`,
-    '',
-    'The key is printed by that command only, once.',
-    '',
-  ];
-  process.stdout.write(`${lines.join('\n')}\n`);
 }
 
 const SHUTDOWN_SIGNALS = ['SIGINT', 'SIGTERM'] as const;

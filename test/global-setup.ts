@@ -44,7 +44,7 @@ async function resolveServer(): Promise<{ url: string; stop: Stop; source: strin
     const container = await new PostgreSqlContainer('postgres:17-alpine').start();
     return { url: container.getConnectionUri(), stop: async () => void (await container.stop()), source: 'testcontainers' };
   }
-  const { resolveEmbeddedDatabase } = await import('../src/db/embedded-postgres.js');
+  const { resolveEmbeddedDatabase } = await import('../src/embedded/embedded-postgres.js');
   const dataDir = mkdtempSync(join(tmpdir(), 'svc-test-'));
   chmodSync(dataDir, 0o755); // as root, PostgreSQL runs as the postgres user and must reach it
   const embedded = await resolveEmbeddedDatabase(dataDir, { info: () => {} });

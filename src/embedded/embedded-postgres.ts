@@ -8,6 +8,7 @@ import { basename, join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
 import pg from 'pg';
+import { secondsSince } from '../shared/clock.js';
 
 const USER = 'postgres';
 /** As root, PostgreSQL runs as this OS user: it refuses to run as root. */
@@ -89,11 +90,6 @@ export async function resolveEmbeddedDatabase(dataDir: string, logger: Logger): 
     await stop();
     throw error;
   }
-}
-
-/** `1.2 s`: how long a start-up step took, for the progress lines. */
-export function secondsSince(start: number): string {
-  return `${((performance.now() - start) / 1000).toFixed(1)} s`;
 }
 
 type Binaries = { initdb: string; pg_ctl: string; postgres: string };
