@@ -31,7 +31,7 @@ export function replicaOptions(config: Config): DatabaseOptions {
   };
 }
 
-/** DESIGN.md §2: DATABASE_URL when set, else the embedded default; migrations applied under a lock, on DATABASE_DIRECT_URL when set. */
+/** DATABASE_URL when set, else the embedded default; migrations applied under a lock, on DATABASE_DIRECT_URL when set. */
 export async function connect(config: Config, logger: Logger, options: { migrate?: boolean; replica?: boolean } = {}): Promise<Connection> {
   const resolved = config.databaseUrl
     ? { url: config.databaseUrl, owned: false, stop: async () => {} }

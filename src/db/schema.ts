@@ -33,7 +33,7 @@ const orgId = () =>
     .notNull()
     .references(() => organisations.id, { onDelete: 'cascade' });
 /**
- * A tenant table's id: unique only with its org_id (the primary key is (org_id, id), DESIGN §9), so
+ * A tenant table's id: unique only with its org_id (the primary key is (org_id, id)), so
  * every row is addressed within one organisation and the table can be distributed by org_id.
  */
 const tenantId = () => uuid('id').notNull().defaultRandom();
@@ -155,7 +155,7 @@ export const idempotencyKeys = pgTable(
 export const auditLog = pgTable(
   'audit_log',
   {
-    // A tiebreak only, never an order of its own: it comes from a global sequence (DESIGN §9).
+    // A tiebreak only, never an order of its own: it comes from a global sequence.
     id: bigserial('id', { mode: 'number' }).notNull(),
     // No foreign key: the audit trail outlives whatever it records, and every row is written in the
     // transaction of a change to a record of this organisation (migration 0008).
@@ -491,7 +491,7 @@ export const verificationLinkTokens = pgTable(
 export const creditLedger = pgTable(
   'credit_ledger',
   {
-    // A tiebreak only, never an order of its own: it comes from a global sequence (DESIGN §9).
+    // A tiebreak only, never an order of its own: it comes from a global sequence.
     id: bigserial('id', { mode: 'number' }).notNull(),
     orgId: orgId(),
     delta: integer('delta').notNull(),
@@ -611,7 +611,7 @@ export const documentRequests = pgTable(
 );
 
 /**
- * The directory of upload-page tokens (DESIGN §9): the page is opened before its organisation is known.
+ * The directory of upload-page tokens: the page is opened before its organisation is known.
  * Keyed by the SHA-256 of the token, so the database never holds a usable link token; written in the
  * request's transaction.
  */
@@ -817,7 +817,7 @@ export const webhookDeliveries = pgTable(
 export const webhookAttempts = pgTable(
   'webhook_attempts',
   {
-    // A tiebreak only, never an order of its own: it comes from a global sequence (DESIGN §9).
+    // A tiebreak only, never an order of its own: it comes from a global sequence.
     id: bigserial('id', { mode: 'number' }).notNull(),
     orgId: orgId(),
     deliveryId: uuid('delivery_id').notNull(),
@@ -934,7 +934,7 @@ export const groupParties = pgTable(
  * Keys of the service itself, one row per purpose (`list_cursor_hmac`: the HMAC key of list cursors),
  * seeded by the migration that creates the table. Every instance on the database reads the same row,
  * so a cursor issued by one verifies on another with no configuration. Not an organisation's data:
- * DESIGN §9's org_id rule does not apply, and the table never grows.
+ * The org_id-first rule of tenant tables does not apply, and the table never grows.
  */
 export const serviceSecrets = pgTable('service_secrets', {
   name: text('name').primaryKey(),

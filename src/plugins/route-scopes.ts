@@ -1,5 +1,5 @@
 /**
- * The single table of which scope each v1 route needs (the spec's Scopes table plus DESIGN.md §3).
+ * The single table of which scope each v1 route needs (the spec's Scopes table, and ours for the routes it leaves open).
  * `null` means any valid key. A v1 route missing from this table fails at startup.
  */
 export const SCOPES = [

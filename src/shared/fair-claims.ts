@@ -1,5 +1,5 @@
 /**
- * Background claims per organisation (DESIGN §9): a claimer first finds the organisations with due
+ * Background claims per organisation: a claimer first finds the organisations with due
  * work, then claims within each one, with org_id in every predicate, so each statement stays within
  * one organisation (one shard under Citus). These helpers keep it fair: one busy organisation cannot
  * starve the others.

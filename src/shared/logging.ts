@@ -334,7 +334,7 @@ export function bindLogContext(log: unknown, context: { apiKeyId: string; orgId:
     // A known key's request binds the same context again once its check passes: nothing to copy.
     if (bound?.apiKeyId === context.apiKeyId && bound.orgId === context.orgId) return;
     // Object.assign, not a spread: adding the two names to a spread copy of the request's bindings
-    // took V8's slow path (1.2 µs per request, against 0.06 µs).
+    // takes V8's slow path.
     logger[LOG_CONTEXT] = Object.assign({}, bound, { apiKeyId: context.apiKeyId, orgId: context.orgId });
   }
 }

@@ -13,7 +13,7 @@ export function generateApiKey(): string {
 }
 
 export function hashApiKey(plaintext: string): string {
-  // One-shot: no Hash object per request (0.26 µs against 0.7 µs for createHash on this machine).
+  // One-shot: no Hash object per request, as createHash would make.
   return hash('sha256', plaintext, 'hex');
 }
 

@@ -169,8 +169,8 @@ const ACCESS_CHECK_SQL = `${KEY_LOOKUP},
  * The access check of a request whose instance holds tokens of both current windows: ACCESS_CHECK_SQL
  * without its writes. No lease is needed, and `last_used_at` loses nothing: the first request of
  * every second leases, so the full check still runs (and touches) at least once a second. Writing
- * nothing, it can share its request's Sync and transaction (a reply and a transaction fewer: +8.9%
- * upserts/s, +20% reads by id, bench/README.md). Parameters: $1–$6 as ACCESS_CHECK_SQL's.
+ * nothing, it can share its request's Sync and transaction (a reply and a transaction fewer; figures
+ * in bench/README.md). Parameters: $1–$6 as ACCESS_CHECK_SQL's.
  * wanted = 1: the windows moved on since the tokens were leased, and the full check must be asked.
  */
 const ACCESS_READ_SQL = `${KEY_LOOKUP}
@@ -198,7 +198,7 @@ export function accessCheckRowOf(result: pg.QueryResult): AccessCheckRow | undef
 /**
  * The result's column names, as the strings kept from the last result with the same names: pg
  * decodes fresh strings for every result, and keying a row by them costs a string-table lookup per
- * column (~0.5 µs per check), against a comparison with the kept ones.
+ * column, against a pointer comparison with the kept ones.
  */
 let keptColumnNames: string[] = [];
 function columnNamesOf(fields: pg.FieldDef[]): string[] {
@@ -260,7 +260,7 @@ export function createApiKeysRepository(db: Executor) {
         input.heldBurstWindow,
         input.heldDayWindow,
       ];
-      // Read as an array: pg then makes no per-result object of the column names (see src/db/pg-array-rows.ts).
+      // Read as an array: pg then makes no per-result object of the column names.
       if (input.readOnly) return { name: 'api_keys_access_read', text: ACCESS_READ_SQL, rowMode: 'array', values };
       return {
         name: 'api_keys_access_check',

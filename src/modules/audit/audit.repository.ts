@@ -145,7 +145,7 @@ export function createAuditRepository(db: Executor) {
       wakeAfterCommit(tx, AUDIT_CHANNEL);
     },
 
-    /** In the order written: by time, the id breaking ties only (a global sequence is no order across machines, DESIGN §9). */
+    /** In the order written: by time, the id breaking ties only (a global sequence is no order across machines). */
     async listForSubject(orgId: string, subjectId: string, tx: Executor = db) {
       return tx
         .select()

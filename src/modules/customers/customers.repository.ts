@@ -241,7 +241,7 @@ export function createCustomersRepository(db: Executor) {
      * Writes `values` to a record the caller read `FOR UPDATE` in this transaction, and returns only
      * the updated_at the database stamped (undefined: no such record). The rest of the row is what the
      * caller read with these values, since the stamp trigger is the only writer besides the caller;
-     * reading back all 45 columns cost the upsert ~6% of its throughput (bench/README.md).
+     * reading back every column would cost the upsert measurably (bench/README.md).
      */
     async updateLocked(
       orgId: string,

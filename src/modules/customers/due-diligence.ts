@@ -18,7 +18,7 @@ export type PreCommencementAssessment = {
 };
 
 /**
- * Status of a new record (spec "States and transitions" + DESIGN.md §3):
+ * Status of a new record (the spec's "States and transitions"):
  * - a non-empty service list owes due diligence, unless the pre-commencement carve-out applies
  *   (`isNewCustomer: false` with a recorded no-trigger assessment);
  * - an empty list, `isDesignatedService: false` with no list, or nothing at all owes none;

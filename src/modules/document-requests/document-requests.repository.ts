@@ -14,7 +14,7 @@ export function createDocumentRequestsRepository(db: Executor) {
       return row!;
     },
 
-    /** The directory entry of an upload link: only the SHA-256 of its token is kept (DESIGN §9). */
+    /** The directory entry of an upload link: only the SHA-256 of its token is kept. */
     async insertToken(values: { tokenHash: string; orgId: string; documentRequestId: string }, tx: Executor = db): Promise<void> {
       await tx.insert(documentRequestTokens).values(values);
     },
@@ -49,7 +49,7 @@ export function createDocumentRequestsRepository(db: Executor) {
       return row;
     },
 
-    /** An entity's requests, oldest first, as every list of the API (DESIGN §3). */
+    /** An entity's requests, oldest first, as every list of the API. */
     async listForEntity(orgId: string, entityId: string, tx: Executor = db): Promise<DocumentRequestRow[]> {
       return tx
         .select()

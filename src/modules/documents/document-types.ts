@@ -52,5 +52,5 @@ export type DocumentMediaType = (typeof DOCUMENT_MEDIA_TYPES)[number];
 
 /** The largest document accepted: 10 MiB. */
 export const MAX_DOCUMENT_BYTES = 10 * 1024 * 1024;
-/** Every upload and every document request costs this many credits (DESIGN §8), under the KYB payer rules. */
+/** Every upload and every document request costs this many credits, under the KYB payer rules. */
 export const DOCUMENT_PRICE = 1;

@@ -74,7 +74,7 @@ export type CreditCharger = ReturnType<typeof createCreditCharger>;
 export type Payer = 'organization' | 'customer';
 
 /**
- * Who pays an emailing check or request (DESIGN §3, "Payer default"): the one the caller asked for,
+ * Who pays an emailing check or request: the one the caller asked for,
  * else the record's own default, else the organisation's (`organization` when none is set).
  */
 export function createPayerResolver(db: Executor) {

@@ -1,4 +1,4 @@
-/** Credits per check (DESIGN.md §3): the one place prices live. */
+/** Credits per check: the one place prices live. */
 export const PRICES = {
   KYC: 1,
   KYB: { automated: 2, contact_led: 3, manual: 0 },
