@@ -84,10 +84,20 @@ const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.lengt
 async function send(
   url: string,
   key: string,
-): Promise<{ elapsed: number; rows: number; body: { data?: unknown[]; next_cursor?: string; has_more?: boolean } }> {
+): Promise<{
+  elapsed: number;
+  rows: number;
+  body: { data?: unknown[]; next_cursor?: string | null; resume_cursor?: string; has_more?: boolean };
+}> {
   const started = performance.now();
   const response = await fetch(url, { headers: { authorization: `Bearer ${key}` } });
-  const body = (await response.json()) as { data?: unknown[]; next_cursor?: string; has_more?: boolean; error?: unknown };
+  const body = (await response.json()) as {
+    data?: unknown[];
+    next_cursor?: string | null;
+    resume_cursor?: string;
+    has_more?: boolean;
+    error?: unknown;
+  };
   const elapsed = performance.now() - started;
   if (!response.ok) throw new Error(`${url} answered ${response.status}: ${JSON.stringify(body)}`);
   return { elapsed, rows: body.data?.length ?? 1, body };
@@ -116,13 +126,13 @@ async function timedPair(smallUrl: string, smallKey: string, largeUrl: string, l
   return { small: stat('small'), large: stat('large') };
 }
 
-/** The cursor half way through the feed, reached as a consumer would: page by page. */
+/** The resume_cursor half way through the feed, reached as a consumer would: page by page. */
 async function middleCursor(base: string, org: Org): Promise<string> {
   let cursor = '';
   for (let seen = 0; seen < org.size / 2;) {
     const { body } = await send(`${base}/v1/events?limit=100${cursor ? `&cursor=${cursor}` : ''}`, org.key);
     seen += body.data?.length ?? 0;
-    cursor = body.next_cursor!;
+    cursor = body.resume_cursor!;
     if (!body.has_more) break;
   }
   return cursor;

@@ -441,7 +441,7 @@ export interface paths {
         };
         /**
          * List events (the feed)
-         * @description Every event of the organisation, in the order the changes committed: the same envelopes webhooks carry. A consumer that keeps the last next_cursor and polls with it (GET /v1/events?cursor=…) never misses an event, even one whose transaction committed late; next_cursor is never null. Events appear within about a second of their commit and are kept EVENT_RETENTION_DAYS (30 by default). Example: GET /v1/events?type=customer.updated&limit=100.
+         * @description Every event of the organisation, in the order the changes committed: the same envelopes webhooks carry. A consumer that keeps the last resume_cursor and polls with it (GET /v1/events?cursor=…) never misses an event, even one whose transaction committed late; resume_cursor is never null, while next_cursor, as on every list, is null on the last page. Events appear within about a second of their commit and are kept EVENT_RETENTION_DAYS (30 by default). Example: GET /v1/events?type=customer.updated&limit=100.
          *
          *     Required scope: `events:read`.
          */
@@ -635,7 +635,7 @@ export interface paths {
         };
         /**
          * List audit events (the compliance trail)
-         * @description Every recorded change of the organisation (through the API, the operator CLI or the service itself), ascending by sequence: the order of the organisation's tamper-evident hash chain, which is the order the changes committed. An event appears once it is sealed into the chain, within about a second of its commit (at most 5 s). Personal data appears as stored; secrets never do. next_cursor is never null: keep the last one and poll with it for newer events. Example: GET /v1/audit-events?subject_id=crm-10442&action=customer.updated&limit=100.
+         * @description Every recorded change of the organisation (through the API, the operator CLI or the service itself), ascending by sequence: the order of the organisation's tamper-evident hash chain, which is the order the changes committed. An event appears once it is sealed into the chain, within about a second of its commit (at most 5 s). Personal data appears as stored; secrets never do. resume_cursor is never null: keep the last one and poll with it for newer events (next_cursor, as on every list, is null on the last page). Example: GET /v1/audit-events?subject_id=crm-10442&action=customer.updated&limit=100.
          *
          *     Required scope: `audit:read`.
          */
@@ -894,7 +894,7 @@ export interface operations {
                          * @enum {string}
                          */
                         object: "list";
-                        /** @description This page, oldest first (created_at, then id). */
+                        /** @description This page, oldest first (created_at, then id). Never null; empty when nothing matches. */
                         data: {
                             /**
                              * Format: uuid
@@ -978,11 +978,17 @@ export interface operations {
                              */
                             updated_at: string;
                         }[];
-                        /** @description Whether another page follows. */
+                        /** @description True only when another page exists; then next_cursor fetches it. */
                         has_more: boolean;
-                        /** @description Pass as cursor, with the same filters, for the next page; null on the last page. */
+                        /**
+                         * @description Pass as cursor, with the same filters, for the next page; null on the last page.
+                         * @example eyJwIjo0MiwiZiI6IjNmOWMifQ.Tm90LWEtcmVhbC1tYWM
+                         */
                         next_cursor: string | null;
-                        /** @description The page size applied. */
+                        /**
+                         * @description The page size applied.
+                         * @example 50
+                         */
                         limit: number;
                         /** @description Matching records in total; only with include=total_count. */
                         total_count?: number;
@@ -2148,7 +2154,7 @@ export interface operations {
                          * @enum {string}
                          */
                         object: "list";
-                        /** @description This page, oldest first (created_at, then id). */
+                        /** @description This page, oldest first (created_at, then id). Never null; empty when nothing matches. */
                         data: {
                             /**
                              * Format: uuid
@@ -2245,11 +2251,17 @@ export interface operations {
                             /** @description When the record last changed (stamped at commit; no-op writes leave it). */
                             updated_at: string;
                         }[];
-                        /** @description Whether another page follows. */
+                        /** @description True only when another page exists; then next_cursor fetches it. */
                         has_more: boolean;
-                        /** @description Pass as cursor, with the same filters, for the next page; null on the last page. */
+                        /**
+                         * @description Pass as cursor, with the same filters, for the next page; null on the last page.
+                         * @example eyJwIjo0MiwiZiI6IjNmOWMifQ.Tm90LWEtcmVhbC1tYWM
+                         */
                         next_cursor: string | null;
-                        /** @description The page size applied. */
+                        /**
+                         * @description The page size applied.
+                         * @example 50
+                         */
                         limit: number;
                         /** @description Matching records in total; only with include=total_count. */
                         total_count?: number;
@@ -5581,7 +5593,7 @@ export interface operations {
             query?: {
                 /** @description Page size 1 to 100, default 50; a whole number outside the range is clamped to it. */
                 limit?: number;
-                /** @description The next_cursor of the previous page, with the same filters. Keep the last one durably: it is where your next poll resumes. */
+                /** @description The resume_cursor (or next_cursor) of the previous page, with the same filters. Keep the last resume_cursor durably: it is where your next poll resumes. */
                 cursor?: string;
                 /** @description Only events of these types, comma-separated. Valid types: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, webhook.test. */
                 type?: string;
@@ -5613,7 +5625,7 @@ export interface operations {
                          * @enum {string}
                          */
                         object: "list";
-                        /** @description This page, in feed order (the order the events committed). */
+                        /** @description This page, in feed order (the order the events committed). Never null; empty when nothing matches. */
                         data: {
                             /**
                              * Format: uuid
@@ -5635,12 +5647,23 @@ export interface operations {
                                 [key: string]: unknown;
                             };
                         }[];
-                        /** @description Whether more are available right now; poll again at once when true, after a pause when false. */
+                        /** @description True only when another page exists right now (then next_cursor fetches it: poll again at once); false on the last page (poll again later with resume_cursor). */
                         has_more: boolean;
-                        /** @description Never null: where your next poll starts (after the last item returned; the same cursor when the page is empty). Pass it as cursor with the same filters. */
-                        next_cursor: string;
-                        /** @description The page size applied. */
+                        /**
+                         * @description Pass as cursor, with the same filters, for the next page; null on the last page.
+                         * @example eyJwIjo0MiwiZiI6IjNmOWMifQ.Tm90LWEtcmVhbC1tYWM
+                         */
+                        next_cursor: string | null;
+                        /**
+                         * @description The page size applied.
+                         * @example 50
+                         */
                         limit: number;
+                        /**
+                         * @description Never null: where your next poll resumes (after the last item returned; on an empty page the cursor you sent). Keep the last one durably and pass it as cursor, with the same filters, to get only newer items. Equals next_cursor while has_more is true.
+                         * @example eyJwIjo0MiwiZiI6IjNmOWMifQ.Tm90LWEtcmVhbC1tYWM
+                         */
+                        resume_cursor: string;
                     };
                 };
             };
@@ -5834,7 +5857,7 @@ export interface operations {
                          * @enum {string}
                          */
                         object: "list";
-                        /** @description This page, oldest first (created_at, then id). */
+                        /** @description This page, oldest first (created_at, then id). Never null; empty when nothing matches. */
                         data: {
                             /**
                              * Format: uuid
@@ -5880,11 +5903,17 @@ export interface operations {
                              */
                             updated_at: string;
                         }[];
-                        /** @description Whether another page follows. */
+                        /** @description True only when another page exists; then next_cursor fetches it. */
                         has_more: boolean;
-                        /** @description Pass as cursor, with the same filters, for the next page; null on the last page. */
+                        /**
+                         * @description Pass as cursor, with the same filters, for the next page; null on the last page.
+                         * @example eyJwIjo0MiwiZiI6IjNmOWMifQ.Tm90LWEtcmVhbC1tYWM
+                         */
                         next_cursor: string | null;
-                        /** @description The page size applied. */
+                        /**
+                         * @description The page size applied.
+                         * @example 50
+                         */
                         limit: number;
                     };
                 };
@@ -6966,7 +6995,7 @@ export interface operations {
                          * @enum {string}
                          */
                         object: "list";
-                        /** @description This page, newest first (created_at, then id, descending). */
+                        /** @description This page, newest first (created_at, then id, descending). Never null; empty when nothing matches. */
                         data: {
                             /**
                              * Format: uuid
@@ -7040,11 +7069,17 @@ export interface operations {
                                 started_at: string;
                             }[];
                         }[];
-                        /** @description Whether another page follows. */
+                        /** @description True only when another page exists; then next_cursor fetches it. */
                         has_more: boolean;
-                        /** @description Pass as cursor, with the same filters, for the next page; null on the last page. */
+                        /**
+                         * @description Pass as cursor, with the same filters, for the next page; null on the last page.
+                         * @example eyJwIjo0MiwiZiI6IjNmOWMifQ.Tm90LWEtcmVhbC1tYWM
+                         */
                         next_cursor: string | null;
-                        /** @description The page size applied. */
+                        /**
+                         * @description The page size applied.
+                         * @example 50
+                         */
                         limit: number;
                     };
                 };
@@ -7297,7 +7332,7 @@ export interface operations {
             query?: {
                 /** @description Page size 1 to 100, default 50; a whole number outside the range is clamped to it. */
                 limit?: number;
-                /** @description The next_cursor of the previous page, with the same filters. Keep the last one: polling with it later returns only newer events. */
+                /** @description The resume_cursor (or next_cursor) of the previous page, with the same filters. Keep the last resume_cursor: polling with it later returns only newer events. */
                 cursor?: string;
                 /** @description Only events about this subject: the UUID of a customer, entity, group, API key (or any subject an event names), or a customer or entity external_id. Unknown in your organisation → 404. */
                 subject_id?: string;
@@ -7331,7 +7366,7 @@ export interface operations {
                          * @enum {string}
                          */
                         object: "list";
-                        /** @description This page, ascending by sequence (the order the changes committed). */
+                        /** @description This page, ascending by sequence (the order the changes committed). Never null; empty when nothing matches. */
                         data: {
                             /**
                              * @description The audit event id (decimal digits): numbered within your organisation, the same number as sequence, so it tells nothing of other organisations' activity; never reused.
@@ -7400,12 +7435,23 @@ export interface operations {
                             /** @description The Idempotency-Key of that request, when it had one. */
                             idempotency_key: string | null;
                         }[];
-                        /** @description Whether more are available right now; poll again at once when true, after a pause when false. */
+                        /** @description True only when another page exists right now (then next_cursor fetches it: poll again at once); false on the last page (poll again later with resume_cursor). */
                         has_more: boolean;
-                        /** @description Never null: where your next poll starts (after the last item returned; the same cursor when the page is empty). Pass it as cursor with the same filters. */
-                        next_cursor: string;
-                        /** @description The page size applied. */
+                        /**
+                         * @description Pass as cursor, with the same filters, for the next page; null on the last page.
+                         * @example eyJwIjo0MiwiZiI6IjNmOWMifQ.Tm90LWEtcmVhbC1tYWM
+                         */
+                        next_cursor: string | null;
+                        /**
+                         * @description The page size applied.
+                         * @example 50
+                         */
                         limit: number;
+                        /**
+                         * @description Never null: where your next poll resumes (after the last item returned; on an empty page the cursor you sent). Keep the last one durably and pass it as cursor, with the same filters, to get only newer items. Equals next_cursor while has_more is true.
+                         * @example eyJwIjo0MiwiZiI6IjNmOWMifQ.Tm90LWEtcmVhbC1tYWM
+                         */
+                        resume_cursor: string;
                     };
                 };
             };

@@ -340,7 +340,7 @@ const TAGS: OpenAPIV3_1.TagObject[] = [
   {
     name: 'Events',
     description:
-      'The events feed (scope `events:read`): every event of the organisation, the same envelopes webhooks carry, in the order the changes committed. Keep the last `next_cursor` and poll with it to never miss an event; events are kept `EVENT_RETENTION_DAYS` (30 by default).',
+      'The events feed (scope `events:read`): every event of the organisation, the same envelopes webhooks carry, in the order the changes committed. Keep the last `resume_cursor` (never null; `next_cursor` is null on the last page, as on every list) and poll with it to never miss an event; events are kept `EVENT_RETENTION_DAYS` (30 by default).',
   },
   {
     name: 'Webhooks',

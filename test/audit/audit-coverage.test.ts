@@ -59,10 +59,10 @@ async function trail(key: string, query: Record<string, string> = {}): Promise<A
       query: { ...query, limit: '100', ...(cursor ? { cursor } : {}) },
     });
     expect(response.statusCode, response.body).toBe(200);
-    const body = response.json<{ data: AuditEvent[]; has_more: boolean; next_cursor: string }>();
+    const body = response.json<{ data: AuditEvent[]; has_more: boolean; next_cursor: string | null }>();
     events.push(...body.data);
+    if (body.next_cursor === null) return events;
     cursor = body.next_cursor;
-    if (!body.has_more) return events;
   }
 }
 

@@ -17,7 +17,7 @@ type AuditEvent = {
   request_id: string | null;
   idempotency_key: string | null;
 };
-type Page = { object: 'list'; data: AuditEvent[]; has_more: boolean; next_cursor: string; limit: number };
+type Page = { object: 'list'; data: AuditEvent[]; has_more: boolean; next_cursor: string | null; resume_cursor: string; limit: number };
 
 const OPERATOR = { type: 'operator', id: 'cli:auditor' } as const;
 
@@ -43,15 +43,15 @@ async function page(org: TestOrg, query: Record<string, string> = {}): Promise<P
   return response.json<Page>();
 }
 
-/** Every event (with the filters), following has_more page by page. */
+/** Every event (with the filters), following next_cursor page by page until it is null. */
 async function walk(org: TestOrg, query: Record<string, string> = {}, limit = 100): Promise<AuditEvent[]> {
   const events: AuditEvent[] = [];
   let cursor: string | undefined;
   for (;;) {
     const body = await page(org, { ...query, limit: String(limit), ...(cursor ? { cursor } : {}) });
     events.push(...body.data);
+    if (body.next_cursor === null) return events;
     cursor = body.next_cursor;
-    if (!body.has_more) return events;
   }
 }
 
@@ -172,7 +172,7 @@ describe('GET /v1/audit-events content', () => {
     expect((await walk(org, { subject_id: created.json().id })).map((event) => event.id)).toEqual(events.map((event) => event.id));
   });
 
-  it('when a row is committed but not sealed, the list does not show it yet; the last cursor then returns it once sealed', async () => {
+  it('when a row is committed but not sealed, the list does not show it yet; the last resume_cursor then returns it once sealed', async () => {
     const org = await ctx.createOrg();
     await sealer.sealOnce();
     const first = await page(org);
@@ -182,11 +182,11 @@ describe('GET /v1/audit-events content', () => {
       body: { fullName: 'Late Sealed', email: 'late@example.com' },
     });
     expect(created.statusCode).toBe(201);
-    const before = await page(org, { cursor: first.next_cursor });
+    const before = await page(org, { cursor: first.resume_cursor });
     expect(before.data).toEqual([]);
-    expect(before.next_cursor).toBe(first.next_cursor);
+    expect(before.resume_cursor).toBe(first.resume_cursor);
     await sealer.sealOnce();
-    const after = await page(org, { cursor: first.next_cursor });
+    const after = await page(org, { cursor: first.resume_cursor });
     expect(after.data.map((event) => event.action)).toEqual(['customer.created']);
   });
 
@@ -289,17 +289,42 @@ describe('GET /v1/audit-events filters and cursor', () => {
     const org = await busyOrganisation();
     const first = await page(org, { limit: '4' });
     expect(first).toMatchObject({ object: 'list', has_more: true, limit: 4 });
-    const second = await page(org, { limit: '4', cursor: first.next_cursor });
-    expect(second.has_more).toBe(false);
+    const second = await page(org, { limit: '4', cursor: first.next_cursor! });
+    expect(second).toMatchObject({ has_more: false, next_cursor: null });
     expect([...first.data, ...second.data].map((event) => event.sequence)).toEqual([1, 2, 3, 4, 5, 6]);
 
-    expectInvalid(await list(org, { cursor: first.next_cursor, action: 'customer.created' }), 'cursor');
-    const [payload, mac] = first.next_cursor.split('.');
+    expectInvalid(await list(org, { cursor: first.resume_cursor, action: 'customer.created' }), 'cursor');
+    const [payload, mac] = first.resume_cursor.split('.');
     const forged = Buffer.from(JSON.stringify({ s: 0, f: JSON.parse(Buffer.from(payload!, 'base64url').toString()).f })).toString(
       'base64url',
     );
     expectInvalid(await list(org, { cursor: `${forged}.${mac}` }), 'cursor');
     expectInvalid(await list(org, { cursor: 'not-a-cursor' }), 'cursor');
+  });
+
+  it('when the last page is read, next_cursor is null and resume_cursor is not; polling with resume_cursor later returns only the newer events', async () => {
+    const org = await busyOrganisation();
+    const first = await page(org, { limit: '4' });
+    expect(first).toMatchObject({ has_more: true });
+    // While another page exists, next_cursor fetches it, and is where a poll would resume.
+    expect(first.next_cursor).toBe(first.resume_cursor);
+    const last = await page(org, { limit: '4', cursor: first.next_cursor! });
+    expect(last.data.map((event) => event.sequence)).toEqual([5, 6]);
+    expect(last).toMatchObject({ has_more: false, next_cursor: null });
+    expect(last.resume_cursor).toEqual(expect.any(String));
+
+    // Nothing new yet: an empty page hands back the same resume_cursor, still with next_cursor null.
+    const atEnd = await page(org, { cursor: last.resume_cursor });
+    expect(atEnd).toMatchObject({ data: [], has_more: false, next_cursor: null, resume_cursor: last.resume_cursor });
+    const created = await ctx.request('POST', '/v1/customers', {
+      key: org.key,
+      body: { fullName: 'Newer One', email: 'newer@example.com' },
+    });
+    expect(created.statusCode).toBe(201);
+    await sealer.sealOnce();
+    const poll = await page(org, { cursor: atEnd.resume_cursor });
+    expect(poll.data.map((event) => [event.sequence, event.action])).toEqual([[7, 'customer.created']]);
+    expect(poll).toMatchObject({ has_more: false, next_cursor: null });
   });
 
   it('when a filter value is malformed, the answer is 422 naming it', async () => {

@@ -28,9 +28,9 @@ afterAll(async () => {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-type Page = { data: Array<{ id: string }>; has_more: boolean; next_cursor: string };
+type Page = { data: Array<{ id: string }>; has_more: boolean; next_cursor: string | null; resume_cursor: string };
 
-/** A consumer polling with its last cursor: `pauseMs` between polls (0: as fast as it can). */
+/** A consumer polling with its last resume_cursor: `pauseMs` between polls (0: as fast as it can). */
 function startConsumer(org: TestOrg, pauseMs: number, limit: number) {
   const seen: string[] = [];
   let cursor: string | undefined;
@@ -46,7 +46,7 @@ function startConsumer(org: TestOrg, pauseMs: number, limit: number) {
       const page = response.json<Page>();
       polls += 1;
       seen.push(...page.data.map((event) => event.id));
-      cursor = page.next_cursor;
+      cursor = page.resume_cursor;
       if (page.has_more) continue;
       if (stopAtEnd) return;
       await sleep(pauseMs);

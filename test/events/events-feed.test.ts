@@ -7,7 +7,7 @@ import { createEntity } from '../entities/entity-test-helpers.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 
 type Event = { id: string; type: string; created: string; data: Record<string, unknown> };
-type Page = { object: 'list'; data: Event[]; has_more: boolean; next_cursor: string; limit: number };
+type Page = { object: 'list'; data: Event[]; has_more: boolean; next_cursor: string | null; resume_cursor: string; limit: number };
 
 let ctx: TestContext;
 let sealer: EventsFeedSealer;
@@ -46,15 +46,15 @@ async function page(org: TestOrg, query: Record<string, string> = {}): Promise<P
   return response.json<Page>();
 }
 
-/** Every event from `cursor` on (the start when undefined), following has_more; returns them and the last cursor. */
+/** Every event from `cursor` on (the start when undefined), following next_cursor until null; returns them and the last resume_cursor. */
 async function walk(org: TestOrg, cursor?: string, query: Record<string, string> = {}): Promise<{ events: Event[]; cursor: string }> {
   const events: Event[] = [];
-  let next = cursor;
+  let next: string | null | undefined = cursor;
   for (;;) {
     const body = await page(org, { ...query, limit: '100', ...(next ? { cursor: next } : {}) });
     events.push(...body.data);
     next = body.next_cursor;
-    if (!body.has_more) return { events, cursor: next };
+    if (next === null) return { events, cursor: body.resume_cursor };
   }
 }
 
@@ -140,30 +140,46 @@ describe('GET /v1/events content and paging', () => {
     expect(one.json()).toEqual(event);
   });
 
-  it('when limit is given it is applied and echoed; has_more says whether more are available now; next_cursor is never null', async () => {
+  it('when limit is given it is applied and echoed; has_more is true only while another page exists, and next_cursor, which fetches it, is null on the last page', async () => {
     const org = await ctx.createOrg();
     const empty = await page(org);
-    expect(empty).toMatchObject({ object: 'list', data: [], has_more: false, limit: 50 });
-    expect(typeof empty.next_cursor).toBe('string');
+    expect(empty).toMatchObject({ object: 'list', data: [], has_more: false, next_cursor: null, limit: 50 });
+    expect(typeof empty.resume_cursor).toBe('string');
 
     const ids: string[] = [];
     for (let index = 0; index < 5; index += 1) ids.push(await recordEvent(org.id));
     await sealer.sealOnce();
 
-    // The start-of-feed cursor of the empty page resumes at the first event.
-    const first = await page(org, { limit: '2', cursor: empty.next_cursor });
+    // The start-of-feed resume_cursor of the empty page resumes at the first event.
+    const first = await page(org, { limit: '2', cursor: empty.resume_cursor });
     expect(first.limit).toBe(2);
     expect(first.data.map((event) => event.id)).toEqual(ids.slice(0, 2));
     expect(first.has_more).toBe(true);
-    const second = await page(org, { limit: '3', cursor: first.next_cursor });
+    // While another page exists, next_cursor fetches it, and is where a poll would resume.
+    expect(first.next_cursor).toBe(first.resume_cursor);
+    const second = await page(org, { limit: '3', cursor: first.next_cursor! });
     expect(second.data.map((event) => event.id)).toEqual(ids.slice(2, 5));
-    expect(second.has_more).toBe(false);
-    // At the end: an empty page hands back the same cursor, and a later event follows from it.
-    const atEnd = await page(org, { cursor: second.next_cursor });
-    expect(atEnd).toMatchObject({ data: [], has_more: false, next_cursor: second.next_cursor });
-    const later = await recordEvent(org.id);
+    expect(second).toMatchObject({ has_more: false, next_cursor: null });
+  });
+
+  it('when the last page is read, next_cursor is null and resume_cursor is not; polling with resume_cursor later returns only the newer events', async () => {
+    const org = await ctx.createOrg();
+    const older = [await recordEvent(org.id), await recordEvent(org.id), await recordEvent(org.id)];
     await sealer.sealOnce();
-    expect((await page(org, { cursor: atEnd.next_cursor })).data.map((event) => event.id)).toEqual([later]);
+    const last = await page(org, { limit: '3' });
+    expect(last.data.map((event) => event.id)).toEqual(older);
+    expect(last).toMatchObject({ has_more: false, next_cursor: null });
+    expect(last.resume_cursor).toEqual(expect.any(String));
+
+    // Nothing new yet: an empty page hands back the same resume_cursor, still with next_cursor null.
+    const atEnd = await page(org, { cursor: last.resume_cursor });
+    expect(atEnd).toMatchObject({ data: [], has_more: false, next_cursor: null, resume_cursor: last.resume_cursor });
+    const newer = [await recordEvent(org.id), await recordEvent(org.id)];
+    await sealer.sealOnce();
+    const poll = await page(org, { cursor: atEnd.resume_cursor });
+    expect(poll.data.map((event) => event.id)).toEqual(newer);
+    expect(poll).toMatchObject({ has_more: false, next_cursor: null });
+    expect(poll.resume_cursor).not.toBe(last.resume_cursor);
   });
 
   it('when filtering by type, customer_id (UUID or external_id, individual or entity) and created_after/created_before, only matching events come back and the cursor passes the filters through', async () => {
@@ -198,10 +214,10 @@ describe('GET /v1/events content and paging', () => {
 
     // Paging one by one through a filter keeps to it.
     const first = await page(org, { customer_id: 'p-1', limit: '1' });
-    const rest = await walk(org, first.next_cursor, { customer_id: 'p-1' });
+    const rest = await walk(org, first.resume_cursor, { customer_id: 'p-1' });
     expect([...first.data, ...rest.events].map((event) => event.id)).toEqual(aboutPerson);
     // A UUID and an external_id of one record are one walk.
-    expect((await page(org, { customer_id: personId, cursor: first.next_cursor })).data.map((event) => event.id)).toEqual(
+    expect((await page(org, { customer_id: personId, cursor: first.resume_cursor })).data.map((event) => event.id)).toEqual(
       aboutPerson.slice(1),
     );
 
@@ -247,7 +263,7 @@ describe('GET /v1/events content and paging', () => {
     await recordEvent(org.id);
     await recordEvent(org.id);
     await sealer.sealOnce();
-    const { next_cursor: cursor } = await page(org, { limit: '1' });
+    const { resume_cursor: cursor } = await page(org, { limit: '1' });
     const [payload, mac] = cursor.split('.');
     const forged = Buffer.from(JSON.stringify({ ...JSON.parse(Buffer.from(payload!, 'base64url').toString()), p: 0 })).toString(
       'base64url',
@@ -312,9 +328,9 @@ describe('feed order is commit order', () => {
     release();
     const a = await t1;
     // Committed, not sealed yet: nothing new, and the cursor stays where it was.
-    expect(await page(org, { cursor: first.next_cursor })).toMatchObject({ data: [], next_cursor: first.next_cursor });
+    expect(await page(org, { cursor: first.resume_cursor })).toMatchObject({ data: [], resume_cursor: first.resume_cursor });
     await sealer.sealOnce();
-    const second = await page(org, { cursor: first.next_cursor });
+    const second = await page(org, { cursor: first.resume_cursor });
     expect(second.data.map((event) => event.id)).toEqual([a]);
     // A was written first (an earlier created) yet comes later, where its commit put it.
     expect(Date.parse(second.data[0]!.created)).toBeLessThanOrEqual(Date.parse(first.data[0]!.created));
@@ -436,6 +452,6 @@ describe('retention', () => {
 
     expect((await ctx.request('GET', `/v1/events/${old}`, { key: org.key })).statusCode).toBe(404);
     expect((await walk(org)).events.map((event) => event.id)).toEqual(kept);
-    expect((await walk(org, consumer.next_cursor)).events.map((event) => event.id)).toEqual(kept);
+    expect((await walk(org, consumer.resume_cursor)).events.map((event) => event.id)).toEqual(kept);
   });
 });

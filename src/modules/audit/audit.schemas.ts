@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { dateTimeSchema } from '../../shared/dates.schema.js';
-import { feedEnvelope, limitParam } from '../customers/customers.schemas.js';
+import { feedEnvelope } from '../../shared/list-envelope.js';
+import { limitParam } from '../customers/customers.schemas.js';
 
 /** `action`: a comma list of actions, as a sorted set (so `a,b` and `b,a` are the same walk). */
 const actionList = z
@@ -31,7 +32,7 @@ export const listAuditEventsQuery = z
       .max(1024)
       .optional()
       .describe(
-        'The next_cursor of the previous page, with the same filters. Keep the last one: polling with it later returns only newer events.',
+        'The resume_cursor (or next_cursor) of the previous page, with the same filters. Keep the last resume_cursor: polling with it later returns only newer events.',
       ),
     subject_id: z
       .string()

@@ -2,6 +2,7 @@ import { isDeepStrictEqual } from 'node:util';
 import type { Database, Executor } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
+import { feedPage } from '../../shared/list-envelope.js';
 import { createApiKeysRepository } from '../api-keys/api-keys.repository.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
 import type { RequestContext } from '../customers/customers.service.js';
@@ -159,14 +160,8 @@ export function createAuditService(deps: { database: Database; cursorKey?: Curso
       // From the primary: a replica could lag behind a sequence the previous page returned.
       const rows = await audit.listSealed(ctx.orgId, filters, limit + 1);
       const page = rows.slice(0, limit);
-      return {
-        object: 'list',
-        data: page.map(toDto),
-        has_more: rows.length > limit,
-        // Never null: an empty page hands back where it started, so an auditor's next poll resumes there.
-        next_cursor: encodeSequenceCursor(page.at(-1)?.sequence ?? after, fingerprint, key),
-        limit,
-      };
+      // resume_cursor is never null: an empty page hands back where it started, so an auditor's next poll resumes there.
+      return feedPage(page.map(toDto), limit, rows.length > limit, encodeSequenceCursor(page.at(-1)?.sequence ?? after, fingerprint, key));
     },
 
     /** The end of the organisation's chain, to publish elsewhere (a daily anchor reveals a truncation later). */

@@ -7,7 +7,7 @@ import {
   idParams,
   individualSchema,
   listCustomersQuery,
-  listEnvelope,
+  recordListEnvelope,
   patchCustomerBody,
   replaceServicesBody,
   upsertCustomerBody,
@@ -54,7 +54,7 @@ export async function customersRoutes(fastify: FastifyInstance): Promise<void> {
         description:
           'Ascending by (created_at, id) with an opaque cursor. Poll with updated_since set to the time of your previous poll (see the README polling recipe).',
         querystring: listCustomersQuery,
-        response: { 200: listEnvelope(individualSchema), ...errorResponses(401, 403, 422, 429) },
+        response: { 200: recordListEnvelope(individualSchema), ...errorResponses(401, 403, 422, 429) },
       },
     },
     async (request, reply) => {

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { calendarDateSchema, dateTimeSchema } from '../../shared/dates.schema.js';
+import { listEnvelope } from '../../shared/list-envelope.js';
 import { isDesignatedServiceCode } from '../designated-services/catalog.js';
 import { KYC_STATUSES } from './due-diligence.js';
 
@@ -200,29 +201,8 @@ export const individualSchema = z
   .describe('An individual customer (INDIVIDUAL or SOLE_TRADER).');
 export type IndividualDto = z.infer<typeof individualSchema>;
 
-export const listEnvelope = <T extends z.ZodType>(item: T) =>
-  z.object({
-    object: z.literal('list').describe('Always list.'),
-    data: z.array(item).describe('This page, oldest first (created_at, then id).'),
-    has_more: z.boolean().describe('Whether another page follows.'),
-    next_cursor: z.string().nullable().describe('Pass as cursor, with the same filters, for the next page; null on the last page.'),
-    limit: z.number().int().describe('The page size applied.'),
+/** The list envelope of customers and entities (src/shared/list-envelope.ts), with the optional total_count. */
+export const recordListEnvelope = <T extends z.ZodType>(item: T) =>
+  listEnvelope(item, 'oldest first (created_at, then id)').extend({
     total_count: z.number().int().optional().describe('Matching records in total; only with include=total_count.'),
-  });
-
-/**
- * The list envelope of a feed a consumer resumes (the events feed, the audit trail): ascending in commit
- * order, and next_cursor never null, since it is where the next poll starts.
- */
-export const feedEnvelope = <T extends z.ZodType>(item: T, order: string) =>
-  z.object({
-    object: z.literal('list').describe('Always list.'),
-    data: z.array(item).describe(`This page, ${order}.`),
-    has_more: z.boolean().describe('Whether more are available right now; poll again at once when true, after a pause when false.'),
-    next_cursor: z
-      .string()
-      .describe(
-        'Never null: where your next poll starts (after the last item returned; the same cursor when the page is empty). Pass it as cursor with the same filters.',
-      ),
-    limit: z.number().int().describe('The page size applied.'),
   });

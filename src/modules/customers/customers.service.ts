@@ -4,6 +4,7 @@ import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { systemClock, type Clock } from '../../shared/clock.js';
 import { Issues, todayIso } from '../../shared/issues.js';
+import type { ListPage } from '../../shared/list-envelope.js';
 import type { Actor } from '../audit/audit.repository.js';
 import { normalizeServiceCodes } from '../designated-services/catalog.js';
 import { checkBusinessRegister, type BusinessRegister } from './business-register.js';
@@ -43,14 +44,7 @@ export type ListQuery = {
   type?: string;
 };
 
-export type ListResult<T> = {
-  object: 'list';
-  data: T[];
-  has_more: boolean;
-  next_cursor: string | null;
-  limit: number;
-  total_count?: number;
-};
+export type ListResult<T> = ListPage<T> & { total_count?: number };
 
 /**
  * A list page, and for the first page of a walk the time its read began: every change of the

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { errorResponses } from '../../shared/error-responses.js';
-import { amlBlockSchema, idParams, listEnvelope } from '../customers/customers.schemas.js';
+import { amlBlockSchema, idParams, recordListEnvelope } from '../customers/customers.schemas.js';
 import { requestContext } from '../customers/request-context.js';
 import { createEntitiesService } from './entities.service.js';
 import { addOwnersBody, entitySchema, listEntitiesQuery, patchEntityBody, ubosResponse, upsertEntityBody } from './entities.schemas.js';
@@ -40,7 +40,7 @@ export async function entitiesRoutes(fastify: FastifyInstance): Promise<void> {
         summary: 'List entities',
         description: 'Same envelope, cursor and filters as GET /customers; status filters kyb_status; plus a type filter.',
         querystring: listEntitiesQuery,
-        response: { 200: listEnvelope(entitySchema), ...errorResponses(401, 403, 422, 429) },
+        response: { 200: recordListEnvelope(entitySchema), ...errorResponses(401, 403, 422, 429) },
       },
     },
     async (request, reply) => {

@@ -19,8 +19,9 @@ export async function eventsRoutes(fastify: FastifyInstance): Promise<void> {
         summary: 'List events (the feed)',
         description:
           'Every event of the organisation, in the order the changes committed: the same envelopes webhooks carry. ' +
-          'A consumer that keeps the last next_cursor and polls with it (GET /v1/events?cursor=…) never misses an event, ' +
-          'even one whose transaction committed late; next_cursor is never null. Events appear within about a second of ' +
+          'A consumer that keeps the last resume_cursor and polls with it (GET /v1/events?cursor=…) never misses an event, ' +
+          'even one whose transaction committed late; resume_cursor is never null, while next_cursor, as on every list, is null on the last page. ' +
+          'Events appear within about a second of ' +
           'their commit and are kept EVENT_RETENTION_DAYS (30 by default). Example: GET /v1/events?type=customer.updated&limit=100.',
         querystring: listEventsQuery,
         response: { 200: eventListSchema, ...errorResponses(401, 403, 404, 422, 429) },

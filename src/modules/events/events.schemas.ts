@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { dateTimeSchema } from '../../shared/dates.schema.js';
-import { feedEnvelope, limitParam } from '../customers/customers.schemas.js';
+import { feedEnvelope } from '../../shared/list-envelope.js';
+import { limitParam } from '../customers/customers.schemas.js';
 import { FEED_EVENT_TYPES } from '../webhooks/outbox.repository.js';
 
 const KNOWN_TYPES: ReadonlySet<string> = new Set(FEED_EVENT_TYPES);
@@ -31,7 +32,7 @@ export const listEventsQuery = z
       .max(1024)
       .optional()
       .describe(
-        'The next_cursor of the previous page, with the same filters. Keep the last one durably: it is where your next poll resumes.',
+        'The resume_cursor (or next_cursor) of the previous page, with the same filters. Keep the last resume_cursor durably: it is where your next poll resumes.',
       ),
     type: typeList.optional(),
     customer_id: z

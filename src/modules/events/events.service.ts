@@ -1,6 +1,7 @@
 import type { Database } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
+import { feedPage } from '../../shared/list-envelope.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
 import type { RequestContext } from '../customers/customers.service.js';
 import {
@@ -70,15 +71,14 @@ export function createEventsService(deps: { database: Database; cursorKey?: Curs
       };
       const rows = await events.list(ctx.orgId, filters, limit + 1);
       const page = rows.slice(0, limit);
-      // Never null: an empty page hands back the position it started from, so the consumer resumes there.
+      // resume_cursor is never null: an empty page hands back the position it started from, so the consumer resumes there.
       const resumeAt = page.at(-1)?.position ?? after;
-      return {
-        object: 'list',
-        data: page.map((row) => toDto(row.payload)),
-        has_more: rows.length > limit,
-        next_cursor: encodePosition(resumeAt, fingerprint, key),
+      return feedPage(
+        page.map((row) => toDto(row.payload)),
         limit,
-      };
+        rows.length > limit,
+        encodePosition(resumeAt, fingerprint, key),
+      );
     },
 
     /** One event, sealed or not yet; a malformed id is simply not found. */

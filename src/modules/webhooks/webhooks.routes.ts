@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { errorResponses } from '../../shared/error-responses.js';
+import { listEnvelope } from '../../shared/list-envelope.js';
 import { requestContext } from '../customers/request-context.js';
 import { webhookTargetPolicy } from './endpoint-url.js';
 import {
@@ -14,7 +15,6 @@ import {
   endpointWithSecretSchema,
   listEndpointDeliveriesQuery,
   listEndpointsQuery,
-  pageEnvelope,
   retriedDeliverySchema,
   rotateSecretBody,
   testEventResultSchema,
@@ -59,7 +59,7 @@ export async function webhooksRoutes(fastify: FastifyInstance): Promise<void> {
         summary: 'List webhook endpoints',
         description: 'Ascending by (created_at, id) with an opaque cursor. Never shows a secret.',
         querystring: listEndpointsQuery,
-        response: { 200: pageEnvelope(endpointSchema, 'oldest first (created_at, then id)'), ...errorResponses(401, 403, 422, 429) },
+        response: { 200: listEnvelope(endpointSchema, 'oldest first (created_at, then id)'), ...errorResponses(401, 403, 422, 429) },
       },
     },
     async (request) => webhooks.listEndpointsPage(requestContext(request).orgId, request.query),
@@ -176,7 +176,7 @@ export async function webhooksRoutes(fastify: FastifyInstance): Promise<void> {
         params: endpointIdParams,
         querystring: listEndpointDeliveriesQuery,
         response: {
-          200: pageEnvelope(deliverySchema, 'newest first (created_at, then id, descending)'),
+          200: listEnvelope(deliverySchema, 'newest first (created_at, then id, descending)'),
           ...errorResponses(401, 403, 404, 422, 429),
         },
       },

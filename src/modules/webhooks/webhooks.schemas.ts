@@ -360,14 +360,3 @@ export const testEventResultSchema = z
       },
     },
   });
-
-/** The list envelope of these routes; `order` says how `data` is sorted. */
-export const pageEnvelope = <T extends z.ZodType>(item: T, order: string) =>
-  z.object({
-    object: z.literal('list').describe('Always list.'),
-    data: z.array(item).describe(`This page, ${order}.`),
-    has_more: z.boolean().describe('Whether another page follows.'),
-    next_cursor: z.string().nullable().describe('Pass as cursor, with the same filters, for the next page; null on the last page.'),
-    limit: z.int().describe('The page size applied.'),
-  });
-export type Page<T> = { object: 'list'; data: T[]; has_more: boolean; next_cursor: string | null; limit: number };

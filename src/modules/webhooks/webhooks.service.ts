@@ -3,6 +3,7 @@ import { type z } from 'zod';
 import type { Database, Executor, Tx } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
+import type { ListPage } from '../../shared/list-envelope.js';
 import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
 import { cursorKeyLoader, decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from '../customers/list-cursor.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
@@ -32,7 +33,6 @@ import {
   type ListDeliveriesInput,
   type ListEndpointDeliveriesQuery,
   type ListPageQuery,
-  type Page,
   type UpdateEndpointInput,
   type WebhookAttemptDto,
   type WebhookDeliveryDto,
@@ -307,7 +307,7 @@ export function createWebhooksService(
     },
 
     /** The list envelope: ascending (created_at, id), with a cursor, as every list. No secrets. */
-    async listEndpointsPage(orgId: string, query: ListPageQuery = {}): Promise<Page<WebhookEndpointDto>> {
+    async listEndpointsPage(orgId: string, query: ListPageQuery = {}): Promise<ListPage<WebhookEndpointDto>> {
       const limit = pageLimit(query.limit);
       const fingerprint = filterFingerprint({ list: 'webhook_endpoints' });
       const key = await cursorKey();
@@ -468,7 +468,7 @@ export function createWebhooksService(
       id: string,
       query: ListEndpointDeliveriesQuery,
       options: { orgId: string },
-    ): Promise<Page<WebhookDeliveryDto>> {
+    ): Promise<ListPage<WebhookDeliveryDto>> {
       const limit = pageLimit(query.limit);
       const fingerprint = filterFingerprint({ list: 'webhook_deliveries', endpoint: id, status: query.status ?? null });
       const key = await cursorKey();
