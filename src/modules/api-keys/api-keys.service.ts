@@ -4,7 +4,8 @@ import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { SCOPES, type Scope } from '../../plugins/route-scopes.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
-import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
+import { createAuditRepository } from '../audit/audit.repository.js';
+import type { Actor } from '../../shared/actor.js';
 import { displayPrefix, generateApiKey, hashApiKey } from './api-key-secret.js';
 import { createApiKeysRepository, type ApiKeyRecord } from './api-keys.repository.js';
 

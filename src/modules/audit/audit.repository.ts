@@ -3,14 +3,8 @@ import { boundAsGiven as bound, builtOnce } from '../../db/built-once.js';
 import { wakeAfterCommit, type Executor } from '../../db/client.js';
 import { organisationsWith } from '../../db/skip-scan.js';
 import { apiKeys, auditChainHeads, auditCheckpoints, auditLog } from '../../db/schema.js';
+import type { Actor } from '../../shared/actor.js';
 import type { ChainRow } from './audit-chain.js';
-
-/**
- * Who caused a change: an API key, an operator at the CLI, or the system itself; for an API request,
- * its request id and Idempotency-Key (both kept on the audit row).
- */
-/** `contact`: an entity's contact through a document request's upload link; the id is the request's. */
-export type Actor = { type: 'api_key' | 'operator' | 'system' | 'contact'; id: string | null; requestId?: string; idempotencyKey?: string };
 
 /** The channel an audit write wakes once committed: the sealers of every instance (audit-chain.sealer.ts). */
 export const AUDIT_CHANNEL = 'audit_log';

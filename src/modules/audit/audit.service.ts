@@ -4,14 +4,9 @@ import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { createApiKeysRepository } from '../api-keys/api-keys.repository.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
-import type { RequestContext } from '../customers/customers.service.js';
-import {
-  cursorKeyLoader,
-  decodeSequenceCursor,
-  encodeSequenceCursor,
-  filterFingerprint,
-  type CursorKey,
-} from '../customers/list-cursor.js';
+import type { RequestContext } from '../../shared/request-context.js';
+import { decodeSequenceCursor, encodeSequenceCursor, filterFingerprint, type CursorKey } from '../../shared/list-cursor.js';
+import { cursorKeyLoader } from '../service-secrets/cursor-key.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
 import { GENESIS_HASH } from './audit-chain.js';
 import { verifyChain, type ChainVerdict } from './audit-chain.verifier.js';
@@ -26,7 +21,8 @@ import {
   type ExportManifest,
 } from './audit-export.js';
 import { createAuditPurge, type AuditPurgeResult } from './audit-purge.js';
-import { createAuditRepository, type Actor, type AuditEventFilters, type AuditEventRow } from './audit.repository.js';
+import { createAuditRepository, type AuditEventFilters, type AuditEventRow } from './audit.repository.js';
+import type { Actor } from '../../shared/actor.js';
 import type { AuditEventDto, AuditEventList, ListAuditEventsQuery } from './audit.schemas.js';
 
 type Changes = AuditEventDto['changes'];

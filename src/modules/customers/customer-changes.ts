@@ -1,7 +1,8 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { Executor } from '../../db/client.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
-import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
+import { createAuditRepository } from '../audit/audit.repository.js';
+import type { Actor } from '../../shared/actor.js';
 import { createOutboxRepository, RECORD_UPDATED_AT } from '../webhooks/outbox.repository.js';
 import { auditChanges, auditSnapshot } from './customer-dto.js';
 

@@ -8,15 +8,16 @@ import { createAuditRepository } from '../audit/audit.repository.js';
 import { changedColumns, createCustomerChangeRecorder } from '../customers/customer-changes.js';
 import { toAmlBlock, toIndividualDto } from '../customers/customer-dto.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
-import { cursorKeyLoader, type CursorKey } from '../customers/list-cursor.js';
+import { type CursorKey } from '../../shared/list-cursor.js';
+import { cursorKeyLoader } from '../service-secrets/cursor-key.js';
 import {
   checkDueDiligenceInputs,
   listCustomerRecords,
   servicesUpdate,
   type ListQuery,
   type ListRead,
-  type RequestContext,
 } from '../customers/customers.service.js';
+import type { RequestContext } from '../../shared/request-context.js';
 import type { RiskAnswers } from '../customers/risk-model.js';
 import { createEntitiesRepository } from './entities.repository.js';
 import type { AddOwnersBody, ContactInput, EntityDto, PatchEntityBody, UpsertEntityBody } from './entities.schemas.js';

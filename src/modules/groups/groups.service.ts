@@ -2,7 +2,8 @@ import type { z } from 'zod';
 import type { Database, Executor } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
-import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
+import { createAuditRepository } from '../audit/audit.repository.js';
+import type { Actor } from '../../shared/actor.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
 import { CURATED_TEMPLATES, type CheckTrigger, type CuratedTemplate, type PartyType } from './curated-templates.js';
 import {

@@ -1,6 +1,7 @@
 import type { Executor } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
-import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
+import { createAuditRepository } from '../audit/audit.repository.js';
+import type { Actor } from '../../shared/actor.js';
 import { createOrganisationsRepository } from './organisations.repository.js';
 
 /** What a charge pays for: the ledger row's reason and the record it points at. */

@@ -2,7 +2,8 @@ import type { Database } from '../../db/client.js';
 import type { OrganisationRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
-import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
+import { createAuditRepository } from '../audit/audit.repository.js';
+import type { Actor } from '../../shared/actor.js';
 import { createOrganisationsRepository } from './organisations.repository.js';
 import {
   FEATURES,

@@ -1,7 +1,7 @@
 import type { Database, Executor } from '../../db/client.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
-import type { Actor } from '../audit/audit.repository.js';
+import type { Actor } from '../../shared/actor.js';
 import { createCustomerChangeRecorder } from '../customers/customer-changes.js';
 import { toAmlBlock, toIndividualDto } from '../customers/customer-dto.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';

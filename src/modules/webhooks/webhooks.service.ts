@@ -3,8 +3,10 @@ import { type z } from 'zod';
 import type { Database, Executor, Tx } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
-import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
-import { cursorKeyLoader, decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from '../customers/list-cursor.js';
+import { createAuditRepository } from '../audit/audit.repository.js';
+import type { Actor } from '../../shared/actor.js';
+import { decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from '../../shared/list-cursor.js';
+import { cursorKeyLoader } from '../service-secrets/cursor-key.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
 import {
   assertDeliverableTarget,
