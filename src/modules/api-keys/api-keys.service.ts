@@ -2,7 +2,7 @@ import ipaddr from 'ipaddr.js';
 import type { Database } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
-import { SCOPES, type Scope } from '../../plugins/route-scopes.js';
+import { SCOPES, type Scope } from '../../shared/scopes.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
 import { createAuditRepository } from '../audit/audit.repository.js';
 import type { Actor } from '../../shared/actor.js';
