@@ -4,7 +4,7 @@ import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { SCOPES, type Scope } from '../../shared/scopes.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
-import { createAuditRepository } from '../audit/audit.repository.js';
+import { createAuditWriter } from '../../shared/audit-writer.js';
 import type { Actor } from '../../shared/actor.js';
 import { displayPrefix, generateApiKey, hashApiKey } from './api-key-secret.js';
 import { createApiKeysRepository, type ApiKeyRecord } from './api-keys.repository.js';
@@ -72,7 +72,7 @@ export function createApiKeysService(deps: { database: Database }) {
   const { database } = deps;
   const keys = createApiKeysRepository(database.db);
   const organisations = createOrganisationsRepository(database.db);
-  const audit = createAuditRepository(database.db);
+  const audit = createAuditWriter(database.db);
 
   return {
     /** Issues a key; the plaintext is returned here and never again. */

@@ -6,7 +6,7 @@ import type { TextSealer } from '../../shared/text-sealer.js';
 import { LINK_TOKEN_PATTERN, linkTokenHash, newLinkToken } from '../../shared/link-tokens.js';
 import { createOrgRotation, dueOrganisations } from '../../shared/fair-claims.js';
 import { Issues } from '../../shared/issues.js';
-import { createAuditRepository } from '../audit/audit.repository.js';
+import { createAuditWriter } from '../../shared/audit-writer.js';
 import type { Actor } from '../../shared/actor.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
 import type { RequestContext } from '../../shared/request-context.js';
@@ -85,7 +85,7 @@ export function createDocumentRequestsService(deps: { database: Database; public
   const customers = createCustomersRepository(database.db);
   const organisations = createOrganisationsRepository(database.db);
   const emails = createEmailsRepository(database.db, deps.sealer);
-  const audit = createAuditRepository(database.db);
+  const audit = createAuditWriter(database.db);
   const outbox = createOutboxRepository(database.db);
   const charge = createCreditCharger(database.db);
   const payerFor = createPayerResolver(database.db);
