@@ -7,7 +7,7 @@ import { buildApp } from '../../src/app.js';
 import { createDatabase } from '../../src/db/client.js';
 import { webhookEndpoints } from '../../src/db/schema.js';
 import { apiModules } from '../../src/modules/index.js';
-import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
+import { createOutboxRepository } from '../../src/shared/outbox.js';
 import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
 import { type Scope } from '../../src/shared/scopes.js';
 import { startServer } from '../../src/server.js';

@@ -11,7 +11,7 @@ import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
 import { type Scope } from '../../src/shared/scopes.js';
 import { startServer } from '../../src/server.js';
 import { createDatabase } from '../../src/db/client.js';
-import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
+import { createOutboxRepository } from '../../src/shared/outbox.js';
 import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
 import { createTestContext, testConfig, type TestContext, type TestOrg } from '../helpers/harness.js';
 import { startReceiver } from '../helpers/webhook-receiver.js';

@@ -3,7 +3,7 @@ import type { Executor } from '../../db/client.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { createAuditWriter } from '../../shared/audit-writer.js';
 import type { Actor } from '../../shared/actor.js';
-import { createOutboxRepository, RECORD_UPDATED_AT } from '../webhooks/outbox.repository.js';
+import { createOutboxRepository, RECORD_UPDATED_AT } from '../../shared/outbox.js';
 import { auditChanges, auditSnapshot } from './customer-dto.js';
 
 /** Only the columns whose value would really change; an empty result means a no-op write. */

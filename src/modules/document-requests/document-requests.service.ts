@@ -16,7 +16,7 @@ import type { SpooledFile } from '../documents/multipart-intake.js';
 import { createEmailsRepository } from '../emails/emails.repository.js';
 import { createCreditCharger, createPayerResolver } from '../organisations/credits.service.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
-import { createOutboxRepository } from '../webhooks/outbox.repository.js';
+import { createOutboxRepository } from '../../shared/outbox.js';
 import { createDocumentRequestsRepository, type RequestDocument } from './document-requests.repository.js';
 import { DEFAULT_DUE_DAYS, MAX_DUE_DAYS, type CreateDocumentRequestBody, type DocumentRequestDto } from './document-requests.schemas.js';
 

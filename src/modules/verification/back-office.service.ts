@@ -9,7 +9,7 @@ import { AML_STATUSES, type AmlStatus } from '../customers/customers.schemas.js'
 import { NAME_PROVENANCE } from '../customers/customers.service.js';
 import { countryCode } from '../entities/entities.schemas.js';
 import { createEntitiesService } from '../entities/entities.service.js';
-import { createOutboxRepository } from '../webhooks/outbox.repository.js';
+import { createOutboxRepository } from '../../shared/outbox.js';
 import { createVerificationRepository } from './verification.repository.js';
 
 export const VERDICTS = ['VERIFIED', 'FAILED', 'RESUBMIT'] as const;

@@ -15,7 +15,7 @@ import {
   type ResolveHost,
   type WebhookTargetPolicy,
 } from './endpoint-url.js';
-import { createOutboxRepository } from './outbox.repository.js';
+import { createOutboxRepository } from '../../shared/outbox.js';
 import {
   createWebhooksRepository,
   type EndpointChanges,
