@@ -1,4 +1,3 @@
-import { isDeepStrictEqual } from 'node:util';
 import type { Database, Executor } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
@@ -9,6 +8,7 @@ import { decodeSequenceCursor, encodeSequenceCursor, filterFingerprint, type Cur
 import { cursorKeyLoader } from '../service-secrets/cursor-key.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
 import { GENESIS_HASH } from './audit-chain.js';
+import { changesOf } from './audit-changes.js';
 import { verifyChain, type ChainVerdict } from './audit-chain.verifier.js';
 import {
   csvHeader,
@@ -24,31 +24,6 @@ import { createAuditPurge, type AuditPurgeResult } from './audit-purge.js';
 import { createAuditRepository, type AuditEventFilters, type AuditEventRow } from './audit.repository.js';
 import type { Actor } from '../../shared/actor.js';
 import type { AuditEventDto, AuditEventList, ListAuditEventsQuery } from './audit.schemas.js';
-
-type Changes = AuditEventDto['changes'];
-
-const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
-
-/**
- * The fields that differ between a row's before and after, each with its old and new value. A field
- * missing on one side counts as null there (a creation lists every field with old null). Rows whose
- * before/after is not an object compare as a whole, under `value`.
- */
-export function changesOf(before: unknown, after: unknown): Changes {
-  const changes: Changes = {};
-  if (!isRecord(before ?? {}) || !isRecord(after ?? {})) {
-    if (!isDeepStrictEqual(before ?? null, after ?? null)) changes.value = { old: before ?? null, new: after ?? null };
-    return changes;
-  }
-  const old = (before ?? {}) as Record<string, unknown>;
-  const next = (after ?? {}) as Record<string, unknown>;
-  for (const field of [...new Set([...Object.keys(old), ...Object.keys(next)])].sort()) {
-    const was = old[field] ?? null;
-    const is = next[field] ?? null;
-    if (!isDeepStrictEqual(was, is)) changes[field] = { old: was, new: is };
-  }
-  return changes;
-}
 
 /**
  * An audit event as the API shows it. Its `id` is its sequence in the organisation's chain, not the
