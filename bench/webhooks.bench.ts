@@ -15,7 +15,7 @@ import pg from 'pg';
 import { createDatabase } from '../src/db/client.js';
 import { runMigrations } from '../src/db/migrate.js';
 import { createDeliveryWorker } from '../src/modules/webhooks/delivery.worker.js';
-import { createOutboxRepository } from '../src/modules/webhooks/outbox.repository.js';
+import { createOutboxRepository } from '../src/shared/outbox.js';
 import { createWebhookSender } from '../src/modules/webhooks/webhook-sender.js';
 import { createWebhooksService } from '../src/modules/webhooks/webhooks.service.js';
 import { createOrganisationsService } from '../src/modules/organisations/organisations.service.js';

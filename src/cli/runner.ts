@@ -7,7 +7,7 @@ import type { Database } from '../db/client.js';
 import { connect } from '../db/connect.js';
 import { isAppError } from '../shared/app-error.js';
 import { connectionLevelMessage, isDatabaseError } from '../shared/database-errors.js';
-import type { Actor } from '../modules/audit/audit.repository.js';
+import type { Actor } from '../shared/actor.js';
 
 export type CommandContext = { config: Config; database: Database; actor: Actor };
 

@@ -4,7 +4,7 @@
  */
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
-import { SCOPES } from '../plugins/route-scopes.js';
+import { SCOPES } from '../shared/scopes.js';
 import { createApiKeysService } from '../modules/api-keys/api-keys.service.js';
 import { createOrganisationsRepository } from '../modules/organisations/organisations.repository.js';
 import { FEATURES } from '../modules/organisations/organisations.schemas.js';

@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest, RouteHandlerMethod 
 import fp from 'fastify-plugin';
 import stableStringify from 'safe-stable-stringify';
 import { AppError, isAppError } from '../shared/app-error.js';
+import { idempotencyKeyOf } from '../shared/request-context.js';
 import { errorEnvelope } from './errors.plugin.js';
 import { createIdempotencyRepository } from './idempotency.repository.js';
 
@@ -15,16 +16,6 @@ export function requestFingerprint(method: string, path: string, body: unknown):
   return createHash('sha256')
     .update(`${method} ${path}\n${stableStringify(body ?? null)}`)
     .digest('hex');
-}
-
-/**
- * The request's Idempotency-Key as the idempotency layer reads it (the first one when repeated), or
- * undefined without one; the audit row of the change records it.
- */
-export function idempotencyKeyOf(request: FastifyRequest): string | undefined {
-  const header = request.headers['idempotency-key'];
-  if (header === undefined) return undefined;
-  return Array.isArray(header) ? (header[0] ?? '') : header;
 }
 
 type Outcome = { kind: 'sent'; status: number; body: string; replayed: boolean } | { kind: 'error'; error: AppError };

@@ -1,20 +1,9 @@
+import type { Scope } from '../shared/scopes.js';
+
 /**
  * The single table of which scope each v1 route needs (the spec's Scopes table, and ours for the routes it leaves open).
  * `null` means any valid key. A v1 route missing from this table fails at startup.
  */
-export const SCOPES = [
-  'customers:read',
-  'customers:write',
-  'aml:read',
-  'verification:write',
-  'groups:read',
-  'groups:write',
-  'events:read',
-  'webhooks:write',
-  'audit:read',
-] as const;
-export type Scope = (typeof SCOPES)[number];
-
 export const ROUTE_SCOPES: Readonly<Record<string, Scope | null>> = {
   'POST /v1/customers': 'customers:write',
   'GET /v1/customers': 'customers:read',

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAuditChainSealer, type AuditChainSealer } from '../../src/modules/audit/audit-chain.sealer.js';
 import { createEventsFeedSealer, type EventsFeedSealer } from '../../src/modules/events/events-feed.sealer.js';
-import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
+import { createOutboxRepository } from '../../src/shared/outbox.js';
 import { generateOpenApiDocument } from '../../src/plugins/openapi-document.js';
 import { createEntity, createIndividual } from '../entities/entity-test-helpers.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';

@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
-import { ROUTE_SCOPES, SCOPES } from '../../src/plugins/route-scopes.js';
+import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
+import { SCOPES } from '../../src/shared/scopes.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 import { minimalUpload } from '../helpers/multipart.js';
 

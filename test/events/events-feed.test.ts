@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createDatabase, type Database } from '../../src/db/client.js';
 import { createEventsFeedSealer, type EventsFeedSealer } from '../../src/modules/events/events-feed.sealer.js';
 import { createRetentionService } from '../../src/modules/retention/retention.service.js';
-import { createOutboxRepository, type FeedEventType } from '../../src/modules/webhooks/outbox.repository.js';
+import { createOutboxRepository, type FeedEventType } from '../../src/shared/outbox.js';
 import { createEntity } from '../entities/entity-test-helpers.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 

@@ -6,7 +6,7 @@ import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, describe, expect, it, vi } from 'vitest';
-import { SCOPES } from '../../src/plugins/route-scopes.js';
+import { SCOPES } from '../../src/shared/scopes.js';
 import { API_KEY_IN_OUTPUT, runSvc, startServe, temporaryDataDir, type ServeProcess } from '../helpers/svc-process.js';
 import { runSvcInProcess } from '../helpers/cli-in-process.js';
 

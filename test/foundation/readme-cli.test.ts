@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
+import { createOutboxRepository } from '../../src/shared/outbox.js';
 import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
 import { createTestContext, TEST_LINK_ENCRYPTION_KEY, type TestContext } from '../helpers/harness.js';
 import { collectProcessOutput } from '../helpers/log-collector.js';

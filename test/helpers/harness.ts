@@ -5,7 +5,7 @@ import { createDatabase, type Database } from '../../src/db/client.js';
 import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
 import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
 import { FEATURES, type Feature, type Payer } from '../../src/modules/organisations/organisations.schemas.js';
-import { SCOPES } from '../../src/plugins/route-scopes.js';
+import { SCOPES } from '../../src/shared/scopes.js';
 import { createTestDatabase } from './database.js';
 import { collectingLoggerOptions, recordSent } from './log-collector.js';
 import { MultipartBody } from './multipart.js';

@@ -14,7 +14,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createVerificationClient } from '../../clients/typescript/client.js';
 import { apiModules } from '../../src/modules/index.js';
-import { ROUTE_SCOPES, type Scope } from '../../src/plugins/route-scopes.js';
+import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
+import { type Scope } from '../../src/shared/scopes.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 import { findChromium } from '../helpers/chromium.js';
 

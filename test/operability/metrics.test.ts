@@ -7,8 +7,9 @@ import { buildApp } from '../../src/app.js';
 import { createDatabase } from '../../src/db/client.js';
 import { webhookEndpoints } from '../../src/db/schema.js';
 import { apiModules } from '../../src/modules/index.js';
-import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
-import { ROUTE_SCOPES, type Scope } from '../../src/plugins/route-scopes.js';
+import { createOutboxRepository } from '../../src/shared/outbox.js';
+import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
+import { type Scope } from '../../src/shared/scopes.js';
 import { startServer } from '../../src/server.js';
 import { createTestContext, testConfig, type TestContext, type TestOrg } from '../helpers/harness.js';
 

@@ -15,7 +15,8 @@ import { createDatabase, type Database } from '../../src/db/client.js';
 import { apiModules } from '../../src/modules/index.js';
 import { generateOpenApiDocument, serializeOpenApiDocument } from '../../src/plugins/openapi-document.js';
 import { API_TITLE, openapiPlugin } from '../../src/plugins/openapi.plugin.js';
-import { ROUTE_SCOPES, type Scope } from '../../src/plugins/route-scopes.js';
+import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
+import { type Scope } from '../../src/shared/scopes.js';
 import { errorEnvelopeSchema } from '../../src/shared/error-envelope.schema.js';
 import { findChromium } from '../helpers/chromium.js';
 

@@ -9,7 +9,7 @@ import { createAuditPurge } from '../../src/modules/audit/audit-purge.js';
 import { createAuditRepository } from '../../src/modules/audit/audit.repository.js';
 import { createCustomersRepository } from '../../src/modules/customers/customers.repository.js';
 import { createEventsFeedSealer } from '../../src/modules/events/events-feed.sealer.js';
-import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
+import { createOutboxRepository } from '../../src/shared/outbox.js';
 import { databaseFailure } from '../helpers/database-assertions.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 

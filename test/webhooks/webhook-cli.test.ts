@@ -3,7 +3,7 @@ import pg from 'pg';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDeliveryWorker } from '../../src/modules/webhooks/delivery.worker.js';
-import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
+import { createOutboxRepository } from '../../src/shared/outbox.js';
 import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 import { startReceiver, waitFor, type Receiver } from '../helpers/webhook-receiver.js';

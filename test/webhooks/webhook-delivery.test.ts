@@ -7,7 +7,7 @@ import { auditLog, outboxEvents, webhookDeliveries, webhookEndpoints } from '../
 import { createDeliveryRepository } from '../../src/modules/webhooks/delivery.repository.js';
 import { createDeliveryWorker, type DeliveryWorker, type DeliveryWorkerOptions } from '../../src/modules/webhooks/delivery.worker.js';
 import { NOT_A_PUBLIC_HOST } from '../../src/modules/webhooks/endpoint-url.js';
-import { createOutboxRepository, type EventType } from '../../src/modules/webhooks/outbox.repository.js';
+import { createOutboxRepository, type EventType } from '../../src/shared/outbox.js';
 import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 import { startReceiver, waitFor, type Receiver } from '../helpers/webhook-receiver.js';

@@ -7,8 +7,8 @@ import { auditLog, webhookDeliveries, webhookEndpoints } from '../../src/db/sche
 import { createDeliveryRepository } from '../../src/modules/webhooks/delivery.repository.js';
 import { createDeliveryWorker, type DeliveryWorker } from '../../src/modules/webhooks/delivery.worker.js';
 import { NOT_A_PUBLIC_HOST } from '../../src/modules/webhooks/endpoint-url.js';
-import { createOutboxRepository, type EventType } from '../../src/modules/webhooks/outbox.repository.js';
-import { SCOPES } from '../../src/plugins/route-scopes.js';
+import { createOutboxRepository, type EventType } from '../../src/shared/outbox.js';
+import { SCOPES } from '../../src/shared/scopes.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 import { startReceiver, waitFor, type Receipt, type Receiver } from '../helpers/webhook-receiver.js';
 

@@ -3,7 +3,7 @@ import { and, eq } from 'drizzle-orm';
 import { auditLog, webhookEndpoints } from '../../src/db/schema.js';
 import { DEFAULT_RETRY_SCHEDULE_MS } from '../../src/modules/webhooks/delivery.worker.js';
 import { isPublicAddress, NOT_A_PUBLIC_HOST } from '../../src/modules/webhooks/endpoint-url.js';
-import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
+import { createOutboxRepository } from '../../src/shared/outbox.js';
 import { DEFAULT_REQUEST_TIMEOUT_MS, parseRetryAfter } from '../../src/modules/webhooks/webhook-sender.js';
 import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';

@@ -12,7 +12,7 @@ import {
   type DeliveryWorker,
   type DeliveryWorkerOptions,
 } from '../../src/modules/webhooks/delivery.worker.js';
-import { createOutboxRepository } from '../../src/modules/webhooks/outbox.repository.js';
+import { createOutboxRepository } from '../../src/shared/outbox.js';
 import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
 import { createTestContext, type TestContext } from '../helpers/harness.js';
 import { collectingLoggerOptions } from '../helpers/log-collector.js';

@@ -1,6 +1,6 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { createApiKeysService } from '../../modules/api-keys/api-keys.service.js';
-import { SCOPES } from '../../plugins/route-scopes.js';
+import { SCOPES } from '../../shared/scopes.js';
 import { dateTimeRangeProblem } from '../../shared/dates.schema.js';
 import { parseInteger, parseList, type CliRunner } from '../runner.js';
 

@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { webhookTargetPolicy } from '../../modules/webhooks/endpoint-url.js';
 import { createWebhooksService } from '../../modules/webhooks/webhooks.service.js';
 import { DELIVERY_STATUSES, type DeliveryStatus } from '../../modules/webhooks/webhooks.schemas.js';
-import { EVENT_TYPES, type EventType } from '../../modules/webhooks/outbox.repository.js';
+import { EVENT_TYPES, type EventType } from '../../shared/outbox.js';
 import { parseInteger, parseList, type CommandContext, type CliRunner } from '../runner.js';
 
 const service = ({ config, database }: CommandContext) => createWebhooksService({ database, ...webhookTargetPolicy(config) });

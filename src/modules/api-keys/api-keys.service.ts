@@ -2,9 +2,10 @@ import ipaddr from 'ipaddr.js';
 import type { Database } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
-import { SCOPES, type Scope } from '../../plugins/route-scopes.js';
+import { SCOPES, type Scope } from '../../shared/scopes.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
-import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
+import { createAuditWriter } from '../../shared/audit-writer.js';
+import type { Actor } from '../../shared/actor.js';
 import { displayPrefix, generateApiKey, hashApiKey } from './api-key-secret.js';
 import { createApiKeysRepository, type ApiKeyRecord } from './api-keys.repository.js';
 
@@ -71,7 +72,7 @@ export function createApiKeysService(deps: { database: Database }) {
   const { database } = deps;
   const keys = createApiKeysRepository(database.db);
   const organisations = createOrganisationsRepository(database.db);
-  const audit = createAuditRepository(database.db);
+  const audit = createAuditWriter(database.db);
 
   return {
     /** Issues a key; the plaintext is returned here and never again. */

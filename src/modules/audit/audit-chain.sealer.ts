@@ -1,6 +1,7 @@
 import { createCommitOrderSealer, type CommitOrderSealer, type CommitOrderSealerOptions } from '../../shared/commit-order-sealer.js';
 import { chainHash, GENESIS_HASH } from './audit-chain.js';
-import { AUDIT_CHANNEL, createAuditRepository } from './audit.repository.js';
+import { AUDIT_CHANNEL } from '../../shared/audit-writer.js';
+import { createAuditRepository } from './audit.repository.js';
 
 export type AuditChainSealer = CommitOrderSealer;
 

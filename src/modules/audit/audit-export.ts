@@ -1,6 +1,6 @@
 import { csvRow, type CsvCell } from '../../shared/csv.js';
 import type { ChainRow } from './audit-chain.js';
-import { changesOf } from './audit.service.js';
+import { changesOf } from './audit-changes.js';
 
 /**
  * The file `svc audit export` writes and `svc audit verify --file` reads: one record per sealed row,

@@ -5,7 +5,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { parseCsvRow } from '../../shared/csv.js';
 import { chainHash, GENESIS_HASH } from './audit-chain.js';
 import type { ChainBreak, ChainProblem } from './audit-chain.verifier.js';
-import { changesOf } from './audit.service.js';
+import { changesOf } from './audit-changes.js';
 import {
   chainRowOf,
   CSV_COLUMNS,

@@ -2,7 +2,8 @@ import type { Database } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { createServiceSecretsRepository } from '../service-secrets/service-secrets.repository.js';
 import { chainHash, checkpointSignature, checkpointSignatureMatches, GENESIS_HASH } from './audit-chain.js';
-import { AUDIT_PURGED_ACTION, createAuditRepository, type Actor } from './audit.repository.js';
+import { AUDIT_PURGED_ACTION, createAuditRepository } from './audit.repository.js';
+import type { Actor } from '../../shared/actor.js';
 
 /** Rows deleted per transaction: one short transaction, like the retention job's other batches. */
 export const DEFAULT_AUDIT_PURGE_BATCH = 1_000;

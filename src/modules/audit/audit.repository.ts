@@ -1,19 +1,9 @@
 import { and, asc, eq, gt, gte, inArray, isNotNull, isNull, lt, lte, sql, type SQL } from 'drizzle-orm';
-import { boundAsGiven as bound, builtOnce } from '../../db/built-once.js';
-import { wakeAfterCommit, type Executor } from '../../db/client.js';
+import type { Executor } from '../../db/client.js';
 import { organisationsWith } from '../../db/skip-scan.js';
 import { apiKeys, auditChainHeads, auditCheckpoints, auditLog } from '../../db/schema.js';
+import { createAuditWriter } from '../../shared/audit-writer.js';
 import type { ChainRow } from './audit-chain.js';
-
-/**
- * Who caused a change: an API key, an operator at the CLI, or the system itself; for an API request,
- * its request id and Idempotency-Key (both kept on the audit row).
- */
-/** `contact`: an entity's contact through a document request's upload link; the id is the request's. */
-export type Actor = { type: 'api_key' | 'operator' | 'system' | 'contact'; id: string | null; requestId?: string; idempotencyKey?: string };
-
-/** The channel an audit write wakes once committed: the sealers of every instance (audit-chain.sealer.ts). */
-export const AUDIT_CHANNEL = 'audit_log';
 
 /** The action of the audit row a purge writes with its checkpoint (audit-purge.ts). */
 export const AUDIT_PURGED_ACTION = 'audit_log.purged';
@@ -64,86 +54,9 @@ const chainColumns = {
   idempotencyKey: auditLog.idempotencyKey,
 };
 
-export type AuditEntry = {
-  orgId: string;
-  actor: Actor;
-  action: string;
-  subjectType: string;
-  subjectId: string | null;
-  before: unknown;
-  after: unknown;
-};
-
-/** An audit entry whose `after` is `before` with `changes` over its top-level fields (`{ ...before, ...changes }`). */
-export type AuditChangeEntry = Omit<AuditEntry, 'after'> & { before: Record<string, unknown>; changes: Record<string, unknown> };
-
 export function createAuditRepository(db: Executor) {
-  // Every change writes one: built once (see built-once.ts).
-  const insertEntry = builtOnce('audit_log_insert', () =>
-    db.insert(auditLog).values({
-      orgId: bound('orgId'),
-      actorType: bound('actorType'),
-      actorId: bound('actorId'),
-      action: bound('action'),
-      subjectType: bound('subjectType'),
-      subjectId: bound('subjectId'),
-      before: bound('before'),
-      after: bound('after'),
-      requestId: bound('requestId'),
-      idempotencyKey: bound('idempotencyKey'),
-    }),
-  );
-  // The database makes `after` from `before` and the changes: `before` is encoded and sent once, not twice.
-  const insertChange = builtOnce('audit_log_insert_change', () => {
-    const columns = sql.join(
-      [
-        auditLog.orgId,
-        auditLog.actorType,
-        auditLog.actorId,
-        auditLog.action,
-        auditLog.subjectType,
-        auditLog.subjectId,
-        auditLog.before,
-        auditLog.after,
-        auditLog.requestId,
-        auditLog.idempotencyKey,
-      ].map((column) => sql.identifier(column.name)),
-      sql`, `,
-    );
-    return sql`INSERT INTO ${auditLog} (${columns})
-      SELECT ${bound('orgId')}, ${bound('actorType')}, ${bound('actorId')}, ${bound('action')}, ${bound('subjectType')}, ${bound('subjectId')},
-             change.before, change.before || change.changes, ${bound('requestId')}, ${bound('idempotencyKey')}
-        FROM (SELECT ${bound('before')}::jsonb AS before, ${bound('changes')}::jsonb AS changes) AS change`;
-  });
-  const json = (value: unknown) => (value === undefined || value === null ? null : JSON.stringify(value));
-
-  /** The values every audit row binds besides its before and after. */
-  const whoAndWhat = (entry: Omit<AuditEntry, 'before' | 'after'>) => ({
-    orgId: entry.orgId,
-    actorType: entry.actor.type,
-    actorId: entry.actor.id,
-    action: entry.action,
-    subjectType: entry.subjectType,
-    subjectId: entry.subjectId,
-    requestId: entry.actor.requestId ?? null,
-    idempotencyKey: entry.actor.idempotencyKey ?? null,
-  });
-
   return {
-    async record(entry: AuditEntry, tx: Executor = db): Promise<void> {
-      await insertEntry.run(tx, Object.assign(whoAndWhat(entry), { before: json(entry.before), after: json(entry.after) }));
-      // The sealer chains the row once it is committed; no statement of the writer's waits for it.
-      wakeAfterCommit(tx, AUDIT_CHANNEL);
-    },
-
-    /** Records a change as `record` would with `after: { ...entry.before, ...entry.changes }`. */
-    async recordChange(entry: AuditChangeEntry, tx: Executor = db): Promise<void> {
-      await insertChange.run(
-        tx,
-        Object.assign(whoAndWhat(entry), { before: JSON.stringify(entry.before), changes: JSON.stringify(entry.changes) }),
-      );
-      wakeAfterCommit(tx, AUDIT_CHANNEL);
-    },
+    ...createAuditWriter(db),
 
     /** In the order written: by time, the id breaking ties only (a global sequence is no order across machines). */
     async listForSubject(orgId: string, subjectId: string, tx: Executor = db) {

@@ -1,20 +1,15 @@
-import { isDeepStrictEqual } from 'node:util';
 import type { Database, Executor } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { feedPage } from '../../shared/list-envelope.js';
 import { createApiKeysRepository } from '../api-keys/api-keys.repository.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
-import type { RequestContext } from '../customers/customers.service.js';
-import {
-  cursorKeyLoader,
-  decodeSequenceCursor,
-  encodeSequenceCursor,
-  filterFingerprint,
-  type CursorKey,
-} from '../customers/list-cursor.js';
+import type { RequestContext } from '../../shared/request-context.js';
+import { decodeSequenceCursor, encodeSequenceCursor, filterFingerprint, type CursorKey } from '../../shared/list-cursor.js';
+import { cursorKeyLoader } from '../service-secrets/cursor-key.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
 import { GENESIS_HASH } from './audit-chain.js';
+import { changesOf } from './audit-changes.js';
 import { verifyChain, type ChainVerdict } from './audit-chain.verifier.js';
 import {
   csvHeader,
@@ -27,33 +22,9 @@ import {
   type ExportManifest,
 } from './audit-export.js';
 import { createAuditPurge, type AuditPurgeResult } from './audit-purge.js';
-import { createAuditRepository, type Actor, type AuditEventFilters, type AuditEventRow } from './audit.repository.js';
+import { createAuditRepository, type AuditEventFilters, type AuditEventRow } from './audit.repository.js';
+import type { Actor } from '../../shared/actor.js';
 import type { AuditEventDto, AuditEventList, ListAuditEventsQuery } from './audit.schemas.js';
-
-type Changes = AuditEventDto['changes'];
-
-const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
-
-/**
- * The fields that differ between a row's before and after, each with its old and new value. A field
- * missing on one side counts as null there (a creation lists every field with old null). Rows whose
- * before/after is not an object compare as a whole, under `value`.
- */
-export function changesOf(before: unknown, after: unknown): Changes {
-  const changes: Changes = {};
-  if (!isRecord(before ?? {}) || !isRecord(after ?? {})) {
-    if (!isDeepStrictEqual(before ?? null, after ?? null)) changes.value = { old: before ?? null, new: after ?? null };
-    return changes;
-  }
-  const old = (before ?? {}) as Record<string, unknown>;
-  const next = (after ?? {}) as Record<string, unknown>;
-  for (const field of [...new Set([...Object.keys(old), ...Object.keys(next)])].sort()) {
-    const was = old[field] ?? null;
-    const is = next[field] ?? null;
-    if (!isDeepStrictEqual(was, is)) changes[field] = { old: was, new: is };
-  }
-  return changes;
-}
 
 /**
  * An audit event as the API shows it. Its `id` is its sequence in the organisation's chain, not the

@@ -1,8 +1,9 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { Executor } from '../../db/client.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
-import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
-import { createOutboxRepository, RECORD_UPDATED_AT } from '../webhooks/outbox.repository.js';
+import { createAuditWriter } from '../../shared/audit-writer.js';
+import type { Actor } from '../../shared/actor.js';
+import { createOutboxRepository, RECORD_UPDATED_AT } from '../../shared/outbox.js';
 import { auditChanges, auditSnapshot } from './customer-dto.js';
 
 /** Only the columns whose value would really change; an empty result means a no-op write. */
@@ -43,7 +44,7 @@ function firesUpdated(change: { before: CustomerRow | undefined; after: Customer
  * creation, a `customer.updated` event carrying the public DTO of that moment.
  */
 export function createCustomerChangeRecorder(db: Executor) {
-  const audit = createAuditRepository(db);
+  const audit = createAuditWriter(db);
   const outbox = createOutboxRepository(db);
   return {
     /**
@@ -89,7 +90,7 @@ export function createCustomerChangeRecorder(db: Executor) {
         fireUpdated?: boolean;
         /** The DTO's updated_at is RECORD_UPDATED_AT, to be read from the record (see writeChange). */
         updatedAtFromRecord?: boolean;
-        /** `after` is `before` with these columns: the audit row's `after` is made from them (see AuditRepository.recordChange). */
+        /** `after` is `before` with these columns: the audit row's `after` is made from them (see recordChange in shared/audit-writer.ts). */
         diff?: Partial<NewCustomerRow>;
       },
       tx: Executor,

@@ -12,7 +12,7 @@ import {
   replaceServicesBody,
   upsertCustomerBody,
 } from './customers.schemas.js';
-import { requestContext } from './request-context.js';
+import { requestContext } from '../../shared/request-context.js';
 
 export async function customersRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();

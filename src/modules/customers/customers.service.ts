@@ -5,7 +5,7 @@ import { AppError } from '../../shared/app-error.js';
 import { systemClock, type Clock } from '../../shared/clock.js';
 import { Issues, todayIso } from '../../shared/issues.js';
 import type { ListPage } from '../../shared/list-envelope.js';
-import type { Actor } from '../audit/audit.repository.js';
+import type { RequestContext } from '../../shared/request-context.js';
 import { normalizeServiceCodes } from '../designated-services/catalog.js';
 import { checkBusinessRegister, type BusinessRegister } from './business-register.js';
 import { changedColumns, createCustomerChangeRecorder } from './customer-changes.js';
@@ -20,11 +20,9 @@ import {
   type KycStatus,
   type PreCommencementAssessment,
 } from './due-diligence.js';
-import { cursorKeyLoader, decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from './list-cursor.js';
+import { decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from '../../shared/list-cursor.js';
+import { cursorKeyLoader } from '../service-secrets/cursor-key.js';
 import { classifyClient, rateRisk, type RiskAnswers } from './risk-model.js';
-
-/** Who is asking, in which organisation. Every query is scoped by `orgId`. */
-export type RequestContext = { orgId: string; actor: Actor };
 
 /** Provenance ranks of structured name parts: a correction from a higher rank is never overwritten. */
 export const NAME_PROVENANCE = { INTEGRATION: 10, OFFICER: 20, VERIFICATION_PROVIDER: 30 } as const;

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { errorResponses } from '../../shared/error-responses.js';
 import { idParams } from '../customers/customers.schemas.js';
-import { requestContext } from '../customers/request-context.js';
+import { requestContext } from '../../shared/request-context.js';
 import { createDocumentRequestsService } from './document-requests.service.js';
 import { createDocumentRequestBody, createdDocumentRequestSchema, documentRequestListSchema } from './document-requests.schemas.js';
 

@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { errorEnvelopeSchema } from '../../shared/error-envelope.schema.js';
 import { errorResponses } from '../../shared/error-responses.js';
 import { idParams } from '../customers/customers.schemas.js';
-import { requestContext } from '../customers/request-context.js';
+import { requestContext } from '../../shared/request-context.js';
 import { DOCUMENT_MEDIA_TYPES, MAX_DOCUMENT_BYTES } from './document-types.js';
 import {
   documentParams,

@@ -3,8 +3,9 @@ import type { Database, Executor } from '../../db/client.js';
 import type { EntityDocumentRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
-import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
-import type { RequestContext } from '../customers/customers.service.js';
+import { createAuditWriter } from '../../shared/audit-writer.js';
+import type { Actor } from '../../shared/actor.js';
+import type { RequestContext } from '../../shared/request-context.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
 import { createCreditCharger } from '../organisations/credits.service.js';
 import type { DocumentStorage } from './document-storage.js';
@@ -92,7 +93,7 @@ export async function storeDocument(
       `document ${row.id}: the spooled file changed between intake (${row.sizeBytes} bytes) and storage (${written.size} bytes)`,
     );
   }
-  await createAuditRepository(tx).record(
+  await createAuditWriter(tx).record(
     {
       orgId: input.orgId,
       actor: input.actor,

@@ -4,19 +4,20 @@ import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { systemClock, type Clock } from '../../shared/clock.js';
 import { Issues } from '../../shared/issues.js';
-import { createAuditRepository } from '../audit/audit.repository.js';
+import { createAuditWriter } from '../../shared/audit-writer.js';
 import { changedColumns, createCustomerChangeRecorder } from '../customers/customer-changes.js';
 import { toAmlBlock, toIndividualDto } from '../customers/customer-dto.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
-import { cursorKeyLoader, type CursorKey } from '../customers/list-cursor.js';
+import { type CursorKey } from '../../shared/list-cursor.js';
+import { cursorKeyLoader } from '../service-secrets/cursor-key.js';
 import {
   checkDueDiligenceInputs,
   listCustomerRecords,
   servicesUpdate,
   type ListQuery,
   type ListRead,
-  type RequestContext,
 } from '../customers/customers.service.js';
+import type { RequestContext } from '../../shared/request-context.js';
 import type { RiskAnswers } from '../customers/risk-model.js';
 import { createEntitiesRepository } from './entities.repository.js';
 import type { AddOwnersBody, ContactInput, EntityDto, PatchEntityBody, UpsertEntityBody } from './entities.schemas.js';
@@ -39,7 +40,7 @@ export function createEntitiesService(deps: { database: Database; pageReads?: Pa
   const customers = createCustomersRepository(database.db);
   const entities = createEntitiesRepository(database.db);
   const changes = createCustomerChangeRecorder(database.db);
-  const audit = createAuditRepository(database.db);
+  const audit = createAuditWriter(database.db);
 
   async function dtoOf(row: CustomerRow, tx: Executor): Promise<EntityDto> {
     const contact = row.contactCustomerId ? await customers.findById(row.orgId, row.contactCustomerId, tx) : undefined;

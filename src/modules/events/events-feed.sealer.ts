@@ -1,8 +1,6 @@
 import { createCommitOrderSealer, type CommitOrderSealer, type CommitOrderSealerOptions } from '../../shared/commit-order-sealer.js';
+import { FEED_CHANNEL } from '../../shared/outbox.js';
 import { createEventsRepository } from './events.repository.js';
-
-/** The channel outbox.repository.ts wakes after a commit that wrote events. */
-export const FEED_CHANNEL = 'outbox_events';
 
 export type EventsFeedSealer = CommitOrderSealer;
 

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { errorResponses } from '../../shared/error-responses.js';
-import { requestContext } from '../customers/request-context.js';
+import { requestContext } from '../../shared/request-context.js';
 import { eventIdParams, eventListSchema, eventSchema, listEventsQuery } from './events.schemas.js';
 import { createEventsService } from './events.service.js';
 

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { dateTimeSchema } from '../../shared/dates.schema.js';
 import { feedEnvelope } from '../../shared/list-envelope.js';
 import { limitParam } from '../customers/customers.schemas.js';
-import { FEED_EVENT_TYPES } from '../webhooks/outbox.repository.js';
+import { FEED_EVENT_TYPES } from '../../shared/outbox.js';
 
 const KNOWN_TYPES: ReadonlySet<string> = new Set(FEED_EVENT_TYPES);
 const VALID_TYPES = `Valid types: ${FEED_EVENT_TYPES.join(', ')}.`;

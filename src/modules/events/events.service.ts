@@ -3,16 +3,9 @@ import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { feedPage } from '../../shared/list-envelope.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
-import type { RequestContext } from '../customers/customers.service.js';
-import {
-  checkFingerprint,
-  cursorKeyLoader,
-  filterFingerprint,
-  notACursor,
-  openCursor,
-  signCursor,
-  type CursorKey,
-} from '../customers/list-cursor.js';
+import type { RequestContext } from '../../shared/request-context.js';
+import { checkFingerprint, filterFingerprint, notACursor, openCursor, signCursor, type CursorKey } from '../../shared/list-cursor.js';
+import { cursorKeyLoader } from '../service-secrets/cursor-key.js';
 import { createEventsRepository, type FeedFilters } from './events.repository.js';
 import type { EventDto, EventList, ListEventsQuery } from './events.schemas.js';
 

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { confirmedAuth } from '../../plugins/auth.plugin.js';
 import { errorResponses } from '../../shared/error-responses.js';
-import { requestActor } from '../customers/request-context.js';
+import { requestActor } from '../../shared/request-context.js';
 import { createGroupsService, type GroupsCaller } from './groups.service.js';
 import { createGroupBodySchema, groupSchema, groupTemplateListSchema } from './groups.schemas.js';
 

@@ -2,7 +2,8 @@ import type { z } from 'zod';
 import type { Database, Executor } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
-import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
+import { createAuditWriter } from '../../shared/audit-writer.js';
+import type { Actor } from '../../shared/actor.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
 import { CURATED_TEMPLATES, type CheckTrigger, type CuratedTemplate, type PartyType } from './curated-templates.js';
 import {
@@ -91,7 +92,7 @@ export function createGroupsService(deps: {
   const curated = deps.curatedTemplates ?? CURATED_TEMPLATES;
   const curatedCodes = curated.map((template) => template.code);
   const repository = createGroupsRepository(database.db);
-  const audit = createAuditRepository(database.db);
+  const audit = createAuditWriter(database.db);
   const organisations = createOrganisationsRepository(database.db);
 
   // Organisations whose curated copies are known to be current in this process: a sync costs one

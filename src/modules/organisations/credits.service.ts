@@ -1,6 +1,7 @@
 import type { Executor } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
-import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
+import { createAuditWriter } from '../../shared/audit-writer.js';
+import type { Actor } from '../../shared/actor.js';
 import { createOrganisationsRepository } from './organisations.repository.js';
 
 /** What a charge pays for: the ledger row's reason and the record it points at. */
@@ -25,7 +26,7 @@ export type Charge = {
  */
 export function createCreditCharger(db: Executor) {
   const organisations = createOrganisationsRepository(db);
-  const audit = createAuditRepository(db);
+  const audit = createAuditWriter(db);
   return async function charge(ctx: { orgId: string; actor: Actor }, charge: Charge, tx: Executor): Promise<void> {
     if (charge.cost <= 0) return;
     const { cost, reason } = charge;

@@ -2,7 +2,8 @@ import type { Database } from '../../db/client.js';
 import type { OrganisationRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
-import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
+import { createAuditWriter } from '../../shared/audit-writer.js';
+import type { Actor } from '../../shared/actor.js';
 import { createOrganisationsRepository } from './organisations.repository.js';
 import {
   FEATURES,
@@ -31,7 +32,7 @@ const SYSTEM_ACTOR: Actor = { type: 'system', id: null };
 export function createOrganisationsService(deps: { database: Database }) {
   const { database } = deps;
   const repository = createOrganisationsRepository(database.db);
-  const audit = createAuditRepository(database.db);
+  const audit = createAuditWriter(database.db);
 
   async function require(id: string): Promise<OrganisationRow> {
     const row = isUuid(id) ? await repository.findById(id, database.current()) : undefined;

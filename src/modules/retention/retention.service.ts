@@ -1,7 +1,7 @@
 import type { RetentionSettings } from '../../config/config.js';
 import type { Database } from '../../db/client.js';
 import { createAuditPurge } from '../audit/audit-purge.js';
-import type { Actor } from '../audit/audit.repository.js';
+import type { Actor } from '../../shared/actor.js';
 import { createRetentionRepository, RETENTION_TABLES, type RetentionTable } from './retention.repository.js';
 
 export { RETENTION_TABLES, type RetentionTable };

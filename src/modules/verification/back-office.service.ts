@@ -1,7 +1,7 @@
 import type { Database, Executor } from '../../db/client.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
-import type { Actor } from '../audit/audit.repository.js';
+import type { Actor } from '../../shared/actor.js';
 import { createCustomerChangeRecorder } from '../customers/customer-changes.js';
 import { toAmlBlock, toIndividualDto } from '../customers/customer-dto.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
@@ -9,7 +9,7 @@ import { AML_STATUSES, type AmlStatus } from '../customers/customers.schemas.js'
 import { NAME_PROVENANCE } from '../customers/customers.service.js';
 import { countryCode } from '../entities/entities.schemas.js';
 import { createEntitiesService } from '../entities/entities.service.js';
-import { createOutboxRepository } from '../webhooks/outbox.repository.js';
+import { createOutboxRepository } from '../../shared/outbox.js';
 import { createVerificationRepository } from './verification.repository.js';
 
 export const VERDICTS = ['VERIFIED', 'FAILED', 'RESUBMIT'] as const;

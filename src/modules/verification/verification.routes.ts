@@ -3,7 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { confirmedAuth } from '../../plugins/auth.plugin.js';
 import { errorResponses } from '../../shared/error-responses.js';
 import { idParams } from '../customers/customers.schemas.js';
-import { requestContext } from '../customers/request-context.js';
+import { requestContext } from '../../shared/request-context.js';
 import { createVerificationService } from './verification.service.js';
 import {
   entityStartResponse,

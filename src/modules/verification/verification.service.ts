@@ -7,7 +7,7 @@ import type { TextSealer } from '../../shared/text-sealer.js';
 import { createCustomerChangeRecorder } from '../customers/customer-changes.js';
 import { toIndividualDto } from '../customers/customer-dto.js';
 import { createCustomersRepository } from '../customers/customers.repository.js';
-import type { RequestContext } from '../customers/customers.service.js';
+import type { RequestContext } from '../../shared/request-context.js';
 import { createEntitiesRepository } from '../entities/entities.repository.js';
 import { createEntitiesService } from '../entities/entities.service.js';
 import { toBeneficialOwnerDto } from '../entities/entity-dto.js';

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { errorResponses } from '../../shared/error-responses.js';
 import { listEnvelope } from '../../shared/list-envelope.js';
-import { requestContext } from '../customers/request-context.js';
+import { requestContext } from '../../shared/request-context.js';
 import { webhookTargetPolicy } from './endpoint-url.js';
 import {
   createEndpointBody,

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { EVENT_TYPES } from './outbox.repository.js';
+import { EVENT_TYPES } from '../../shared/outbox.js';
 
 export const DELIVERY_STATUSES = ['pending', 'succeeded', 'failed'] as const;
 export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];

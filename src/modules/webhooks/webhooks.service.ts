@@ -4,8 +4,10 @@ import type { Database, Executor, Tx } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import type { ListPage } from '../../shared/list-envelope.js';
-import { createAuditRepository, type Actor } from '../audit/audit.repository.js';
-import { cursorKeyLoader, decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from '../customers/list-cursor.js';
+import { createAuditWriter } from '../../shared/audit-writer.js';
+import type { Actor } from '../../shared/actor.js';
+import { decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from '../../shared/list-cursor.js';
+import { cursorKeyLoader } from '../service-secrets/cursor-key.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
 import {
   assertDeliverableTarget,
@@ -14,7 +16,7 @@ import {
   type ResolveHost,
   type WebhookTargetPolicy,
 } from './endpoint-url.js';
-import { createOutboxRepository } from './outbox.repository.js';
+import { createOutboxRepository } from '../../shared/outbox.js';
 import {
   createWebhooksRepository,
   type EndpointChanges,
@@ -81,7 +83,7 @@ export type EndpointDisable = {
  */
 export function createEndpointDisabler(db: Executor) {
   const webhooks = createWebhooksRepository(db);
-  const audit = createAuditRepository(db);
+  const audit = createAuditWriter(db);
   const outbox = createOutboxRepository(db);
 
   return {
@@ -178,7 +180,7 @@ export function createWebhooksService(
   const policy: WebhookTargetPolicy = { allowPrivateUrls: deps.allowPrivateUrls, allowedPorts: deps.allowedPorts };
   const webhooks = createWebhooksRepository(database.db);
   const organisations = createOrganisationsRepository(database.db);
-  const audit = createAuditRepository(database.db);
+  const audit = createAuditWriter(database.db);
   const outbox = createOutboxRepository(database.db);
   const disabler = createEndpointDisabler(database.db);
 

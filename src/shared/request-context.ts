@@ -1,7 +1,8 @@
 import type { FastifyRequest } from 'fastify';
-import { idempotencyKeyOf } from '../../plugins/idempotency.plugin.js';
-import type { Actor } from '../audit/audit.repository.js';
-import type { RequestContext } from './customers.service.js';
+import type { Actor } from './actor.js';
+
+/** Who is asking, in which organisation. Every query is scoped by `orgId`. */
+export type RequestContext = { orgId: string; actor: Actor };
 
 /** The caller as the domain sees it: organisation and acting API key (for the audit log). */
 export function requestContext(request: FastifyRequest): RequestContext {
@@ -14,4 +15,15 @@ export function requestActor(request: FastifyRequest): Actor {
   return idempotencyKey === undefined
     ? { type: 'api_key', id: request.auth.apiKeyId, requestId: request.id }
     : { type: 'api_key', id: request.auth.apiKeyId, requestId: request.id, idempotencyKey };
+}
+
+/**
+ * The request's Idempotency-Key as the idempotency layer reads it (the first one when repeated), or
+ * undefined without one; the audit row of the change records it. It lives here, not in the plugin,
+ * so that the domain's view of a request needs no plugin.
+ */
+export function idempotencyKeyOf(request: FastifyRequest): string | undefined {
+  const header = request.headers['idempotency-key'];
+  if (header === undefined) return undefined;
+  return Array.isArray(header) ? (header[0] ?? '') : header;
 }

@@ -1,10 +1,8 @@
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import stableStringify from 'safe-stable-stringify';
-import type { Database } from '../../db/client.js';
-import { AppError } from '../../shared/app-error.js';
-import { isWithinDateBounds } from '../../shared/dates.schema.js';
-import { isUuid } from '../../shared/ids.js';
-import { createServiceSecretsRepository } from '../service-secrets/service-secrets.repository.js';
+import { AppError } from './app-error.js';
+import { isWithinDateBounds } from './dates.schema.js';
+import { isUuid } from './ids.js';
 
 /**
  * A cursor is `<payload>.<mac>`: the payload is the base64url JSON of the last row's creation time
@@ -16,7 +14,7 @@ const MAC_BYTES = 16;
 const BASE64URL = /^[A-Za-z0-9_-]+$/;
 const NOT_A_CURSOR = 'Not a cursor returned by this API; pass next_cursor back unchanged.';
 
-/** The cursor HMAC key, read when first needed. */
+/** The cursor HMAC key, read when first needed (cursorKeyLoader in modules/service-secrets/cursor-key.ts). */
 export type CursorKey = () => Promise<Buffer>;
 
 /** Fingerprint of the filters a walk started with; a cursor only continues the same walk. */
@@ -88,38 +86,6 @@ export function decodeCursor(cursor: string, fingerprint: string, key: Buffer): 
   }
   checkFingerprint(parsed, fingerprint);
   return { createdAt, id: parsed.i };
-}
-
-const MIN_KEY_BYTES = 32;
-/** Per database handle (one per app instance): services built on it share one read of the key. */
-const loadedKeys = new WeakMap<Database, Promise<Buffer>>();
-
-/**
- * The cursor key of service_secrets, read once per process on first use and kept: it is the same
- * for every instance on the database. A failed read is forgotten, so the next list tries again.
- */
-export function cursorKeyLoader(database: Database): CursorKey {
-  return () => {
-    let key = loadedKeys.get(database);
-    if (!key) {
-      key = readCursorKey(database);
-      loadedKeys.set(database, key);
-      const loading = key;
-      loading.catch(() => {
-        if (loadedKeys.get(database) === loading) loadedKeys.delete(database);
-      });
-    }
-    return key;
-  };
-}
-
-async function readCursorKey(database: Database): Promise<Buffer> {
-  const value = await createServiceSecretsRepository(database.db).find('list_cursor_hmac');
-  const key = value !== undefined && /^(?:[0-9a-f]{2})+$/i.test(value) ? Buffer.from(value, 'hex') : undefined;
-  if (!key || key.length < MIN_KEY_BYTES) {
-    throw new Error(`service_secrets.list_cursor_hmac is missing or shorter than ${MIN_KEY_BYTES} bytes of hex; run the migrations`);
-  }
-  return key;
 }
 
 /**

@@ -1,8 +1,18 @@
 import { randomUUID } from 'node:crypto';
 import { sql, type SQL } from 'drizzle-orm';
-import { boundAsGiven as value, builtOnce } from '../../db/built-once.js';
-import { wakeAfterCommit, type Executor } from '../../db/client.js';
-import { FEED_CHANNEL } from '../events/events-feed.sealer.js';
+import { boundAsGiven as value, builtOnce } from '../db/built-once.js';
+import { wakeAfterCommit, type Executor } from '../db/client.js';
+
+/*
+ * The transactional outbox: what a module calls to queue an integration event and its webhook
+ * deliveries in the transaction of the change. It is shared because several modules write events
+ * (customers, entities, verification, document requests, webhooks) and two read them (webhooks
+ * delivers them, events serves them as a feed): kept in one of those modules, it tied that module
+ * to the others in both directions.
+ */
+
+/** The channel a commit that wrote events wakes: the feed sealer (modules/events/events-feed.sealer.ts). */
+export const FEED_CHANNEL = 'outbox_events';
 
 /** The types an endpoint can subscribe to. */
 export const EVENT_TYPES = [

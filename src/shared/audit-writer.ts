@@ -1,0 +1,99 @@
+import { sql } from 'drizzle-orm';
+import { boundAsGiven as bound, builtOnce } from '../db/built-once.js';
+import { wakeAfterCommit, type Executor } from '../db/client.js';
+import { auditLog } from '../db/schema.js';
+import type { Actor } from './actor.js';
+
+/*
+ * The audit writer: what every module calls to append its audit rows, in the transaction of the change.
+ * It is shared rather than kept in the audit module because the audit module reads other modules (to
+ * resolve a subject or a key); with the writer there, those modules would import it back.
+ * Chaining, reading, export and purge stay in src/modules/audit.
+ */
+
+/** The channel an audit write wakes once committed: the sealers of every instance (modules/audit/audit-chain.sealer.ts). */
+export const AUDIT_CHANNEL = 'audit_log';
+
+export type AuditEntry = {
+  orgId: string;
+  actor: Actor;
+  action: string;
+  subjectType: string;
+  subjectId: string | null;
+  before: unknown;
+  after: unknown;
+};
+
+/** An audit entry whose `after` is `before` with `changes` over its top-level fields (`{ ...before, ...changes }`). */
+export type AuditChangeEntry = Omit<AuditEntry, 'after'> & { before: Record<string, unknown>; changes: Record<string, unknown> };
+
+/** Appends audit rows; the audit repository (modules/audit/audit.repository.ts) has these too. */
+export function createAuditWriter(db: Executor) {
+  // Every change writes one: built once (see built-once.ts).
+  const insertEntry = builtOnce('audit_log_insert', () =>
+    db.insert(auditLog).values({
+      orgId: bound('orgId'),
+      actorType: bound('actorType'),
+      actorId: bound('actorId'),
+      action: bound('action'),
+      subjectType: bound('subjectType'),
+      subjectId: bound('subjectId'),
+      before: bound('before'),
+      after: bound('after'),
+      requestId: bound('requestId'),
+      idempotencyKey: bound('idempotencyKey'),
+    }),
+  );
+  // The database makes `after` from `before` and the changes: `before` is encoded and sent once, not twice.
+  const insertChange = builtOnce('audit_log_insert_change', () => {
+    const columns = sql.join(
+      [
+        auditLog.orgId,
+        auditLog.actorType,
+        auditLog.actorId,
+        auditLog.action,
+        auditLog.subjectType,
+        auditLog.subjectId,
+        auditLog.before,
+        auditLog.after,
+        auditLog.requestId,
+        auditLog.idempotencyKey,
+      ].map((column) => sql.identifier(column.name)),
+      sql`, `,
+    );
+    return sql`INSERT INTO ${auditLog} (${columns})
+      SELECT ${bound('orgId')}, ${bound('actorType')}, ${bound('actorId')}, ${bound('action')}, ${bound('subjectType')}, ${bound('subjectId')},
+             change.before, change.before || change.changes, ${bound('requestId')}, ${bound('idempotencyKey')}
+        FROM (SELECT ${bound('before')}::jsonb AS before, ${bound('changes')}::jsonb AS changes) AS change`;
+  });
+  const json = (value: unknown) => (value === undefined || value === null ? null : JSON.stringify(value));
+
+  /** The values every audit row binds besides its before and after. */
+  const whoAndWhat = (entry: Omit<AuditEntry, 'before' | 'after'>) => ({
+    orgId: entry.orgId,
+    actorType: entry.actor.type,
+    actorId: entry.actor.id,
+    action: entry.action,
+    subjectType: entry.subjectType,
+    subjectId: entry.subjectId,
+    requestId: entry.actor.requestId ?? null,
+    idempotencyKey: entry.actor.idempotencyKey ?? null,
+  });
+
+  return {
+    async record(entry: AuditEntry, tx: Executor = db): Promise<void> {
+      await insertEntry.run(tx, Object.assign(whoAndWhat(entry), { before: json(entry.before), after: json(entry.after) }));
+      // The sealer chains the row once it is committed; no statement of the writer's waits for it.
+      wakeAfterCommit(tx, AUDIT_CHANNEL);
+    },
+
+    /** Records a change as `record` would with `after: { ...entry.before, ...entry.changes }`. */
+    async recordChange(entry: AuditChangeEntry, tx: Executor = db): Promise<void> {
+      await insertChange.run(
+        tx,
+        Object.assign(whoAndWhat(entry), { before: JSON.stringify(entry.before), changes: JSON.stringify(entry.changes) }),
+      );
+      wakeAfterCommit(tx, AUDIT_CHANNEL);
+    },
+  };
+}
