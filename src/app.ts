@@ -14,11 +14,12 @@ import { linkSealerFor, type TextSealer } from './shared/text-sealer.js';
 import type { BusinessRegister } from './modules/customers/business-register.js';
 import { carriesLogContext, loggerOptions, requestChildLogger } from './shared/logging.js';
 import { clientErrorHandler, errorEnvelope, errorsPlugin, renderError } from './plugins/errors.plugin.js';
-import { authPlugin } from './plugins/auth.plugin.js';
+import { authPlugin } from './modules/api-keys/auth.plugin.js';
 import { logAbortedRequest, RequestLogController } from './plugins/request-log.plugin.js';
 import { idempotencyPlugin } from './plugins/idempotency.plugin.js';
 import { cleanFlatValues, cleanJsonTree, cleanText, type TextIssues } from './plugins/text-input.js';
 import { metricsPlugin } from './plugins/metrics.plugin.js';
+import { RETENTION_TABLES } from './modules/retention/retention.repository.js';
 import { gracefulClosePlugin } from './plugins/graceful-close.plugin.js';
 import { cutTimedOutConnection, requestTimeoutServerOptions, requestTimeoutsPlugin } from './plugins/request-timeouts.plugin.js';
 import { openapiPlugin } from './plugins/openapi.plugin.js';
@@ -249,7 +250,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   await app.register(errorsPlugin);
   await app.register(gracefulClosePlugin);
-  await app.register(metricsPlugin);
+  await app.register(metricsPlugin, { retentionTables: RETENTION_TABLES });
   await app.register(openapiPlugin);
   await app.register(authPlugin, { defaults: deps.config.rateLimit });
   await app.register(idempotencyPlugin);

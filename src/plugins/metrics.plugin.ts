@@ -2,7 +2,6 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Database } from '../db/client.js';
-import { RETENTION_TABLES } from '../modules/retention/retention.repository.js';
 import type { PageReason, PageTarget } from '../db/page-reads.js';
 import { AppError } from '../shared/app-error.js';
 import { clientErrorHandler, errorEnvelope } from './errors.plugin.js';
@@ -43,7 +42,7 @@ async function readOutboxBacklog(database: Database): Promise<OutboxBacklog> {
  * that port alone, which the deployment keeps off the load balancer.
  */
 export const metricsPlugin = fp(
-  async (app: FastifyInstance) => {
+  async (app: FastifyInstance, options: { retentionTables: readonly string[] }) => {
     const { database } = app.deps;
     const registry = new Registry();
     collectDefaultMetrics({ register: registry });
@@ -75,7 +74,7 @@ export const metricsPlugin = fp(
       registers: [registry],
     });
     // Every table shows from the first scrape, at 0 until a purge removes something.
-    for (const table of RETENTION_TABLES) retentionPurged.inc({ table }, 0);
+    for (const table of options.retentionTables) retentionPurged.inc({ table }, 0);
 
     const pool = database.pool;
     new Gauge({

@@ -115,6 +115,13 @@ describe('module boundaries', () => {
     expect(report, report.join('\n')).toEqual([]);
   });
 
+  it('when src/plugins and src/shared are read, they import no module: modules build on them, never the other way', () => {
+    const leaks = imports
+      .filter(({ from, to }) => ['plugins', 'shared'].includes(unitOf(from)) && unitOf(to).startsWith('modules'))
+      .map(describeImport);
+    expect(leaks, leaks.join('\n')).toEqual([]);
+  });
+
   it('when src/modules is read, no file imports itself back through others', () => {
     const edges = new Map<string, Map<string, Import>>();
     for (const edge of imports) {

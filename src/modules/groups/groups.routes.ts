@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
-import { confirmedAuth } from '../../plugins/auth.plugin.js';
+import { confirmedAuth } from '../api-keys/auth.plugin.js';
 import { errorResponses } from '../../shared/error-responses.js';
 import { requestActor } from '../../shared/request-context.js';
 import { createGroupsService, type GroupsCaller } from './groups.service.js';

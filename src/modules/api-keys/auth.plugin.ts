@@ -1,15 +1,9 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { AppError } from '../shared/app-error.js';
-import { bindLogContext } from '../shared/logging.js';
-import {
-  createAccessService,
-  RateLimitedError,
-  type AccessGrant,
-  type AuthContext,
-  type RateLimitWindow,
-} from '../modules/api-keys/access.service.js';
-import { ROUTE_SCOPES, routeKey } from './route-scopes.js';
+import { AppError } from '../../shared/app-error.js';
+import { bindLogContext } from '../../shared/logging.js';
+import { createAccessService, RateLimitedError, type AccessGrant, type AuthContext, type RateLimitWindow } from './access.service.js';
+import { ROUTE_SCOPES, routeKey } from '../../plugins/route-scopes.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
