@@ -6,7 +6,7 @@ import { createTestContext, type TestContext } from '../../../test/helpers/harne
 import type { Database } from '../../db/client.js';
 import type { Clock } from '../../shared/clock.js';
 import { hashApiKey } from './api-key-secret.js';
-import { createAccessService, RateLimitedError } from './access.service.js';
+import { createAccessService, RateLimitedError, type AccessService } from './access.service.js';
 import type { AccessCheckRow } from './api-keys.repository.js';
 
 let ctx: TestContext;
@@ -280,7 +280,7 @@ describe('read-only checks while the instance holds tokens of the current window
 describe('lease slices sized by demand', () => {
   /** Admits the next request on one token of `second`, answered `at` seconds into it; returns the burst tokens it asked to lease. */
   async function admitOne(
-    access: ReturnType<typeof createAccessService>,
+    access: AccessService,
     sent: Sent[],
     keyHash: string,
     second: number,

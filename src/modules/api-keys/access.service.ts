@@ -14,17 +14,15 @@ export type AuthContext = {
 };
 
 /** What never changes for a key hash: its key, organisation and scopes (a key is revoked, never edited). */
-export type KeyIdentity = { apiKeyId: string; orgId: string; scopes: ReadonlySet<string> };
+type KeyIdentity = { apiKeyId: string; orgId: string; scopes: ReadonlySet<string> };
 
 export type RateLimitWindow = { name: 'burst' | 'daily'; limit: number; remaining: number; resetSeconds: number; windowSeconds: number };
 
 export type AccessGrant = { auth: AuthContext; windows: RateLimitWindow[] };
 
 /** A request's access check before it is sent: its statement, and the verdict on that statement's answer. */
-export type PendingAccessCheck = {
+type PendingAccessCheck = {
   statement: pg.QueryConfig;
-  /** The statement writes nothing (see ACCESS_READ_SQL): the instance holds tokens of both current windows. */
-  readOnly: boolean;
   /**
    * The grant, or throws the denial. Undefined only for a read-only check that found the windows had
    * moved on, or a lease refused only for its day top-up: send `fullCheck()` instead.
@@ -380,7 +378,6 @@ export function createAccessService(deps: { database: Database; defaults: { burs
     let next: Reservation = { ...reservation, readOnly: false, dayTopUp: false };
     return {
       statement: statementFor(keyHash, clientIp, reservation),
-      readOnly: reservation.readOnly,
       judge(result) {
         const row = accessCheckRowOf(result);
         // The windows moved on between reserving and checking: the full check leases the new ones,
@@ -418,11 +415,6 @@ export function createAccessService(deps: { database: Database; defaults: { burs
       return hashApiKey(token);
     },
 
-    /** The key, organisation and scopes of a hash this process has seen authenticate, if any. */
-    identityOf(keyHash: string): KeyIdentity | undefined {
-      return known.get(keyHash);
-    },
-
     /** Runs the access check now. Throws 401 for any authentication failure and 429 when a window is spent. */
     async authenticate(keyHash: string, clientIp: string | undefined): Promise<AccessGrant> {
       let pending = pendingCheck(keyHash, clientIp);
@@ -433,13 +425,6 @@ export function createAccessService(deps: { database: Database; defaults: { burs
         if (grant) return grant;
         pending = pending.fullCheck();
       }
-    },
-
-    pendingCheck,
-
-    /** How many keys this instance keeps lease state for. */
-    leasedKeys(): number {
-      return leases.size;
     },
 
     /** Gives leased, unused tokens back (at shutdown), so a restart does not shrink anyone's day. */
