@@ -427,6 +427,14 @@ export function createAccessService(deps: { database: Database; defaults: { burs
       }
     },
 
+    /**
+     * How many keys this instance keeps lease state for. Only tests read it: a refused made-up key
+     * must leave nothing behind, which nothing outside the process can see.
+     */
+    leasedKeys(): number {
+      return leases.size;
+    },
+
     /** Gives leased, unused tokens back (at shutdown), so a restart does not shrink anyone's day. */
     async returnLeases(): Promise<void> {
       for (const lease of leases.values()) {
