@@ -28,12 +28,18 @@ async function recordEvent(
 ): Promise<string> {
   const database = options.database ?? ctx.database;
   const outbox = createOutboxRepository(database.db);
-  return database.transaction((tx) =>
+  const id = await database.transaction((tx) =>
     outbox.record(
       { orgId, type: options.type ?? 'webhook.test', customerId: options.customerId ?? null, customer: null, data: { note: 'test' } },
       tx,
     ),
   );
+  // Events stamped in the same millisecond have no order between them (the sealer orders by
+  // created_at, kept to the millisecond, then by id): wait until the clock has moved past this one,
+  // so the order a test writes in is the order the feed shows.
+  const written = Date.now();
+  while (Date.now() < written + 2) await new Promise((resolve) => setImmediate(resolve));
+  return id;
 }
 
 async function list(org: TestOrg, query: Record<string, string> = {}) {
