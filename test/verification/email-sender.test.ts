@@ -16,6 +16,10 @@ afterAll(async () => ctx?.close());
 const FROM = 'Verification <no-reply@verification.test>';
 const quiet = { info() {}, warn() {} };
 
+/** A sender through `smtpUrl` (undefined: recorded, not sent), opening emails with the test apps' key. */
+const senderTo = (smtpUrl: string | undefined) =>
+  createEmailSender({ database: ctx.database, sealer: testLinkSealer(), smtpUrl, from: FROM, logger: quiet });
+
 /** Undoes the quoted-printable transfer encoding nodemailer applies to long text lines. */
 function decodeQuotedPrintable(raw: string): string {
   return raw.replace(/=\r?\n/g, '').replace(/=([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
@@ -84,7 +88,7 @@ async function makeDue(id: string) {
 describe('email sender', () => {
   it('when SMTP_URL is not set, it marks queued emails recorded', async () => {
     const { email } = await queueOneEmail();
-    const sender = createEmailSender({ database: ctx.database, sealer: testLinkSealer(), smtpUrl: undefined, from: FROM, logger: quiet });
+    const sender = senderTo(undefined);
     expect(await sender.runOnce()).toBeGreaterThanOrEqual(1);
     const row = await emailRow(email.id);
     expect(row.status).toBe('recorded');
@@ -94,7 +98,7 @@ describe('email sender', () => {
 
   it('when SMTP_URL points at a live server, the email arrives with the link and is marked sent', async () => {
     const smtp = await startSmtpServer();
-    const sender = createEmailSender({ database: ctx.database, sealer: testLinkSealer(), smtpUrl: smtp.url, from: FROM, logger: quiet });
+    const sender = senderTo(smtp.url);
     try {
       const { email, link, entity } = await queueOneEmail();
       await sender.runOnce();
@@ -117,13 +121,7 @@ describe('email sender', () => {
 
   it('when the SMTP server is unreachable, the email stays queued with attempts, last_error and a later retry time', async () => {
     const port = await closedPort();
-    const sender = createEmailSender({
-      database: ctx.database,
-      sealer: testLinkSealer(),
-      smtpUrl: `smtp://127.0.0.1:${port}`,
-      from: FROM,
-      logger: quiet,
-    });
+    const sender = senderTo(`smtp://127.0.0.1:${port}`);
     try {
       const { email } = await queueOneEmail();
       const before = Date.now();
@@ -142,15 +140,9 @@ describe('email sender', () => {
 
   it('when a failed email is retried after the SMTP server comes back, it is delivered, not lost', async () => {
     const port = await closedPort();
-    const broken = createEmailSender({
-      database: ctx.database,
-      sealer: testLinkSealer(),
-      smtpUrl: `smtp://127.0.0.1:${port}`,
-      from: FROM,
-      logger: quiet,
-    });
+    const broken = senderTo(`smtp://127.0.0.1:${port}`);
     const smtp = await startSmtpServer();
-    const working = createEmailSender({ database: ctx.database, sealer: testLinkSealer(), smtpUrl: smtp.url, from: FROM, logger: quiet });
+    const working = senderTo(smtp.url);
     try {
       const { email, link } = await queueOneEmail();
       await broken.runOnce();
@@ -173,13 +165,7 @@ describe('email sender', () => {
 
   it('when retries back off, each wait is longer than the one before', async () => {
     const port = await closedPort();
-    const sender = createEmailSender({
-      database: ctx.database,
-      sealer: testLinkSealer(),
-      smtpUrl: `smtp://127.0.0.1:${port}`,
-      from: FROM,
-      logger: quiet,
-    });
+    const sender = senderTo(`smtp://127.0.0.1:${port}`);
     try {
       const { email } = await queueOneEmail();
       const waits: number[] = [];
@@ -198,13 +184,7 @@ describe('email sender', () => {
 
   it('when every attempt fails, the email ends failed with its error and stays listed for operators', async () => {
     const port = await closedPort();
-    const sender = createEmailSender({
-      database: ctx.database,
-      sealer: testLinkSealer(),
-      smtpUrl: `smtp://127.0.0.1:${port}`,
-      from: FROM,
-      logger: quiet,
-    });
+    const sender = senderTo(`smtp://127.0.0.1:${port}`);
     try {
       const { email, org } = await queueOneEmail();
       for (let attempt = 0; attempt < 10; attempt++) {
