@@ -26,6 +26,7 @@ import { openapiPlugin } from './plugins/openapi.plugin.js';
 import { healthRoutes } from './modules/health/health.routes.js';
 import { uploadPageRoutes } from './modules/document-requests/upload-page.routes.js';
 import { apiModules } from './modules/index.js';
+import type { ResolveHost } from './modules/webhooks/endpoint-url.js';
 
 export type AppDeps = {
   config: Config;
@@ -43,6 +44,8 @@ export type AppDeps = {
    * NOT_CHECKED. A miss, an error or a slow answer never blocks ingest.
    */
   businessRegister?: BusinessRegister;
+  /** How a webhook URL's host name is resolved for its checks; the system resolver by default. */
+  resolveHost?: ResolveHost;
   /** Pino options, or false for silence (tests). Defaults to JSON logs at config.logLevel. */
   logger?: FastifyServerOptions['logger'];
   /**
@@ -54,8 +57,8 @@ export type AppDeps = {
   linkSealer?: TextSealer;
 };
 
-export type ResolvedDeps = Required<Omit<AppDeps, 'logger' | 'validateResponses' | 'businessRegister' | 'replica' | 'exactReplicaReads'>> &
-  Pick<AppDeps, 'businessRegister'> & {
+export type ResolvedDeps = Required<Omit<AppDeps, 'logger' | 'validateResponses' | 'businessRegister' | 'resolveHost' | 'replica' | 'exactReplicaReads'>> &
+  Pick<AppDeps, 'businessRegister' | 'resolveHost'> & {
     /** Where list pages read: the replica when it has replayed far enough, else `database`. */
     pageReads: PageReads;
   };
@@ -226,6 +229,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     pageReads,
     clock: deps.clock ?? systemClock,
     businessRegister: deps.businessRegister,
+    resolveHost: deps.resolveHost,
     linkSealer: deps.linkSealer ?? linkSealerFor(deps.config),
   });
   // First of the onRequest hooks: a body still to come is watched even when a later hook refuses the request.

@@ -164,49 +164,40 @@ describe('Database.transaction', () => {
     expect(ids).not.toContain(41);
   });
 
-  it('when a transaction is already open in this async context, database.transaction joins it: same connection and transaction, and current() is that transaction', async () => {
-    const outside = database.current();
-    expect(outside).toBe(database.db);
+  it('when database.transaction is called inside another transaction, it opens its own on another connection and never joins', async () => {
     const seen = await database.transaction(async (outer) => {
-      expect(database.current()).toBe(outer);
       const outerIds = (await outer.execute(sql`SELECT pg_backend_pid() AS pid, txid_current()::text AS txid`)).rows[0];
       const innerIds = await database.transaction(async (inner) => {
-        expect(inner).toBe(outer);
+        expect(inner).not.toBe(outer);
         return (await inner.execute(sql`SELECT pg_backend_pid() AS pid, txid_current()::text AS txid`)).rows[0];
       });
-      // And after some awaits, in a callback the work started: still the same transaction.
-      await sleep(5);
-      const later = await Promise.resolve().then(() => database.current());
-      expect(later).toBe(outer);
       return { outerIds, innerIds };
     });
-    expect(seen.innerIds).toEqual(seen.outerIds);
-    expect(database.current()).toBe(database.db);
+    expect(seen.innerIds!.pid).not.toEqual(seen.outerIds!.pid);
+    expect(seen.innerIds!.txid).not.toEqual(seen.outerIds!.txid);
   });
 
-  it('when the work of a joined transaction writes and the outer work then fails, the joined writes roll back with it', async () => {
+  it('when a read-only transaction is opened inside a read-write one, it keeps its own access mode: a write in it fails', async () => {
     const { error } = await rejection(
-      database.transaction(async () => {
-        await database.transaction(async (inner) => {
-          await inner.execute(sql`INSERT INTO contract_items (id) VALUES (50)`);
-        });
-        // The joined scope is done, but nothing was committed yet: the opener commits.
-        const { rows } = await admin.query('SELECT 1 FROM contract_items WHERE id = 50');
-        expect(rows).toHaveLength(0);
-        throw new Error('outer failed');
-      }),
+      database.transaction(async () =>
+        database.transaction(
+          async (inner) => {
+            await inner.execute(sql`INSERT INTO contract_items (id) VALUES (50)`);
+          },
+          { accessMode: 'read only' },
+        ),
+      ),
     );
-    expect((error as Error).message).toBe('outer failed');
+    expect((error as { cause?: { code?: string } }).cause?.code).toBe('25006');
     expect(await itemIds(50, 50)).toEqual([]);
   });
 
-  it('when transactions run in parallel async contexts, each gets its own transaction and current() tells them apart', async () => {
+  it('when transactions run in parallel, each gets its own transaction', async () => {
     const [one, two] = await Promise.all(
       [60, 61].map((id) =>
         database.transaction(async (tx) => {
           await sleep(10);
-          expect(database.current()).toBe(tx);
-          await database.current().execute(sql`INSERT INTO contract_items (id) VALUES (${id})`);
+          await tx.execute(sql`INSERT INTO contract_items (id) VALUES (${id})`);
           return (await tx.execute(sql`SELECT txid_current()::text AS txid`)).rows[0]!.txid as string;
         }),
       ),

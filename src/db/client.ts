@@ -30,14 +30,11 @@ export type Database = {
    */
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(config: string | pg.QueryConfig, values?: unknown[]): Promise<pg.QueryResult<R>>;
   /**
-   * Runs `work` in a transaction on one pooled connection. When one is already open in this async
-   * context (the idempotency layer opens one around a handler), `work` joins it, so the change, its
-   * audit and outbox rows and the stored idempotent response commit together. A transaction this call
-   * opened that failed on a stale prepared statement is run again once, under fresh statement names.
+   * Runs `work` in a new transaction on one pooled connection, with `config`'s isolation and access
+   * mode; it never joins another. A transaction that failed on a stale prepared statement is run again
+   * once, under fresh statement names.
    */
   transaction<T>(work: (tx: Tx) => Promise<T>, config?: TransactionConfig): Promise<T>;
-  /** The transaction of this async context, if any, else the pool-backed database. */
-  current(): Executor;
   /**
    * LISTENs on `channel` on a connection outside the pool (a pooled one may be handed to anyone), shared
    * by every LISTEN of this Database, to the direct URL when there is one (a transaction-mode pooler cannot keep a LISTEN). When that
@@ -201,7 +198,6 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
   targets.set(db, { on: pool, names, inTransaction: false, wake: (channel) => workerWake.wake(channel) });
   /** One Drizzle instance per physical connection, made the first time a transaction runs on it. */
   const connectionDbs = new WeakMap<pg.PoolClient, Db>();
-  const ambient = new AsyncLocalStorage<Tx>();
   const listeners = new Set<Listener>();
 
   async function query<R extends pg.QueryResultRow>(
@@ -230,7 +226,7 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
       const target: StatementTarget = { on: client, names, inTransaction: true, wake: (channel) => void woken.add(channel) };
       result = await clientDb.transaction(async (tx) => {
         targets.set(tx, target);
-        return transactionTargets.run(target, () => ambient.run(tx, () => work(tx)));
+        return transactionTargets.run(target, () => work(tx));
       }, transactionConfig);
     } catch (error) {
       if (isDatabaseUnavailable(error)) connectionLost = error as Error;
@@ -355,8 +351,6 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
     pool,
     query,
     async transaction(work, transactionConfig) {
-      const open = ambient.getStore();
-      if (open) return work(open);
       try {
         return await runTransaction(work, transactionConfig);
       } catch (error) {
@@ -365,9 +359,6 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
         names.generation += 1;
         return runTransaction(work, transactionConfig);
       }
-    },
-    current() {
-      return ambient.getStore() ?? db;
     },
     listen,
     onWake: (channel, onWake) => workerWake.subscribe(channel, onWake),

@@ -1,12 +1,31 @@
 import { sql } from 'drizzle-orm';
-import type { Executor } from '../db/client.js';
+import type { Executor, Tx } from '../db/client.js';
 
 export const IDEMPOTENCY_WINDOW_HOURS = 24;
 /** The first key of the two-key advisory locks on idempotency keys ('idem'), so they meet no other lock of the app. */
 const IDEMPOTENCY_LOCK_CLASS = 0x6964656d;
 
+/** A reply stored under an Idempotency-Key, with the fingerprint of the request that produced it. */
+export type StoredReply = { fingerprint: string; responseStatus: number; responseBody: string };
+
+const LIVE_RECORD = (orgId: string, apiKeyId: string, key: string) => sql`
+  SELECT fingerprint, response_status, response_body
+    FROM idempotency_keys
+   WHERE org_id = ${orgId} AND api_key_id = ${apiKeyId} AND key = ${key}
+     AND created_at >= clock_timestamp() - make_interval(hours => ${IDEMPOTENCY_WINDOW_HOURS})`;
+
+type RecordRow = { fingerprint: string; response_status: number; response_body: string };
+
+const toStoredReply = (row: RecordRow | undefined): StoredReply | undefined =>
+  row && { fingerprint: row.fingerprint, responseStatus: row.response_status, responseBody: row.response_body };
+
 export function createIdempotencyRepository() {
   return {
+    /** The key's live record, without a lock: a stored reply never changes within its window. */
+    async find(orgId: string, apiKeyId: string, key: string, executor: Executor): Promise<StoredReply | undefined> {
+      return toStoredReply((await executor.execute<RecordRow>(LIVE_RECORD(orgId, apiKeyId, key))).rows[0]);
+    },
+
     /**
      * Serialises the requests that carry this key until this transaction ends (a transaction-scoped
      * advisory lock, so it holds across instances and goes with a rollback), then reads its live
@@ -18,17 +37,12 @@ export function createIdempotencyRepository() {
      * response in the same transaction, and PostgreSQL checks the foreign keys of a row inserted in
      * the same transaction again on every update (docs/decisions.md, "A write budget per route").
      */
-    async lockAndFind(orgId: string, apiKeyId: string, key: string, tx: Executor) {
+    async lockAndFind(orgId: string, apiKeyId: string, key: string, tx: Tx): Promise<StoredReply | undefined> {
       const [, found] = await Promise.all([
         tx.execute(sql`SELECT pg_advisory_xact_lock(${IDEMPOTENCY_LOCK_CLASS}, hashtext(${apiKeyId} || ':' || ${key}))`),
-        tx.execute<{ fingerprint: string; response_status: number; response_body: string }>(sql`
-          SELECT fingerprint, response_status, response_body
-            FROM idempotency_keys
-           WHERE org_id = ${orgId} AND api_key_id = ${apiKeyId} AND key = ${key}
-             AND created_at >= clock_timestamp() - make_interval(hours => ${IDEMPOTENCY_WINDOW_HOURS})`),
+        tx.execute<RecordRow>(LIVE_RECORD(orgId, apiKeyId, key)),
       ]);
-      const row = found.rows[0];
-      return row && { fingerprint: row.fingerprint, responseStatus: row.response_status, responseBody: row.response_body };
+      return toStoredReply(found.rows[0]);
     },
 
     /**
@@ -38,7 +52,7 @@ export function createIdempotencyRepository() {
      */
     async store(
       values: { apiKeyId: string; key: string; orgId: string; fingerprint: string; status: number; body: string },
-      tx: Executor,
+      tx: Tx,
     ): Promise<void> {
       const result = await tx.execute(sql`
         INSERT INTO idempotency_keys (api_key_id, key, org_id, fingerprint, response_status, response_body)

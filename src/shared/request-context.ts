@@ -1,12 +1,28 @@
 import type { FastifyRequest } from 'fastify';
+import type { Tx } from '../db/client.js';
 import type { Actor } from './actor.js';
 
-/** Who is asking, in which organisation. Every query is scoped by `orgId`. */
-export type RequestContext = { orgId: string; actor: Actor };
+/**
+ * Opens the transaction a write commits in and passes it to `work`. Each call is its own transaction
+ * unless the request carries an Idempotency-Key: then every call of the request runs in the one
+ * transaction that also claims the key and stores the reply (idempotency.plugin.ts). It opens when
+ * first called, so what a service does before (DNS, HTTP) holds no connection.
+ */
+export type OpenTransaction = <T>(work: (tx: Tx) => Promise<T>) => Promise<T>;
 
-/** The caller as the domain sees it: organisation and acting API key (for the audit log). */
+/** Who is asking, in which organisation, and how its writes open their transaction. Every query is scoped by `orgId`. */
+export type RequestContext = { orgId: string; actor: Actor; transaction: OpenTransaction };
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set for every route by the idempotency plugin before the handler runs. */
+    openTransaction: OpenTransaction;
+  }
+}
+
+/** The caller as the domain sees it: organisation, acting API key (for the audit log), and its writes' transaction. */
 export function requestContext(request: FastifyRequest): RequestContext {
-  return { orgId: request.auth.orgId, actor: requestActor(request) };
+  return { orgId: request.auth.orgId, actor: requestActor(request), transaction: request.openTransaction };
 }
 
 /** The acting API key, with the request id and Idempotency-Key its audit rows keep. */

@@ -356,7 +356,7 @@ describe('failures inside the handler', () => {
     const app = await buildApp({ config: ctx.config, database: ctx.database, logger: false });
     app.post('/v1/test-idempotency-probe', async (request) => {
       const { marker, fail } = request.body as { marker: string; fail: 'crash' | 'conflict' | 'none' };
-      await app.deps.database.transaction(async (tx) => {
+      await request.openTransaction(async (tx) => {
         await tx.execute(sql`
           INSERT INTO audit_log (org_id, actor_type, action, subject_type, request_id)
           VALUES (${request.auth.orgId}, 'system', 'probe', 'probe', ${marker})`);
@@ -434,6 +434,56 @@ describe('failures inside the handler', () => {
       expect(await auditRows(marker)).toBe(1);
     } finally {
       await app.close();
+    }
+  });
+});
+
+describe('no network I/O inside a transaction', () => {
+  it('when POST /v1/webhook-endpoints with an Idempotency-Key waits on a slow DNS answer, it holds no database connection meanwhile, and the reply is still stored', async () => {
+    let dnsAsked!: () => void;
+    let answerDns!: () => void;
+    const asked = new Promise<void>((resolve) => (dnsAsked = resolve));
+    const answer = new Promise<void>((resolve) => (answerDns = resolve));
+    // The app's own pool, so its checked-out connections are this request's alone.
+    const database = createDatabase(ctx.databaseUrl, { poolSize: 3 });
+    const app = await buildApp({
+      config: ctx.config,
+      database,
+      logger: false,
+      resolveHost: async () => {
+        dnsAsked();
+        await answer;
+        return [{ address: '93.184.215.14', family: 4 }];
+      },
+    });
+    await app.ready();
+    try {
+      const idempotencyKey = randomUUID();
+      const send = () =>
+        ctx.request(
+          'POST',
+          '/v1/webhook-endpoints',
+          { key: org.key, body: { url: 'https://hooks.example.test/in' }, headers: { 'idempotency-key': idempotencyKey } },
+          app,
+        );
+      const pending = send();
+      await asked;
+      expect(database.pool.totalCount - database.pool.idleCount).toBe(0);
+      const open = await ctx.database.db.execute<{ count: number }>(sql`
+        SELECT count(*)::int AS count FROM pg_stat_activity
+         WHERE datname = current_database() AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()`);
+      expect(open.rows[0]!.count).toBe(0);
+
+      answerDns();
+      const created = await pending;
+      expect(created.statusCode).toBe(201);
+      const replayed = await send();
+      expect(replayed.headers['idempotent-replayed']).toBe('true');
+      expect(replayed.json()).toEqual(created.json());
+    } finally {
+      answerDns();
+      await app.close();
+      await database.close();
     }
   });
 });

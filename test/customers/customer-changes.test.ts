@@ -1,3 +1,4 @@
+import type { Tx } from '../../src/db/client.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { auditChanges, auditSnapshot } from '../../src/modules/customers/customer-dto.js';
@@ -395,7 +396,10 @@ describe('customer.updated outbox events', () => {
     const dto = await createCustomer(ctx, org, person({ externalId: 'crm-evt-slow' }));
     const service = createCustomersService({ database: ctx.database });
     await ctx.database.transaction(async (tx) => {
-      await service.patch({ orgId: org.id, actor: { type: 'system', id: null } }, dto.id, { phone: 'slow' });
+      // The change runs in this transaction, which commits only after the sleep.
+      await service.patch({ orgId: org.id, actor: { type: 'system', id: null }, transaction: (work) => work(tx) }, dto.id, {
+        phone: 'slow',
+      });
       await tx.execute(sql`SELECT pg_sleep(0.8)`);
     });
     const events = await outboxEvents(dto.id);
@@ -410,8 +414,13 @@ describe('customer.updated outbox events', () => {
     await patch(dto.id, { phone: 'first' });
     const afterFirst = (await get(dto.id)).json();
     const service = createCustomersService({ database: ctx.database });
-    const system = { orgId: org.id, actor: { type: 'system' as const, id: null } };
     await ctx.database.transaction(async (tx) => {
+      // Both changes run in this transaction, which commits only after the sleep.
+      const system = {
+        orgId: org.id,
+        actor: { type: 'system' as const, id: null },
+        transaction: <T>(work: (tx: Tx) => Promise<T>) => work(tx),
+      };
       await service.patch(system, dto.id, { phone: 'second' });
       await service.patch(system, dto.id, { phone: 'third' });
       await tx.execute(sql`SELECT pg_sleep(0.8)`);

@@ -385,7 +385,7 @@ export function createCustomersService(deps: {
       const registerStatus =
         body.abn !== undefined && body.type !== 'INDIVIDUAL' ? await checkBusinessRegister(deps.businessRegister, body.abn) : undefined;
       try {
-        return await database.transaction(async (tx) => {
+        return await ctx.transaction(async (tx) => {
           for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
             const match = await matchForUpsert(ctx, body, tx);
             if (match) {
@@ -418,16 +418,16 @@ export function createCustomersService(deps: {
     },
 
     async get(ctx: RequestContext, ref: string): Promise<IndividualDto> {
-      return toIndividualDto(await requireIndividual(ctx, ref, database.current()));
+      return toIndividualDto(await requireIndividual(ctx, ref, database.db));
     },
 
     async getAml(ctx: RequestContext, ref: string) {
-      return toAmlBlock(await requireIndividual(ctx, ref, database.current()));
+      return toAmlBlock(await requireIndividual(ctx, ref, database.db));
     },
 
     async patch(ctx: RequestContext, ref: string, body: PatchCustomerBody): Promise<IndividualDto> {
       try {
-        return await database.transaction(async (tx) => {
+        return await ctx.transaction(async (tx) => {
           const row = await requireIndividual(ctx, ref, tx, true);
           const issues = new Issues();
           if (row.kycStatus === 'VERIFIED') {
@@ -468,7 +468,7 @@ export function createCustomersService(deps: {
 
     /** PUT /customers/{id}/designated-services: replace, dedupe, derive the flag, re-rate, audit. */
     async replaceDesignatedServices(ctx: RequestContext, ref: string, codes: string[]): Promise<IndividualDto> {
-      return database.transaction(async (tx) => {
+      return ctx.transaction(async (tx) => {
         const row = await requireIndividual(ctx, ref, tx, true);
         const answers = row.riskAnswers as RiskAnswers;
         const diff = changedColumns(row, servicesUpdate(row, { designatedServices: codes }, answers));

@@ -156,7 +156,7 @@ export function createDocumentRequestsService(deps: { database: Database; public
   return {
     /** POST /entities/{id}/document-requests. */
     async create(ctx: RequestContext, ref: string, body: CreateDocumentRequestBody): Promise<DocumentRequestDto & { upload_url: string }> {
-      return database.transaction(async (tx) => {
+      return ctx.transaction(async (tx) => {
         const entity = await customers.findByRef(ctx.orgId, 'entity', ref, tx);
         if (!entity) throw AppError.notFound('Entity');
         const now = clock.now();

@@ -127,7 +127,7 @@ export function createDocumentsService(deps: { database: Database }) {
   return {
     /** POST /entities/{id}/documents: the organisation pays DOCUMENT_PRICE, the document is stored, one transaction. */
     async upload(ctx: RequestContext, ref: string, body: UploadDocumentBody, file: SpooledFile): Promise<DocumentDto> {
-      return database.transaction(async (tx) => {
+      return ctx.transaction(async (tx) => {
         const entity = await requireEntity(ctx, ref, tx);
         const row = await storeDocument(tx, {
           orgId: ctx.orgId,
@@ -150,14 +150,14 @@ export function createDocumentsService(deps: { database: Database }) {
     },
 
     async list(ctx: RequestContext, ref: string): Promise<{ object: 'list'; data: DocumentDto[] }> {
-      const tx = database.current();
+      const tx = database.db;
       const entity = await requireEntity(ctx, ref, tx);
       return { object: 'list', data: (await documents.listForEntity(ctx.orgId, entity.id, tx)).map(toDocumentDto) };
     },
 
     /** The document of this entity, with its bytes' stream; another entity's or organisation's is a 404. */
     async content(ctx: RequestContext, ref: string, documentId: string): Promise<DocumentContent> {
-      const tx = database.current();
+      const tx = database.db;
       const entity = await requireEntity(ctx, ref, tx);
       const document = isUuid(documentId) ? await documents.findForEntity(ctx.orgId, entity.id, documentId, tx) : undefined;
       if (!document) throw AppError.notFound('Document');

@@ -237,7 +237,7 @@ export function createEntitiesService(deps: { database: Database; pageReads?: Pa
         issues.throwIfAny();
       }
       try {
-        return await database.transaction(async (tx) => {
+        return await ctx.transaction(async (tx) => {
           for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
             const match = await matchForUpsert(ctx, body, tx);
             if (match)
@@ -260,16 +260,16 @@ export function createEntitiesService(deps: { database: Database; pageReads?: Pa
     },
 
     async get(ctx: RequestContext, ref: string): Promise<EntityDto> {
-      const tx = database.current();
+      const tx = database.db;
       return dtoOf(await requireEntity(ctx, ref, tx), tx);
     },
 
     async getAml(ctx: RequestContext, ref: string) {
-      return toAmlBlock(await requireEntity(ctx, ref, database.current()));
+      return toAmlBlock(await requireEntity(ctx, ref, database.db));
     },
 
     async patch(ctx: RequestContext, ref: string, body: PatchEntityBody): Promise<EntityDto> {
-      return database.transaction(async (tx) => {
+      return ctx.transaction(async (tx) => {
         const row = await requireEntity(ctx, ref, tx, true);
         const issues = new Issues();
         identityRules(row.origin ?? 'AUSTRALIAN', body, issues);
@@ -319,14 +319,14 @@ export function createEntitiesService(deps: { database: Database; pageReads?: Pa
     },
 
     async listOwners(ctx: RequestContext, ref: string) {
-      const tx = database.current();
+      const tx = database.db;
       const entity = await requireEntity(ctx, ref, tx);
       return { ubos: (await entities.listOwners(ctx.orgId, entity.id, tx)).map(toBeneficialOwnerDto) };
     },
 
     /** POST /entities/{id}/ubos: links or creates each person; nothing is emailed or charged. */
     async addOwners(ctx: RequestContext, ref: string, body: AddOwnersBody) {
-      return database.transaction(async (tx) => {
+      return ctx.transaction(async (tx) => {
         const entity = await requireEntity(ctx, ref, tx, true);
         // People are found or created in one canonical order, so two requests naming the same new
         // people in different orders cannot deadlock on the name+email unique index.

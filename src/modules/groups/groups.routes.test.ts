@@ -1,3 +1,4 @@
+import type { Tx } from '../../db/client.js';
 import { and, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -151,7 +152,12 @@ describe('GET /v1/group-templates', () => {
     );
     edited.push({ ...CURATED_TEMPLATES[0]!, code: 'PB-NEW-ONE', name: 'New one' });
     const deployed = createGroupsService({ database: ctx.database, publicBaseUrl: ctx.config.publicBaseUrl, curatedTemplates: edited });
-    const caller = { orgId: org.id, features: new Set(['groups']), actor: { type: 'system' as const, id: null } };
+    const caller = {
+      orgId: org.id,
+      features: new Set(['groups']),
+      actor: { type: 'system' as const, id: null },
+      transaction: <T>(work: (tx: Tx) => Promise<T>) => ctx.database.transaction(work),
+    };
     const listed = await deployed.listTemplates(caller);
 
     expect(listed.find((template) => template.code === 'PB-PROPERTY-SALE')).toMatchObject({

@@ -11,6 +11,7 @@ function callerOf(request: FastifyRequest): GroupsCaller {
     orgId: request.auth.orgId,
     features: request.auth.features,
     actor: requestActor(request),
+    transaction: request.openTransaction,
   };
 }
 

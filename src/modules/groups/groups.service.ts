@@ -4,6 +4,7 @@ import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { createAuditWriter } from '../../shared/audit-writer.js';
 import type { Actor } from '../../shared/actor.js';
+import type { OpenTransaction } from '../../shared/request-context.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
 import { CURATED_TEMPLATES, type CheckTrigger, type CuratedTemplate, type PartyType } from './curated-templates.js';
 import {
@@ -23,8 +24,8 @@ import {
 
 export const GROUPS_FEATURE = 'groups';
 
-/** Who is asking: the organisation, its enabled features, and the actor recorded in the audit log. */
-export type GroupsCaller = { orgId: string; features: ReadonlySet<string>; actor: Actor };
+/** Who is asking: the organisation, its enabled features, the actor recorded in the audit log, and how its writes open their transaction. */
+export type GroupsCaller = { orgId: string; features: ReadonlySet<string>; actor: Actor; transaction: OpenTransaction };
 
 export function toGroupTemplateDto(row: GroupTemplateRow): GroupTemplateDto {
   return {
@@ -170,7 +171,7 @@ export function createGroupsService(deps: {
     async listTemplates(caller: GroupsCaller): Promise<GroupTemplateDto[]> {
       assertEnabled(caller);
       await ensureCuratedTemplates(caller.orgId);
-      const rows = await repository.listTemplates(caller.orgId, curatedCodes, database.current());
+      const rows = await repository.listTemplates(caller.orgId, curatedCodes, database.db);
       return rows.map(toGroupTemplateDto);
     },
 
@@ -187,7 +188,7 @@ export function createGroupsService(deps: {
       await ensureCuratedTemplates(caller.orgId);
       const { orgId } = caller;
 
-      return database.transaction(async (tx) => {
+      return caller.transaction(async (tx) => {
         let slots: NewGroupParty[] = [];
         let templateId: string | null = null;
         let industry: string | null = null;

@@ -35,7 +35,7 @@ export function createOrganisationsService(deps: { database: Database }) {
   const audit = createAuditWriter(database.db);
 
   async function require(id: string): Promise<OrganisationRow> {
-    const row = isUuid(id) ? await repository.findById(id, database.current()) : undefined;
+    const row = isUuid(id) ? await repository.findById(id, database.db) : undefined;
     if (!row) throw AppError.notFound('Organisation');
     return row;
   }
@@ -79,7 +79,7 @@ export function createOrganisationsService(deps: { database: Database }) {
     },
 
     async list(): Promise<OrganisationDto[]> {
-      return (await repository.list(database.current())).map(toOrganisationDto);
+      return (await repository.list(database.db)).map(toOrganisationDto);
     },
 
     async show(id: string): Promise<OrganisationDto> {

@@ -137,7 +137,7 @@ export function createVerificationService(deps: { database: Database; publicBase
     /** POST /entities/{id}/kyb. */
     async startKyb(ctx: RequestContext & { features: ReadonlySet<string> }, ref: string, body: StartKybBody) {
       const request = body ?? {};
-      return database.transaction(async (tx) => {
+      return ctx.transaction(async (tx) => {
         const entity = await customers.findByRef(ctx.orgId, 'entity', ref, tx, { forUpdate: true });
         if (!entity) throw AppError.notFound('Entity');
         const manualOnly = MANUAL_ONLY_TYPES.has(entity.type);
@@ -168,7 +168,7 @@ export function createVerificationService(deps: { database: Database; publicBase
     /** POST /customers/{id}/kyc: emails the person, or their representative when one is recorded. */
     async startKyc(ctx: RequestContext, ref: string, body: StartKycBody) {
       const request = body ?? {};
-      return database.transaction(async (tx) => {
+      return ctx.transaction(async (tx) => {
         const person = await customers.findByRef(ctx.orgId, 'individual', ref, tx, { forUpdate: true });
         if (!person) throw AppError.notFound('Customer');
         const { updated, link } = await arm(ctx, tx, {
@@ -188,7 +188,7 @@ export function createVerificationService(deps: { database: Database; publicBase
     /** POST /entities/{id}/ubos/{uboId}/send-link: starts the owner's KYC like a KYC start. */
     async sendOwnerLink(ctx: RequestContext, ref: string, ownerId: string, body: StartKycBody) {
       const request = body ?? {};
-      return database.transaction(async (tx) => {
+      return ctx.transaction(async (tx) => {
         const entity = await customers.findByRef(ctx.orgId, 'entity', ref, tx);
         if (!entity) throw AppError.notFound('Entity');
         const owner = await entityOwners.findOwner(ctx.orgId, entity.id, ownerId, tx);

@@ -27,7 +27,11 @@ const SECRET_REPLAY =
 
 export async function webhooksRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
-  const webhooks = createWebhooksService({ database: app.deps.database, ...webhookTargetPolicy(app.deps.config) });
+  const webhooks = createWebhooksService({
+    database: app.deps.database,
+    resolveHost: app.deps.resolveHost,
+    ...webhookTargetPolicy(app.deps.config),
+  });
   const tags = ['Webhooks'];
 
   app.post(
@@ -44,7 +48,7 @@ export async function webhooksRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request, reply) => {
       const ctx = requestContext(request);
-      const endpoint = await webhooks.addEndpoint({ orgId: ctx.orgId, ...request.body }, ctx.actor);
+      const endpoint = await webhooks.addEndpoint({ orgId: ctx.orgId, ...request.body }, ctx.actor, ctx.transaction);
       reply.code(201);
       return endpoint;
     },
@@ -96,7 +100,7 @@ export async function webhooksRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const ctx = requestContext(request);
-      return webhooks.updateEndpoint(request.params.id, request.body, { orgId: ctx.orgId, actor: ctx.actor });
+      return webhooks.updateEndpoint(request.params.id, request.body, { orgId: ctx.orgId, actor: ctx.actor, transaction: ctx.transaction });
     },
   );
 
@@ -115,7 +119,7 @@ export async function webhooksRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const ctx = requestContext(request);
-      return webhooks.deleteEndpoint(request.params.id, { orgId: ctx.orgId, actor: ctx.actor });
+      return webhooks.deleteEndpoint(request.params.id, { orgId: ctx.orgId, actor: ctx.actor, transaction: ctx.transaction });
     },
   );
 
@@ -138,6 +142,7 @@ export async function webhooksRoutes(fastify: FastifyInstance): Promise<void> {
         orgId: ctx.orgId,
         gracePeriodSeconds: request.body?.grace_period_seconds,
         actor: ctx.actor,
+        transaction: ctx.transaction,
       });
     },
   );
@@ -158,7 +163,11 @@ export async function webhooksRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request, reply) => {
       const ctx = requestContext(request);
-      const result = await webhooks.sendTestEventTo(request.params.id, { orgId: ctx.orgId, actor: ctx.actor });
+      const result = await webhooks.sendTestEventTo(request.params.id, {
+        orgId: ctx.orgId,
+        actor: ctx.actor,
+        transaction: ctx.transaction,
+      });
       reply.code(201);
       return result;
     },
@@ -200,7 +209,11 @@ export async function webhooksRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request, reply) => {
       const ctx = requestContext(request);
-      const delivery = await webhooks.resendDelivery(request.params.id, { orgId: ctx.orgId, actor: ctx.actor });
+      const delivery = await webhooks.resendDelivery(request.params.id, {
+        orgId: ctx.orgId,
+        actor: ctx.actor,
+        transaction: ctx.transaction,
+      });
       reply.code(202);
       return delivery;
     },

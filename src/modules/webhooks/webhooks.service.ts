@@ -6,6 +6,7 @@ import { isUuid } from '../../shared/ids.js';
 import type { ListPage } from '../../shared/list-envelope.js';
 import { createAuditWriter } from '../../shared/audit-writer.js';
 import type { Actor } from '../../shared/actor.js';
+import type { OpenTransaction } from '../../shared/request-context.js';
 import { decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from '../../shared/list-cursor.js';
 import { cursorKeyLoader } from '../service-secrets/cursor-key.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
@@ -184,6 +185,9 @@ export function createWebhooksService(
   const outbox = createOutboxRepository(database.db);
   const disabler = createEndpointDisabler(database.db);
 
+  /** A write's own transaction, for callers other than a request (the operator's CLI). */
+  const ownTransaction: OpenTransaction = (work) => database.transaction(work);
+
   async function requireOrg(orgId: string): Promise<void> {
     if (!isUuid(orgId) || !(await organisations.findById(orgId))) throw AppError.notFound('Organisation');
   }
@@ -191,14 +195,6 @@ export function createWebhooksService(
   /** Deliveries and their attempts read from one snapshot, so a delivery settling meanwhile is seen whole. */
   const snapshot = <T>(work: (tx: Tx) => Promise<T>) =>
     database.transaction(work, { isolationLevel: 'repeatable read', accessMode: 'read only' });
-
-  async function deliveryDto(orgId: string, id: string): Promise<WebhookDeliveryDto> {
-    return snapshot(async (tx) => {
-      const row = await webhooks.findDelivery(orgId, id, tx);
-      if (!row) throw AppError.notFound('Delivery');
-      return toDeliveryDto(row, await webhooks.attemptsOf(orgId, [id], tx));
-    });
-  }
 
   /**
    * The URL as stored, after the same checks as at registration (scheme, port, public address). A
@@ -247,7 +243,11 @@ export function createWebhooksService(
 
   return {
     /** Registers an endpoint; its signing secret is returned here and never again. */
-    async addEndpoint(input: AddEndpointInput, actor: Actor = SYSTEM_ACTOR): Promise<WebhookEndpointDto & { secret: string }> {
+    async addEndpoint(
+      input: AddEndpointInput,
+      actor: Actor = SYSTEM_ACTOR,
+      transaction: OpenTransaction = ownTransaction,
+    ): Promise<WebhookEndpointDto & { secret: string }> {
       const parsed = addEndpointInput.safeParse(input);
       if (!parsed.success) throw AppError.validation(zodIssues(parsed.error));
       const checked = parseEndpointUrl(parsed.data.url, policy);
@@ -255,7 +255,7 @@ export function createWebhooksService(
       await requireOrg(parsed.data.orgId);
       const url = await checkedUrl(parsed.data.url, actor);
       const secret = generateWebhookSecret();
-      return database.transaction(async (tx) => {
+      return transaction(async (tx) => {
         const row = await webhooks.insertEndpoint(
           {
             orgId: parsed.data.orgId,
@@ -303,7 +303,7 @@ export function createWebhooksService(
     /** One endpoint of the organisation, without its secret. */
     async getEndpoint(id: string, options: { orgId: string }): Promise<WebhookEndpointDto> {
       const org = await endpointOrg(id, options.orgId);
-      const row = org ? await webhooks.findEndpoint(org, id, database.current()) : undefined;
+      const row = org ? await webhooks.findEndpoint(org, id, database.db) : undefined;
       if (!row) throw AppError.notFound('Webhook endpoint');
       return toEndpointDto(row);
     },
@@ -314,7 +314,7 @@ export function createWebhooksService(
       const fingerprint = filterFingerprint({ list: 'webhook_endpoints' });
       const key = await cursorKey();
       const after = query.cursor ? decodeCursor(query.cursor, fingerprint, key) : undefined;
-      const rows = await webhooks.listEndpointsPage(orgId, { after, limit: limit + 1 }, database.current());
+      const rows = await webhooks.listEndpointsPage(orgId, { after, limit: limit + 1 }, database.db);
       const page = rows.slice(0, limit);
       const last = page.at(-1);
       const hasMore = rows.length > limit;
@@ -335,14 +335,14 @@ export function createWebhooksService(
     async updateEndpoint(
       id: string,
       input: UpdateEndpointInput,
-      options: { orgId?: string; actor?: Actor } = {},
+      options: { orgId?: string; actor?: Actor; transaction?: OpenTransaction } = {},
     ): Promise<WebhookEndpointDto> {
       const parsed = updateEndpointInput.safeParse(input);
       if (!parsed.success) throw AppError.validation(zodIssues(parsed.error));
       const body = parsed.data;
       const actor = options.actor ?? SYSTEM_ACTOR;
       const url = body.url !== undefined ? await checkedUrl(body.url, actor) : undefined;
-      return database.transaction(async (tx) => {
+      return (options.transaction ?? ownTransaction)(async (tx) => {
         const existing = await lockEndpoint(id, options.orgId, tx);
         const changes: EndpointChanges = {};
         if (url !== undefined && url !== existing.url) changes.url = url;
@@ -380,8 +380,11 @@ export function createWebhooksService(
      * Deletes the endpoint with its delivery log (deliveries and attempts): its queued deliveries are
      * never sent. The events themselves stay in the organisation's feed.
      */
-    async deleteEndpoint(id: string, options: { orgId?: string; actor?: Actor } = {}): Promise<DeletedEndpointDto> {
-      return database.transaction(async (tx) => {
+    async deleteEndpoint(
+      id: string,
+      options: { orgId?: string; actor?: Actor; transaction?: OpenTransaction } = {},
+    ): Promise<DeletedEndpointDto> {
+      return (options.transaction ?? ownTransaction)(async (tx) => {
         const existing = await lockEndpoint(id, options.orgId, tx);
         await webhooks.deleteEndpoint(existing.orgId, id, tx);
         await audit.record(
@@ -406,13 +409,13 @@ export function createWebhooksService(
      */
     async rotateSecret(
       id: string,
-      options: { orgId?: string; gracePeriodSeconds?: number; actor?: Actor } = {},
+      options: { orgId?: string; gracePeriodSeconds?: number; actor?: Actor; transaction?: OpenTransaction } = {},
     ): Promise<WebhookEndpointDto & { secret: string }> {
       const parsed = rotateSecretBody.safeParse({ grace_period_seconds: options.gracePeriodSeconds });
       if (!parsed.success) throw AppError.validation(zodIssues(parsed.error));
       const grace = parsed.data?.grace_period_seconds ?? DEFAULT_GRACE_PERIOD_SECONDS;
       const secret = generateWebhookSecret();
-      return database.transaction(async (tx) => {
+      return (options.transaction ?? ownTransaction)(async (tx) => {
         const existing = await lockEndpoint(id, options.orgId, tx);
         const row = await webhooks.rotateSecret(existing.orgId, id, secret, grace, tx);
         if (!row) throw AppError.notFound('Webhook endpoint');
@@ -437,8 +440,8 @@ export function createWebhooksService(
      * Sends a `webhook.test` event to this endpoint only, subscribed to it or not, through the outbox
      * like any event. A disabled endpoint receives nothing: 409.
      */
-    async sendTestEventTo(id: string, options: { orgId: string; actor?: Actor }): Promise<TestEventResult> {
-      return database.transaction(async (tx) => {
+    async sendTestEventTo(id: string, options: { orgId: string; actor?: Actor; transaction?: OpenTransaction }): Promise<TestEventResult> {
+      return (options.transaction ?? ownTransaction)(async (tx) => {
         const endpoint = await lockEndpoint(id, options.orgId, tx);
         if (!endpoint.enabled)
           throw AppError.conflict('This endpoint is disabled; enable it (PATCH enabled: true) to send it a test event.');
@@ -522,7 +525,7 @@ export function createWebhooksService(
      */
     async resendDelivery(
       id: string,
-      options: { orgId?: string; actor?: Actor } = {},
+      options: { orgId?: string; actor?: Actor; transaction?: OpenTransaction } = {},
     ): Promise<WebhookDeliveryDto & { resent_from: string | null }> {
       // The caller's organisation when known (the API); an operator naming only the delivery gets its own.
       const orgId = !isUuid(id)
@@ -533,7 +536,8 @@ export function createWebhooksService(
             : undefined
           : await webhooks.findDeliveryOrg(id);
       if (!orgId) throw AppError.notFound('Delivery');
-      const deliveryId = await database.transaction(async (tx) => {
+      // The reply is read in the transaction: under an Idempotency-Key it commits only after the reply is stored.
+      const resent = await (options.transaction ?? ownTransaction)(async (tx) => {
         const delivery = await webhooks.findDelivery(orgId, id, tx);
         if (!delivery) throw AppError.notFound('Delivery');
         const endpoint = await webhooks.findEndpoint(orgId, delivery.endpointId, tx);
@@ -559,9 +563,10 @@ export function createWebhooksService(
           tx,
         );
         webhooks.notifyWorkers(tx);
-        return target;
+        const row = await webhooks.findDelivery(orgId, target, tx);
+        return { ...toDeliveryDto(row!, await webhooks.attemptsOf(orgId, [target], tx)), resent_from: target === id ? null : id };
       });
-      return { ...(await deliveryDto(orgId, deliveryId)), resent_from: deliveryId === id ? null : id };
+      return resent;
     },
 
     /** Emits a `webhook.test` event through the outbox to every enabled endpoint of the organisation. */
