@@ -70,9 +70,21 @@ describe('burst limit', () => {
 
   it('when requests are split across two app instances, the burst limit holds for their sum', async () => {
     const second = await ctx.buildInstance();
-    const key = await ctx.createKey(org.id, { burstLimit: 3 });
-    const responses = await burst(key.key, 4, [ctx.app, second]);
-    expect(responses.map((response) => response.statusCode)).toEqual([200, 200, 200, 429]);
+    // A burst that a slow machine stretched past the second's end is sent again with a new key: only
+    // one that landed in one window says anything about the limit.
+    for (let attempt = 1; ; attempt += 1) {
+      const key = await ctx.createKey(org.id, { burstLimit: 3 });
+      await startOfSecond();
+      const window = Math.floor(Date.now() / 1000);
+      const responses = await Promise.all(
+        Array.from({ length: 4 }, (_, index) =>
+          ctx.request('GET', '/v1/designated-services', { key: key.key }, [ctx.app, second][index % 2]),
+        ),
+      );
+      if (Math.floor(Date.now() / 1000) !== window && attempt < 5) continue;
+      expect(responses.map((response) => response.statusCode).sort()).toEqual([200, 200, 200, 429]);
+      break;
+    }
   });
 
   it('when a key has no override, the configured default burst limit applies', async () => {

@@ -5,7 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
-import { createDatabase, type Database } from '../../src/db/client.js';
+import { createDatabase, type Database, type Tx } from '../../src/db/client.js';
 import {
   createDeliveryWorker,
   DELIVERY_CHANNEL,
@@ -159,12 +159,12 @@ describe('workers woken after commit', () => {
     const unsubscribe = database.onWake(DELIVERY_CHANNEL, () => (wokenHere += 1));
     closers.push(async () => unsubscribe());
     const outbox = createOutboxRepository(database.db);
-    const write = () =>
-      database.transaction((tx) => outbox.record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n: 1 } }, tx));
+    const record = (tx: Tx) => outbox.record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n: 1 } }, tx);
+    const write = () => database.transaction(record);
 
     await expect(
-      database.transaction(async () => {
-        await write();
+      database.transaction(async (tx) => {
+        await record(tx);
         expect(wokenHere).toBe(0); // not before the commit either
         throw new Error('the change failed');
       }),
