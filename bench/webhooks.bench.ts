@@ -111,7 +111,7 @@ try {
     created_at: new Date().toISOString(),
     updated_at: new Date().toISOString(),
   };
-  const outbox = createOutboxRepository(database.db);
+  const outbox = createOutboxRepository();
   const seedStart = performance.now();
   for (let done = 0; done < EVENTS; done += 500) {
     await database.transaction(async (tx) => {

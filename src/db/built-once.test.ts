@@ -82,12 +82,17 @@ describe('the customers UPDATE built once per column set', () => {
   it('when an update clears jsonb, array, date and timestamp columns, they become SQL NULL or empty as sent, not the JSON text "null"', async () => {
     const id = await insertCustomer('bo-null');
     const repository = createCustomersRepository(ctx.database.db);
-    const updated = await repository.update(org.id, id, {
-      preCommencementAssessment: null,
-      clientSinceDate: null,
-      kycStartedAt: null,
-      designatedServices: [],
-    });
+    const updated = await repository.update(
+      org.id,
+      id,
+      {
+        preCommencementAssessment: null,
+        clientSinceDate: null,
+        kycStartedAt: null,
+        designatedServices: [],
+      },
+      ctx.database.db,
+    );
     expect(updated).toMatchObject({ preCommencementAssessment: null, clientSinceDate: null, kycStartedAt: null, designatedServices: [] });
     const { rows } = await ctx.database.pool.query(
       `SELECT pre_commencement_assessment IS NULL AS assessment_null, client_since_date IS NULL AS date_null, kyc_started_at IS NULL AS started_null, designated_services FROM customers WHERE id = $1`,
@@ -106,7 +111,7 @@ describe('the customers UPDATE built once per column set', () => {
       clientSinceDate: '2019-12-31',
       kycStartedAt: startedAt,
     };
-    const updated = await repository.update(org.id, id, values);
+    const updated = await repository.update(org.id, id, values, ctx.database.db);
     const [stored] = await ctx.database.db.select().from(customers).where(eq(customers.id, id));
     expect(updated).toEqual(stored);
     expect(stored).toMatchObject(values);

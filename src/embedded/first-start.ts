@@ -17,7 +17,7 @@ const BOOTSTRAP_LOCK_ID = 7_264_119_002;
  * how to create one, since nothing is created for it.
  */
 export async function hasNoOrganisation(deps: { database: Database }): Promise<boolean> {
-  return (await createOrganisationsRepository(deps.database.db).count()) === 0;
+  return (await createOrganisationsRepository().count(deps.database.db)) === 0;
 }
 
 /**
@@ -29,7 +29,7 @@ export async function hasNoOrganisation(deps: { database: Database }): Promise<b
 export async function bootstrapSandbox(deps: { database: Database }): Promise<{ orgId: string; key: string } | undefined> {
   const { database } = deps;
   const organisations = createOrganisationsService({ database });
-  const repository = createOrganisationsRepository(database.db);
+  const repository = createOrganisationsRepository();
   const keys = createApiKeysService({ database });
   return database.transaction(async (tx) => {
     await tx.execute(sql`SELECT pg_advisory_xact_lock(${BOOTSTRAP_LOCK_ID})`);

@@ -81,14 +81,14 @@ export function createAuditWriter(db: Executor) {
   });
 
   return {
-    async record(entry: AuditEntry, tx: Executor = db): Promise<void> {
+    async record(entry: AuditEntry, tx: Executor): Promise<void> {
       await insertEntry.run(tx, Object.assign(whoAndWhat(entry), { before: json(entry.before), after: json(entry.after) }));
       // The sealer chains the row once it is committed; no statement of the writer's waits for it.
       wakeAfterCommit(tx, AUDIT_CHANNEL);
     },
 
     /** Records a change as `record` would with `after: { ...entry.before, ...entry.changes }`. */
-    async recordChange(entry: AuditChangeEntry, tx: Executor = db): Promise<void> {
+    async recordChange(entry: AuditChangeEntry, tx: Executor): Promise<void> {
       await insertChange.run(
         tx,
         Object.assign(whoAndWhat(entry), { before: JSON.stringify(entry.before), changes: JSON.stringify(entry.changes) }),

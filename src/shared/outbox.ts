@@ -80,7 +80,7 @@ function recordEventSql(payload: SQL, options: { oneEndpoint?: boolean } = {}): 
   `;
 }
 
-export function createOutboxRepository(db: Executor) {
+export function createOutboxRepository() {
   // Built once (see built-once.ts): every change to an integration's record writes one.
   const statements = {
     asGiven: builtOnce('outbox_record', () => recordEventSql(value('payload'))),
@@ -100,7 +100,7 @@ export function createOutboxRepository(db: Executor) {
      * rolled-back change wakes nobody), never with a NOTIFY inside the transaction
      * (db/worker-wake.ts). Returns the event id.
      */
-    async record(event: OutboxEvent, tx: Executor = db): Promise<string> {
+    async record(event: OutboxEvent, tx: Executor): Promise<string> {
       const id = randomUUID();
       const created = new Date().toISOString();
       const payload = JSON.stringify({ id, type: event.type, created, data: event.data ?? { customer: event.customer } });

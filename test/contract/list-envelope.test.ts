@@ -102,7 +102,7 @@ describe('one list envelope', () => {
       endpoints.push(endpoint.json().id as string);
     }
     // Events for the feed, each queueing a delivery to every endpoint.
-    const outbox = createOutboxRepository(ctx.database.db);
+    const outbox = createOutboxRepository();
     for (let index = 0; index < PER_LIST; index += 1) {
       await ctx.database.transaction((tx) =>
         outbox.record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: null }, tx),

@@ -241,7 +241,10 @@ describe('polling with updated_since (the spec: updated_since = the time the pre
     const repository = createCustomersRepository(ctx.database.db);
     const readWithoutDrain = async (since: Date): Promise<Poll> => {
       const start = new Date();
-      return { rows: (await repository.list(org.id, { kind: 'individual', updatedSince: since }, 100)).map(asSeen), start };
+      return {
+        rows: (await repository.list(org.id, { kind: 'individual', updatedSince: since }, 100, ctx.database.db)).map(asSeen),
+        start,
+      };
     };
     const race = await raceOnePoll(org, readWithoutDrain);
     expect(race.settledBeforeCommit).toBe(true);

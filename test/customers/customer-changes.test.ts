@@ -333,7 +333,7 @@ describe('risk rating and audit', () => {
 describe('side-record storage', () => {
   it('when a record is snapshotted for the audit log, it keeps every column but the organisation and timestamps, and changes keep only what changed', async () => {
     const dto = await createCustomer(ctx, org, person({ externalId: 'crm-snapshot' }));
-    const row = (await createCustomersRepository(ctx.database.db).findById(org.id, dto.id))!;
+    const row = (await createCustomersRepository(ctx.database.db).findById(org.id, dto.id, ctx.database.db))!;
     const { orgId: _org, createdAt: _created, updatedAt: _updated, ...expected } = row;
     expect(auditSnapshot(row)).toEqual(expected);
     expect(Object.keys(auditSnapshot(row)).sort()).toEqual(Object.keys(expected).sort());
@@ -553,7 +553,8 @@ describe('a change and its side records', () => {
     const dto = await createCustomer(ctx, org, body);
     const repository = createCustomersRepository(ctx.database.db);
     // What the audit log keeps of the record as stored now, in the form jsonb gives it back.
-    const storedSnapshot = async () => JSON.parse(JSON.stringify(auditSnapshot((await repository.findById(org.id, dto.id))!)));
+    const storedSnapshot = async () =>
+      JSON.parse(JSON.stringify(auditSnapshot((await repository.findById(org.id, dto.id, ctx.database.db))!)));
     const lastAfter = async () => {
       const rows = await auditRows(dto.id);
       return rows[rows.length - 1]!.after as Record<string, unknown>;
@@ -618,10 +619,12 @@ describe('a change and its side records', () => {
     expect(stored.phone).toBe('41');
     expect(stamped!.updatedAt.getTime()).toBeGreaterThan(new Date(dto.updated_at).getTime());
     // A value Drizzle must render (SQL) takes the statement built per call; it returns the same.
-    const rendered = await repository.updateLocked(org.id, dto.id, { phone: sql`'4' || '2'` } as never);
+    const rendered = await repository.updateLocked(org.id, dto.id, { phone: sql`'4' || '2'` } as never, ctx.database.db);
     expect(rendered).toEqual({ updatedAt: (await customerRow(ctx, dto.id)).updated_at });
     expect((await customerRow(ctx, dto.id)).phone).toBe('42');
-    expect(await repository.updateLocked(org.id, '00000000-0000-4000-8000-000000000000', { phone: '43' })).toBeUndefined();
-    expect(await repository.updateLocked(org.id, '00000000-0000-4000-8000-000000000000', { phone: sql`'43'` } as never)).toBeUndefined();
+    expect(await repository.updateLocked(org.id, '00000000-0000-4000-8000-000000000000', { phone: '43' }, ctx.database.db)).toBeUndefined();
+    expect(
+      await repository.updateLocked(org.id, '00000000-0000-4000-8000-000000000000', { phone: sql`'43'` } as never, ctx.database.db),
+    ).toBeUndefined();
   });
 });

@@ -106,7 +106,7 @@ describe('the upload page in a headless Chromium', () => {
       );
       expect(created.statusCode, created.body).toBe(201);
       const emails = createEmailsRepository(ctx.database.db, testLinkSealer());
-      const email = emails.openRow((await emails.list(org.id))[0]!);
+      const email = emails.openRow((await emails.list(org.id, {}, ctx.database.db))[0]!);
       expect(email.recipient).toBe(entity.contactEmail);
       const link = email.link!;
       expect(link.startsWith(`${origin}/documents/`)).toBe(true);

@@ -89,7 +89,7 @@ describe('events feed completeness under concurrent writers', () => {
 
       const fast = startConsumer(org, 0, 100);
       const slow = startConsumer(org, 700, 20);
-      const outbox = createOutboxRepository(ctx.database.db);
+      const outbox = createOutboxRepository();
       const stopAt = Date.now() + WRITE_SECONDS * 1000;
       let httpWrites = 0;
       let lateCommits = 0;

@@ -27,7 +27,7 @@ async function recordEvent(
   options: { type?: FeedEventType; customerId?: string | null; database?: Database } = {},
 ): Promise<string> {
   const database = options.database ?? ctx.database;
-  const outbox = createOutboxRepository(database.db);
+  const outbox = createOutboxRepository();
   const id = await database.transaction((tx) =>
     outbox.record(
       { orgId, type: options.type ?? 'webhook.test', customerId: options.customerId ?? null, customer: null, data: { note: 'test' } },
@@ -312,7 +312,7 @@ describe('GET /v1/events content and paging', () => {
 describe('feed order is commit order', () => {
   it('when T1 writes A and stays open while T2 writes B and commits, the consumer gets B first and then A with its cursor once T1 commits', async () => {
     const org = await ctx.createOrg();
-    const outbox = createOutboxRepository(ctx.database.db);
+    const outbox = createOutboxRepository();
     let release!: () => void;
     const held = new Promise<void>((resolve) => (release = resolve));
     let written!: () => void;

@@ -335,9 +335,9 @@ describe('the run on the variant', () => {
         INSERT INTO idempotency_keys (api_key_id, key, org_id, fingerprint, created_at)
         VALUES (${org.keyId}, ${`purge-${index}`}, ${org.id}, 'f', clock_timestamp() - ${index === 0 ? sql`interval '25 hours'` : sql`interval '0 hours'`})`);
     }
-    const retention = createRetentionRepository(ctx.database.db);
+    const retention = createRetentionRepository();
     let deleted = 0;
-    for (const org of orgs) deleted += await retention.purgeIdempotencyKeys(org.id, 24, 1000);
+    for (const org of orgs) deleted += await retention.purgeIdempotencyKeys(org.id, 24, 1000, ctx.database.db);
     const left = await ctx.database.db.execute<{ key: string }>(
       sql`SELECT key FROM idempotency_keys WHERE key LIKE 'purge-%' ORDER BY key`,
     );

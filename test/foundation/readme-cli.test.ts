@@ -51,7 +51,7 @@ beforeAll(async () => {
   const toDisable = await webhooks.addEndpoint({ orgId: org.id, url: 'http://127.0.0.1:9/disabled' });
   await webhooks.addEndpoint({ orgId: org.id, url: 'http://127.0.0.1:9/live' });
   const eventId = await ctx.database.transaction((tx) =>
-    createOutboxRepository(ctx.database.db).record({ orgId: org.id, type: 'webhook.test', customerId: null, customer: null }, tx),
+    createOutboxRepository().record({ orgId: org.id, type: 'webhook.test', customerId: null, customer: null }, tx),
   );
   const deliveries = await webhooks.listDeliveries({ orgId: org.id, eventId });
   // A third, for the commands that change an endpoint and keep it (update, rotate-secret, test --endpoint).

@@ -184,7 +184,7 @@ describe('claims per organisation', () => {
     await queueEmails(quiet.id, 1, 1);
     await rows(`UPDATE emails SET status = 'failed' WHERE org_id <> ALL ($1::uuid[])`, [[busy.id, quiet.id]]);
 
-    const claimed = await createEmailsRepository(ctx.database.db, testLinkSealer()).claimDue(20, 120);
+    const claimed = await createEmailsRepository(ctx.database.db, testLinkSealer()).claimDue(20, 120, ctx.database.db);
 
     expect(claimed).toHaveLength(20);
     expect(claimed.filter((email) => email.orgId === quiet.id)).toHaveLength(1);
@@ -201,7 +201,9 @@ describe('claims per organisation', () => {
     await rows(`UPDATE emails SET status = 'failed' WHERE org_id <> ALL ($1::uuid[])`, [orgs.map((org) => org.id)]);
     const repository = createEmailsRepository(ctx.database.db, testLinkSealer());
 
-    const served = [...(await repository.claimDue(2, 120)), ...(await repository.claimDue(2, 120))].map((email) => email.orgId);
+    const served = [...(await repository.claimDue(2, 120, ctx.database.db)), ...(await repository.claimDue(2, 120, ctx.database.db))].map(
+      (email) => email.orgId,
+    );
 
     expect(served).toContain(third!.id);
   });
@@ -228,7 +230,7 @@ describe('claims per organisation', () => {
       );
     }
 
-    const claimed = await createDeliveryRepository(ctx.database.db).claim('fair-worker', 10, 60_000);
+    const claimed = await createDeliveryRepository().claim('fair-worker', 10, 60_000, ctx.database.db);
 
     expect(claimed).toHaveLength(10);
     expect(claimed.filter((delivery) => delivery.orgId === quiet.id)).toHaveLength(1);

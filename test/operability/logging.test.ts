@@ -566,13 +566,16 @@ describe('emails', () => {
   it('when no SMTP server is configured, an email is logged as recorded by its id, organisation and kind, never by its link, token or recipient', async () => {
     const token = 'vtok_9f8e7d6c5b4a39281706f5e4d3c2b1a0';
     const link = `https://app.example.test/verify/${token}`;
-    const email = await createEmailsRepository(ctx.database.db, testLinkSealer()).queue({
-      orgId: org.id,
-      recipient: EMAIL,
-      subject: `Verify your identity, ${FULL_NAME}`,
-      body: `Start here: ${link}`,
-      link,
-    });
+    const email = await createEmailsRepository(ctx.database.db, testLinkSealer()).queue(
+      {
+        orgId: org.id,
+        recipient: EMAIL,
+        subject: `Verify your identity, ${FULL_NAME}`,
+        body: `Start here: ${link}`,
+        link,
+      },
+      ctx.database.db,
+    );
     const written: string[] = [];
     const sender = createEmailSender({
       database: ctx.database,

@@ -83,9 +83,9 @@ describe('GET /metrics', () => {
     expect(sample(body, 'webhook_outbox_delivery_lag_seconds')).toBe(0);
 
     await ctx.database.db.insert(webhookEndpoints).values({ orgId: org.id, url: 'https://hooks.example.test/in', secret: 'whsec_test' });
-    const outbox = createOutboxRepository(ctx.database.db);
-    await outbox.record({ orgId: org.id, type: 'webhook.test', customerId: null, customer: {} });
-    await outbox.record({ orgId: org.id, type: 'webhook.test', customerId: null, customer: {} });
+    const outbox = createOutboxRepository();
+    await outbox.record({ orgId: org.id, type: 'webhook.test', customerId: null, customer: {} }, ctx.database.db);
+    await outbox.record({ orgId: org.id, type: 'webhook.test', customerId: null, customer: {} }, ctx.database.db);
     // One became due two minutes ago; the other is scheduled for a later retry and is not late yet.
     await ctx.database.db.execute(sql`
       UPDATE webhook_deliveries SET next_attempt_at = CASE

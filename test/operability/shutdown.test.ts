@@ -174,10 +174,7 @@ describe('graceful shutdown of svc serve', () => {
       const writer = createDatabase(ctx.databaseUrl, { poolSize: 2 });
       const eventId = await writer
         .transaction((tx) =>
-          createOutboxRepository(writer.db).record(
-            { orgId: org.id, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } },
-            tx,
-          ),
+          createOutboxRepository().record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } }, tx),
         )
         .finally(() => writer.close());
       for (let waited = 0; receiver.receipts.length === 0 && waited < 10_000; waited += 25) {

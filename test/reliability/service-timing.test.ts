@@ -123,10 +123,7 @@ describe('the commit-order sealers (test/audit/audit-chain.test.ts, audit-sealer
       ),
     );
     await ctx.database.transaction((tx) =>
-      createOutboxRepository(ctx.database.db).record(
-        { orgId: org.id, type: 'webhook.test', customerId: null, customer: null, data: {} },
-        tx,
-      ),
+      createOutboxRepository().record({ orgId: org.id, type: 'webhook.test', customerId: null, customer: null, data: {} }, tx),
     );
     const sealers = { audit: sealer, events: createEventsFeedSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 }) };
     const holder = await ctx.database.pool.connect();

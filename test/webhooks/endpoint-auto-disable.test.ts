@@ -45,9 +45,7 @@ async function addEndpoint(orgId: string, prefix: 'down' | 'gone' | 'up', events
 }
 
 async function emit(orgId: string, type: EventType = 'customer.updated') {
-  return ctx.database.transaction((tx) =>
-    createOutboxRepository(ctx.database.db).record({ orgId, type, customerId: null, customer: { id: 'c-1' } }, tx),
-  );
+  return ctx.database.transaction((tx) => createOutboxRepository().record({ orgId, type, customerId: null, customer: { id: 'c-1' } }, tx));
 }
 
 async function startWorker(overrides: Partial<DeliveryWorkerOptions> = {}) {
@@ -339,16 +337,17 @@ describe('endpoint auto-disable', () => {
 });
 
 describe('failing_since bookkeeping in the batched settlement', () => {
-  const deliveries = () => createDeliveryRepository(ctx.database.db);
+  const deliveries = () => createDeliveryRepository();
   const WORKER = 'bookkeeping-worker';
 
   /** Claims this organisation's due deliveries by hand; anything else claimed is handed back untouched. */
   async function claimOwn(orgId: string, count: number): Promise<ClaimedDelivery[]> {
-    const claimed = await deliveries().claim(WORKER, 1000, 60_000);
+    const claimed = await deliveries().claim(WORKER, 1000, 60_000, ctx.database.db);
     const others = claimed.filter((claim) => claim.orgId !== orgId);
     await deliveries().settleMany(
       others.map((claim) => ({ claim, settlement: { status: 'released' as const, attempt: null } })),
       WORKER,
+      ctx.database.db,
     );
     const own = claimed.filter((claim) => claim.orgId === orgId);
     expect(own).toHaveLength(count);
@@ -377,6 +376,7 @@ describe('failing_since bookkeeping in the batched settlement', () => {
         { claim: b!, settlement: { status: 'succeeded', attempt: at(t1, 200) } },
       ],
       WORKER,
+      ctx.database.db,
     );
     expect((await endpointRow(org.id, endpoint.id)).failingSince).toBeNull();
 
@@ -389,6 +389,7 @@ describe('failing_since bookkeeping in the batched settlement', () => {
         { claim: d!, settlement: { status: 'succeeded', attempt: at(t0, 200) } },
       ],
       WORKER,
+      ctx.database.db,
     );
     expect((await endpointRow(org.id, endpoint.id)).failingSince).toEqual(t1);
   });
@@ -398,10 +399,15 @@ describe('failing_since bookkeeping in the batched settlement', () => {
     const endpoint = await addEndpoint(org.id, 'up');
     await emit(org.id);
     const [claim] = await claimOwn(org.id, 1);
-    await deliveries().settle(claim!, WORKER, {
-      status: 'released',
-      attempt: { ...at(new Date(), null), error: 'interrupted: the worker is stopping' },
-    });
+    await deliveries().settle(
+      claim!,
+      WORKER,
+      {
+        status: 'released',
+        attempt: { ...at(new Date(), null), error: 'interrupted: the worker is stopping' },
+      },
+      ctx.database.db,
+    );
     expect((await endpointRow(org.id, endpoint.id)).failingSince).toBeNull();
   });
 
@@ -411,7 +417,9 @@ describe('failing_since bookkeeping in the batched settlement', () => {
     await emit(org.id);
     const [claim] = await claimOwn(org.id, 1);
     await service().disableEndpoint(endpoint.id, { reason: 'receiver retired' });
-    expect(await deliveries().settle(claim!, WORKER, { status: 'retry', attempt: at(new Date(), 500), delayMs: 0 })).toBe(true);
+    expect(await deliveries().settle(claim!, WORKER, { status: 'retry', attempt: at(new Date(), 500), delayMs: 0 }, ctx.database.db)).toBe(
+      true,
+    );
     expect(await endpointRow(org.id, endpoint.id)).toMatchObject({ enabled: false, failingSince: null });
   });
 });

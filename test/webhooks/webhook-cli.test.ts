@@ -125,10 +125,7 @@ describe('svc webhook commands', () => {
     // Queued before the worker starts: it must pick up what is already waiting, not only new NOTIFYs.
     const record = () =>
       ctx.database.transaction((tx) =>
-        createOutboxRepository(ctx.database.db).record(
-          { orgId: org.id, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } },
-          tx,
-        ),
+        createOutboxRepository().record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } }, tx),
       );
     const before = await record();
     const backends = async () => {

@@ -47,7 +47,7 @@ describe('webhook delivery with several workers', () => {
     });
     await Promise.all(workers.map((worker) => worker.start()));
 
-    const outbox = createOutboxRepository(ctx.database.db);
+    const outbox = createOutboxRepository();
     const emitted = new Set<string>();
     for (let batch = 0; batch < EVENTS / 50; batch += 1) {
       await ctx.database.transaction(async (tx) => {

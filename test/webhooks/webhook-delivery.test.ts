@@ -42,7 +42,7 @@ async function orgWithEndpoint(options: { events?: EventType[] } = {}) {
 }
 
 async function emit(orgId: string, type: EventType = 'customer.updated', customer: unknown = { id: 'c-1', full_name: 'Zoë Ångström' }) {
-  return ctx.database.transaction((tx) => createOutboxRepository(ctx.database.db).record({ orgId, type, customerId: null, customer }, tx));
+  return ctx.database.transaction((tx) => createOutboxRepository().record({ orgId, type, customerId: null, customer }, tx));
 }
 
 async function startWorker(overrides: Partial<DeliveryWorkerOptions> = {}) {
@@ -337,7 +337,7 @@ describe('webhook wake-up connection', () => {
     const writer = createDatabase(ctx.databaseUrl, { poolSize: 2 });
     const emit = (org: string) =>
       writer.transaction((tx) =>
-        createOutboxRepository(writer.db).record({ orgId: org, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } }, tx),
+        createOutboxRepository().record({ orgId: org, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } }, tx),
       );
     await startWorker({ pollIntervalMs: 600_000 });
     const [first] = await waitFor(
@@ -375,7 +375,7 @@ describe('webhook delivery isolation and atomicity', () => {
   it('when the transaction that called record() rolls back, nothing is stored or delivered', async () => {
     const { orgId, path } = await orgWithEndpoint();
     await startWorker();
-    const outbox = createOutboxRepository(ctx.database.db);
+    const outbox = createOutboxRepository();
     let rolledBackId: string | undefined;
     await expect(
       ctx.database.transaction(async (tx) => {
@@ -431,7 +431,7 @@ describe('webhook delivery across worker failures', () => {
   it('when a worker dies holding a claim, another worker retakes the delivery once the lease expires', async () => {
     const { orgId, path } = await orgWithEndpoint();
     const eventId = await emit(orgId);
-    const [claim] = await createDeliveryRepository(ctx.database.db).claim('crashed-worker', 10, 500);
+    const [claim] = await createDeliveryRepository().claim('crashed-worker', 10, 500, ctx.database.db);
     expect(claim!.eventId).toBe(eventId);
 
     await startWorker();
@@ -462,23 +462,28 @@ describe('webhook claims and leases', () => {
   it('when a lease expired and another worker retook the delivery, the first worker cannot overwrite its outcome', async () => {
     const { orgId } = await orgWithEndpoint();
     const eventId = await emit(orgId);
-    const repository = createDeliveryRepository(ctx.database.db);
-    const [late] = await repository.claim('slow-worker', 10, 100);
-    expect(await repository.claim('other-worker', 10, 60_000)).toEqual([]);
+    const repository = createDeliveryRepository();
+    const [late] = await repository.claim('slow-worker', 10, 100, ctx.database.db);
+    expect(await repository.claim('other-worker', 10, 60_000, ctx.database.db)).toEqual([]);
     await new Promise((resolve) => setTimeout(resolve, 150));
-    const [retaken] = await repository.claim('other-worker', 10, 60_000);
+    const [retaken] = await repository.claim('other-worker', 10, 60_000, ctx.database.db);
     expect(retaken).toMatchObject({ id: late!.id, attempt: 2 });
 
     const attempt = { statusCode: 200, latencyMs: 5, error: null, startedAt: new Date() };
-    expect(await repository.settle(late!, 'slow-worker', { status: 'succeeded', attempt })).toBe(false);
+    expect(await repository.settle(late!, 'slow-worker', { status: 'succeeded', attempt }, ctx.database.db)).toBe(false);
     const [row] = await ctx.database.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.eventId, eventId));
     expect(row).toMatchObject({ status: 'pending', lockedBy: 'other-worker' });
     expect(
-      await repository.settle(retaken!, 'other-worker', {
-        status: 'retry',
-        attempt: { ...attempt, statusCode: 500, error: 'HTTP 500' },
-        delayMs: 60_000,
-      }),
+      await repository.settle(
+        retaken!,
+        'other-worker',
+        {
+          status: 'retry',
+          attempt: { ...attempt, statusCode: 500, error: 'HTTP 500' },
+          delayMs: 60_000,
+        },
+        ctx.database.db,
+      ),
     ).toBe(true);
     const delivery = await deliveryOf(orgId, eventId);
     expect(delivery).toMatchObject({ status: 'pending', last_status_code: 500 });

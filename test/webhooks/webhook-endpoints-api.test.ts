@@ -57,9 +57,7 @@ async function createEndpoint(org: TestOrg, body: Record<string, unknown> = {}):
 }
 
 async function emit(orgId: string, type: EventType = 'customer.updated') {
-  return ctx.database.transaction((tx) =>
-    createOutboxRepository(ctx.database.db).record({ orgId, type, customerId: null, customer: { id: 'c-1' } }, tx),
-  );
+  return ctx.database.transaction((tx) => createOutboxRepository().record({ orgId, type, customerId: null, customer: { id: 'c-1' } }, tx));
 }
 
 async function startWorker(retrySchedule = [50, 50, 50, 50]) {
@@ -441,10 +439,10 @@ describe('webhook endpoints API: update and delete', () => {
     const org = await ctx.createOrg();
     const endpoint = await createEndpoint(org);
     await emit(org.id);
-    const deliveries = createDeliveryRepository(ctx.database.db);
+    const deliveries = createDeliveryRepository();
     const claimed = await waitFor(
       async () => {
-        const claims = await deliveries.claim('test-worker', 10, 60_000);
+        const claims = await deliveries.claim('test-worker', 10, 60_000, ctx.database.db);
         return claims.find((claim) => claim.endpointId === endpoint.id);
       },
       5_000,
@@ -459,6 +457,7 @@ describe('webhook endpoints API: update and delete', () => {
         },
       ],
       'test-worker',
+      ctx.database.db,
     );
     expect(applied.size).toBe(0);
   });

@@ -22,9 +22,7 @@ const permissive = () => createWebhooksService({ database: ctx.database, allowPr
 const PUBLIC_URL = 'https://93.184.215.14/hooks/svc';
 
 async function emit(orgId: string, type: 'customer.updated' | 'customer.kyc_completed' | 'webhook.test' = 'customer.updated') {
-  return ctx.database.transaction((tx) =>
-    createOutboxRepository(ctx.database.db).record({ orgId, type, customerId: null, customer: null }, tx),
-  );
+  return ctx.database.transaction((tx) => createOutboxRepository().record({ orgId, type, customerId: null, customer: null }, tx));
 }
 
 describe('webhook endpoints', () => {

@@ -158,7 +158,7 @@ describe('workers woken after commit', () => {
     let wokenHere = 0;
     const unsubscribe = database.onWake(DELIVERY_CHANNEL, () => (wokenHere += 1));
     closers.push(async () => unsubscribe());
-    const outbox = createOutboxRepository(database.db);
+    const outbox = createOutboxRepository();
     const record = (tx: Tx) => outbox.record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n: 1 } }, tx);
     const write = () => database.transaction(record);
 
@@ -214,7 +214,7 @@ describe('workers woken after commit', () => {
     await startWorker(database, { listen: false, pollIntervalMs: 600_000 });
     await sleep(200); // past the worker's first (empty) claim
     const eventId = await database.transaction((tx) =>
-      createOutboxRepository(database.db).record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n: 2 } }, tx),
+      createOutboxRepository().record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n: 2 } }, tx),
     );
     await waitFor(
       () => receiver.receipts.some((receipt) => receipt.path === path && receipt.webhookId === eventId),
@@ -229,7 +229,7 @@ describe('workers woken after commit', () => {
     await sleep(300); // listening, and past the first claim
     const writer = ownDatabase();
     const eventId = await writer.transaction((tx) =>
-      createOutboxRepository(writer.db).record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n: 3 } }, tx),
+      createOutboxRepository().record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n: 3 } }, tx),
     );
     await waitFor(
       () => receiver.receipts.some((receipt) => receipt.path === path && receipt.webhookId === eventId),
@@ -242,7 +242,7 @@ describe('workers woken after commit', () => {
     const { org } = await orgWithEndpoint();
     const heard = await listenForWakes(org.id);
     const database = createDatabase(ctx.databaseUrl, { poolSize: 2, wakeIntervalMs: 60_000 });
-    const outbox = createOutboxRepository(database.db);
+    const outbox = createOutboxRepository();
     for (let n = 0; n < 3; n += 1) {
       await database.transaction((tx) => outbox.record({ orgId: org.id, type: 'customer.updated', customerId: null, customer: { n } }, tx));
     }

@@ -175,7 +175,7 @@ export function createAccessService(deps: { database: Database; defaults: { burs
   const clock = deps.clock ?? systemClock;
   /** This process's clock, in seconds (the database's is `now_epoch`). */
   const nowSeconds = () => clock.now().getTime() / 1000;
-  const keys = createApiKeysRepository(deps.database.db);
+  const keys = createApiKeysRepository();
   const known = new Map<string, KeyIdentity>();
   const leases = new Map<string, Lease>();
 
@@ -439,7 +439,7 @@ export function createAccessService(deps: { database: Database; defaults: { burs
     async returnLeases(): Promise<void> {
       for (const lease of leases.values()) {
         if (!lease.apiKeyId || !lease.orgId || (lease.burst === 0 && lease.day === 0)) continue;
-        await keys.returnLeasedTokens({ ...lease, apiKeyId: lease.apiKeyId, orgId: lease.orgId });
+        await keys.returnLeasedTokens({ ...lease, apiKeyId: lease.apiKeyId, orgId: lease.orgId }, deps.database.db);
       }
       leases.clear();
     },

@@ -207,10 +207,10 @@ function columnNamesOf(fields: pg.FieldDef[]): string[] {
   return (keptColumnNames = fields.map((field) => field.name));
 }
 
-export function createApiKeysRepository(db: Executor) {
+export function createApiKeysRepository() {
   return {
     /** The key and its hash's directory row (api_key_hashes): call it in a transaction, so both or neither are written. */
-    async insert(values: typeof apiKeys.$inferInsert, tx: Executor = db): Promise<ApiKeyRecord> {
+    async insert(values: typeof apiKeys.$inferInsert, tx: Executor): Promise<ApiKeyRecord> {
       const [row] = await tx.insert(apiKeys).values(values).returning(publicColumns);
       await tx.insert(apiKeyHashes).values({ keyHash: values.keyHash, orgId: row!.orgId, apiKeyId: row!.id });
       return row!;
@@ -220,16 +220,16 @@ export function createApiKeysRepository(db: Executor) {
      * By id alone, for the operator's `svc api-key revoke ID`, which names no organisation: the one
      * lookup not routed to an organisation (under Citus, a read of every shard); what follows is.
      */
-    async findById(id: string, tx: Executor = db): Promise<ApiKeyRecord | undefined> {
+    async findById(id: string, tx: Executor): Promise<ApiKeyRecord | undefined> {
       const [row] = await tx.select(publicColumns).from(apiKeys).where(eq(apiKeys.id, id));
       return row;
     },
 
-    async listByOrg(orgId: string, tx: Executor = db): Promise<ApiKeyRecord[]> {
+    async listByOrg(orgId: string, tx: Executor): Promise<ApiKeyRecord[]> {
       return tx.select(publicColumns).from(apiKeys).where(eq(apiKeys.orgId, orgId)).orderBy(asc(apiKeys.createdAt));
     },
 
-    async revoke(orgId: string, id: string, tx: Executor = db): Promise<ApiKeyRecord | undefined> {
+    async revoke(orgId: string, id: string, tx: Executor): Promise<ApiKeyRecord | undefined> {
       const [row] = await tx
         .update(apiKeys)
         .set({ revokedAt: sql`coalesce(${apiKeys.revokedAt}, clock_timestamp())` })
@@ -238,7 +238,7 @@ export function createApiKeysRepository(db: Executor) {
       return row;
     },
 
-    async countActive(orgId: string, tx: Executor = db): Promise<number> {
+    async countActive(orgId: string, tx: Executor): Promise<number> {
       const [row] = await tx
         .select({ count: sql<number>`count(*)::int` })
         .from(apiKeys)
@@ -273,7 +273,7 @@ export function createApiKeysRepository(db: Executor) {
     /** Hands back leased tokens an instance did not use, while their window is still current. */
     async returnLeasedTokens(
       returned: { orgId: string; apiKeyId: string; burstWindow: number; burst: number; dayWindow: number; day: number },
-      tx: Executor = db,
+      tx: Executor,
     ): Promise<void> {
       await tx
         .update(apiKeyUsage)

@@ -70,8 +70,8 @@ const SYSTEM_ACTOR: Actor = { type: 'system', id: null };
 
 export function createApiKeysService(deps: { database: Database }) {
   const { database } = deps;
-  const keys = createApiKeysRepository(database.db);
-  const organisations = createOrganisationsRepository(database.db);
+  const keys = createApiKeysRepository();
+  const organisations = createOrganisationsRepository();
   const audit = createAuditWriter(database.db);
 
   return {
@@ -120,8 +120,8 @@ export function createApiKeysService(deps: { database: Database }) {
     },
 
     async list(orgId: string): Promise<ApiKeyDto[]> {
-      if (!isUuid(orgId) || !(await organisations.findById(orgId))) throw AppError.notFound('Organisation');
-      return (await keys.listByOrg(orgId)).map(toApiKeyDto);
+      if (!isUuid(orgId) || !(await organisations.findById(orgId, database.db))) throw AppError.notFound('Organisation');
+      return (await keys.listByOrg(orgId, database.db)).map(toApiKeyDto);
     },
 
     /** Revokes a key; revoking it again keeps the first revocation time and writes no second audit row. */

@@ -50,7 +50,7 @@ export function createAuditChainSealer(options: CommitOrderSealerOptions): Audit
     ...options,
     channel: AUDIT_CHANNEL,
     what: 'audit chain',
-    organisationsWithUnsealedRows: (after, limit) => audit.organisationsWithUnsealedRows(after, limit),
+    organisationsWithUnsealedRows: (after, limit) => audit.organisationsWithUnsealedRows(after, limit, database.db),
     sealBatch,
   });
 }

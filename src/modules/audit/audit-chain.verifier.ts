@@ -71,7 +71,7 @@ export async function verifyChain(audit: AuditRepository, orgId: string, tx: Exe
   // Every checkpoint must carry its signature: one edited, or made up without the key, is named before any row.
   const checkpoints = await audit.checkpoints(orgId, tx);
   if (checkpoints.length > 0) {
-    const value = await createServiceSecretsRepository(tx).find('audit_checkpoint_hmac', tx);
+    const value = await createServiceSecretsRepository().find('audit_checkpoint_hmac', tx);
     const key = value !== undefined && /^(?:[0-9a-f]{2})+$/i.test(value) ? Buffer.from(value, 'hex') : undefined;
     for (const checkpoint of checkpoints) {
       if (!key || !checkpointSignatureMatches(key, { orgId, sequence: checkpoint.sequence, hash: checkpoint.hash }, checkpoint.signature)) {

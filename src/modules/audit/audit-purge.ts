@@ -44,14 +44,14 @@ export function createAuditPurge(deps: {
   const { database } = deps;
   const batchSize = deps.batchSize ?? DEFAULT_AUDIT_PURGE_BATCH;
   const audit = createAuditRepository(database.db);
-  const secrets = createServiceSecretsRepository(database.db);
+  const secrets = createServiceSecretsRepository();
 
   /** The hash of row `through` when rows after `from` up to it chain from `previousHash`; a refusal naming the first row that does not. */
   async function checkRange(orgId: string, from: number, previousHash: string, through: number): Promise<string> {
     let expected = from + 1;
     let previous = previousHash;
     while (expected <= through) {
-      const page = await audit.chainFrom(orgId, expected, Math.min(CHECK_PAGE, through - expected + 1));
+      const page = await audit.chainFrom(orgId, expected, Math.min(CHECK_PAGE, through - expected + 1), database.db);
       if (page.length === 0 || page[0]!.sequence !== expected) throw brokenChain(orgId, expected, 'is missing');
       for (const row of page) {
         if (row.sequence !== expected) throw brokenChain(orgId, expected, 'is missing');
@@ -65,24 +65,27 @@ export function createAuditPurge(deps: {
 
   return {
     /** `years` before now on the database's clock: the latest date a purge accepts. */
-    retentionCutoff: (years: number) => audit.retentionCutoff(years),
+    retentionCutoff: (years: number) => audit.retentionCutoff(years, database.db),
 
     async purge(
       orgId: string,
       before: Date,
       options: { actor: Actor; retentionYears: number; signal?: AbortSignal },
     ): Promise<AuditPurgeResult> {
-      const cutoff = await audit.retentionCutoff(options.retentionYears);
+      const cutoff = await audit.retentionCutoff(options.retentionYears, database.db);
       if (before.getTime() > cutoff.getTime()) {
         const message = `${before.toISOString()} is inside the audit retention of ${options.retentionYears} years (AUDIT_RETENTION_YEARS): the latest date a purge accepts is ${cutoff.toISOString()}. Nothing was purged.`;
         throw AppError.validation({ before: [message] }, 'The purge is refused: its date is inside the retention period.');
       }
 
-      const latest = await audit.latestCheckpoint(orgId);
-      const boundary = await audit.purgeBoundary(orgId, before);
+      const latest = await audit.latestCheckpoint(orgId, database.db);
+      const boundary = await audit.purgeBoundary(orgId, before, database.db);
       if (!latest && boundary === 0) return { org_id: orgId, purged: 0, checkpoint: null };
       // A checkpoint not signed with the key would let whoever wrote it delete rows inside retention.
-      const key = Buffer.from((await secrets.find('audit_checkpoint_hmac')) ?? (await secrets.ensure('audit_checkpoint_hmac')), 'hex');
+      const key = Buffer.from(
+        (await secrets.find('audit_checkpoint_hmac', database.db)) ?? (await secrets.ensure('audit_checkpoint_hmac', database.db)),
+        'hex',
+      );
       if (latest && !checkpointSignatureMatches(key, { orgId, sequence: latest.sequence, hash: latest.hash }, latest.signature)) {
         throw AppError.conflict(
           `The audit chain of organisation ${orgId} starts from a checkpoint (sequence ${latest.sequence}) whose signature does not match; run svc audit verify. Nothing was purged.`,
@@ -126,7 +129,10 @@ export function createAuditPurge(deps: {
 
       // The rest in transactions of their own; also what an interrupted earlier purge left at or below its checkpoint.
       if (checkpoint) {
-        while (!options.signal?.aborted && counted(await audit.deleteSealedThrough(orgId, checkpoint.sequence, batchSize)) >= batchSize) {
+        while (
+          !options.signal?.aborted &&
+          counted(await audit.deleteSealedThrough(orgId, checkpoint.sequence, batchSize, database.db)) >= batchSize
+        ) {
           /* next batch */
         }
       }

@@ -59,7 +59,7 @@ export function createAuditRepository(db: Executor) {
     ...createAuditWriter(db),
 
     /** In the order written: by time, the id breaking ties only (a global sequence is no order across machines). */
-    async listForSubject(orgId: string, subjectId: string, tx: Executor = db) {
+    async listForSubject(orgId: string, subjectId: string, tx: Executor) {
       return tx
         .select()
         .from(auditLog)
@@ -74,7 +74,7 @@ export function createAuditRepository(db: Executor) {
      * audit_log_chain_idx (org_id, sequence), or of audit_log_subject_idx (org_id, subject_id,
      * sequence) with a subject. The acting key's label comes from its row; no secret column is read.
      */
-    async listSealed(orgId: string, filters: AuditEventFilters, limit: number, tx: Executor = db): Promise<AuditEventRow[]> {
+    async listSealed(orgId: string, filters: AuditEventFilters, limit: number, tx: Executor): Promise<AuditEventRow[]> {
       const conditions: SQL[] = [eq(auditLog.orgId, orgId), isNotNull(auditLog.sequence), gt(auditLog.sequence, filters.after)];
       if (filters.subjectId !== undefined) conditions.push(eq(auditLog.subjectId, filters.subjectId));
       if (filters.actor !== undefined) {
@@ -116,7 +116,7 @@ export function createAuditRepository(db: Executor) {
     },
 
     /** Whether the organisation has any audit row (sealed or not) about `subjectId`. */
-    async hasSubject(orgId: string, subjectId: string, tx: Executor = db): Promise<boolean> {
+    async hasSubject(orgId: string, subjectId: string, tx: Executor): Promise<boolean> {
       const rows = await tx
         .select({ one: sql<number>`1` })
         .from(auditLog)
@@ -131,7 +131,7 @@ export function createAuditRepository(db: Executor) {
      * Organisations after `after` (org_id order) with rows not sealed yet, at most `limit`: a skip
      * scan of the small partial index audit_log_unsealed_idx, one probe per organisation.
      */
-    async organisationsWithUnsealedRows(after: string, limit: number, tx: Executor = db): Promise<string[]> {
+    async organisationsWithUnsealedRows(after: string, limit: number, tx: Executor): Promise<string[]> {
       return organisationsWith(tx, { table: 'audit_log', pending: sql`sequence IS NULL`, after, limit });
     },
 
@@ -198,7 +198,7 @@ export function createAuditRepository(db: Executor) {
 
     // --- svc audit head / verify ----------------------------------------------------------------
 
-    async findHead(orgId: string, tx: Executor = db): Promise<ChainHead | undefined> {
+    async findHead(orgId: string, tx: Executor): Promise<ChainHead | undefined> {
       const [head] = await tx
         .select({ lastSequence: auditChainHeads.lastSequence, lastHash: auditChainHeads.lastHash, updatedAt: auditChainHeads.updatedAt })
         .from(auditChainHeads)
@@ -207,12 +207,7 @@ export function createAuditRepository(db: Executor) {
     },
 
     /** Sealed rows from `fromSequence` on (inclusive), in chain order, with their stored hashes. */
-    async chainFrom(
-      orgId: string,
-      fromSequence: number,
-      limit: number,
-      tx: Executor = db,
-    ): Promise<Array<ChainRow & { hash: string | null }>> {
+    async chainFrom(orgId: string, fromSequence: number, limit: number, tx: Executor): Promise<Array<ChainRow & { hash: string | null }>> {
       const rows = await tx
         .select({ ...chainColumns, sequence: auditLog.sequence, hash: auditLog.hash })
         .from(auditLog)
@@ -223,13 +218,13 @@ export function createAuditRepository(db: Executor) {
     },
 
     /** The sealed row at `sequence`, if there is one. */
-    async chainRowAt(orgId: string, sequence: number, tx: Executor = db): Promise<(ChainRow & { hash: string | null }) | undefined> {
+    async chainRowAt(orgId: string, sequence: number, tx: Executor): Promise<(ChainRow & { hash: string | null }) | undefined> {
       const [row] = await this.chainFrom(orgId, sequence, 1, tx);
       return row?.sequence === sequence ? row : undefined;
     },
 
     /** How many rows are committed but not sealed yet. */
-    async countUnsealed(orgId: string, tx: Executor = db): Promise<number> {
+    async countUnsealed(orgId: string, tx: Executor): Promise<number> {
       const [row] = await tx
         .select({ count: sql<number>`count(*)::int` })
         .from(auditLog)
@@ -249,7 +244,7 @@ export function createAuditRepository(db: Executor) {
       orgId: string,
       from: Date | undefined,
       to: Date | undefined,
-      tx: Executor = db,
+      tx: Executor,
     ): Promise<{ first: number; last: number } | undefined> {
       const conditions: SQL[] = [eq(auditLog.orgId, orgId), isNotNull(auditLog.sequence)];
       if (from !== undefined) conditions.push(gte(auditLog.createdAt, from));
@@ -263,7 +258,7 @@ export function createAuditRepository(db: Executor) {
     },
 
     /** How many sealed rows lie between two sequences (inclusive): the export's progress total. */
-    async countSealedBetween(orgId: string, first: number, last: number, tx: Executor = db): Promise<number> {
+    async countSealedBetween(orgId: string, first: number, last: number, tx: Executor): Promise<number> {
       const [row] = await tx
         .select({ count: sql<number>`count(*)::int` })
         .from(auditLog)
@@ -280,7 +275,7 @@ export function createAuditRepository(db: Executor) {
       fromSequence: number,
       toSequence: number,
       limit: number,
-      tx: Executor = db,
+      tx: Executor,
     ): Promise<Array<ChainRow & { hash: string | null; keyLabel: string | null }>> {
       const rows = await tx
         .select({ ...chainColumns, sequence: auditLog.sequence, hash: auditLog.hash, keyLabel: apiKeys.label })
@@ -299,7 +294,7 @@ export function createAuditRepository(db: Executor) {
     },
 
     /** The latest checkpoint at or below `sequence` (a purge removed the rows up to it). */
-    async checkpointAtOrBelow(orgId: string, sequence: number, tx: Executor = db) {
+    async checkpointAtOrBelow(orgId: string, sequence: number, tx: Executor) {
       const [row] = await tx
         .select({ sequence: auditCheckpoints.sequence, hash: auditCheckpoints.hash })
         .from(auditCheckpoints)
@@ -312,7 +307,7 @@ export function createAuditRepository(db: Executor) {
     // --- svc audit purge and the retention job (audit-purge.ts) --------------------------------
 
     /** `years` before now on the database's clock (the one created_at is written on). */
-    async retentionCutoff(years: number, tx: Executor = db): Promise<Date> {
+    async retentionCutoff(years: number, tx: Executor): Promise<Date> {
       const result = await tx.execute<{ cutoff: string }>(
         sql`SELECT (clock_timestamp() - make_interval(years => ${years}::int))::text AS cutoff`,
       );
@@ -324,7 +319,7 @@ export function createAuditRepository(db: Executor) {
      * created before `before`: the row before the first sealed one created at or after it, else the
      * last sealed row (0: none). A range scan of audit_log_chain_idx that stops at the first young row.
      */
-    async purgeBoundary(orgId: string, before: Date, tx: Executor = db): Promise<number> {
+    async purgeBoundary(orgId: string, before: Date, tx: Executor): Promise<number> {
       const result = await tx.execute<{ boundary: string | null }>(sql`
         SELECT COALESCE(
           (SELECT sequence - 1 FROM audit_log
@@ -336,7 +331,7 @@ export function createAuditRepository(db: Executor) {
     },
 
     /** The organisation's checkpoints with their signatures, oldest first (one per purge: a short list). */
-    async checkpoints(orgId: string, tx: Executor = db) {
+    async checkpoints(orgId: string, tx: Executor) {
       return tx
         .select({ sequence: auditCheckpoints.sequence, hash: auditCheckpoints.hash, signature: auditCheckpoints.signature })
         .from(auditCheckpoints)
@@ -345,7 +340,7 @@ export function createAuditRepository(db: Executor) {
     },
 
     /** The latest checkpoint with its signature, if any. */
-    async latestCheckpoint(orgId: string, tx: Executor = db) {
+    async latestCheckpoint(orgId: string, tx: Executor) {
       const [row] = await tx
         .select({ sequence: auditCheckpoints.sequence, hash: auditCheckpoints.hash, signature: auditCheckpoints.signature })
         .from(auditCheckpoints)
@@ -374,7 +369,7 @@ export function createAuditRepository(db: Executor) {
      * audit rows and the sealer only updates unsealed ones, so nothing else holds these; SKIP LOCKED
      * leaves a row held anyway for the next batch rather than waiting on it.
      */
-    async deleteSealedThrough(orgId: string, sequence: number, limit: number, tx: Executor = db): Promise<number> {
+    async deleteSealedThrough(orgId: string, sequence: number, limit: number, tx: Executor): Promise<number> {
       const result = await tx.execute(sql`
         WITH chosen AS (
           SELECT id FROM audit_log
@@ -388,7 +383,7 @@ export function createAuditRepository(db: Executor) {
     },
 
     /** The id of the audit row a purge wrote when it checkpointed `sequence`, sealed or not (a probe of audit_log_subject_idx). */
-    async purgeRecordedFor(orgId: string, sequence: number, tx: Executor = db): Promise<string | undefined> {
+    async purgeRecordedFor(orgId: string, sequence: number, tx: Executor): Promise<string | undefined> {
       const [row] = await tx
         .select({ id: auditLog.id })
         .from(auditLog)

@@ -67,8 +67,8 @@ export function createAuditService(deps: { database: Database; cursorKey?: Curso
   const { database } = deps;
   const audit = createAuditRepository(database.db);
   const customers = createCustomersRepository(database.db);
-  const keys = createApiKeysRepository(database.db);
-  const organisations = createOrganisationsRepository(database.db);
+  const keys = createApiKeysRepository();
+  const organisations = createOrganisationsRepository();
   const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
 
   /**
@@ -77,8 +77,10 @@ export function createAuditService(deps: { database: Database; cursorKey?: Curso
    * rows were purged). Anything else, another organisation's ids included, is not found.
    */
   async function resolveSubject(orgId: string, ref: string): Promise<string> {
-    if (isUuid(ref) && (await audit.hasSubject(orgId, ref))) return ref;
-    const record = (await customers.findByExternalId(orgId, ref)) ?? (isUuid(ref) ? await customers.findById(orgId, ref) : undefined);
+    if (isUuid(ref) && (await audit.hasSubject(orgId, ref, database.db))) return ref;
+    const record =
+      (await customers.findByExternalId(orgId, ref, database.db)) ??
+      (isUuid(ref) ? await customers.findById(orgId, ref, database.db) : undefined);
     if (!record) throw AppError.notFound('Subject');
     return record.id;
   }
@@ -86,7 +88,7 @@ export function createAuditService(deps: { database: Database; cursorKey?: Curso
   async function resolveActor(orgId: string, ref: string): Promise<NonNullable<AuditEventFilters['actor']>> {
     if (ref === 'operator' || ref === 'system' || ref === 'contact') return { type: ref };
     if (!isUuid(ref)) throw AppError.field('actor', 'Must be an API key id, operator, system or contact.');
-    const key = await keys.findById(ref);
+    const key = await keys.findById(ref, database.db);
     if (!key || key.orgId !== orgId) throw AppError.notFound('API key');
     return { type: 'api_key', id: key.id };
   }
@@ -101,7 +103,7 @@ export function createAuditService(deps: { database: Database; cursorKey?: Curso
   }
 
   async function requireOrg(orgId: string): Promise<void> {
-    if (!isUuid(orgId) || !(await organisations.findById(orgId))) throw AppError.notFound('Organisation');
+    if (!isUuid(orgId) || !(await organisations.findById(orgId, database.db))) throw AppError.notFound('Organisation');
   }
 
   return {
@@ -129,7 +131,7 @@ export function createAuditService(deps: { database: Database; cursorKey?: Curso
         createdBefore: query.created_before,
       };
       // From the primary: a replica could lag behind a sequence the previous page returned.
-      const rows = await audit.listSealed(ctx.orgId, filters, limit + 1);
+      const rows = await audit.listSealed(ctx.orgId, filters, limit + 1, database.db);
       const page = rows.slice(0, limit);
       // resume_cursor is never null: an empty page hands back where it started, so an auditor's next poll resumes there.
       return feedPage(page.map(toDto), limit, rows.length > limit, encodeSequenceCursor(page.at(-1)?.sequence ?? after, fingerprint, key));
@@ -138,7 +140,7 @@ export function createAuditService(deps: { database: Database; cursorKey?: Curso
     /** The end of the organisation's chain, to publish elsewhere (a daily anchor reveals a truncation later). */
     async head(orgId: string): Promise<ChainHeadDto> {
       await requireOrg(orgId);
-      const head = await audit.findHead(orgId);
+      const head = await audit.findHead(orgId, database.db);
       const sealed = head !== undefined && head.lastSequence > 0;
       return {
         org_id: orgId,

@@ -45,7 +45,7 @@ function firesUpdated(change: { before: CustomerRow | undefined; after: Customer
  */
 export function createCustomerChangeRecorder(db: Executor) {
   const audit = createAuditWriter(db);
-  const outbox = createOutboxRepository(db);
+  const outbox = createOutboxRepository();
   return {
     /**
      * Writes `diff` to `before` (read under lock in this transaction) through `update` and records the

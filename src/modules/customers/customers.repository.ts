@@ -177,7 +177,7 @@ export function createCustomersRepository(db: Executor) {
   }
 
   return {
-    async findById(orgId: string, id: string, tx: Executor = db, lock: LockOption = {}): Promise<CustomerRow | undefined> {
+    async findById(orgId: string, id: string, tx: Executor, lock: LockOption = {}): Promise<CustomerRow | undefined> {
       if (!isUuid(id)) return undefined;
       const query = tx
         .select()
@@ -191,24 +191,18 @@ export function createCustomersRepository(db: Executor) {
      * UUID-shaped value that is not an id is still tried as an external_id. Two primary-key or
      * unique-index lookups at most (one `id = … OR external_id = …` filter would scan the organisation).
      */
-    async findByRef(
-      orgId: string,
-      kind: CustomerKind,
-      ref: string,
-      tx: Executor = db,
-      lock: LockOption = {},
-    ): Promise<CustomerRow | undefined> {
+    async findByRef(orgId: string, kind: CustomerKind, ref: string, tx: Executor, lock: LockOption = {}): Promise<CustomerRow | undefined> {
       const lookup = lock.forUpdate ? lookups.lock : lookups.read;
       const byId = isUuid(ref) ? await firstOf(lookup.byId, tx, { orgId, kind, ref }) : undefined;
       return byId ?? firstOf(lookup.byExternalRef, tx, { orgId, kind, ref });
     },
 
-    async findByExternalId(orgId: string, externalId: string, tx: Executor = db, lock: LockOption = {}): Promise<CustomerRow | undefined> {
+    async findByExternalId(orgId: string, externalId: string, tx: Executor, lock: LockOption = {}): Promise<CustomerRow | undefined> {
       return firstOf((lock.forUpdate ? lookups.lock : lookups.read).byExternalId, tx, { orgId, ref: externalId });
     },
 
     /** Case-insensitive full name + email among individuals (the unique index's expression). */
-    async findIndividualByNameAndEmail(orgId: string, name: string, email: string, tx: Executor = db, lock: LockOption = {}) {
+    async findIndividualByNameAndEmail(orgId: string, name: string, email: string, tx: Executor, lock: LockOption = {}) {
       const query = tx
         .select()
         .from(customers)
@@ -225,12 +219,12 @@ export function createCustomersRepository(db: Executor) {
     },
 
     /** Inserts unless any unique key (external_id, name+email, ABN, ACN, name+type) is taken. */
-    async insertIfAbsent(values: NewCustomerRow, tx: Executor = db): Promise<CustomerRow | undefined> {
+    async insertIfAbsent(values: NewCustomerRow, tx: Executor): Promise<CustomerRow | undefined> {
       const [row] = await tx.insert(customers).values(values).onConflictDoNothing().returning();
       return row;
     },
 
-    async update(orgId: string, id: string, values: Partial<NewCustomerRow>, tx: Executor = db): Promise<CustomerRow> {
+    async update(orgId: string, id: string, values: Partial<NewCustomerRow>, tx: Executor): Promise<CustomerRow> {
       const built = updateOf(orgId, id, values, 'row');
       if (built) return (await firstOf(built.statement, tx, built.bound))!;
       const [row] = await updatePerCall(tx, orgId, id, values).returning();
@@ -243,12 +237,7 @@ export function createCustomersRepository(db: Executor) {
      * caller read with these values, since the stamp trigger is the only writer besides the caller;
      * reading back every column would cost the upsert measurably (bench/README.md).
      */
-    async updateLocked(
-      orgId: string,
-      id: string,
-      values: Partial<NewCustomerRow>,
-      tx: Executor = db,
-    ): Promise<{ updatedAt: Date } | undefined> {
+    async updateLocked(orgId: string, id: string, values: Partial<NewCustomerRow>, tx: Executor): Promise<{ updatedAt: Date } | undefined> {
       const built = updateOf(orgId, id, values, 'stamp');
       if (built) {
         const { rows } = await built.statement.run(tx, built.bound);
@@ -280,7 +269,7 @@ export function createCustomersRepository(db: Executor) {
      * the rows from one held by half). With updated_since, the page's ids come from the three parts
      * of changedSinceParts, each its own index-only range, merged, and only the page's rows are read.
      */
-    async list(orgId: string, filters: ListFilters, limit: number, tx: Executor = db): Promise<CustomerRow[]> {
+    async list(orgId: string, filters: ListFilters, limit: number, tx: Executor): Promise<CustomerRow[]> {
       const conditions = equalityConditions(orgId, filters);
       const order = [asc(customers.createdAt), asc(customers.id)];
       if (!filters.updatedSince || filters.externalId || !hasPartsBefore(filters.updatedSince)) {
@@ -320,7 +309,7 @@ export function createCustomersRepository(db: Executor) {
      * (the counters give the whole), so the cost is bounded by the rows changed since `since` and by
      * the rows created before it, never by the organisation's size alone (docs/decisions.md).
      */
-    async count(orgId: string, filters: ListFilters, tx: Executor = db): Promise<number> {
+    async count(orgId: string, filters: ListFilters, tx: Executor): Promise<number> {
       const equality = equalityConditions(orgId, filters);
       if (filters.externalId) {
         const [row] = await tx
@@ -370,7 +359,7 @@ export function createCustomersRepository(db: Executor) {
       return count + (await countOf(createdAfter!));
     },
 
-    async findManyByIds(orgId: string, ids: string[], tx: Executor = db): Promise<CustomerRow[]> {
+    async findManyByIds(orgId: string, ids: string[], tx: Executor): Promise<CustomerRow[]> {
       if (ids.length === 0) return [];
       return tx
         .select()

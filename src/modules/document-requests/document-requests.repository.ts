@@ -7,20 +7,20 @@ export type NewDocumentRequest = typeof documentRequests.$inferInsert;
 /** A document that answers a request: its id and type, in the order received. */
 export type RequestDocument = { documentRequestId: string; id: string; type: string };
 
-export function createDocumentRequestsRepository(db: Executor) {
+export function createDocumentRequestsRepository() {
   return {
-    async insert(values: NewDocumentRequest, tx: Executor = db): Promise<DocumentRequestRow> {
+    async insert(values: NewDocumentRequest, tx: Executor): Promise<DocumentRequestRow> {
       const [row] = await tx.insert(documentRequests).values(values).returning();
       return row!;
     },
 
     /** The directory entry of an upload link: only the SHA-256 of its token is kept. */
-    async insertToken(values: { tokenHash: string; orgId: string; documentRequestId: string }, tx: Executor = db): Promise<void> {
+    async insertToken(values: { tokenHash: string; orgId: string; documentRequestId: string }, tx: Executor): Promise<void> {
       await tx.insert(documentRequestTokens).values(values);
     },
 
     /** Where a token's hash points, before the organisation is known; undefined for an unknown or spent token. */
-    async findToken(tokenHash: string, tx: Executor = db): Promise<{ orgId: string; documentRequestId: string } | undefined> {
+    async findToken(tokenHash: string, tx: Executor): Promise<{ orgId: string; documentRequestId: string } | undefined> {
       const [row] = await tx
         .select({ orgId: documentRequestTokens.orgId, documentRequestId: documentRequestTokens.documentRequestId })
         .from(documentRequestTokens)
@@ -29,18 +29,13 @@ export function createDocumentRequestsRepository(db: Executor) {
     },
 
     /** A spent link (fulfilled or expired request) opens nothing again. */
-    async deleteTokens(orgId: string, documentRequestId: string, tx: Executor = db): Promise<void> {
+    async deleteTokens(orgId: string, documentRequestId: string, tx: Executor): Promise<void> {
       await tx
         .delete(documentRequestTokens)
         .where(and(eq(documentRequestTokens.orgId, orgId), eq(documentRequestTokens.documentRequestId, documentRequestId)));
     },
 
-    async findById(
-      orgId: string,
-      id: string,
-      tx: Executor = db,
-      lock: { forUpdate?: boolean } = {},
-    ): Promise<DocumentRequestRow | undefined> {
+    async findById(orgId: string, id: string, tx: Executor, lock: { forUpdate?: boolean } = {}): Promise<DocumentRequestRow | undefined> {
       const query = tx
         .select()
         .from(documentRequests)
@@ -50,7 +45,7 @@ export function createDocumentRequestsRepository(db: Executor) {
     },
 
     /** An entity's requests, oldest first, as every list of the API. */
-    async listForEntity(orgId: string, entityId: string, tx: Executor = db): Promise<DocumentRequestRow[]> {
+    async listForEntity(orgId: string, entityId: string, tx: Executor): Promise<DocumentRequestRow[]> {
       return tx
         .select()
         .from(documentRequests)
@@ -59,7 +54,7 @@ export function createDocumentRequestsRepository(db: Executor) {
     },
 
     /** The documents received for each of the requests, in the order received. */
-    async documentsOf(orgId: string, entityId: string, requestIds: readonly string[], tx: Executor = db): Promise<RequestDocument[]> {
+    async documentsOf(orgId: string, entityId: string, requestIds: readonly string[], tx: Executor): Promise<RequestDocument[]> {
       if (requestIds.length === 0) return [];
       const rows = await tx
         .select({ documentRequestId: entityDocuments.documentRequestId, id: entityDocuments.id, type: entityDocuments.type })
@@ -81,7 +76,7 @@ export function createDocumentRequestsRepository(db: Executor) {
       orgId: string,
       id: string,
       change: { status: 'FULFILLED'; fulfilledAt: Date } | { status: 'EXPIRED'; expiredAt: Date },
-      tx: Executor = db,
+      tx: Executor,
     ): Promise<DocumentRequestRow | undefined> {
       const [row] = await tx
         .update(documentRequests)
@@ -92,7 +87,7 @@ export function createDocumentRequestsRepository(db: Executor) {
     },
 
     /** A change that is not a status change (a document arrived): only updated_at moves. */
-    async touch(orgId: string, id: string, tx: Executor = db): Promise<void> {
+    async touch(orgId: string, id: string, tx: Executor): Promise<void> {
       await tx
         .update(documentRequests)
         .set({ updatedAt: sql`clock_timestamp()` })
@@ -103,7 +98,7 @@ export function createDocumentRequestsRepository(db: Executor) {
      * Organisations after `after` (org_id order) with an OPEN request due by `now`, at most `limit`:
      * a skip scan of document_requests_open_due_idx, one probe per organisation with open requests.
      */
-    async organisationsWithDueRequests(after: string, limit: number, now: Date, tx: Executor = db): Promise<string[]> {
+    async organisationsWithDueRequests(after: string, limit: number, now: Date, tx: Executor): Promise<string[]> {
       return organisationsWith(tx, {
         table: 'document_requests',
         pending: sql`status = 'OPEN'`,

@@ -81,14 +81,14 @@ export type UploadPageView = {
 
 export function createDocumentRequestsService(deps: { database: Database; publicBaseUrl: string; clock: Clock; sealer: TextSealer }) {
   const { database, clock } = deps;
-  const requests = createDocumentRequestsRepository(database.db);
+  const requests = createDocumentRequestsRepository();
   const customers = createCustomersRepository(database.db);
-  const organisations = createOrganisationsRepository(database.db);
+  const organisations = createOrganisationsRepository();
   const emails = createEmailsRepository(database.db, deps.sealer);
   const audit = createAuditWriter(database.db);
-  const outbox = createOutboxRepository(database.db);
+  const outbox = createOutboxRepository();
   const charge = createCreditCharger(database.db);
-  const payerFor = createPayerResolver(database.db);
+  const payerFor = createPayerResolver();
   const rotation = createOrgRotation();
 
   async function announce(dto: DocumentRequestDto, orgId: string, tx: Executor): Promise<void> {
@@ -247,13 +247,14 @@ export function createDocumentRequestsService(deps: { database: Database; public
 
     /** GET /entities/{id}/document-requests: oldest first, without links. */
     async list(ctx: RequestContext, ref: string): Promise<{ object: 'list'; data: DocumentRequestDto[] }> {
-      const entity = await customers.findByRef(ctx.orgId, 'entity', ref);
+      const entity = await customers.findByRef(ctx.orgId, 'entity', ref, database.db);
       if (!entity) throw AppError.notFound('Entity');
-      const rows = await requests.listForEntity(ctx.orgId, entity.id);
+      const rows = await requests.listForEntity(ctx.orgId, entity.id, database.db);
       const documents = await requests.documentsOf(
         ctx.orgId,
         entity.id,
         rows.map((row) => row.id),
+        database.db,
       );
       return { object: 'list', data: rows.map((row) => toDocumentRequestDto(row, documents)) };
     },
@@ -334,7 +335,7 @@ export function createDocumentRequestsService(deps: { database: Database; public
       const batchSize = options.batchSize ?? 100;
       const now = clock.now();
       const orgIds = await dueOrganisations(rotation, options.maxOrganisations ?? 50, (after, limit) =>
-        requests.organisationsWithDueRequests(after, limit, now),
+        requests.organisationsWithDueRequests(after, limit, now, database.db),
       );
       let expired = 0;
       for (const orgId of orgIds) {

@@ -5,14 +5,14 @@ import { entityDocuments, type EntityDocumentRow } from '../../db/schema.js';
 export type NewEntityDocument = typeof entityDocuments.$inferInsert;
 
 /** Document metadata; the bytes are the document storage's (document-storage.ts). */
-export function createDocumentsRepository(db: Executor) {
+export function createDocumentsRepository() {
   return {
-    async insert(values: NewEntityDocument, tx: Executor = db): Promise<EntityDocumentRow> {
+    async insert(values: NewEntityDocument, tx: Executor): Promise<EntityDocumentRow> {
       const [row] = await tx.insert(entityDocuments).values(values).returning();
       return row!;
     },
 
-    async findForEntity(orgId: string, entityId: string, documentId: string, tx: Executor = db): Promise<EntityDocumentRow | undefined> {
+    async findForEntity(orgId: string, entityId: string, documentId: string, tx: Executor): Promise<EntityDocumentRow | undefined> {
       const [row] = await tx
         .select()
         .from(entityDocuments)
@@ -21,7 +21,7 @@ export function createDocumentsRepository(db: Executor) {
     },
 
     /** Oldest first (entity_documents_entity_idx). */
-    async listForEntity(orgId: string, entityId: string, tx: Executor = db): Promise<EntityDocumentRow[]> {
+    async listForEntity(orgId: string, entityId: string, tx: Executor): Promise<EntityDocumentRow[]> {
       return tx
         .select()
         .from(entityDocuments)

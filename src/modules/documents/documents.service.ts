@@ -67,7 +67,7 @@ export async function storeDocument(
   input: StoreDocumentInput,
   storage: DocumentStorage = postgresDocumentStorage,
 ): Promise<EntityDocumentRow> {
-  const row = await createDocumentsRepository(tx).insert(
+  const row = await createDocumentsRepository().insert(
     {
       orgId: input.orgId,
       entityId: input.entityId,
@@ -114,7 +114,7 @@ export type DocumentContent = { document: EntityDocumentRow; open(): Readable };
 export function createDocumentsService(deps: { database: Database }) {
   const { database } = deps;
   const customers = createCustomersRepository(database.db);
-  const documents = createDocumentsRepository(database.db);
+  const documents = createDocumentsRepository();
   const charge = createCreditCharger(database.db);
 
   async function requireEntity(ctx: RequestContext, ref: string, tx: Executor) {

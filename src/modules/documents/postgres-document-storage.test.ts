@@ -42,7 +42,7 @@ async function storeTenMebibytes(
   const data = pdfBytes(MAX_DOCUMENT_BYTES);
   let ref: DocumentRef | undefined;
   await ctx.database.db.transaction(async (tx) => {
-    const row = await createDocumentsRepository(tx).insert(
+    const row = await createDocumentsRepository().insert(
       {
         orgId: org.id,
         entityId: entity.id,

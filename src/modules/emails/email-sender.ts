@@ -54,16 +54,16 @@ export function createEmailSender(deps: {
     if (!transport) {
       // The link carries the verification token and the row the recipient: only which email it was is logged.
       deps.logger.info(emailLogFields(email), 'email recorded (SMTP_URL not set); `svc emails` lists it with its link');
-      await repository.markDelivered(email.orgId, email.id, 'recorded');
-      await repository.sealLegacy(email);
+      await repository.markDelivered(email.orgId, email.id, 'recorded', deps.database.db);
+      await repository.sealLegacy(email, deps.database.db);
       return;
     }
     try {
       // Opened here, per email: one that does not open (another key) is retried and named, never blocks the batch.
       const { body } = repository.openRow(email);
       await transport.sendMail({ from: deps.from, to: email.recipient, subject: email.subject, text: body });
-      await repository.markDelivered(email.orgId, email.id, 'sent');
-      await repository.sealLegacy(email);
+      await repository.markDelivered(email.orgId, email.id, 'sent', deps.database.db);
+      await repository.sealLegacy(email, deps.database.db);
     } catch (error) {
       const giveUp = email.attempts >= MAX_ATTEMPTS;
       const delay = Math.min(3600, 30 * 2 ** (email.attempts - 1));
@@ -71,7 +71,14 @@ export function createEmailSender(deps: {
         { ...emailLogFields(email), attempt: email.attempts, err: error },
         giveUp ? 'email failed for good' : 'email send failed; will retry',
       );
-      await repository.scheduleRetry(email.orgId, email.id, error instanceof Error ? error.message : String(error), delay, giveUp);
+      await repository.scheduleRetry(
+        email.orgId,
+        email.id,
+        error instanceof Error ? error.message : String(error),
+        delay,
+        giveUp,
+        deps.database.db,
+      );
     }
   }
 
@@ -81,7 +88,7 @@ export function createEmailSender(deps: {
       let handled = 0;
       for (;;) {
         // Each organisation's claim commits on its own: no transaction spans organisations.
-        const batch = await repository.claimDue(BATCH, LEASE_SECONDS);
+        const batch = await repository.claimDue(BATCH, LEASE_SECONDS, deps.database.db);
         if (batch.length === 0) return handled;
         await Promise.all(batch.map(deliver));
         handled += batch.length;

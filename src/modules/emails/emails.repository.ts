@@ -61,7 +61,7 @@ export function createEmailsRepository(db: Executor, sealer: TextSealer) {
      */
     async queue(
       values: { orgId: string; recipient: string; subject: string; body: string; link?: string; verificationId?: string },
-      tx: Executor = db,
+      tx: Executor,
     ) {
       const sealed = { ...values, body: sealer.seal(values.body), link: values.link === undefined ? undefined : sealer.seal(values.link) };
       const [row] = await tx.insert(emails).values(sealed).returning();
@@ -77,7 +77,7 @@ export function createEmailsRepository(db: Executor, sealer: TextSealer) {
      * Seals a row queued before emails were sealed, once it has been delivered: such rows are read in
      * clear by the sender, and nothing readable stays behind for the retention period.
      */
-    async sealLegacy(row: EmailRow, tx: Executor = db): Promise<void> {
+    async sealLegacy(row: EmailRow, tx: Executor): Promise<void> {
       if (sealer.isSealed(row.body) && (row.link === null || sealer.isSealed(row.link))) return;
       await tx
         .update(emails)
@@ -88,7 +88,7 @@ export function createEmailsRepository(db: Executor, sealer: TextSealer) {
         .where(and(eq(emails.orgId, row.orgId), eq(emails.id, row.id)));
     },
 
-    async list(orgId: string, filters: { to?: string } = {}, tx: Executor = db): Promise<EmailRow[]> {
+    async list(orgId: string, filters: { to?: string } = {}, tx: Executor): Promise<EmailRow[]> {
       return tx
         .select()
         .from(emails)
@@ -102,19 +102,19 @@ export function createEmailsRepository(db: Executor, sealer: TextSealer) {
      * of its own. The claim pushes next_attempt_at ahead, so a sender that dies mid-send only delays
      * the email.
      */
-    async claimDue(limit: number, leaseSeconds: number, tx: Executor = db): Promise<EmailRow[]> {
+    async claimDue(limit: number, leaseSeconds: number, tx: Executor): Promise<EmailRow[]> {
       const orgIds = await dueOrganisations(rotation, limit, (after, count) => organisationsWithDueEmails(after, count, tx));
       return claimFairly(orgIds, limit, (orgId, count) => claimIn(orgId, count, leaseSeconds, tx));
     },
 
-    async markDelivered(orgId: string, id: string, status: 'sent' | 'recorded', tx: Executor = db): Promise<void> {
+    async markDelivered(orgId: string, id: string, status: 'sent' | 'recorded', tx: Executor): Promise<void> {
       await tx
         .update(emails)
         .set({ status, sentAt: sql`clock_timestamp()`, lastError: null })
         .where(and(eq(emails.orgId, orgId), eq(emails.id, id)));
     },
 
-    async scheduleRetry(orgId: string, id: string, error: string, delaySeconds: number, giveUp: boolean, tx: Executor = db): Promise<void> {
+    async scheduleRetry(orgId: string, id: string, error: string, delaySeconds: number, giveUp: boolean, tx: Executor): Promise<void> {
       await tx
         .update(emails)
         .set({

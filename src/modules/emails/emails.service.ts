@@ -20,7 +20,7 @@ export function createEmailsService(deps: { database: Database; sealer: TextSeal
   const repository = createEmailsRepository(deps.database.db, deps.sealer);
   return {
     async list(orgId: string, filters: { to?: string } = {}) {
-      return (await repository.list(orgId, filters)).map((row) => toEmailDto(repository.openRow(row)));
+      return (await repository.list(orgId, filters, deps.database.db)).map((row) => toEmailDto(repository.openRow(row)));
     },
   };
 }

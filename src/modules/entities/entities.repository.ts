@@ -8,7 +8,7 @@ export type BeneficialOwnerWithPerson = {
 };
 
 /** Entity-specific lookups; generic customer reads and writes live in the customers repository. */
-export function createEntitiesRepository(db: Executor) {
+export function createEntitiesRepository() {
   async function firstEntity(tx: Executor, orgId: string, condition: ReturnType<typeof sql>) {
     const [row] = await tx
       .select()
@@ -19,12 +19,12 @@ export function createEntitiesRepository(db: Executor) {
   }
 
   return {
-    findByAbn: (orgId: string, abn: string, tx: Executor = db) => firstEntity(tx, orgId, sql`${customers.abn} = ${abn}`),
-    findByAcn: (orgId: string, acn: string, tx: Executor = db) => firstEntity(tx, orgId, sql`${customers.acn} = ${acn}`),
-    findByNameAndType: (orgId: string, name: string, type: string, tx: Executor = db) =>
+    findByAbn: (orgId: string, abn: string, tx: Executor) => firstEntity(tx, orgId, sql`${customers.abn} = ${abn}`),
+    findByAcn: (orgId: string, acn: string, tx: Executor) => firstEntity(tx, orgId, sql`${customers.acn} = ${acn}`),
+    findByNameAndType: (orgId: string, name: string, type: string, tx: Executor) =>
       firstEntity(tx, orgId, sql`lower(${customers.name}) = lower(${name}) AND ${customers.type} = ${type}`),
 
-    async listOwners(orgId: string, entityId: string, tx: Executor = db): Promise<BeneficialOwnerWithPerson[]> {
+    async listOwners(orgId: string, entityId: string, tx: Executor): Promise<BeneficialOwnerWithPerson[]> {
       return tx
         .select({ owner: beneficialOwners, person: customers })
         .from(beneficialOwners)
@@ -33,7 +33,7 @@ export function createEntitiesRepository(db: Executor) {
         .orderBy(asc(beneficialOwners.createdAt), asc(beneficialOwners.id));
     },
 
-    async findOwner(orgId: string, entityId: string, ownerId: string, tx: Executor = db): Promise<BeneficialOwnerWithPerson | undefined> {
+    async findOwner(orgId: string, entityId: string, ownerId: string, tx: Executor): Promise<BeneficialOwnerWithPerson | undefined> {
       const [row] = await tx
         .select({ owner: beneficialOwners, person: customers })
         .from(beneficialOwners)
@@ -42,7 +42,7 @@ export function createEntitiesRepository(db: Executor) {
       return row;
     },
 
-    async findOwnerByPerson(orgId: string, entityId: string, customerId: string, tx: Executor = db) {
+    async findOwnerByPerson(orgId: string, entityId: string, customerId: string, tx: Executor) {
       const [row] = await tx
         .select()
         .from(beneficialOwners)
@@ -53,7 +53,7 @@ export function createEntitiesRepository(db: Executor) {
     },
 
     /** Adds the person as an owner of the entity, or updates their holding when already one. */
-    async upsertOwner(values: typeof beneficialOwners.$inferInsert, tx: Executor = db) {
+    async upsertOwner(values: typeof beneficialOwners.$inferInsert, tx: Executor) {
       const [row] = await tx
         .insert(beneficialOwners)
         .values(values)

@@ -38,7 +38,7 @@ export function createEntitiesService(deps: { database: Database; pageReads?: Pa
   const clock = deps.clock ?? systemClock;
   const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
   const customers = createCustomersRepository(database.db);
-  const entities = createEntitiesRepository(database.db);
+  const entities = createEntitiesRepository();
   const changes = createCustomerChangeRecorder(database.db);
   const audit = createAuditWriter(database.db);
 

@@ -20,12 +20,12 @@ export type EventsFeedSealer = CommitOrderSealer;
  */
 export function createEventsFeedSealer(options: CommitOrderSealerOptions): EventsFeedSealer {
   const { database } = options;
-  const events = createEventsRepository(database.db);
+  const events = createEventsRepository();
   return createCommitOrderSealer({
     ...options,
     channel: FEED_CHANNEL,
     what: 'events feed',
-    organisationsWithUnsealedRows: (after, limit) => events.organisationsWithUnsealedEvents(after, limit),
+    organisationsWithUnsealedRows: (after, limit) => events.organisationsWithUnsealedEvents(after, limit, database.db),
     sealBatch: (orgId, batchSize) =>
       database.transaction(async (tx) => {
         await events.ensureHead(orgId, tx);

@@ -18,14 +18,14 @@ export type FeedFilters = {
  * The feed's reads (GET /v1/events) and the sealer's writes (events-feed.sealer.ts). Every statement
  * keeps to one organisation.
  */
-export function createEventsRepository(db: Executor) {
+export function createEventsRepository() {
   return {
     /**
      * Up to `limit` sealed events after `filters.after`, ascending by position: a range scan of
      * outbox_events_feed_idx (org_id, position), or of outbox_events_customer_feed_idx
      * (org_id, customer_id, position) with a customer, stopping after `limit` rows.
      */
-    async list(orgId: string, filters: FeedFilters, limit: number, tx: Executor = db): Promise<FeedEventRow[]> {
+    async list(orgId: string, filters: FeedFilters, limit: number, tx: Executor): Promise<FeedEventRow[]> {
       const conditions: SQL[] = [sql`org_id = ${orgId}`, sql`position > ${filters.after}`];
       if (filters.customerId !== undefined) conditions.push(sql`customer_id = ${filters.customerId}`);
       if (filters.types !== undefined)
@@ -46,7 +46,7 @@ export function createEventsRepository(db: Executor) {
     },
 
     /** One event of the organisation, sealed or not; undefined when there is none (or it was purged). */
-    async find(orgId: string, id: string, tx: Executor = db): Promise<{ id: string; payload: string } | undefined> {
+    async find(orgId: string, id: string, tx: Executor): Promise<{ id: string; payload: string } | undefined> {
       const result = await tx.execute<{ id: string; payload: string }>(
         sql`SELECT id, payload FROM outbox_events WHERE org_id = ${orgId} AND id = ${id}`,
       );
@@ -57,7 +57,7 @@ export function createEventsRepository(db: Executor) {
      * Organisations after `after` (org_id order) with events not sealed yet, at most `limit`: a skip
      * scan of the small partial index outbox_events_unsealed_idx, one probe per organisation.
      */
-    async organisationsWithUnsealedEvents(after: string, limit: number, tx: Executor = db): Promise<string[]> {
+    async organisationsWithUnsealedEvents(after: string, limit: number, tx: Executor): Promise<string[]> {
       return organisationsWith(tx, { table: 'outbox_events', pending: sql`position IS NULL`, after, limit });
     },
 

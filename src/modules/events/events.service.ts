@@ -30,13 +30,14 @@ const toDto = (payload: string): EventDto => JSON.parse(payload) as EventDto;
  */
 export function createEventsService(deps: { database: Database; cursorKey?: CursorKey }) {
   const { database } = deps;
-  const events = createEventsRepository(database.db);
+  const events = createEventsRepository();
   const customers = createCustomersRepository(database.db);
   const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
 
   /** A customer or entity of the organisation by UUID or external_id, as the operator CLI resolves it. */
   async function resolveRecord(orgId: string, ref: string): Promise<string> {
-    const row = (await customers.findByRef(orgId, 'individual', ref)) ?? (await customers.findByRef(orgId, 'entity', ref));
+    const row =
+      (await customers.findByRef(orgId, 'individual', ref, database.db)) ?? (await customers.findByRef(orgId, 'entity', ref, database.db));
     if (!row) throw AppError.notFound('Customer or entity');
     return row.id;
   }
@@ -62,7 +63,7 @@ export function createEventsService(deps: { database: Database; cursorKey?: Curs
         createdAfter: query.created_after,
         createdBefore: query.created_before,
       };
-      const rows = await events.list(ctx.orgId, filters, limit + 1);
+      const rows = await events.list(ctx.orgId, filters, limit + 1, database.db);
       const page = rows.slice(0, limit);
       // resume_cursor is never null: an empty page hands back the position it started from, so the consumer resumes there.
       const resumeAt = page.at(-1)?.position ?? after;
@@ -76,7 +77,7 @@ export function createEventsService(deps: { database: Database; cursorKey?: Curs
 
     /** One event, sealed or not yet; a malformed id is simply not found. */
     async get(ctx: RequestContext, id: string): Promise<EventDto> {
-      const row = isUuid(id) ? await events.find(ctx.orgId, id) : undefined;
+      const row = isUuid(id) ? await events.find(ctx.orgId, id, database.db) : undefined;
       if (!row) throw AppError.notFound('Event');
       return toDto(row.payload);
     },

@@ -23,14 +23,14 @@ function offeredTemplate(curatedCodes: readonly string[]): SQL {
     : eq(groupTemplates.source, 'CUSTOM');
 }
 
-export function createGroupsRepository(db: Executor) {
+export function createGroupsRepository() {
   return {
     /**
      * Inserts the organisation's copies of the curated templates, or brings existing copies up to
      * date. Rows already equal are not touched (no write, no updated_at change); custom rows are never
      * overwritten. Rows go in code order so concurrent syncs lock them in the same order.
      */
-    async upsertCuratedTemplates(orgId: string, templates: readonly TemplateContent[], tx: Executor = db): Promise<number> {
+    async upsertCuratedTemplates(orgId: string, templates: readonly TemplateContent[], tx: Executor): Promise<number> {
       if (templates.length === 0) return 0;
       const rows = [...templates]
         .sort((a, b) => (a.code < b.code ? -1 : a.code > b.code ? 1 : 0))
@@ -65,7 +65,7 @@ export function createGroupsRepository(db: Executor) {
       return written.length;
     },
 
-    async insertCustomTemplate(orgId: string, template: TemplateContent, tx: Executor = db): Promise<GroupTemplateRow | undefined> {
+    async insertCustomTemplate(orgId: string, template: TemplateContent, tx: Executor): Promise<GroupTemplateRow | undefined> {
       const [row] = await tx
         .insert(groupTemplates)
         .values({ orgId, ...template, source: 'CUSTOM', isVerified: false })
@@ -75,7 +75,7 @@ export function createGroupsRepository(db: Executor) {
     },
 
     /** Curated first (by code), then custom ones in creation order. */
-    async listTemplates(orgId: string, curatedCodes: readonly string[], tx: Executor = db): Promise<GroupTemplateRow[]> {
+    async listTemplates(orgId: string, curatedCodes: readonly string[], tx: Executor): Promise<GroupTemplateRow[]> {
       return tx
         .select()
         .from(groupTemplates)
@@ -88,12 +88,7 @@ export function createGroupsRepository(db: Executor) {
         );
     },
 
-    async findTemplate(
-      orgId: string,
-      id: string,
-      curatedCodes: readonly string[],
-      tx: Executor = db,
-    ): Promise<GroupTemplateRow | undefined> {
+    async findTemplate(orgId: string, id: string, curatedCodes: readonly string[], tx: Executor): Promise<GroupTemplateRow | undefined> {
       const [row] = await tx
         .select()
         .from(groupTemplates)
@@ -102,7 +97,7 @@ export function createGroupsRepository(db: Executor) {
     },
 
     /** Customers of the organisation matching any of the ids or external ids (individuals and entities alike). */
-    async findCustomers(orgId: string, refs: { ids: string[]; externalIds: string[] }, tx: Executor = db): Promise<CustomerRef[]> {
+    async findCustomers(orgId: string, refs: { ids: string[]; externalIds: string[] }, tx: Executor): Promise<CustomerRef[]> {
       const matches: SQL[] = [];
       if (refs.ids.length) matches.push(inArray(customers.id, refs.ids));
       if (refs.externalIds.length) matches.push(inArray(customers.externalId, refs.externalIds));
@@ -120,7 +115,7 @@ export function createGroupsRepository(db: Executor) {
      */
     async insertGroupUnlessReferenced(
       values: { orgId: string; name: string; reference: string | null; templateId: string | null; industry: string | null },
-      tx: Executor = db,
+      tx: Executor,
     ): Promise<GroupRow | undefined> {
       const [row] = await tx
         .insert(groups)
@@ -133,7 +128,7 @@ export function createGroupsRepository(db: Executor) {
       return row;
     },
 
-    async findActiveGroupByReference(orgId: string, reference: string, tx: Executor = db): Promise<GroupRow | undefined> {
+    async findActiveGroupByReference(orgId: string, reference: string, tx: Executor): Promise<GroupRow | undefined> {
       const [row] = await tx
         .select()
         .from(groups)
@@ -141,7 +136,7 @@ export function createGroupsRepository(db: Executor) {
       return row;
     },
 
-    async insertParties(orgId: string, groupId: string, parties: NewGroupParty[], tx: Executor = db): Promise<GroupPartyRow[]> {
+    async insertParties(orgId: string, groupId: string, parties: NewGroupParty[], tx: Executor): Promise<GroupPartyRow[]> {
       if (parties.length === 0) return [];
       const rows = await tx
         .insert(groupParties)
@@ -150,7 +145,7 @@ export function createGroupsRepository(db: Executor) {
       return rows.sort((a, b) => a.position - b.position);
     },
 
-    async listParties(orgId: string, groupId: string, tx: Executor = db): Promise<GroupPartyRow[]> {
+    async listParties(orgId: string, groupId: string, tx: Executor): Promise<GroupPartyRow[]> {
       return tx
         .select()
         .from(groupParties)

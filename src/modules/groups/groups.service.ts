@@ -92,9 +92,9 @@ export function createGroupsService(deps: {
   const { database, publicBaseUrl } = deps;
   const curated = deps.curatedTemplates ?? CURATED_TEMPLATES;
   const curatedCodes = curated.map((template) => template.code);
-  const repository = createGroupsRepository(database.db);
+  const repository = createGroupsRepository();
   const audit = createAuditWriter(database.db);
-  const organisations = createOrganisationsRepository(database.db);
+  const organisations = createOrganisationsRepository();
 
   // Organisations whose curated copies are known to be current in this process: a sync costs one
   // statement, and skipping it makes every later request free.

@@ -25,7 +25,7 @@ export type Charge = {
  * it had done, so nothing is started, stored or charged.
  */
 export function createCreditCharger(db: Executor) {
-  const organisations = createOrganisationsRepository(db);
+  const organisations = createOrganisationsRepository();
   const audit = createAuditWriter(db);
   return async function charge(ctx: { orgId: string; actor: Actor }, charge: Charge, tx: Executor): Promise<void> {
     if (charge.cost <= 0) return;
@@ -78,8 +78,8 @@ export type Payer = 'organization' | 'customer';
  * Who pays an emailing check or request: the one the caller asked for,
  * else the record's own default, else the organisation's (`organization` when none is set).
  */
-export function createPayerResolver(db: Executor) {
-  const organisations = createOrganisationsRepository(db);
+export function createPayerResolver() {
+  const organisations = createOrganisationsRepository();
   return async function payerFor(
     orgId: string,
     record: { defaultPayer: Payer | null },

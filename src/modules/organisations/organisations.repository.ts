@@ -2,29 +2,29 @@ import { asc, eq, sql } from 'drizzle-orm';
 import type { Executor } from '../../db/client.js';
 import { creditLedger, organisations, type OrganisationRow } from '../../db/schema.js';
 
-export function createOrganisationsRepository(db: Executor) {
+export function createOrganisationsRepository() {
   return {
-    async insert(values: typeof organisations.$inferInsert, tx: Executor = db): Promise<OrganisationRow> {
+    async insert(values: typeof organisations.$inferInsert, tx: Executor): Promise<OrganisationRow> {
       const [row] = await tx.insert(organisations).values(values).returning();
       return row!;
     },
 
-    async findById(id: string, tx: Executor = db): Promise<OrganisationRow | undefined> {
+    async findById(id: string, tx: Executor): Promise<OrganisationRow | undefined> {
       const [row] = await tx.select().from(organisations).where(eq(organisations.id, id));
       return row;
     },
 
     /** Every organisation, oldest first (the sandbox of a first start comes first). */
-    async list(tx: Executor = db): Promise<OrganisationRow[]> {
+    async list(tx: Executor): Promise<OrganisationRow[]> {
       return tx.select().from(organisations).orderBy(asc(organisations.createdAt), asc(organisations.id));
     },
 
-    async findSandbox(tx: Executor = db): Promise<OrganisationRow | undefined> {
+    async findSandbox(tx: Executor): Promise<OrganisationRow | undefined> {
       const [row] = await tx.select().from(organisations).where(eq(organisations.isSandbox, true)).limit(1);
       return row;
     },
 
-    async count(tx: Executor = db): Promise<number> {
+    async count(tx: Executor): Promise<number> {
       const [row] = await tx.select({ count: sql<number>`count(*)::int` }).from(organisations);
       return row?.count ?? 0;
     },
@@ -32,7 +32,7 @@ export function createOrganisationsRepository(db: Executor) {
     async update(
       id: string,
       values: Partial<Pick<OrganisationRow, 'name' | 'features' | 'defaultPayer'>>,
-      tx: Executor = db,
+      tx: Executor,
     ): Promise<OrganisationRow | undefined> {
       const [row] = await tx
         .update(organisations)
@@ -50,7 +50,7 @@ export function createOrganisationsRepository(db: Executor) {
       id: string,
       delta: number,
       entry: { reason: string; verificationId?: string; documentId?: string; documentRequestId?: string },
-      tx: Executor = db,
+      tx: Executor,
     ): Promise<OrganisationRow | undefined> {
       const [row] = await tx
         .update(organisations)

@@ -31,7 +31,7 @@ const SYSTEM_ACTOR: Actor = { type: 'system', id: null };
 
 export function createOrganisationsService(deps: { database: Database }) {
   const { database } = deps;
-  const repository = createOrganisationsRepository(database.db);
+  const repository = createOrganisationsRepository();
   const audit = createAuditWriter(database.db);
 
   async function require(id: string): Promise<OrganisationRow> {

@@ -21,12 +21,12 @@ export type RetentionTable = (typeof RETENTION_TABLES)[number];
  * org_id). Rows are chosen `FOR UPDATE SKIP LOCKED`: a row a writer holds is left for the next run,
  * never waited on. The age test is evaluated on the database's clock.
  */
-export function createRetentionRepository(db: Executor) {
+export function createRetentionRepository() {
   const count = (result: { rows: Array<Record<string, unknown>> }, column: string) => Number(result.rows[0]?.[column] ?? 0);
 
   return {
     /** Organisations in id order, a page after `after` (a keyset walk: no offset). */
-    async organisationIds(after: string | undefined, limit: number, tx: Executor = db): Promise<string[]> {
+    async organisationIds(after: string | undefined, limit: number, tx: Executor): Promise<string[]> {
       const result = await tx.execute<{ id: string }>(sql`
         SELECT id FROM organisations
          WHERE ${after === undefined ? sql`true` : sql`id > ${after}`}
@@ -36,7 +36,7 @@ export function createRetentionRepository(db: Executor) {
     },
 
     /** Past the replay window the record is no longer honoured (claim reclaims it); purging it changes nothing a client sees. */
-    async purgeIdempotencyKeys(orgId: string, hours: number, limit: number, tx: Executor = db): Promise<number> {
+    async purgeIdempotencyKeys(orgId: string, hours: number, limit: number, tx: Executor): Promise<number> {
       const result = await tx.execute(sql`
         WITH chosen AS (
           SELECT api_key_id, key FROM idempotency_keys
@@ -59,7 +59,7 @@ export function createRetentionRepository(db: Executor) {
       orgId: string,
       days: number,
       limit: number,
-      tx: Executor = db,
+      tx: Executor,
     ): Promise<{ deliveries: number; attempts: number }> {
       const result = await tx.execute<{ deliveries: number; attempts: number }>(sql`
         WITH chosen AS (
@@ -108,7 +108,7 @@ export function createRetentionRepository(db: Executor) {
     },
 
     /** Queued emails are kept whatever their age (not yet sent); sent, recorded and failed ones go. */
-    async purgeEmails(orgId: string, days: number, limit: number, tx: Executor = db): Promise<number> {
+    async purgeEmails(orgId: string, days: number, limit: number, tx: Executor): Promise<number> {
       const result = await tx.execute(sql`
         WITH chosen AS (
           SELECT id FROM emails
@@ -128,7 +128,7 @@ export function createRetentionRepository(db: Executor) {
      * and the foreign keys are checked at the end of the statement, after it). The chunks are deleted by this statement rather than
      * by the foreign key's cascade so they are counted; the cascade then finds nothing.
      */
-    async purgeDocuments(orgId: string, years: number, limit: number, tx: Executor = db): Promise<{ documents: number; chunks: number }> {
+    async purgeDocuments(orgId: string, years: number, limit: number, tx: Executor): Promise<{ documents: number; chunks: number }> {
       const result = await tx.execute<{ documents: number; chunks: number }>(sql`
         WITH chosen AS (
           SELECT id FROM entity_documents
@@ -156,7 +156,7 @@ export function createRetentionRepository(db: Executor) {
      * more: a request stays while a document uploaded through it does, so a document never loses its
      * provenance. An OPEN request is kept whatever its age. Their token rows go by the cascade.
      */
-    async purgeDocumentRequests(orgId: string, years: number, limit: number, tx: Executor = db): Promise<number> {
+    async purgeDocumentRequests(orgId: string, years: number, limit: number, tx: Executor): Promise<number> {
       const result = await tx.execute(sql`
         WITH chosen AS (
           SELECT r.id FROM document_requests r

@@ -38,7 +38,7 @@ export function createRetentionService(deps: {
 }) {
   const { database, settings } = deps;
   const batchSize = deps.batchSize ?? DEFAULT_PURGE_BATCH_SIZE;
-  const repository = createRetentionRepository(database.db);
+  const repository = createRetentionRepository();
   // Audit rows leave through the checkpointed purge, the same code path as `svc audit purge`.
   const auditPurge = createAuditPurge({ database, batchSize, onPurged: (rows) => deps.onPurged?.('audit_log', rows) });
 
@@ -60,13 +60,13 @@ export function createRetentionService(deps: {
     const counts = noCounts();
     const { signal } = options;
     await drain(signal, async () => {
-      const rows = await repository.purgeIdempotencyKeys(orgId, settings.idempotencyHours, batchSize);
+      const rows = await repository.purgeIdempotencyKeys(orgId, settings.idempotencyHours, batchSize, database.db);
       record(counts, 'idempotency_keys', rows);
       return rows;
     });
     // Deliveries before events: an event goes only once no delivery references it.
     await drain(signal, async () => {
-      const { deliveries, attempts } = await repository.purgeWebhookDeliveries(orgId, settings.webhookDeliveryDays, batchSize);
+      const { deliveries, attempts } = await repository.purgeWebhookDeliveries(orgId, settings.webhookDeliveryDays, batchSize, database.db);
       record(counts, 'webhook_deliveries', deliveries);
       record(counts, 'webhook_attempts', attempts);
       return deliveries;
@@ -79,7 +79,7 @@ export function createRetentionService(deps: {
       return locked;
     });
     await drain(signal, async () => {
-      const rows = await repository.purgeEmails(orgId, settings.emailDays, batchSize);
+      const rows = await repository.purgeEmails(orgId, settings.emailDays, batchSize, database.db);
       record(counts, 'emails', rows);
       return rows;
     });
@@ -88,7 +88,7 @@ export function createRetentionService(deps: {
     await drain(
       signal,
       async () => {
-        const { documents, chunks } = await repository.purgeDocuments(orgId, settings.documentYears, documentBatch);
+        const { documents, chunks } = await repository.purgeDocuments(orgId, settings.documentYears, documentBatch, database.db);
         record(counts, 'entity_documents', documents);
         record(counts, 'document_chunks', chunks);
         return documents;
@@ -96,7 +96,7 @@ export function createRetentionService(deps: {
       documentBatch,
     );
     await drain(signal, async () => {
-      const rows = await repository.purgeDocumentRequests(orgId, settings.documentYears, batchSize);
+      const rows = await repository.purgeDocumentRequests(orgId, settings.documentYears, batchSize, database.db);
       record(counts, 'document_requests', rows);
       return rows;
     });
@@ -120,7 +120,7 @@ export function createRetentionService(deps: {
       let after: string | undefined;
       let failuresInARow = 0;
       while (!options.signal?.aborted) {
-        const ids = await repository.organisationIds(after, ORGANISATION_PAGE);
+        const ids = await repository.organisationIds(after, ORGANISATION_PAGE, database.db);
         for (const orgId of ids) {
           if (options.signal?.aborted) break;
           try {

@@ -26,7 +26,7 @@ export function cursorKeyLoader(database: Database): CursorKey {
 }
 
 async function readCursorKey(database: Database): Promise<Buffer> {
-  const value = await createServiceSecretsRepository(database.db).find('list_cursor_hmac');
+  const value = await createServiceSecretsRepository().find('list_cursor_hmac', database.db);
   const key = value !== undefined && /^(?:[0-9a-f]{2})+$/i.test(value) ? Buffer.from(value, 'hex') : undefined;
   if (!key || key.length < MIN_KEY_BYTES) {
     throw new Error(`service_secrets.list_cursor_hmac is missing or shorter than ${MIN_KEY_BYTES} bytes of hex; run the migrations`);

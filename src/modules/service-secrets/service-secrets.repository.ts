@@ -8,9 +8,9 @@ import { serviceSecrets } from '../../db/schema.js';
  */
 export type ServiceSecretName = 'list_cursor_hmac' | 'audit_checkpoint_hmac';
 
-export function createServiceSecretsRepository(db: Executor) {
+export function createServiceSecretsRepository() {
   return {
-    async find(name: ServiceSecretName, tx: Executor = db): Promise<string | undefined> {
+    async find(name: ServiceSecretName, tx: Executor): Promise<string | undefined> {
       const [row] = await tx.select({ value: serviceSecrets.value }).from(serviceSecrets).where(eq(serviceSecrets.name, name));
       return row?.value;
     },
@@ -20,7 +20,7 @@ export function createServiceSecretsRepository(db: Executor) {
      * key (two gen_random_uuid() from the server's CSPRNG, hashed). Concurrent first calls agree on
      * one row (the loser's insert does nothing and it reads the winner's).
      */
-    async ensure(name: ServiceSecretName, tx: Executor = db): Promise<string> {
+    async ensure(name: ServiceSecretName, tx: Executor): Promise<string> {
       await tx
         .insert(serviceSecrets)
         .values({ name, value: sql`encode(sha256((gen_random_uuid()::text || gen_random_uuid()::text)::bytea), 'hex')` })

@@ -26,9 +26,9 @@ export function createBackOfficeService(deps: { database: Database }) {
   const { database } = deps;
   const customers = createCustomersRepository(database.db);
   const entities = createEntitiesService({ database });
-  const verifications = createVerificationRepository(database.db);
+  const verifications = createVerificationRepository();
   const changes = createCustomerChangeRecorder(database.db);
-  const outbox = createOutboxRepository(database.db);
+  const outbox = createOutboxRepository();
 
   async function requireRecord(orgId: string, ref: string, tx: Executor): Promise<CustomerRow> {
     const row =

@@ -27,9 +27,9 @@ type Lane = { kind: 'KYC' } | { kind: 'KYB'; method: KybMethod };
 export function createVerificationService(deps: { database: Database; publicBaseUrl: string; sealer: TextSealer }) {
   const { database } = deps;
   const customers = createCustomersRepository(database.db);
-  const entityOwners = createEntitiesRepository(database.db);
+  const entityOwners = createEntitiesRepository();
   const entities = createEntitiesService({ database });
-  const verifications = createVerificationRepository(database.db);
+  const verifications = createVerificationRepository();
   const emails = createEmailsRepository(database.db, deps.sealer);
   const changes = createCustomerChangeRecorder(database.db);
   const charge = createCreditCharger(database.db);
@@ -131,7 +131,7 @@ export function createVerificationService(deps: { database: Database; publicBase
     return { updated, link };
   }
 
-  const payerFor = createPayerResolver(database.db);
+  const payerFor = createPayerResolver();
 
   return {
     /** POST /entities/{id}/kyb. */

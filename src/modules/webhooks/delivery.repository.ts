@@ -62,7 +62,7 @@ const truncate = (text: string | null) => (text && text.length > MAX_ERROR_LENGT
  * The delivery worker's queries. It works across organisations, but every statement keeps to one:
  * a claim finds the organisations with due deliveries, then claims within each (fair-claims.ts).
  */
-export function createDeliveryRepository(db: Executor) {
+export function createDeliveryRepository() {
   // Where this worker's next claim starts looking for organisations.
   const rotation = createOrgRotation();
 
@@ -142,7 +142,7 @@ export function createDeliveryRepository(db: Executor) {
      * with due deliveries first, so one busy organisation does not hold up the others. Each
      * organisation's claim is a statement of its own, committed on its own.
      */
-    async claim(workerId: string, limit: number, leaseMs: number, tx: Executor = db): Promise<ClaimedDelivery[]> {
+    async claim(workerId: string, limit: number, leaseMs: number, tx: Executor): Promise<ClaimedDelivery[]> {
       const orgIds = await dueOrganisations(rotation, limit, (after, count) => organisationsWithDueDeliveries(after, count, tx));
       return claimFairly(orgIds, limit, (orgId, count) => claimIn(orgId, workerId, count, leaseMs, tx));
     },
@@ -163,7 +163,7 @@ export function createDeliveryRepository(db: Executor) {
     async settleMany(
       items: Array<{ claim: ClaimedDelivery; settlement: Settlement }>,
       workerId: string,
-      tx: Executor = db,
+      tx: Executor,
     ): Promise<Set<string>> {
       if (items.length === 0) return new Set();
       const rows = items.map(({ claim, settlement }) => {
@@ -248,7 +248,7 @@ export function createDeliveryRepository(db: Executor) {
     },
 
     /** Settles one delivery (in the caller's transaction when it gives one); false when another worker had retaken it. */
-    async settle(claim: ClaimedDelivery, workerId: string, settlement: Settlement, tx: Executor = db): Promise<boolean> {
+    async settle(claim: ClaimedDelivery, workerId: string, settlement: Settlement, tx: Executor): Promise<boolean> {
       return (await repository.settleMany([{ claim, settlement }], workerId, tx)).has(claim.id);
     },
   };

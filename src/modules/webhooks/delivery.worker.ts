@@ -147,7 +147,7 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
   const stopTimeoutMs = options.stopTimeoutMs ?? 10_000;
   const refillAt = Math.max(1, Math.floor(concurrency / 4));
 
-  const deliveries = createDeliveryRepository(database.db);
+  const deliveries = createDeliveryRepository();
   const disabler = createEndpointDisabler(database.db);
   const sender = createWebhookSender({
     allowPrivateUrls: options.allowPrivateUrls,
@@ -234,7 +234,7 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
         const batch = settleQueue.splice(0, 200);
         try {
           stats.settleBatches += 1;
-          const applied = await deliveries.settleMany(batch, workerId);
+          const applied = await deliveries.settleMany(batch, workerId, database.db);
           for (const item of batch) item.done(undefined, applied.has(item.claim.id));
         } catch (error) {
           if (batch.length === 1) {
@@ -244,7 +244,7 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
           // One bad row must not cost the others their outcome: settle them one by one.
           for (const item of batch) {
             await deliveries
-              .settleMany([item], workerId)
+              .settleMany([item], workerId, database.db)
               .then((applied) => item.done(undefined, applied.has(item.claim.id)))
               .catch((single: unknown) => item.done(single));
           }
@@ -398,7 +398,7 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
       let claimed: ClaimedDelivery[];
       try {
         stats.claimQueries += 1;
-        claimed = await deliveries.claim(workerId, want, leaseMs);
+        claimed = await deliveries.claim(workerId, want, leaseMs, database.db);
       } catch (error) {
         logger.warn({ err: error }, 'claiming webhook deliveries failed; retrying');
         await wake.wait(pollIntervalMs);

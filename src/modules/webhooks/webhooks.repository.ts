@@ -81,14 +81,14 @@ export type WebhookDeliveryRecord = {
 };
 export type WebhookAttemptRecord = typeof webhookAttempts.$inferSelect;
 
-export function createWebhooksRepository(db: Executor) {
+export function createWebhooksRepository() {
   return {
-    async insertEndpoint(values: typeof webhookEndpoints.$inferInsert, tx: Executor = db): Promise<WebhookEndpointRecord> {
+    async insertEndpoint(values: typeof webhookEndpoints.$inferInsert, tx: Executor): Promise<WebhookEndpointRecord> {
       const [row] = await tx.insert(webhookEndpoints).values(values).returning(endpointColumns);
       return row!;
     },
 
-    async listEndpoints(orgId: string, tx: Executor = db): Promise<WebhookEndpointRecord[]> {
+    async listEndpoints(orgId: string, tx: Executor): Promise<WebhookEndpointRecord[]> {
       return tx
         .select(endpointColumns)
         .from(webhookEndpoints)
@@ -100,7 +100,7 @@ export function createWebhooksRepository(db: Executor) {
      * By id alone, for operator commands that name an endpoint without its organisation: a lookup not
      * routed to an organisation (under Citus, a read of every shard); what follows it is.
      */
-    async findEndpointById(id: string, tx: Executor = db): Promise<WebhookEndpointRecord | undefined> {
+    async findEndpointById(id: string, tx: Executor): Promise<WebhookEndpointRecord | undefined> {
       const [row] = await tx.select(endpointColumns).from(webhookEndpoints).where(eq(webhookEndpoints.id, id));
       return row;
     },
@@ -108,7 +108,7 @@ export function createWebhooksRepository(db: Executor) {
     async findEndpoint(
       orgId: string,
       id: string,
-      tx: Executor = db,
+      tx: Executor,
       options: { forUpdate?: boolean } = {},
     ): Promise<WebhookEndpointRecord | undefined> {
       const query = tx
@@ -120,11 +120,7 @@ export function createWebhooksRepository(db: Executor) {
     },
 
     /** Ascending (created_at, id), after `after` when given. */
-    async listEndpointsPage(
-      orgId: string,
-      page: { after?: PagePosition; limit: number },
-      tx: Executor = db,
-    ): Promise<WebhookEndpointRecord[]> {
+    async listEndpointsPage(orgId: string, page: { after?: PagePosition; limit: number }, tx: Executor): Promise<WebhookEndpointRecord[]> {
       const conditions: SQL[] = [eq(webhookEndpoints.orgId, orgId)];
       if (page.after) {
         conditions.push(
@@ -139,12 +135,7 @@ export function createWebhooksRepository(db: Executor) {
         .limit(page.limit);
     },
 
-    async updateEndpoint(
-      orgId: string,
-      id: string,
-      changes: EndpointChanges,
-      tx: Executor = db,
-    ): Promise<WebhookEndpointRecord | undefined> {
+    async updateEndpoint(orgId: string, id: string, changes: EndpointChanges, tx: Executor): Promise<WebhookEndpointRecord | undefined> {
       const [row] = await tx
         .update(webhookEndpoints)
         .set({ ...changes, updatedAt: sql`clock_timestamp()` })
@@ -162,7 +153,7 @@ export function createWebhooksRepository(db: Executor) {
       id: string,
       secret: string,
       graceSeconds: number,
-      tx: Executor = db,
+      tx: Executor,
     ): Promise<WebhookEndpointRecord | undefined> {
       const [row] = await tx
         .update(webhookEndpoints)
@@ -179,7 +170,7 @@ export function createWebhooksRepository(db: Executor) {
     },
 
     /** Deletes the endpoint; its deliveries and their attempts go with it (ON DELETE CASCADE). */
-    async deleteEndpoint(orgId: string, id: string, tx: Executor = db): Promise<boolean> {
+    async deleteEndpoint(orgId: string, id: string, tx: Executor): Promise<boolean> {
       const rows = await tx
         .delete(webhookEndpoints)
         .where(and(eq(webhookEndpoints.orgId, orgId), eq(webhookEndpoints.id, id)))
@@ -192,7 +183,7 @@ export function createWebhooksRepository(db: Executor) {
       orgId: string,
       endpointId: string,
       page: { status?: DeliveryStatus; before?: PagePosition; limit: number },
-      tx: Executor = db,
+      tx: Executor,
     ): Promise<WebhookDeliveryRecord[]> {
       const conditions: SQL[] = [eq(webhookDeliveries.orgId, orgId), eq(webhookDeliveries.endpointId, endpointId)];
       if (page.status) conditions.push(eq(webhookDeliveries.status, page.status));
@@ -216,7 +207,7 @@ export function createWebhooksRepository(db: Executor) {
       orgId: string,
       eventId: string,
       endpointId: string,
-      tx: Executor = db,
+      tx: Executor,
     ): Promise<WebhookDeliveryRecord | undefined> {
       const [row] = await tx
         .select(deliveryColumns)
@@ -232,7 +223,7 @@ export function createWebhooksRepository(db: Executor) {
     },
 
     /** Holds the endpoint's row until the transaction ends, so what is read is what a change in it starts from. */
-    async lockEndpoint(orgId: string, id: string, tx: Executor = db): Promise<WebhookEndpointRecord | undefined> {
+    async lockEndpoint(orgId: string, id: string, tx: Executor): Promise<WebhookEndpointRecord | undefined> {
       const [row] = await tx
         .select(endpointColumns)
         .from(webhookEndpoints)
@@ -249,7 +240,7 @@ export function createWebhooksRepository(db: Executor) {
       orgId: string,
       id: string,
       reason: string,
-      tx: Executor = db,
+      tx: Executor,
       options: { failingForMs?: number } = {},
     ): Promise<WebhookEndpointRecord | undefined> {
       const conditions: SQL[] = [eq(webhookEndpoints.orgId, orgId), eq(webhookEndpoints.id, id), eq(webhookEndpoints.enabled, true)];
@@ -266,7 +257,7 @@ export function createWebhooksRepository(db: Executor) {
     },
 
     /** Fails the endpoint's queued deliveries that no worker holds; held ones are settled by their worker. */
-    async failQueuedDeliveries(orgId: string, endpointId: string, reason: string, tx: Executor = db): Promise<number> {
+    async failQueuedDeliveries(orgId: string, endpointId: string, reason: string, tx: Executor): Promise<number> {
       const rows = await tx
         .update(webhookDeliveries)
         .set({ status: 'failed', lastError: reason, updatedAt: sql`clock_timestamp()` })
@@ -285,7 +276,7 @@ export function createWebhooksRepository(db: Executor) {
     async listDeliveries(
       orgId: string,
       filters: { eventId?: string; status?: DeliveryStatus; limit: number },
-      tx: Executor = db,
+      tx: Executor,
     ): Promise<WebhookDeliveryRecord[]> {
       const conditions: SQL[] = [eq(webhookDeliveries.orgId, orgId)];
       if (filters.eventId) conditions.push(eq(webhookDeliveries.eventId, filters.eventId));
@@ -300,7 +291,7 @@ export function createWebhooksRepository(db: Executor) {
         .limit(filters.limit);
     },
 
-    async findDelivery(orgId: string, id: string, tx: Executor = db): Promise<WebhookDeliveryRecord | undefined> {
+    async findDelivery(orgId: string, id: string, tx: Executor): Promise<WebhookDeliveryRecord | undefined> {
       const [row] = await tx
         .select(deliveryColumns)
         .from(webhookDeliveries)
@@ -311,12 +302,12 @@ export function createWebhooksRepository(db: Executor) {
     },
 
     /** The organisation of a delivery, for operator commands that name it by id alone (not routed, as findEndpointById). */
-    async findDeliveryOrg(id: string, tx: Executor = db): Promise<string | undefined> {
+    async findDeliveryOrg(id: string, tx: Executor): Promise<string | undefined> {
       const [row] = await tx.select({ orgId: webhookDeliveries.orgId }).from(webhookDeliveries).where(eq(webhookDeliveries.id, id));
       return row?.orgId;
     },
 
-    async attemptsOf(orgId: string, deliveryIds: string[], tx: Executor = db): Promise<WebhookAttemptRecord[]> {
+    async attemptsOf(orgId: string, deliveryIds: string[], tx: Executor): Promise<WebhookAttemptRecord[]> {
       if (deliveryIds.length === 0) return [];
       return (
         tx
@@ -334,7 +325,7 @@ export function createWebhooksRepository(db: Executor) {
     },
 
     /** Makes a queued delivery due now; a worker holding it keeps its claim and settles it as usual. */
-    async makeDue(orgId: string, id: string, tx: Executor = db): Promise<boolean> {
+    async makeDue(orgId: string, id: string, tx: Executor): Promise<boolean> {
       const rows = await tx
         .update(webhookDeliveries)
         .set({ nextAttemptAt: sql`clock_timestamp()`, updatedAt: sql`clock_timestamp()` })
@@ -343,12 +334,12 @@ export function createWebhooksRepository(db: Executor) {
       return rows.length > 0;
     },
 
-    async insertDelivery(orgId: string, eventId: string, endpointId: string, tx: Executor = db): Promise<string> {
+    async insertDelivery(orgId: string, eventId: string, endpointId: string, tx: Executor): Promise<string> {
       const [row] = await tx.insert(webhookDeliveries).values({ orgId, eventId, endpointId }).returning({ id: webhookDeliveries.id });
       return row!.id;
     },
 
-    async findEvent(orgId: string, id: string, tx: Executor = db) {
+    async findEvent(orgId: string, id: string, tx: Executor) {
       const [row] = await tx
         .select()
         .from(outboxEvents)
@@ -357,7 +348,7 @@ export function createWebhooksRepository(db: Executor) {
     },
 
     /** Wakes the delivery workers once the transaction commits (no NOTIFY inside it: see db/worker-wake.ts). */
-    notifyWorkers(tx: Executor = db): void {
+    notifyWorkers(tx: Executor): void {
       wakeAfterCommit(tx, 'webhook_deliveries');
     },
   };

@@ -83,9 +83,9 @@ export type EndpointDisable = {
  * enabled endpoints that subscribe, never to this one, which is already disabled when it is written.
  */
 export function createEndpointDisabler(db: Executor) {
-  const webhooks = createWebhooksRepository(db);
+  const webhooks = createWebhooksRepository();
   const audit = createAuditWriter(db);
-  const outbox = createOutboxRepository(db);
+  const outbox = createOutboxRepository();
 
   return {
     /**
@@ -179,17 +179,17 @@ export function createWebhooksService(
   const { database } = deps;
   const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
   const policy: WebhookTargetPolicy = { allowPrivateUrls: deps.allowPrivateUrls, allowedPorts: deps.allowedPorts };
-  const webhooks = createWebhooksRepository(database.db);
-  const organisations = createOrganisationsRepository(database.db);
+  const webhooks = createWebhooksRepository();
+  const organisations = createOrganisationsRepository();
   const audit = createAuditWriter(database.db);
-  const outbox = createOutboxRepository(database.db);
+  const outbox = createOutboxRepository();
   const disabler = createEndpointDisabler(database.db);
 
   /** A write's own transaction, for callers other than a request (the operator's CLI). */
   const ownTransaction: OpenTransaction = (work) => database.transaction(work);
 
   async function requireOrg(orgId: string): Promise<void> {
-    if (!isUuid(orgId) || !(await organisations.findById(orgId))) throw AppError.notFound('Organisation');
+    if (!isUuid(orgId) || !(await organisations.findById(orgId, database.db))) throw AppError.notFound('Organisation');
   }
 
   /** Deliveries and their attempts read from one snapshot, so a delivery settling meanwhile is seen whole. */
@@ -220,7 +220,7 @@ export function createWebhooksService(
   async function endpointOrg(id: string, orgId: string | undefined): Promise<string | undefined> {
     if (!isUuid(id)) return undefined;
     if (orgId !== undefined) return isUuid(orgId) ? orgId : undefined;
-    return (await webhooks.findEndpointById(id))?.orgId;
+    return (await webhooks.findEndpointById(id, database.db))?.orgId;
   }
 
   /** The endpoint, locked for the rest of the transaction; another organisation's is not found. */
@@ -286,7 +286,7 @@ export function createWebhooksService(
 
     async listEndpoints(orgId: string): Promise<WebhookEndpointDto[]> {
       await requireOrg(orgId);
-      return (await webhooks.listEndpoints(orgId)).map(toEndpointDto);
+      return (await webhooks.listEndpoints(orgId, database.db)).map(toEndpointDto);
     },
 
     /**
@@ -534,7 +534,7 @@ export function createWebhooksService(
           ? isUuid(options.orgId)
             ? options.orgId
             : undefined
-          : await webhooks.findDeliveryOrg(id);
+          : await webhooks.findDeliveryOrg(id, database.db);
       if (!orgId) throw AppError.notFound('Delivery');
       // The reply is read in the transaction: under an Idempotency-Key it commits only after the reply is stored.
       const resent = await (options.transaction ?? ownTransaction)(async (tx) => {
@@ -588,8 +588,8 @@ export function createWebhooksService(
         );
         return id;
       });
-      const event = await webhooks.findEvent(orgId, eventId);
-      const rows = await webhooks.listDeliveries(orgId, { eventId, limit: 1000 });
+      const event = await webhooks.findEvent(orgId, eventId, database.db);
+      const rows = await webhooks.listDeliveries(orgId, { eventId, limit: 1000 }, database.db);
       return { event: JSON.parse(event!.payload) as unknown, deliveries: rows.map((row) => toDeliveryDto(row, [])) };
     },
   };
