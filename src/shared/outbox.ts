@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import { sql, type SQL } from 'drizzle-orm';
-import { boundAsGiven as value, builtOnce } from '../db/built-once.js';
 import { wakeAfterCommit, type Executor } from '../db/client.js';
 
 /*
@@ -49,21 +48,24 @@ export const RECORD_UPDATED_AT = 'record.updated_at';
 /** How toISOString writes a timestamp, in PostgreSQL (the same format the customers triggers use). */
 const ISO_FORMAT = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
 
+type EventValues = { id: string; orgId: string; type: string; customerId: string | null; payload: string; created: string };
+
 /**
  * The event, one pending delivery per enabled endpoint of the organisation that subscribes to its
  * type (a `webhook.test` reaches every enabled endpoint, since it exists to check the endpoint
- * itself): one statement, which returns a row when something was queued. `payload` is the event's
- * JSON, as given or with the record's updated_at put in.
+ * itself), or only to `endpointId`: one statement, which returns a row when something was queued.
+ * `payload` is the event's JSON, as given or with the record's updated_at put in.
  */
-function recordEventSql(payload: SQL, options: { oneEndpoint?: boolean } = {}): SQL {
-  const endpointFilter = options.oneEndpoint
-    ? sql`AND endpoint.id = ${value('endpointId')}::uuid`
-    : sql`AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types)
+function recordEventSql(values: EventValues, payload: SQL, endpointId?: string): SQL {
+  const endpointFilter =
+    endpointId !== undefined
+      ? sql`AND endpoint.id = ${endpointId}::uuid`
+      : sql`AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types)
               OR event.type = 'webhook.test')`;
   return sql`
     WITH event AS (
       INSERT INTO outbox_events (id, org_id, type, customer_id, payload, created_at)
-      VALUES (${value('id')}, ${value('orgId')}, ${value('type')}, ${value('customerId')}, ${payload}, ${value('created')})
+      VALUES (${values.id}, ${values.orgId}, ${values.type}, ${values.customerId}, ${payload}, ${values.created})
       RETURNING id, org_id, type
     ),
     queued AS (
@@ -80,19 +82,12 @@ function recordEventSql(payload: SQL, options: { oneEndpoint?: boolean } = {}): 
   `;
 }
 
-export function createOutboxRepository(db: Executor) {
-  // Built once (see built-once.ts): every change to an integration's record writes one.
-  const statements = {
-    asGiven: builtOnce('outbox_record', () => recordEventSql(value('payload'))),
-    toOneEndpoint: builtOnce('outbox_record_one_endpoint', () => recordEventSql(value('payload'), { oneEndpoint: true })),
-    withRecordUpdatedAt: builtOnce('outbox_record_stamped', () =>
-      recordEventSql(
-        sql`replace(${sql.placeholder('payload')}, ${sql.placeholder('marker')},
-          (SELECT '"updated_at":"' || to_char(updated_at AT TIME ZONE 'UTC', ${sql.raw(ISO_FORMAT)}) || '"' FROM customers WHERE org_id = ${sql.placeholder('orgId')} AND id = ${sql.placeholder('recordId')}))`,
-      ),
-    ),
-  };
+/** The event's JSON with the record's updated_at, as the change queued ahead of it in the transaction stamped it, put in. */
+const withRecordUpdatedAt = (values: EventValues, recordId: string | null): SQL =>
+  sql`replace(${values.payload}, ${`"updated_at":"${RECORD_UPDATED_AT}"`},
+    (SELECT '"updated_at":"' || to_char(updated_at AT TIME ZONE 'UTC', ${sql.raw(ISO_FORMAT)}) || '"' FROM customers WHERE org_id = ${values.orgId} AND id = ${recordId}))`;
 
+export function createOutboxRepository(db: Executor) {
   return {
     /**
      * Writes the event in the caller's transaction together with its deliveries (recordEventSql), and
@@ -104,16 +99,14 @@ export function createOutboxRepository(db: Executor) {
       const id = randomUUID();
       const created = new Date().toISOString();
       const payload = JSON.stringify({ id, type: event.type, created, data: event.data ?? { customer: event.customer } });
-      const values = { id, orgId: event.orgId, type: event.type, customerId: event.customerId, payload, created };
-      const { rows } =
-        event.endpointId !== undefined
-          ? await statements.toOneEndpoint.run(tx, Object.assign(values, { endpointId: event.endpointId }))
-          : event.updatedAtFromRecord
-            ? await statements.withRecordUpdatedAt.run(
-                tx,
-                Object.assign(values, { marker: `"updated_at":"${RECORD_UPDATED_AT}"`, recordId: event.customerId }),
-              )
-            : await statements.asGiven.run(tx, values);
+      const values: EventValues = { id, orgId: event.orgId, type: event.type, customerId: event.customerId, payload, created };
+      const { rows } = await tx.execute(
+        recordEventSql(
+          values,
+          event.updatedAtFromRecord && event.endpointId === undefined ? withRecordUpdatedAt(values, event.customerId) : sql`${payload}`,
+          event.endpointId,
+        ),
+      );
       wakeAfterCommit(tx, FEED_CHANNEL);
       if (rows.length > 0) wakeAfterCommit(tx, 'webhook_deliveries');
       return id;
