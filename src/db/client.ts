@@ -62,7 +62,7 @@ export type DatabaseConnections = {
 };
 
 /** Short enough that a worker of another instance hears of new work at once; long enough that writes never queue on it. */
-export const DEFAULT_WAKE_INTERVAL_MS = 100;
+const DEFAULT_WAKE_INTERVAL_MS = 100;
 
 /** How the statements of one database are named (see StatementNames). */
 type StatementNames = { prepared: boolean; generation: number };
@@ -152,7 +152,7 @@ function* causes(error: unknown): Generator<{ code?: string; message?: string }>
  * A prepared statement that no longer fits the schema (0A000 "cached plan must not change result
  * type") or that the server no longer has (26000, e.g. behind a pooler): preparing it again fixes it.
  */
-export function isStaleStatement(error: unknown): boolean {
+function isStaleStatement(error: unknown): boolean {
   for (const cause of causes(error)) {
     if (cause.code === '26000') return true;
     if (cause.code === '0A000' && /cached plan must not change result type/i.test(cause.message ?? '')) return true;

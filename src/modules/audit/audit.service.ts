@@ -46,7 +46,7 @@ function toDto(row: AuditEventRow): AuditEventDto {
 }
 
 /** Rows an export reads per query: its memory holds one page (and its text) at a time. */
-export const EXPORT_PAGE = 5_000;
+const EXPORT_PAGE = 5_000;
 
 /** Where an export goes: `write` resolves once the chunk is taken (backpressure), `progress` after each page. */
 export type ExportSink = {

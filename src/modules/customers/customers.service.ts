@@ -127,7 +127,7 @@ async function drainChanges(repository: ReturnType<typeof createCustomersReposit
 }
 
 /** Risk rating, classification and status after a change to services, flag or answers. */
-export function dueDiligenceColumns(input: {
+function dueDiligenceColumns(input: {
   status: KycStatus;
   services: string[];
   preExistingServices: string[];

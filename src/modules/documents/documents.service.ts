@@ -18,7 +18,7 @@ import { postgresDocumentStorage } from './postgres-document-storage.js';
 /** The stores by the name `entity_documents.storage` holds; new documents go to `postgres`. */
 const STORAGES: Readonly<Record<string, DocumentStorage>> = { postgres: postgresDocumentStorage };
 
-export function toDocumentDto(row: EntityDocumentRow): DocumentDto {
+function toDocumentDto(row: EntityDocumentRow): DocumentDto {
   return {
     id: row.id,
     object: 'document',

@@ -21,12 +21,12 @@ import {
   type GroupTemplateDto,
 } from './groups.schemas.js';
 
-export const GROUPS_FEATURE = 'groups';
+const GROUPS_FEATURE = 'groups';
 
 /** Who is asking: the organisation, its enabled features, and the actor recorded in the audit log. */
 export type GroupsCaller = { orgId: string; features: ReadonlySet<string>; actor: Actor };
 
-export function toGroupTemplateDto(row: GroupTemplateRow): GroupTemplateDto {
+function toGroupTemplateDto(row: GroupTemplateRow): GroupTemplateDto {
   return {
     id: row.id,
     code: row.code,
@@ -44,7 +44,7 @@ export function toGroupTemplateDto(row: GroupTemplateRow): GroupTemplateDto {
   };
 }
 
-export function toGroupDto(row: GroupRow, parties: GroupPartyRow[], publicBaseUrl: string): GroupDto {
+function toGroupDto(row: GroupRow, parties: GroupPartyRow[], publicBaseUrl: string): GroupDto {
   return {
     id: row.id,
     name: row.name,

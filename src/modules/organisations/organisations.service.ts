@@ -14,7 +14,7 @@ import {
   type Payer,
 } from './organisations.schemas.js';
 
-export function toOrganisationDto(row: OrganisationRow): OrganisationDto {
+function toOrganisationDto(row: OrganisationRow): OrganisationDto {
   return {
     id: row.id,
     name: row.name,

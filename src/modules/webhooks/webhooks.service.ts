@@ -44,11 +44,11 @@ import {
 const SYSTEM_ACTOR: Actor = { type: 'system', id: null };
 
 /** Standard Webhooks secret: `whsec_` + base64 of 32 random bytes (the HMAC key). */
-export function generateWebhookSecret(): string {
+function generateWebhookSecret(): string {
   return `whsec_${randomBytes(32).toString('base64')}`;
 }
 
-export function toEndpointDto(row: WebhookEndpointRecord): WebhookEndpointDto {
+function toEndpointDto(row: WebhookEndpointRecord): WebhookEndpointDto {
   return {
     id: row.id,
     org_id: row.orgId,
