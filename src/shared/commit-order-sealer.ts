@@ -10,7 +10,7 @@ const ORGANISATIONS_PER_PASS = 100;
 /**
  * The least time from one pass's start to the next's. Woken after every commit, passes would run back
  * to back and seal a row or two each: a transaction (head lock, read, update, commit) per write,
- * a third more CPU per upsert (bench/results/audit-sealing.md). Gathered over this long, a busy
+ * which costs every upsert a large share of CPU (bench/results/audit-sealing.md). Gathered over this long, a busy
  * organisation's rows are sealed a batch per transaction, still well within a second of their commit.
  */
 const DEFAULT_MIN_PASS_INTERVAL_MS = 250;

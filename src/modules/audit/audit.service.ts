@@ -29,7 +29,7 @@ import type { AuditEventDto, AuditEventList, ListAuditEventsQuery } from './audi
 /**
  * An audit event as the API shows it. Its `id` is its sequence in the organisation's chain, not the
  * row's id: that comes from one sequence for every organisation, so another organisation's volume
- * could be read from its gaps (issue 43). The row id stays in the export, whose hashes cover it.
+ * could be read from its gaps. The row id stays in the export, whose hashes cover it.
  */
 function toDto(row: AuditEventRow): AuditEventDto {
   return {

@@ -271,8 +271,8 @@ export function createCustomersRepository(db: Executor) {
     /**
      * One page in (created_at, id) order. Without updated_since, one index range (the list index, or
      * the status, AML or entity type index) in that order; the planner picks it per call (unnamed
-     * statements, planned with their values: a generic plan could not tell a status held by 0.1% of
-     * the rows from one held by half). With updated_since, the page's ids come from the three parts
+     * statements, planned with their values: a generic plan could not tell a status a handful of
+     * rows hold from one half of them hold). With updated_since, the page's ids come from the three parts
      * of changedSinceParts, each its own index-only range, merged, and only the page's rows are read.
      */
     async list(orgId: string, filters: ListFilters, limit: number, tx: Executor = db): Promise<CustomerRow[]> {
