@@ -48,22 +48,35 @@ export function createAuditWriter(db: Executor) {
       .prepare(name),
   );
   const json = (value: unknown) => (value === undefined || value === null ? null : JSON.stringify(value));
-  // The columns of recordChange's INSERT … SELECT.
-  const columns = sql.join(
-    [
-      auditLog.orgId,
-      auditLog.actorType,
-      auditLog.actorId,
-      auditLog.action,
-      auditLog.subjectType,
-      auditLog.subjectId,
-      auditLog.before,
-      auditLog.after,
-      auditLog.requestId,
-      auditLog.idempotencyKey,
-    ].map((column) => sql.identifier(column.name)),
-    sql`, `,
-  );
+  // The database makes `after` from `before` and the changes: `before` is encoded and sent once, not
+  // twice. Drizzle prepares query builders only, so the INSERT … SELECT is the WITH of a select.
+  const insertChange = prepared('audit_log_insert_change', (executor, name) => {
+    const columns = sql.join(
+      [
+        auditLog.orgId,
+        auditLog.actorType,
+        auditLog.actorId,
+        auditLog.action,
+        auditLog.subjectType,
+        auditLog.subjectId,
+        auditLog.before,
+        auditLog.after,
+        auditLog.requestId,
+        auditLog.idempotencyKey,
+      ].map((column) => sql.identifier(column.name)),
+      sql`, `,
+    );
+    const inserted = executor.$with('inserted', { one: sql`1` }).as(sql`INSERT INTO ${auditLog} (${columns})
+      SELECT ${bound('orgId')}, ${bound('actorType')}, ${bound('actorId')}, ${bound('action')}, ${bound('subjectType')}, ${bound('subjectId')},
+             change.before, change.before || change.changes, ${bound('requestId')}, ${bound('idempotencyKey')}
+        FROM (SELECT ${bound('before')}::jsonb AS before, ${bound('changes')}::jsonb AS changes) AS change
+      RETURNING 1`);
+    return executor
+      .with(inserted)
+      .select({ one: sql<number>`1` })
+      .from(inserted)
+      .prepare(name);
+  });
 
   /** The values every audit row binds besides its before and after. */
   const whoAndWhat = (entry: Omit<AuditEntry, 'before' | 'after'>) => ({
@@ -86,12 +99,10 @@ export function createAuditWriter(db: Executor) {
 
     /** Records a change as `record` would with `after: { ...entry.before, ...entry.changes }`. */
     async recordChange(entry: AuditChangeEntry, tx: Executor = db): Promise<void> {
-      const row = whoAndWhat(entry);
-      // The database makes `after` from `before` and the changes: `before` is encoded and sent once, not twice.
-      await tx.execute(sql`INSERT INTO ${auditLog} (${columns})
-        SELECT ${row.orgId}, ${row.actorType}, ${row.actorId}, ${row.action}, ${row.subjectType}, ${row.subjectId},
-               change.before, change.before || change.changes, ${row.requestId}, ${row.idempotencyKey}
-          FROM (SELECT ${JSON.stringify(entry.before)}::jsonb AS before, ${JSON.stringify(entry.changes)}::jsonb AS changes) AS change`);
+      await insertChange(
+        tx,
+        Object.assign(whoAndWhat(entry), { before: JSON.stringify(entry.before), changes: JSON.stringify(entry.changes) }),
+      );
       wakeAfterCommit(tx, AUDIT_CHANNEL);
     },
   };
