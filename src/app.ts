@@ -57,7 +57,9 @@ export type AppDeps = {
   linkSealer?: TextSealer;
 };
 
-export type ResolvedDeps = Required<Omit<AppDeps, 'logger' | 'validateResponses' | 'businessRegister' | 'resolveHost' | 'replica' | 'exactReplicaReads'>> &
+export type ResolvedDeps = Required<
+  Omit<AppDeps, 'logger' | 'validateResponses' | 'businessRegister' | 'resolveHost' | 'replica' | 'exactReplicaReads'>
+> &
   Pick<AppDeps, 'businessRegister' | 'resolveHost'> & {
     /** Where list pages read: the replica when it has replayed far enough, else `database`. */
     pageReads: PageReads;
@@ -86,7 +88,7 @@ const IDENTITY_ENCODING = /^\s*(?:identity\s*(?:,\s*identity\s*)*)?$/i;
 // RFC 9110 §7.2: uri-host [ ":" port ], the host an IP literal, an IPv4 address or a reg-name.
 const HOST_PATTERN = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~%!$&'()*+,;=]*)(?::[0-9]*)?$/;
 
-// Node's own test of an Expect value it can meet (everything else it used to answer with a bare 417).
+// Node's own test of an Expect value it can meet (Node answers anything else with a bare 417).
 const EXPECT_CONTINUE = /(?:^|\W)100-continue(?:$|\W)/i;
 
 /**

@@ -15,9 +15,9 @@ export type BackgroundJobs = { stop(): Promise<void> };
 type Job = { stop(): Promise<void> };
 
 /** How often the retention purge runs (and once at start); each run is a pass over every organisation. */
-export const RETENTION_INTERVAL_MS = 10 * 60_000;
+const RETENTION_INTERVAL_MS = 10 * 60_000;
 /** How often OPEN document requests past their due time are expired (the page also expires one it sees at once). */
-export const DOCUMENT_REQUEST_EXPIRY_INTERVAL_MS = 60_000;
+const DOCUMENT_REQUEST_EXPIRY_INTERVAL_MS = 60_000;
 
 /** A periodic task that never overlaps itself and is stopped with the process. */
 export function every(

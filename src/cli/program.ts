@@ -103,8 +103,3 @@ export async function runCliOutcome(argv: readonly string[], io: CliIo): Promise
   }
   return { code: 1, exitNow: true };
 }
-
-/** Runs `svc <argv>` with `io` and resolves its exit code. */
-export async function runCli(argv: readonly string[], io: CliIo): Promise<number> {
-  return (await runCliOutcome(argv, io)).code;
-}

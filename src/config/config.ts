@@ -184,7 +184,7 @@ const environmentSchema = z.object({
   AUDIT_SEALING: booleanFlag(true),
   // Shorter than the replay window would forget keys the spec still honours.
   IDEMPOTENCY_RETENTION_HOURS: retentionPeriod(IDEMPOTENCY_WINDOW_HOURS, 'hours', 876_000, IDEMPOTENCY_WINDOW_HOURS),
-  // Read replicas (issue 34 item 5): a streaming standby that list pages read from once it has replayed far enough.
+  // Read replicas: a streaming standby that list pages read from once it has replayed far enough.
   DATABASE_REPLICA_URL: z
     .string()
     .optional()

@@ -4,8 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import { createTestDatabase, type TestDatabase } from '../../test/helpers/database.js';
 import { databaseFailure, expectPoolSettled, rejection } from '../../test/helpers/database-assertions.js';
 import { startPgProxy, type PgProxy } from '../../test/helpers/pg-proxy.js';
-import { builtOnce } from './built-once.js';
-import { createDatabase, isDatabaseUnavailable, type Database } from './client.js';
+import { createDatabase, isDatabaseUnavailable, prepared, type Database } from './client.js';
 
 /*
  * Contract tests of the database interface (src/db/client.ts) under a connection lost at any point
@@ -97,8 +96,19 @@ async function expectLostConnectionContract(arm: () => void, call: () => Promise
   return error;
 }
 
+/** `SELECT $1::int AS n` and some filler as a Drizzle prepared query (see prepared), run on the faulty pool. */
+function preparedNumber(name: string): (values: { n: number }) => Promise<unknown> {
+  const statement = prepared(name, (executor, statementName) =>
+    executor
+      .select({ n: sql<number>`${sql.placeholder('n')}::int`, filler: sql<string>`repeat('x', 200)` })
+      .from(sql`(VALUES (1)) AS one (x)`)
+      .prepare(statementName),
+  );
+  return (values) => statement(faulty.db, values);
+}
+
 describe('a connection lost mid round trip (through a cutting proxy)', () => {
-  const builtOnceSelect = builtOnce('fault_built_once', () => sql`SELECT ${sql.placeholder('n')}::int AS n`);
+  const preparedSelect = preparedNumber('fault_prepared');
   const cases: Array<{
     when: string;
     type: string;
@@ -115,9 +125,9 @@ describe('a connection lost mid round trip (through a cutting proxy)', () => {
       call: () => faulty.query({ name: 'fault_parse_named', text: 'SELECT $1::int + 1 AS n', values: [1] }),
     },
     {
-      when: 'between CommandComplete and ReadyForQuery of a built-once statement',
+      when: 'between CommandComplete and ReadyForQuery of a Drizzle prepared statement',
       type: 'C',
-      call: () => builtOnceSelect.run(faulty.db, { n: 1 }),
+      call: () => preparedSelect({ n: 1 }),
     },
     {
       when: 'between CommandComplete and ReadyForQuery of a statement in a transaction',
@@ -193,7 +203,7 @@ describe('a connection lost mid round trip (through a cutting proxy)', () => {
     { timeout: 60_000 },
     async () => {
       await warm();
-      const statement = builtOnce('fault_random', () => sql`SELECT ${sql.placeholder('n')}::int AS n, repeat('x', 200) AS filler`);
+      const statement = preparedNumber('fault_random');
       const failures: string[] = [];
       let succeeded = 0;
       let failed = 0;
@@ -201,7 +211,7 @@ describe('a connection lost mid round trip (through a cutting proxy)', () => {
       const calls: Array<(round: number, slot: number) => Promise<unknown>> = [
         () => faulty.query('SELECT generate_series(1, 20) AS n'),
         (round, slot) => faulty.query({ name: 'fault_random_named', text: 'SELECT $1::int AS n', values: [round * 10 + slot] }),
-        (_round, slot) => statement.run(faulty.db, { n: slot }),
+        (_round, slot) => statement({ n: slot }),
         (round, slot) =>
           faulty.transaction(async (tx) => {
             const id = 1_000 + round * 10 + slot;

@@ -1,10 +1,10 @@
-import { sql } from 'drizzle-orm';
+import { eq, sql } from 'drizzle-orm';
+import { integer, pgTable } from 'drizzle-orm/pg-core';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../test/helpers/database.js';
 import { databaseFailure, expectPoolSettled, rejection } from '../../test/helpers/database-assertions.js';
-import { builtOnce } from './built-once.js';
-import { createDatabase, isDatabaseUnavailable, type Database, type DatabaseOptions } from './client.js';
+import { createDatabase, isDatabaseUnavailable, prepared, type Database, type DatabaseOptions } from './client.js';
 
 /*
  * Contract tests of the database interface (src/db/client.ts) against the real PostgreSQL: a
@@ -463,9 +463,13 @@ describe('a schema change under prepared statements', () => {
   it("when a column's type changes under named statements already prepared on the pooled connections, the same statements succeed again", async () => {
     await admin.query(`CREATE TABLE schema_outside (id int PRIMARY KEY, amount int); INSERT INTO schema_outside VALUES (1, 7), (2, 8)`);
     const pooled = open({ poolSize: 2, connectTimeoutMs: 2_000 });
-    const statement = builtOnce(
-      'contract_schema_outside',
-      () => sql`SELECT amount, pg_backend_pid() AS pid, pg_sleep(0.05) FROM schema_outside WHERE id = ${sql.placeholder('id')}`,
+    const schemaOutside = pgTable('schema_outside', { id: integer('id').primaryKey(), amount: integer('amount') });
+    const statement = prepared('contract_schema_outside', (executor, name) =>
+      executor
+        .select({ amount: schemaOutside.amount, pid: sql<number>`pg_backend_pid()`, slept: sql`pg_sleep(0.05)` })
+        .from(schemaOutside)
+        .where(eq(schemaOutside.id, sql.placeholder('id')))
+        .prepare(name),
     );
     const named = {
       name: 'contract_schema_outside_q',
@@ -473,11 +477,11 @@ describe('a schema change under prepared statements', () => {
     };
     const runBoth = async () => {
       // Two at once, each holding its connection ~50 ms: both pooled connections prepare (and later reuse) them.
-      const built = await Promise.all([statement.run(pooled.db, { id: 1 }), statement.run(pooled.db, { id: 2 })]);
+      const read = await Promise.all([statement(pooled.db, { id: 1 }), statement(pooled.db, { id: 2 })]);
       const queried = await Promise.all([pooled.query({ ...named, values: [1] }), pooled.query({ ...named, values: [2] })]);
       return {
-        amounts: [...built.map((result) => Number(result.rows[0]![0])), ...queried.map((result) => Number(result.rows[0]!.amount))],
-        pids: new Set([...built.map((result) => Number(result.rows[0]![1])), ...queried.map((result) => Number(result.rows[0]!.pid))]),
+        amounts: [...read.map((rows) => Number(rows[0]!.amount)), ...queried.map((result) => Number(result.rows[0]!.amount))],
+        pids: new Set([...read.map((rows) => Number(rows[0]!.pid)), ...queried.map((result) => Number(result.rows[0]!.pid))]),
       };
     };
     const before = await runBoth();
@@ -498,17 +502,21 @@ describe('a schema change under prepared statements', () => {
       CREATE TABLE schema_inside (id int PRIMARY KEY, amount int); INSERT INTO schema_inside VALUES (1, 5);
       CREATE TABLE schema_inside_log (n serial PRIMARY KEY, note text)`);
     const single = open({ poolSize: 1, connectTimeoutMs: 2_000 });
-    const statement = builtOnce(
-      'contract_schema_inside',
-      () => sql`SELECT amount, pg_backend_pid() AS pid FROM schema_inside WHERE id = ${sql.placeholder('id')}`,
+    const schemaInside = pgTable('schema_inside', { id: integer('id').primaryKey(), amount: integer('amount') });
+    const statement = prepared('contract_schema_inside', (executor, name) =>
+      executor
+        .select({ amount: schemaInside.amount, pid: sql<number>`pg_backend_pid()` })
+        .from(schemaInside)
+        .where(eq(schemaInside.id, sql.placeholder('id')))
+        .prepare(name),
     );
     let attempts = 0;
     const work = (note: string) =>
       single.transaction(async (tx) => {
         attempts += 1;
         await tx.execute(sql`INSERT INTO schema_inside_log (note) VALUES (${note})`);
-        const built = await statement.run(tx, { id: 1 });
-        return { amount: Number(built.rows[0]![0]), pid: Number(built.rows[0]![1]) };
+        const [row] = await statement(tx, { id: 1 });
+        return { amount: Number(row!.amount), pid: Number(row!.pid) };
       });
     const before = await work('before');
     expect(before.amount).toBe(5);
@@ -529,24 +537,26 @@ describe('a schema change under prepared statements', () => {
 
   it('when a named statement no longer exists on its connection (DEALLOCATE ALL, as a pooler would), it is prepared again and succeeds', async () => {
     const single = open({ poolSize: 1, connectTimeoutMs: 2_000 });
-    const statement = builtOnce(
-      'contract_deallocated',
-      () => sql`SELECT ${sql.placeholder('n')}::int * 2 AS doubled, pg_backend_pid() AS pid`,
+    const statement = prepared('contract_deallocated', (executor, name) =>
+      executor
+        .select({ doubled: sql<number>`${sql.placeholder('n')}::int * 2`, pid: sql<number>`pg_backend_pid()` })
+        .from(sql`(VALUES (1)) AS one (x)`)
+        .prepare(name),
     );
     const named = { name: 'contract_deallocated_q', text: 'SELECT $1::int * 3 AS tripled, pg_backend_pid() AS pid' };
-    const first = await statement.run(single.db, { n: 2 });
+    const [first] = await statement(single.db, { n: 2 });
     const firstQuery = await single.query({ ...named, values: [2] });
-    expect([Number(first.rows[0]![0]), firstQuery.rows[0]!.tripled]).toEqual([4, 6]);
+    expect([first!.doubled, firstQuery.rows[0]!.tripled]).toEqual([4, 6]);
 
     await single.query('DEALLOCATE ALL');
 
-    const again = await statement.run(single.db, { n: 5 });
+    const [again] = await statement(single.db, { n: 5 });
     const againQuery = await single.query({ ...named, values: [5] });
-    expect([Number(again.rows[0]![0]), againQuery.rows[0]!.tripled]).toEqual([10, 15]);
+    expect([again!.doubled, againQuery.rows[0]!.tripled]).toEqual([10, 15]);
     // Inside a transaction as well (poolSize 1: on the connection whose statements were deallocated).
-    await statement.run(single.db, { n: 1 });
+    await statement(single.db, { n: 1 });
     await single.query('DEALLOCATE ALL');
-    const inTx = await single.transaction(async (tx) => Number((await statement.run(tx, { n: 7 })).rows[0]![0]));
+    const inTx = await single.transaction(async (tx) => (await statement(tx, { n: 7 }))[0]!.doubled);
     expect(inTx).toBe(14);
     await expectPoolSettled(single);
   });

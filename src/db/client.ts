@@ -59,14 +59,14 @@ export type DatabaseConnections = {
 };
 
 /** Short enough that a worker of another instance hears of new work at once; long enough that writes never queue on it. */
-export const DEFAULT_WAKE_INTERVAL_MS = 100;
+const DEFAULT_WAKE_INTERVAL_MS = 100;
 
 /** How the statements of one database are named (see StatementNames). */
 type StatementNames = { prepared: boolean; generation: number };
 
-/** Where a built-once statement of an executor runs: its pool or its transaction's connection, and how it is named. */
-export type StatementTarget = {
-  on: pg.Pool | pg.PoolClient;
+/** Where an executor's statements run (the pool, or its transaction's connection), how they are named, and how a channel's workers are woken. */
+type StatementTarget = {
+  connection: pg.Pool | pg.PoolClient;
   names: StatementNames;
   inTransaction: boolean;
   /** Wakes a channel's workers: at once on the pool; in a transaction, after it commits. */
@@ -77,14 +77,10 @@ const targets = new WeakMap<object, StatementTarget>();
 /** The connection of the transaction this async context runs in, for executors Drizzle made inside it (savepoints). */
 const transactionTargets = new AsyncLocalStorage<StatementTarget>();
 
-/** Where a statement given `executor` runs (see builtOnce). */
-export function statementTargetOf(executor: Executor): StatementTarget {
+function statementTargetOf(executor: Executor): StatementTarget {
   const target = targets.get(executor) ?? transactionTargets.getStore();
   // A transaction Drizzle opened by itself (db.transaction) runs on a connection nobody told us of.
-  if (!target)
-    throw new Error(
-      "Built-once statements run on a Database's pool or inside Database.transaction, not in a transaction opened with db.transaction",
-    );
+  if (!target) throw new Error("Run on a Database's pool or inside Database.transaction, not in a transaction opened with db.transaction");
   return target;
 }
 
@@ -98,9 +94,47 @@ export function wakeAfterCommit(executor: Executor, channel: string): void {
 }
 
 /** The name `name` goes by: none when prepared statements are off; a new one after a schema change made the old stale. */
-export function statementName(name: string | undefined, names: StatementNames): string | undefined {
+function statementName(name: string | undefined, names: StatementNames): string | undefined {
   if (name === undefined || !names.prepared) return undefined;
   return names.generation === 0 ? name : `${name}_g${names.generation}`;
+}
+
+/** A Drizzle prepared query (what a query builder's `.prepare(name)` returns), run with its placeholders' values. */
+type PreparedQuery<V, R> = { execute(values: V): Promise<R> };
+
+/**
+ * A hot statement as Drizzle's own prepared query, on whichever executor it is given (the pool or a
+ * transaction): `prepare` builds the query on that executor and returns its `.prepare(name)`. It is
+ * prepared once per connection (the pool counts as one: pg prepares it on each pooled connection),
+ * so its SQL is built once there, and PostgreSQL parses and plans it once per connection. With
+ * prepared statements off it is prepared unnamed (an empty name: sent unnamed on every call). When a
+ * schema change made it stale, it is prepared again under a new name: run once more on the pool; in a
+ * transaction, Database.transaction runs the whole transaction again.
+ */
+export function prepared<V extends Record<string, unknown>, R>(
+  name: string,
+  prepare: (executor: Executor, name: string) => PreparedQuery<V, R>,
+): (executor: Executor, values: V) => Promise<R> {
+  const byConnection = new WeakMap<object, { generation: number; query: PreparedQuery<V, R> }>();
+  const on = (executor: Executor, target: StatementTarget) => {
+    let entry = byConnection.get(target.connection);
+    if (entry?.generation !== target.names.generation) {
+      entry = { generation: target.names.generation, query: prepare(executor, statementName(name, target.names) ?? '') };
+      byConnection.set(target.connection, entry);
+    }
+    return entry;
+  };
+  return async (executor, values) => {
+    const target = statementTargetOf(executor);
+    const { generation, query } = on(executor, target);
+    try {
+      return await query.execute(values);
+    } catch (error) {
+      if (target.inTransaction || !isStaleStatement(error)) throw error;
+      if (target.names.generation === generation) target.names.generation += 1;
+      return on(executor, target).query.execute(values);
+    }
+  };
 }
 
 function* causes(error: unknown): Generator<{ code?: string; message?: string }> {
@@ -115,7 +149,7 @@ function* causes(error: unknown): Generator<{ code?: string; message?: string }>
  * A prepared statement that no longer fits the schema (0A000 "cached plan must not change result
  * type") or that the server no longer has (26000, e.g. behind a pooler): preparing it again fixes it.
  */
-export function isStaleStatement(error: unknown): boolean {
+function isStaleStatement(error: unknown): boolean {
   for (const cause of causes(error)) {
     if (cause.code === '26000') return true;
     if (cause.code === '0A000' && /cached plan must not change result type/i.test(cause.message ?? '')) return true;
@@ -195,7 +229,7 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
   // On the pool, outside any transaction: a transaction-mode pooler carries it, and its commit is the only one that waits for the notify lock.
   const workerWake = createWorkerWake((channel) => pool.query('SELECT pg_notify($1, NULL)', [channel]), wakeIntervalMs);
   const db = drizzle({ client: pool });
-  targets.set(db, { on: pool, names, inTransaction: false, wake: (channel) => workerWake.wake(channel) });
+  targets.set(db, { connection: pool, names, inTransaction: false, wake: (channel) => workerWake.wake(channel) });
   /** One Drizzle instance per physical connection, made the first time a transaction runs on it. */
   const connectionDbs = new WeakMap<pg.PoolClient, Db>();
   const listeners = new Set<Listener>();
@@ -223,7 +257,7 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
     try {
       let clientDb = connectionDbs.get(client);
       if (!clientDb) connectionDbs.set(client, (clientDb = drizzle({ client })));
-      const target: StatementTarget = { on: client, names, inTransaction: true, wake: (channel) => void woken.add(channel) };
+      const target: StatementTarget = { connection: client, names, inTransaction: true, wake: (channel) => void woken.add(channel) };
       result = await clientDb.transaction(async (tx) => {
         targets.set(tx, target);
         return transactionTargets.run(target, () => work(tx));

@@ -23,7 +23,7 @@ type Logger = { info(message: string): void };
 /** A replica that cannot be reached only sends its pages to the primary, so it is given up on quickly. */
 const REPLICA_CONNECT_TIMEOUT_MS = 1_000;
 
-export function replicaOptions(config: Config): DatabaseOptions {
+function replicaOptions(config: Config): DatabaseOptions {
   return {
     ...config.database,
     connectTimeoutMs: Math.min(config.database.connectTimeoutMs, REPLICA_CONNECT_TIMEOUT_MS),

@@ -41,7 +41,7 @@ export type PageReadsOptions = {
   now?: () => number;
 };
 
-export const REPLICA_RETRY_AFTER_MS = 5_000;
+const REPLICA_RETRY_AFTER_MS = 5_000;
 
 /** Returned by the replica's transaction when it is behind: the page then reads the primary. */
 const BEHIND = Symbol('replica behind');

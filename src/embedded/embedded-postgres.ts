@@ -17,7 +17,7 @@ const DATABASE = 'verification';
 /** What every data directory initialised before the password file existed was given. */
 const LEGACY_PASSWORD = 'postgres';
 /** The superuser's password, readable by the owner only; the operator CLI reads it too. */
-export const PASSWORD_FILE = 'postgres-password';
+const PASSWORD_FILE = 'postgres-password';
 /** Candidate passwords while one is being changed, so a crash at any step leaves a working one on disk. */
 const PENDING_PASSWORD_FILE = 'postgres-password.pending';
 const PASSWORD_ROTATION_LOCK_ID = 7_264_119_003;

@@ -79,7 +79,7 @@ export function errorEnvelope(error: AppError): ErrorEnvelope {
 }
 
 /** Sets an error answer's status and headers on `reply` and returns its body. */
-export function errorAnswer(reply: FastifyReply, error: AppError): ErrorEnvelope {
+function errorAnswer(reply: FastifyReply, error: AppError): ErrorEnvelope {
   if (error.status === 401) reply.header('WWW-Authenticate', 'Bearer');
   reply.code(error.status).type('application/json; charset=utf-8');
   return errorEnvelope(error);

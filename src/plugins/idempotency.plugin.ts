@@ -14,7 +14,7 @@ const IDEMPOTENT_METHODS = new Set(['POST', 'PATCH', 'PUT', 'DELETE']);
 const UNSTORED_STATUSES = new Set([401, 403, 429]);
 const JSON_TYPE = 'application/json; charset=utf-8';
 
-export function requestFingerprint(method: string, path: string, body: unknown): string {
+function requestFingerprint(method: string, path: string, body: unknown): string {
   return createHash('sha256')
     .update(`${method} ${path}\n${stableStringify(body ?? null)}`)
     .digest('hex');

@@ -33,7 +33,7 @@ export function createIdempotencyRepository() {
      * and the read runs after the lock is granted, with a snapshot of its own (READ COMMITTED), so
      * it sees the record a duplicate that held the lock just committed.
      *
-     * Why not claim the key by inserting its row first, as before: the row was then updated with the
+     * Why not claim the key by inserting its row first: the row would then be updated with the
      * response in the same transaction, and PostgreSQL checks the foreign keys of a row inserted in
      * the same transaction again on every update (docs/decisions.md, "A write budget per route").
      */

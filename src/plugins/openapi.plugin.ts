@@ -135,7 +135,7 @@ const IDEMPOTENCY_KEY_PARAMETER: OpenAPIV3_1.ParameterObject = {
 };
 
 /** `/v1/customers/:id/aml` → `Customers`; the first path segment names the resource group. */
-export function defaultTag(url: string): string {
+function defaultTag(url: string): string {
   const first =
     url
       .slice(V1_PREFIX.length)
@@ -146,7 +146,7 @@ export function defaultTag(url: string): string {
 }
 
 /** `GET /v1/entities/:id/ubos` → `getEntitiesByIdUbos`: unique and predictable; routes may set a better one. */
-export function defaultOperationId(method: string, url: string): string {
+function defaultOperationId(method: string, url: string): string {
   const pascal = (value: string) =>
     value
       .split(/[^A-Za-z0-9]+/)
@@ -370,7 +370,7 @@ Authenticate every request with \`Authorization: Bearer svc_live_…\`; each ope
  * telemetry. The Scalar page turns the agent, MCP and the toolbar on by itself when opened on
  * localhost, which is where a newcomer opens it.
  */
-export const REFERENCE_CONFIGURATION = {
+const REFERENCE_CONFIGURATION = {
   url: OPENAPI_PATH,
   pageTitle: `${API_TITLE} reference`,
   metaData: { title: `${API_TITLE} reference`, description: API_SUMMARY },

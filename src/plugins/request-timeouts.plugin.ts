@@ -9,9 +9,9 @@ import { AppError } from '../shared/app-error.js';
 import { errorEnvelope } from './errors.plugin.js';
 
 /*
- * How long a client may take to send its request (docs/decisions.md, issue 43). Fastify's default
- * `requestTimeout` of 0 also switched off Node's own 300 s, so an idle or trickling upload held its
- * socket, file descriptor and temp file for as long as the client liked. Two bounds, both settings:
+ * How long a client may take to send its request (docs/decisions.md). Fastify's default
+ * `requestTimeout` of 0 also switches off Node's own, so without a bound an idle or trickling upload
+ * holds its socket, file descriptor and temp file for as long as the client likes. Two bounds, both settings:
  *
  * - REQUEST_TIMEOUT_MS: the whole request, headers and body, must have arrived within it (Node's
  *   `requestTimeout`; the headers alone within at most 60 s, Node's `headersTimeout`). Node checks

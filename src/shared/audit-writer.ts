@@ -1,6 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { boundAsGiven as bound, builtOnce } from '../db/built-once.js';
-import { wakeAfterCommit, type Executor } from '../db/client.js';
+import { prepared, wakeAfterCommit, type Executor } from '../db/client.js';
 import { auditLog } from '../db/schema.js';
 import type { Actor } from './actor.js';
 
@@ -28,24 +27,30 @@ export type AuditEntry = {
 export type AuditChangeEntry = Omit<AuditEntry, 'after'> & { before: Record<string, unknown>; changes: Record<string, unknown> };
 
 /** Appends audit rows; the audit repository (modules/audit/audit.repository.ts) has these too. */
-export function createAuditWriter(db: Executor) {
-  // Every change writes one: built once (see built-once.ts).
-  const insertEntry = builtOnce('audit_log_insert', () =>
-    db.insert(auditLog).values({
-      orgId: bound('orgId'),
-      actorType: bound('actorType'),
-      actorId: bound('actorId'),
-      action: bound('action'),
-      subjectType: bound('subjectType'),
-      subjectId: bound('subjectId'),
-      before: bound('before'),
-      after: bound('after'),
-      requestId: bound('requestId'),
-      idempotencyKey: bound('idempotencyKey'),
-    }),
+export function createAuditWriter() {
+  // Every change writes one: a Drizzle prepared query, each value bound as given (`before` and `after` already JSON).
+  const bound = (name: string) => sql`${sql.placeholder(name)}`;
+  const insertEntry = prepared('audit_log_insert', (executor, name) =>
+    executor
+      .insert(auditLog)
+      .values({
+        orgId: bound('orgId'),
+        actorType: bound('actorType'),
+        actorId: bound('actorId'),
+        action: bound('action'),
+        subjectType: bound('subjectType'),
+        subjectId: bound('subjectId'),
+        before: bound('before'),
+        after: bound('after'),
+        requestId: bound('requestId'),
+        idempotencyKey: bound('idempotencyKey'),
+      })
+      .prepare(name),
   );
-  // The database makes `after` from `before` and the changes: `before` is encoded and sent once, not twice.
-  const insertChange = builtOnce('audit_log_insert_change', () => {
+  const json = (value: unknown) => (value === undefined || value === null ? null : JSON.stringify(value));
+  // The database makes `after` from `before` and the changes: `before` is encoded and sent once, not
+  // twice. Drizzle prepares query builders only, so the INSERT … SELECT is the WITH of a select.
+  const insertChange = prepared('audit_log_insert_change', (executor, name) => {
     const columns = sql.join(
       [
         auditLog.orgId,
@@ -61,12 +66,17 @@ export function createAuditWriter(db: Executor) {
       ].map((column) => sql.identifier(column.name)),
       sql`, `,
     );
-    return sql`INSERT INTO ${auditLog} (${columns})
+    const inserted = executor.$with('inserted', { one: sql`1` }).as(sql`INSERT INTO ${auditLog} (${columns})
       SELECT ${bound('orgId')}, ${bound('actorType')}, ${bound('actorId')}, ${bound('action')}, ${bound('subjectType')}, ${bound('subjectId')},
              change.before, change.before || change.changes, ${bound('requestId')}, ${bound('idempotencyKey')}
-        FROM (SELECT ${bound('before')}::jsonb AS before, ${bound('changes')}::jsonb AS changes) AS change`;
+        FROM (SELECT ${bound('before')}::jsonb AS before, ${bound('changes')}::jsonb AS changes) AS change
+      RETURNING 1`);
+    return executor
+      .with(inserted)
+      .select({ one: sql<number>`1` })
+      .from(inserted)
+      .prepare(name);
   });
-  const json = (value: unknown) => (value === undefined || value === null ? null : JSON.stringify(value));
 
   /** The values every audit row binds besides its before and after. */
   const whoAndWhat = (entry: Omit<AuditEntry, 'before' | 'after'>) => ({
@@ -82,14 +92,14 @@ export function createAuditWriter(db: Executor) {
 
   return {
     async record(entry: AuditEntry, tx: Executor): Promise<void> {
-      await insertEntry.run(tx, Object.assign(whoAndWhat(entry), { before: json(entry.before), after: json(entry.after) }));
+      await insertEntry(tx, Object.assign(whoAndWhat(entry), { before: json(entry.before), after: json(entry.after) }));
       // The sealer chains the row once it is committed; no statement of the writer's waits for it.
       wakeAfterCommit(tx, AUDIT_CHANNEL);
     },
 
     /** Records a change as `record` would with `after: { ...entry.before, ...entry.changes }`. */
     async recordChange(entry: AuditChangeEntry, tx: Executor): Promise<void> {
-      await insertChange.run(
+      await insertChange(
         tx,
         Object.assign(whoAndWhat(entry), { before: JSON.stringify(entry.before), changes: JSON.stringify(entry.changes) }),
       );

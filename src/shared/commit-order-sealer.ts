@@ -4,16 +4,16 @@ import type { Database, Listener } from '../db/client.js';
 import { createOrgRotation, dueOrganisations } from './fair-claims.js';
 
 /** Rows sealed per transaction: one short transaction, its row locks held for milliseconds. */
-export const DEFAULT_SEAL_BATCH = 1_000;
+const DEFAULT_SEAL_BATCH = 1_000;
 /** Organisations looked at per pass; a pass that found this many is followed at once by another. */
 const ORGANISATIONS_PER_PASS = 100;
 /**
  * The least time from one pass's start to the next's. Woken after every commit, passes would run back
  * to back and seal a row or two each: a transaction (head lock, read, update, commit) per write,
- * a third more CPU per upsert (bench/results/audit-sealing.md). Gathered over this long, a busy
+ * which costs every upsert a large share of CPU (bench/results/audit-sealing.md). Gathered over this long, a busy
  * organisation's rows are sealed a batch per transaction, still well within a second of their commit.
  */
-export const DEFAULT_MIN_PASS_INTERVAL_MS = 250;
+const DEFAULT_MIN_PASS_INTERVAL_MS = 250;
 
 export type SealerLogger = Pick<pino.Logger, 'warn' | 'error'>;
 

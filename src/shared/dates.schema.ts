@@ -7,14 +7,14 @@ import { z } from 'zod';
  * would reach SQL and fail there as a 500 instead of a 422 naming the field.
  */
 export const EARLIEST_INSTANT = new Date('0001-01-01T00:00:00.000Z');
-export const LATEST_INSTANT = new Date('9999-12-31T23:59:59.999Z');
+const LATEST_INSTANT = new Date('9999-12-31T23:59:59.999Z');
 
-export const CALENDAR_DATE_FORMAT_MESSAGE = 'Must be a date in the form yyyy-mm-dd.';
-export const CALENDAR_DATE_RANGE_MESSAGE = 'Must be a date from 0001-01-01 to 9999-12-31.';
-export const DATE_TIME_FORMAT_MESSAGE = 'Must be an ISO 8601 date-time, e.g. 2026-01-31T09:00:00Z.';
+const CALENDAR_DATE_FORMAT_MESSAGE = 'Must be a date in the form yyyy-mm-dd.';
+const CALENDAR_DATE_RANGE_MESSAGE = 'Must be a date from 0001-01-01 to 9999-12-31.';
+const DATE_TIME_FORMAT_MESSAGE = 'Must be an ISO 8601 date-time, e.g. 2026-01-31T09:00:00Z.';
 // An offset can move an instant across a year boundary (9999-12-31T23:59:59-14:00 is in year 10000
 // in UTC), so both the year as written and the instant in UTC are bounded.
-export const DATE_TIME_RANGE_MESSAGE =
+const DATE_TIME_RANGE_MESSAGE =
   'Must lie between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z, both as written and once converted to UTC.';
 
 /** Whether an instant lies in the service's date range (false for an invalid Date). */

@@ -6,7 +6,7 @@
  */
 
 /** Sorts before every organisation id (they come from gen_random_uuid, never the nil UUID). */
-export const BEFORE_EVERY_ORG = '00000000-0000-0000-0000-000000000000';
+const BEFORE_EVERY_ORG = '00000000-0000-0000-0000-000000000000';
 
 /**
  * Where the next search for organisations with due work starts, in org_id order: just after the

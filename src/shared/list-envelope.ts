@@ -1,7 +1,7 @@
 import { z } from 'zod';
 
 /**
- * The one list envelope of the API (spec, GET /customers; DESIGN.md §8): `has_more` is true only when
+ * The one list envelope of the API (the spec's GET /customers): `has_more` is true only when
  * another page exists, and `next_cursor` is then the cursor of that page, null on the last page. A
  * generic paginator that follows next_cursor until null ends on every list, feeds included.
  */

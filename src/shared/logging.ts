@@ -3,7 +3,7 @@ import pino, { type DestinationStream, type LoggerOptions } from 'pino';
 import type { Config } from '../config/config.js';
 import { isConnectionLevelError } from './database-errors.js';
 
-export const REDACTED = '[redacted]';
+const REDACTED = '[redacted]';
 
 /*
  * How personal data is kept out of the logs, without a redaction walk on every line:
@@ -98,7 +98,7 @@ function holdsSecretOrAddress(value: string): boolean {
 }
 
 /** Text with any API key and email address in it replaced. */
-export function redactText(text: string): string {
+function redactText(text: string): string {
   if (!holdsSecretOrAddress(text)) return text;
   return text.replace(API_KEY_IN_TEXT, REDACTED).replace(EMAIL_IN_TEXT, REDACTED);
 }

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { sql, type SQL } from 'drizzle-orm';
-import { boundAsGiven as value, builtOnce } from '../db/built-once.js';
-import { wakeAfterCommit, type Executor } from '../db/client.js';
+import { prepared, wakeAfterCommit, type Executor } from '../db/client.js';
 
 /*
  * The transactional outbox: what a module calls to queue an integration event and its webhook
@@ -49,24 +48,38 @@ export const RECORD_UPDATED_AT = 'record.updated_at';
 /** How toISOString writes a timestamp, in PostgreSQL (the same format the customers triggers use). */
 const ISO_FORMAT = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
 
+/** The values an event's statement binds, each as given. */
+type EventValues = {
+  id: string;
+  orgId: string;
+  type: string;
+  customerId: string | null;
+  payload: string;
+  created: string;
+  endpointId?: string;
+  marker?: string;
+};
+const value = (name: keyof EventValues) => sql.placeholder(name);
+
 /**
  * The event, one pending delivery per enabled endpoint of the organisation that subscribes to its
  * type (a `webhook.test` reaches every enabled endpoint, since it exists to check the endpoint
- * itself): one statement, which returns a row when something was queued. `payload` is the event's
- * JSON, as given or with the record's updated_at put in.
+ * itself), or only to `endpointId`: one statement, which returns a row when something was queued.
+ * `payload` is the event's JSON, as given or with the record's updated_at put in. A Drizzle prepared
+ * query (see prepared): Drizzle prepares query builders only, so the two INSERTs are the WITH of a
+ * select of what the second one queued.
  */
-function recordEventSql(payload: SQL, options: { oneEndpoint?: boolean } = {}): SQL {
-  const endpointFilter = options.oneEndpoint
-    ? sql`AND endpoint.id = ${value('endpointId')}::uuid`
-    : sql`AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types)
+function recordEvent(name: string, payload: SQL, options: { oneEndpoint?: boolean } = {}) {
+  return prepared<EventValues, unknown[]>(name, (executor, statementName) => {
+    const endpointFilter = options.oneEndpoint
+      ? sql`AND endpoint.id = ${value('endpointId')}::uuid`
+      : sql`AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types)
               OR event.type = 'webhook.test')`;
-  return sql`
-    WITH event AS (
+    const event = executor.$with('event', { id: sql`id` }).as(sql`
       INSERT INTO outbox_events (id, org_id, type, customer_id, payload, created_at)
       VALUES (${value('id')}, ${value('orgId')}, ${value('type')}, ${value('customerId')}, ${payload}, ${value('created')})
-      RETURNING id, org_id, type
-    ),
-    queued AS (
+      RETURNING id, org_id, type`);
+    const queued = executor.$with('queued', { one: sql`1` }).as(sql`
       INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id)
       SELECT event.org_id, event.id, endpoint.id
         FROM event
@@ -74,28 +87,32 @@ function recordEventSql(payload: SQL, options: { oneEndpoint?: boolean } = {}): 
           ON endpoint.org_id = event.org_id
          AND endpoint.enabled
          ${endpointFilter}
-      RETURNING 1
-    )
-    SELECT 1 FROM queued LIMIT 1
-  `;
+      RETURNING 1`);
+    return executor
+      .with(event, queued)
+      .select({ one: sql<number>`1` })
+      .from(queued)
+      .limit(1)
+      .prepare(statementName);
+  });
 }
 
-export function createOutboxRepository() {
-  // Built once (see built-once.ts): every change to an integration's record writes one.
-  const statements = {
-    asGiven: builtOnce('outbox_record', () => recordEventSql(value('payload'))),
-    toOneEndpoint: builtOnce('outbox_record_one_endpoint', () => recordEventSql(value('payload'), { oneEndpoint: true })),
-    withRecordUpdatedAt: builtOnce('outbox_record_stamped', () =>
-      recordEventSql(
-        sql`replace(${sql.placeholder('payload')}, ${sql.placeholder('marker')},
-          (SELECT '"updated_at":"' || to_char(updated_at AT TIME ZONE 'UTC', ${sql.raw(ISO_FORMAT)}) || '"' FROM customers WHERE org_id = ${sql.placeholder('orgId')} AND id = ${sql.placeholder('recordId')}))`,
-      ),
-    ),
-  };
+// Every change to an integration's record writes one.
+const statements = {
+  asGiven: recordEvent('outbox_record', sql`${value('payload')}`),
+  toOneEndpoint: recordEvent('outbox_record_one_endpoint', sql`${value('payload')}`, { oneEndpoint: true }),
+  // The event's JSON with the record's updated_at, as the change queued ahead of it in the transaction stamped it, put in.
+  withRecordUpdatedAt: recordEvent(
+    'outbox_record_stamped',
+    sql`replace(${value('payload')}, ${value('marker')},
+      (SELECT '"updated_at":"' || to_char(updated_at AT TIME ZONE 'UTC', ${sql.raw(ISO_FORMAT)}) || '"' FROM customers WHERE org_id = ${value('orgId')} AND id = ${value('customerId')}))`,
+  ),
+};
 
+export function createOutboxRepository() {
   return {
     /**
-     * Writes the event in the caller's transaction together with its deliveries (recordEventSql), and
+     * Writes the event in the caller's transaction together with its deliveries (recordEvent), and
      * after the commit wakes the feed sealer, and the delivery workers when it queued any (a
      * rolled-back change wakes nobody), never with a NOTIFY inside the transaction
      * (db/worker-wake.ts). Returns the event id.
@@ -104,16 +121,13 @@ export function createOutboxRepository() {
       const id = randomUUID();
       const created = new Date().toISOString();
       const payload = JSON.stringify({ id, type: event.type, created, data: event.data ?? { customer: event.customer } });
-      const values = { id, orgId: event.orgId, type: event.type, customerId: event.customerId, payload, created };
-      const { rows } =
+      const values: EventValues = { id, orgId: event.orgId, type: event.type, customerId: event.customerId, payload, created };
+      const rows =
         event.endpointId !== undefined
-          ? await statements.toOneEndpoint.run(tx, Object.assign(values, { endpointId: event.endpointId }))
+          ? await statements.toOneEndpoint(tx, { ...values, endpointId: event.endpointId })
           : event.updatedAtFromRecord
-            ? await statements.withRecordUpdatedAt.run(
-                tx,
-                Object.assign(values, { marker: `"updated_at":"${RECORD_UPDATED_AT}"`, recordId: event.customerId }),
-              )
-            : await statements.asGiven.run(tx, values);
+            ? await statements.withRecordUpdatedAt(tx, { ...values, marker: `"updated_at":"${RECORD_UPDATED_AT}"` })
+            : await statements.asGiven(tx, values);
       wakeAfterCommit(tx, FEED_CHANNEL);
       if (rows.length > 0) wakeAfterCommit(tx, 'webhook_deliveries');
       return id;

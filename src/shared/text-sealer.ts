@@ -17,7 +17,7 @@ export type TextSealer = {
 const PREFIX = 'sealed:v1:';
 const IV_BYTES = 12;
 const TAG_BYTES = 16;
-export const LINK_KEY_BYTES = 32;
+const LINK_KEY_BYTES = 32;
 export const LINK_KEY_FILE = 'link-encryption.key';
 
 export class SealedTextError extends Error {

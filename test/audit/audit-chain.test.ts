@@ -25,7 +25,7 @@ type StoredRow = { id: number; sequence: number | null; hash: string | null; cre
 
 /** Writes one audit row in a transaction of its own, as a change would. */
 async function writeRow(orgId: string, n: number, database: Database = ctx.database): Promise<number> {
-  const audit = createAuditRepository(database.db);
+  const audit = createAuditRepository();
   await database.transaction((tx) =>
     audit.record(
       {
@@ -135,7 +135,7 @@ describe('sealing', () => {
   it('when a transaction commits after a later one, its row comes after the rows that committed before it, although it was written first', async () => {
     const org = await ctx.createOrg();
     await sealer.sealOnce();
-    const audit = createAuditRepository(ctx.database.db);
+    const audit = createAuditRepository();
     let release!: () => void;
     const held = new Promise<void>((resolve) => (release = resolve));
     let written!: () => void;

@@ -60,7 +60,7 @@ async function sealedOrganisation(): Promise<{ id: string }> {
     });
     expect(created.statusCode, created.body).toBe(201);
   }
-  const audit = createAuditRepository(ctx.database.db);
+  const audit = createAuditRepository();
   for (const n of [1, 2, 3]) {
     await ctx.database.transaction((tx) =>
       audit.record(

@@ -49,7 +49,7 @@ async function writeOldRows(orgId: string, count: number): Promise<void> {
 
 /** One audit row written now, as a change writes it. */
 async function writeRow(orgId: string, n: number): Promise<void> {
-  const audit = createAuditRepository(ctx.database.db);
+  const audit = createAuditRepository();
   await ctx.database.transaction((tx) =>
     audit.record(
       { orgId, actor: OPERATOR, action: 'test.changed', subjectType: 'test', subjectId: null, before: { n: n - 1 }, after: { n } },

@@ -1,6 +1,7 @@
 import type { Tx } from '../../src/db/client.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sql } from 'drizzle-orm';
+import { eq, sql } from 'drizzle-orm';
+import { customers } from '../../src/db/schema.js';
 import { auditChanges, auditSnapshot } from '../../src/modules/customers/customer-dto.js';
 import { createCustomersRepository } from '../../src/modules/customers/customers.repository.js';
 import { createCustomersService } from '../../src/modules/customers/customers.service.js';
@@ -626,5 +627,55 @@ describe('a change and its side records', () => {
     expect(
       await repository.updateLocked(org.id, '00000000-0000-4000-8000-000000000000', { phone: sql`'43'` } as never, ctx.database.db),
     ).toBeUndefined();
+  });
+});
+
+async function insertCustomer(externalId: string): Promise<string> {
+  const { rows } = await ctx.database.pool.query(
+    `INSERT INTO customers (org_id, kind, external_id, type, name, email, kyc_status, added_via, risk_answers, designated_services, client_since_date, kyc_started_at, pre_commencement_assessment)
+     VALUES ($1, 'individual', $2, 'INDIVIDUAL', 'Prepared Update', $2 || '@example.com', 'NOT_STARTED', 'INTEGRATION', '{"isNewCustomer": false}', '{FIN-FX,RE-BROKER}', '2020-02-29', now(), '{"assessedAt": "2024-01-01"}')
+     RETURNING id`,
+    [org.id, externalId],
+  );
+  return rows[0].id;
+}
+
+describe('the customers UPDATE prepared per column set', () => {
+  it('when an update clears jsonb, array, date and timestamp columns, they become SQL NULL or empty as sent, not the JSON text "null"', async () => {
+    const id = await insertCustomer('bo-null');
+    const repository = createCustomersRepository(ctx.database.db);
+    const updated = await repository.update(
+      org.id,
+      id,
+      {
+        preCommencementAssessment: null,
+        clientSinceDate: null,
+        kycStartedAt: null,
+        designatedServices: [],
+      },
+      ctx.database.db,
+    );
+    expect(updated).toMatchObject({ preCommencementAssessment: null, clientSinceDate: null, kycStartedAt: null, designatedServices: [] });
+    const { rows } = await ctx.database.pool.query(
+      `SELECT pre_commencement_assessment IS NULL AS assessment_null, client_since_date IS NULL AS date_null, kyc_started_at IS NULL AS started_null, designated_services FROM customers WHERE id = $1`,
+      [id],
+    );
+    expect(rows[0]).toEqual({ assessment_null: true, date_null: true, started_null: true, designated_services: [] });
+  });
+
+  it('when an update sets jsonb, array, date and timestamp values, they are stored as a Drizzle update would store them', async () => {
+    const id = await insertCustomer('bo-set');
+    const repository = createCustomersRepository(ctx.database.db);
+    const startedAt = new Date('2025-06-01T10:11:12.345Z');
+    const values = {
+      riskAnswers: { isNewCustomer: false, complexStructure: true },
+      designatedServices: ['PRO-FORMATION'],
+      clientSinceDate: '2019-12-31',
+      kycStartedAt: startedAt,
+    };
+    const updated = await repository.update(org.id, id, values, ctx.database.db);
+    const [stored] = await ctx.database.db.select().from(customers).where(eq(customers.id, id));
+    expect(updated).toEqual(stored);
+    expect(stored).toMatchObject(values);
   });
 });

@@ -1,8 +1,7 @@
 import { sql } from 'drizzle-orm';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { builtOnce } from '../../src/db/built-once.js';
-import { createDatabase, isDatabaseUnavailable, type Database, type DatabaseOptions } from '../../src/db/client.js';
+import { createDatabase, isDatabaseUnavailable, prepared, type Database, type DatabaseOptions } from '../../src/db/client.js';
 import { databaseFailure } from '../helpers/database-assertions.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.js';
 import { startPgProxy, type PgProxy } from '../helpers/pg-proxy.js';
@@ -281,11 +280,16 @@ describe('a connection cut on the wire is seen at once (through a cutting proxy)
   it('when connections are cut at random points under concurrent calls, every call settles within 3 s', { timeout: 120_000 }, async () => {
     // Measured (3 runs): the slowest of the 100 calls took 61–128 ms (a call may queue for one of the two
     // connections). Bound 3 s: over 20×, a tenth of the query timeout.
-    const statement = builtOnce('timing_random', () => sql`SELECT ${sql.placeholder('n')}::int AS n, repeat('x', 200) AS filler`);
+    const statement = prepared('timing_random', (executor, name) =>
+      executor
+        .select({ n: sql<number>`${sql.placeholder('n')}::int`, filler: sql<string>`repeat('x', 200)` })
+        .from(sql`(VALUES (1)) AS one (x)`)
+        .prepare(name),
+    );
     const calls: Array<(round: number, slot: number) => Promise<unknown>> = [
       () => faulty.query('SELECT generate_series(1, 20) AS n'),
       (round, slot) => faulty.query({ name: 'timing_random_named', text: 'SELECT $1::int AS n', values: [round * 10 + slot] }),
-      (_round, slot) => statement.run(faulty.db, { n: slot }),
+      (_round, slot) => statement(faulty.db, { n: slot }),
       (round, slot) =>
         faulty.transaction(async (tx) => {
           await tx.execute(sql`INSERT INTO timing_items (id) VALUES (${10_000 + round * 10 + slot})`);

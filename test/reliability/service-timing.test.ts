@@ -109,7 +109,7 @@ describe('the commit-order sealers (test/audit/audit-chain.test.ts, audit-sealer
     await sql('INSERT INTO audit_chain_heads (org_id) VALUES ($1) ON CONFLICT DO NOTHING', [org.id]);
     await sql('INSERT INTO event_feed_heads (org_id) VALUES ($1) ON CONFLICT DO NOTHING', [org.id]);
     await ctx.database.transaction((tx) =>
-      createAuditRepository(ctx.database.db).record(
+      createAuditRepository().record(
         {
           orgId: org.id,
           actor: { type: 'system', id: null },

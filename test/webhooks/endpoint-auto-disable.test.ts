@@ -294,7 +294,7 @@ describe('endpoint auto-disable', () => {
     // A success settled by another worker between this worker's claim and its failed attempt.
     const org = await ctx.createOrg();
     const endpoint = await addEndpoint(org.id, 'down');
-    const disabler = createEndpointDisabler(ctx.database.db);
+    const disabler = createEndpointDisabler();
     const request = {
       orgId: org.id,
       endpointId: endpoint.id,

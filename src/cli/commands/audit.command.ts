@@ -12,7 +12,7 @@ import { dateTimeRangeProblem } from '../../shared/dates.schema.js';
 import { oneOf, type CliRunner } from '../runner.js';
 
 /** `svc audit verify`'s exit code when the chain is broken (1 stays "the command failed": nothing on stdout). */
-export const CHAIN_BROKEN_EXIT_CODE = 2;
+const CHAIN_BROKEN_EXIT_CODE = 2;
 
 export function registerAuditCommands(program: Command, cli: CliRunner): void {
   const audit = program.command('audit').description("Inspect an organisation's audit trail and its hash chain");

@@ -1,7 +1,7 @@
 import { hash, randomInt } from 'node:crypto';
 
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
-export const API_KEY_PREFIX = 'svc_live_';
+const API_KEY_PREFIX = 'svc_live_';
 const SECRET_LENGTH = 40;
 const KEY_PATTERN = /^svc_live_[0-9A-Za-z]{32,}$/;
 

@@ -130,7 +130,7 @@ const ACCESS_CHECK_SQL = `${KEY_LOOKUP},
              -- The burst tokens the instance will hold after this request, less the day tokens it holds.
              CASE WHEN key.burst_window = $5::bigint THEN $9::int WHEN $7::int > 0 THEN burst.wanted - 1 ELSE 0 END - $10::int,
              burst.day_free - burst.own_day,
-             -- The instance holds at most 1% of the day (none under 100 a day: counted exactly), as before.
+             -- The instance holds at most 1% of the day (none under 100 a day: counted exactly).
              key.daily_limit / 100 - burst.own_day - $10::int)) ELSE 0 END AS day_wanted
       FROM key
       JOIN burst ON burst.id = key.id
@@ -169,8 +169,8 @@ const ACCESS_CHECK_SQL = `${KEY_LOOKUP},
  * The access check of a request whose instance holds tokens of both current windows: ACCESS_CHECK_SQL
  * without its writes. No lease is needed, and `last_used_at` loses nothing: the first request of
  * every second leases, so the full check still runs (and touches) at least once a second. Writing
- * nothing, it can share its request's Sync and transaction (a reply and a transaction fewer; figures
- * in bench/README.md). Parameters: $1–$6 as ACCESS_CHECK_SQL's.
+ * nothing, it locks no usage row: a key's concurrent requests do not wait on each other. Parameters:
+ * $1–$6 as ACCESS_CHECK_SQL's.
  * wanted = 1: the windows moved on since the tokens were leased, and the full check must be asked.
  */
 const ACCESS_READ_SQL = `${KEY_LOOKUP}
@@ -248,8 +248,8 @@ export function createApiKeysRepository() {
 
     /**
      * The access check as a named prepared statement (PostgreSQL parses and plans it once per
-     * connection): ACCESS_READ_SQL when `readOnly`, else ACCESS_CHECK_SQL. It is sent by the caller:
-     * alone, or with a request's first statement.
+     * connection): ACCESS_READ_SQL when `readOnly`, else ACCESS_CHECK_SQL. The caller sends it on the
+     * pool as a statement of its own (Database.query), before the request's own statements.
      */
     accessCheckStatement(input: AccessCheckInput): pg.QueryArrayConfig {
       const values = [

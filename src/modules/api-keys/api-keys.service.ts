@@ -34,7 +34,7 @@ export type CreateApiKeyInput = {
   dailyLimit?: number;
 };
 
-export function toApiKeyDto(row: ApiKeyRecord): ApiKeyDto {
+function toApiKeyDto(row: ApiKeyRecord): ApiKeyDto {
   return {
     id: row.id,
     org_id: row.orgId,
@@ -52,7 +52,7 @@ export function toApiKeyDto(row: ApiKeyRecord): ApiKeyDto {
 }
 
 /** Normalizes an address or CIDR range ("10.0.0.0/8", "2001:db8::/32", "192.0.2.7") to CIDR form. */
-export function normalizeCidr(value: string): string {
+function normalizeCidr(value: string): string {
   const trimmed = value.trim();
   try {
     if (trimmed.includes('/')) {
@@ -72,7 +72,7 @@ export function createApiKeysService(deps: { database: Database }) {
   const { database } = deps;
   const keys = createApiKeysRepository();
   const organisations = createOrganisationsRepository();
-  const audit = createAuditWriter(database.db);
+  const audit = createAuditWriter();
 
   return {
     /** Issues a key; the plaintext is returned here and never again. */

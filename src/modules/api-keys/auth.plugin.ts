@@ -17,7 +17,7 @@ declare module 'fastify' {
 }
 
 /** RateLimit-Policy / RateLimit headers in the IETF httpapi draft's structured-field syntax. */
-export function setRateLimitHeaders(reply: FastifyReply, windows: RateLimitWindow[]): void {
+function setRateLimitHeaders(reply: FastifyReply, windows: RateLimitWindow[]): void {
   reply.header('RateLimit-Policy', windows.map((w) => `"${w.name}";q=${w.limit};w=${w.windowSeconds}`).join(', '));
   reply.header('RateLimit', windows.map((w) => `"${w.name}";r=${w.remaining};t=${w.resetSeconds}`).join(', '));
 }

@@ -21,7 +21,7 @@ export type AuditChainSealer = CommitOrderSealer;
  */
 export function createAuditChainSealer(options: CommitOrderSealerOptions): AuditChainSealer {
   const { database } = options;
-  const audit = createAuditRepository(database.db);
+  const audit = createAuditRepository();
 
   /** Seals one batch of the organisation in a transaction; 0 when another sealer holds it or nothing is due. */
   function sealBatch(orgId: string, batchSize: number): Promise<number> {

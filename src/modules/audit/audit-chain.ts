@@ -36,7 +36,7 @@ export type ChainRow = {
  * The canonical content of a row. Bigints are written as decimal text (never a JS number past 2^53),
  * created_at as ISO 8601 with milliseconds (the column's precision), and a missing before/after as null.
  */
-export function canonicalContent(row: ChainRow): string {
+function canonicalContent(row: ChainRow): string {
   return stableStringify({
     org_id: row.orgId,
     id: String(row.id),

@@ -6,7 +6,7 @@ import { AUDIT_PURGED_ACTION, createAuditRepository } from './audit.repository.j
 import type { Actor } from '../../shared/actor.js';
 
 /** Rows deleted per transaction: one short transaction, like the retention job's other batches. */
-export const DEFAULT_AUDIT_PURGE_BATCH = 1_000;
+const DEFAULT_AUDIT_PURGE_BATCH = 1_000;
 /** Rows read per query while checking the range a purge is about to checkpoint. */
 const CHECK_PAGE = 2_000;
 
@@ -43,7 +43,7 @@ export function createAuditPurge(deps: {
 }) {
   const { database } = deps;
   const batchSize = deps.batchSize ?? DEFAULT_AUDIT_PURGE_BATCH;
-  const audit = createAuditRepository(database.db);
+  const audit = createAuditRepository();
   const secrets = createServiceSecretsRepository();
 
   /** The hash of row `through` when rows after `from` up to it chain from `previousHash`; a refusal naming the first row that does not. */

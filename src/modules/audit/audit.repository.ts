@@ -54,9 +54,9 @@ const chainColumns = {
   idempotencyKey: auditLog.idempotencyKey,
 };
 
-export function createAuditRepository(db: Executor) {
+export function createAuditRepository() {
   return {
-    ...createAuditWriter(db),
+    ...createAuditWriter(),
 
     /** In the order written: by time, the id breaking ties only (a global sequence is no order across machines). */
     async listForSubject(orgId: string, subjectId: string, tx: Executor) {

@@ -72,7 +72,7 @@ const changeSchema = z
   })
   .describe('One changed field.');
 
-export const auditEventSchema = z
+const auditEventSchema = z
   .object({
     id: z
       .string()

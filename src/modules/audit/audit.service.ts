@@ -29,7 +29,7 @@ import type { AuditEventDto, AuditEventList, ListAuditEventsQuery } from './audi
 /**
  * An audit event as the API shows it. Its `id` is its sequence in the organisation's chain, not the
  * row's id: that comes from one sequence for every organisation, so another organisation's volume
- * could be read from its gaps (issue 43). The row id stays in the export, whose hashes cover it.
+ * could be read from its gaps. The row id stays in the export, whose hashes cover it.
  */
 function toDto(row: AuditEventRow): AuditEventDto {
   return {
@@ -46,7 +46,7 @@ function toDto(row: AuditEventRow): AuditEventDto {
 }
 
 /** Rows an export reads per query: its memory holds one page (and its text) at a time. */
-export const EXPORT_PAGE = 5_000;
+const EXPORT_PAGE = 5_000;
 
 /** Where an export goes: `write` resolves once the chunk is taken (backpressure), `progress` after each page. */
 export type ExportSink = {
@@ -65,7 +65,7 @@ export type ChainHeadDto = { org_id: string; sequence: number; hash: string | nu
  */
 export function createAuditService(deps: { database: Database; cursorKey?: CursorKey }) {
   const { database } = deps;
-  const audit = createAuditRepository(database.db);
+  const audit = createAuditRepository();
   const customers = createCustomersRepository(database.db);
   const keys = createApiKeysRepository();
   const organisations = createOrganisationsRepository();

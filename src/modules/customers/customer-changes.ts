@@ -43,8 +43,8 @@ function firesUpdated(change: { before: CustomerRow | undefined; after: Customer
  * audit row (actor, before, after) and, for a record the integration owns that changed after its
  * creation, a `customer.updated` event carrying the public DTO of that moment.
  */
-export function createCustomerChangeRecorder(db: Executor) {
-  const audit = createAuditWriter(db);
+export function createCustomerChangeRecorder() {
+  const audit = createAuditWriter();
   const outbox = createOutboxRepository();
   return {
     /**

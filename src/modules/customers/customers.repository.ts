@@ -1,7 +1,7 @@
+import { createHash } from 'node:crypto';
 import { and, asc, eq, getTableColumns, gt, inArray, is, lte, Param, sql, SQL } from 'drizzle-orm';
 import { unionAll } from 'drizzle-orm/pg-core';
-import { boundAsGiven, builtOnce, rowMapper, type BuiltOnce } from '../../db/built-once.js';
-import type { Executor } from '../../db/client.js';
+import { prepared, type Executor } from '../../db/client.js';
 import { customerCounts, customers, LATE_CHANGE, type CustomerRow, type NewCustomerRow } from '../../db/schema.js';
 import { EARLIEST_INSTANT } from '../../shared/dates.schema.js';
 import { isUuid } from '../../shared/ids.js';
@@ -20,9 +20,8 @@ export type ListFilters = {
 
 type LockOption = { forUpdate?: boolean };
 
-const toCustomerRow = rowMapper(customers);
 const customerColumns = getTableColumns(customers);
-/** Distinct column sets an UPDATE is built once for; others are built per call (never seen in practice). */
+/** Distinct column sets an UPDATE is prepared for; others are built per call (never seen in practice). */
 const MAX_UPDATE_SHAPES = 200;
 
 /** The filters other than updated_since: each is an equality on a column of every list index. */
@@ -94,11 +93,12 @@ export function createCustomersRepository(db: Executor) {
     kind: sql.placeholder('kind'),
     ref: sql.placeholder('ref'),
   };
-  /** A select of whole customer rows, built once; `FOR UPDATE` for the write paths' locking reads. */
-  const select = (prefix: string, where: SQL, lock?: 'for update') =>
-    builtOnce(prefix, () => {
-      const query = db.select().from(customers).where(where);
-      return lock ? query.for('update') : query;
+  type LookupValues = { orgId: string; kind?: CustomerKind; ref: string };
+  /** A select of whole customer rows as a Drizzle prepared query; `FOR UPDATE` for the write paths' locking reads. */
+  const select = (name: string, where: SQL, lock?: 'for update') =>
+    prepared<LookupValues, CustomerRow[]>(name, (executor, statement) => {
+      const query = executor.select().from(customers).where(where);
+      return (lock ? query.for('update') : query).prepare(statement);
     });
   const byKindAndId = and(eq(customers.orgId, placeholder.orgId), eq(customers.kind, placeholder.kind), eq(customers.id, placeholder.ref))!;
   const byKindAndExternalId = and(
@@ -108,24 +108,20 @@ export function createCustomersRepository(db: Executor) {
   )!;
   const byExternalIdOnly = and(eq(customers.orgId, placeholder.orgId), eq(customers.externalId, placeholder.ref))!;
   // The hot paths (GET by id, the upsert's match, PATCH and PUT): named prepared statements, built
-  // once, planned once per connection, run on the pool or in the caller's transaction.
+  // once per connection, planned once per connection, run on the pool or in the caller's transaction.
   const lookupsWith = (lock?: 'for update') => ({
     byId: select(lock ? 'customers_find_by_id_for_update' : 'customers_find_by_id', byKindAndId, lock),
     byExternalRef: select(lock ? 'customers_find_by_external_ref_for_update' : 'customers_find_by_external_ref', byKindAndExternalId, lock),
     byExternalId: select(lock ? 'customers_by_external_id_for_update' : 'customers_by_external_id', byExternalIdOnly, lock),
   });
   const lookups = { read: lookupsWith(), lock: lookupsWith('for update') };
-  /** Migration 0009: the database clock once every change of the organisation stamped before it has committed, in epoch ms. */
-  const drained = builtOnce(
-    'customers_changes_drained',
-    () => sql`SELECT floor(extract(epoch FROM customers_changes_drained(${placeholder.orgId})) * 1000)::bigint`,
-  );
-  const updates = new Map<string, BuiltOnce>();
+  type Update = (executor: Executor, values: Record<string, unknown>) => Promise<Array<Partial<CustomerRow>>>;
+  const updates = new Map<string, Update>();
   /** What an UPDATE returns: the whole row, or only the updated_at the database stamps itself. */
   type Returned = 'row' | 'stamp';
 
   /**
-   * The UPDATE of exactly these columns of record `id`, built once per column set, with its bound
+   * The UPDATE of exactly these columns of record `id`, prepared once per column set, with its bound
    * values (undefined: build it per call, with updatePerCall).
    */
   function updateOf(
@@ -133,7 +129,7 @@ export function createCustomersRepository(db: Executor) {
     id: string,
     values: Partial<NewCustomerRow>,
     returned: Returned,
-  ): { statement: BuiltOnce; bound: Record<string, unknown> } | undefined {
+  ): { statement: Update; bound: Record<string, unknown> } | undefined {
     const keys = Object.keys(values)
       .filter((key) => values[key as keyof NewCustomerRow] !== undefined)
       .sort();
@@ -148,12 +144,15 @@ export function createCustomersRepository(db: Executor) {
     let statement = updates.get(shape);
     if (!statement) {
       if (updates.size >= MAX_UPDATE_SHAPES) return undefined;
-      statement = builtOnce('customers_update', () => {
-        const update = db
+      // Named after its column set: every repository instance gives one set the same name and text.
+      const name = `customers_update_${createHash('sha256').update(shape).digest('hex').slice(0, 12)}`;
+      statement = prepared(name, (executor, statementName) => {
+        const update = executor
           .update(customers)
-          .set(Object.fromEntries(keys.map((key) => [key, boundAsGiven(key)])))
+          // A placeholder inside SQL is bound as given (in a column's place it would be encoded by the column, a null as jsonb 'null').
+          .set(Object.fromEntries(keys.map((key) => [key, sql`${sql.placeholder(key)}`])))
           .where(and(eq(customers.orgId, sql.placeholder('$orgId')), eq(customers.id, sql.placeholder('$id'))));
-        return returned === 'row' ? update.returning() : update.returning({ updatedAt: customers.updatedAt });
+        return (returned === 'row' ? update.returning() : update.returning({ updatedAt: customers.updatedAt })).prepare(statementName);
       });
       updates.set(shape, statement);
     }
@@ -165,11 +164,6 @@ export function createCustomersRepository(db: Executor) {
       .update(customers)
       .set(values)
       .where(and(eq(customers.orgId, orgId), eq(customers.id, id)));
-
-  async function firstOf(statement: BuiltOnce, tx: Executor, values: Record<string, unknown>): Promise<CustomerRow | undefined> {
-    const { rows } = await statement.run(tx, values);
-    return rows[0] ? toCustomerRow(rows[0]) : undefined;
-  }
 
   async function first(query: Promise<CustomerRow[]>): Promise<CustomerRow | undefined> {
     const [row] = await query;
@@ -193,12 +187,12 @@ export function createCustomersRepository(db: Executor) {
      */
     async findByRef(orgId: string, kind: CustomerKind, ref: string, tx: Executor, lock: LockOption = {}): Promise<CustomerRow | undefined> {
       const lookup = lock.forUpdate ? lookups.lock : lookups.read;
-      const byId = isUuid(ref) ? await firstOf(lookup.byId, tx, { orgId, kind, ref }) : undefined;
-      return byId ?? firstOf(lookup.byExternalRef, tx, { orgId, kind, ref });
+      const byId = isUuid(ref) ? (await lookup.byId(tx, { orgId, kind, ref }))[0] : undefined;
+      return byId ?? (await lookup.byExternalRef(tx, { orgId, kind, ref }))[0];
     },
 
     async findByExternalId(orgId: string, externalId: string, tx: Executor, lock: LockOption = {}): Promise<CustomerRow | undefined> {
-      return firstOf((lock.forUpdate ? lookups.lock : lookups.read).byExternalId, tx, { orgId, ref: externalId });
+      return (await (lock.forUpdate ? lookups.lock : lookups.read).byExternalId(tx, { orgId, ref: externalId }))[0];
     },
 
     /** Case-insensitive full name + email among individuals (the unique index's expression). */
@@ -226,7 +220,7 @@ export function createCustomersRepository(db: Executor) {
 
     async update(orgId: string, id: string, values: Partial<NewCustomerRow>, tx: Executor): Promise<CustomerRow> {
       const built = updateOf(orgId, id, values, 'row');
-      if (built) return (await firstOf(built.statement, tx, built.bound))!;
+      if (built) return (await built.statement(tx, built.bound))[0] as CustomerRow;
       const [row] = await updatePerCall(tx, orgId, id, values).returning();
       return row!;
     },
@@ -240,9 +234,8 @@ export function createCustomersRepository(db: Executor) {
     async updateLocked(orgId: string, id: string, values: Partial<NewCustomerRow>, tx: Executor): Promise<{ updatedAt: Date } | undefined> {
       const built = updateOf(orgId, id, values, 'stamp');
       if (built) {
-        const { rows } = await built.statement.run(tx, built.bound);
-        const stamp = rows[0]?.[0];
-        return stamp === undefined ? undefined : { updatedAt: customers.updatedAt.mapFromDriverValue(stamp) as Date };
+        const [row] = await built.statement(tx, built.bound);
+        return row ? { updatedAt: row.updatedAt! } : undefined;
       }
       const [row] = await updatePerCall(tx, orgId, id, values).returning({ updatedAt: customers.updatedAt });
       return row;
@@ -258,15 +251,17 @@ export function createCustomersRepository(db: Executor) {
      * by lock_timeout (55P03). On a standby it cannot see the primary's writers: polls read the primary.
      */
     async drainChanges(orgId: string): Promise<Date> {
-      const { rows } = await drained.run(db, { orgId });
-      return new Date(Number(rows[0]![0]));
+      const { rows } = await db.execute<{ drained: number }>(
+        sql`SELECT floor(extract(epoch FROM customers_changes_drained(${orgId})) * 1000)::bigint AS drained`,
+      );
+      return new Date(Number(rows[0]!.drained));
     },
 
     /**
      * One page in (created_at, id) order. Without updated_since, one index range (the list index, or
      * the status, AML or entity type index) in that order; the planner picks it per call (unnamed
-     * statements, planned with their values: a generic plan could not tell a status held by 0.1% of
-     * the rows from one held by half). With updated_since, the page's ids come from the three parts
+     * statements, planned with their values: a generic plan could not tell a status a handful of
+     * rows hold from one half of them hold). With updated_since, the page's ids come from the three parts
      * of changedSinceParts, each its own index-only range, merged, and only the page's rows are read.
      */
     async list(orgId: string, filters: ListFilters, limit: number, tx: Executor): Promise<CustomerRow[]> {

@@ -7,14 +7,14 @@ import { KYC_STATUSES } from './due-diligence.js';
 export const AML_STATUSES = ['NOT_SCREENED', 'IN_PROGRESS', 'CLEAR', 'NEEDS_REVIEW', 'RESOLVED'] as const;
 export type AmlStatus = (typeof AML_STATUSES)[number];
 export const ADDED_VIA = ['ADMIN_MANUAL', 'AI_EXTRACTED', 'CONTACT_PORTAL', 'BULK_IMPORT', 'INTEGRATION', 'SYSTEM'] as const;
-export const INDIVIDUAL_TYPES = ['INDIVIDUAL', 'SOLE_TRADER'] as const;
-export const MAX_SERVICE_CODES = 64;
+const INDIVIDUAL_TYPES = ['INDIVIDUAL', 'SOLE_TRADER'] as const;
+const MAX_SERVICE_CODES = 64;
 
 // ------------------------------------------------------------------------------------------------
 // Request building blocks (shared with entities)
 // ------------------------------------------------------------------------------------------------
 
-export const serviceCode = z
+const serviceCode = z
   .string()
   .refine(isDesignatedServiceCode, { message: 'Unknown or non-designated service code; see GET /v1/designated-services.' });
 

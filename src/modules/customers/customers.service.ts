@@ -127,7 +127,7 @@ async function drainChanges(repository: ReturnType<typeof createCustomersReposit
 }
 
 /** Risk rating, classification and status after a change to services, flag or answers. */
-export function dueDiligenceColumns(input: {
+function dueDiligenceColumns(input: {
   status: KycStatus;
   services: string[];
   preExistingServices: string[];
@@ -277,7 +277,7 @@ export function createCustomersService(deps: {
   const clock = deps.clock ?? systemClock;
   const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
   const repository = createCustomersRepository(database.db);
-  const changes = createCustomerChangeRecorder(database.db);
+  const changes = createCustomerChangeRecorder();
 
   async function requireIndividual(ctx: RequestContext, ref: string, tx: Executor, forUpdate = false): Promise<CustomerRow> {
     const row = await repository.findByRef(ctx.orgId, 'individual', ref, tx, { forUpdate });

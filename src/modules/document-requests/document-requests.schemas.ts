@@ -43,7 +43,7 @@ export type CreateDocumentRequestBody = z.output<typeof createDocumentRequestBod
 
 const dateTime = z.string().describe('ISO 8601 date-time (UTC).').meta({ example: '2026-01-31T09:00:00.000Z' });
 
-export const documentRequestSchema = z
+const documentRequestSchema = z
   .object({
     id: z.uuid().describe('The document request id.'),
     object: z.literal('document_request').describe('Always document_request.'),

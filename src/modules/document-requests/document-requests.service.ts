@@ -25,10 +25,10 @@ const TYPE_NAMES: ReadonlyMap<string, string> = new Map(DOCUMENT_TYPES.map((type
 /** The actor of what happens because time passed (expiry). */
 const SYSTEM: Actor = { type: 'system', id: null };
 
-export const DOCUMENT_REQUEST_EVENT = 'document_request.updated';
+const DOCUMENT_REQUEST_EVENT = 'document_request.updated';
 
 /** The name of a document type as the contact reads it. */
-export function documentTypeName(code: string): string {
+function documentTypeName(code: string): string {
   return TYPE_NAMES.get(code) ?? code;
 }
 
@@ -47,7 +47,7 @@ export function allowanceMessage(maxDocuments: number, received: number): string
   return `This request takes at most ${maxDocuments} documents; ${received} have been received.`;
 }
 
-export function toDocumentRequestDto(row: DocumentRequestRow, documents: readonly RequestDocument[]): DocumentRequestDto {
+function toDocumentRequestDto(row: DocumentRequestRow, documents: readonly RequestDocument[]): DocumentRequestDto {
   const own = documents.filter((document) => document.documentRequestId === row.id);
   const received = new Set(own.map((document) => document.type));
   return {
@@ -85,9 +85,9 @@ export function createDocumentRequestsService(deps: { database: Database; public
   const customers = createCustomersRepository(database.db);
   const organisations = createOrganisationsRepository();
   const emails = createEmailsRepository(database.db, deps.sealer);
-  const audit = createAuditWriter(database.db);
+  const audit = createAuditWriter();
   const outbox = createOutboxRepository();
-  const charge = createCreditCharger(database.db);
+  const charge = createCreditCharger();
   const payerFor = createPayerResolver();
   const rotation = createOrgRotation();
 

@@ -18,7 +18,7 @@ import { MAX_DOCUMENTS_PER_REQUEST } from './document-requests.schemas.js';
 import { renderErrorPage, renderInvalidLinkPage, renderThankYouPage, renderUploadPage, UPLOAD_PAGE_HEADERS } from './upload-page.view.js';
 
 /** Where the contact lands once every requested document has arrived: it names no token, since the link is spent by then. */
-export const THANK_YOU_PATH = '/documents/received';
+const THANK_YOU_PATH = '/documents/received';
 const MAX_FILE_MIB = MAX_DOCUMENT_BYTES / (1024 * 1024);
 
 const tokenParams = z.object({ token: z.string().max(256) }).strict();

@@ -29,7 +29,7 @@ button{margin-top:1.25rem;padding:.7rem 1.4rem;font:inherit;font-weight:600;colo
 `;
 
 /** The page's Content-Security-Policy: nothing may load or run; the stylesheet is allowed by its hash; forms post back here only. */
-export const UPLOAD_PAGE_CSP = [
+const UPLOAD_PAGE_CSP = [
   "default-src 'none'",
   `style-src 'sha256-${createHash('sha256').update(STYLE).digest('base64')}'`,
   "form-action 'self'",
@@ -50,7 +50,7 @@ export const UPLOAD_PAGE_HEADERS: Readonly<Record<string, string>> = {
 
 const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 
-export function escapeHtml(text: string): string {
+function escapeHtml(text: string): string {
   return text.replace(/[&<>"']/g, (character) => ESCAPES[character]!);
 }
 

@@ -20,7 +20,7 @@ import { createDocumentsService } from './documents.service.js';
 import { multipartFormOf, registerMultipartIntake, type MultipartIntakeOptions } from './multipart-intake.js';
 
 /** The upload form: one file, its type and an optional description. */
-export const UPLOAD_FORM: MultipartIntakeOptions = {
+const UPLOAD_FORM: MultipartIntakeOptions = {
   fileFields: ['file'],
   maxFiles: 1,
   textFields: { type: 64, description: MAX_DESCRIPTION_LENGTH },

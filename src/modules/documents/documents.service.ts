@@ -18,7 +18,7 @@ import { postgresDocumentStorage } from './postgres-document-storage.js';
 /** The stores by the name `entity_documents.storage` holds; new documents go to `postgres`. */
 const STORAGES: Readonly<Record<string, DocumentStorage>> = { postgres: postgresDocumentStorage };
 
-export function toDocumentDto(row: EntityDocumentRow): DocumentDto {
+function toDocumentDto(row: EntityDocumentRow): DocumentDto {
   return {
     id: row.id,
     object: 'document',
@@ -93,7 +93,7 @@ export async function storeDocument(
       `document ${row.id}: the spooled file changed between intake (${row.sizeBytes} bytes) and storage (${written.size} bytes)`,
     );
   }
-  await createAuditWriter(tx).record(
+  await createAuditWriter().record(
     {
       orgId: input.orgId,
       actor: input.actor,
@@ -115,7 +115,7 @@ export function createDocumentsService(deps: { database: Database }) {
   const { database } = deps;
   const customers = createCustomersRepository(database.db);
   const documents = createDocumentsRepository();
-  const charge = createCreditCharger(database.db);
+  const charge = createCreditCharger();
 
   async function requireEntity(ctx: RequestContext, ref: string, tx: Executor) {
     // Only entities: an individual's id is as unknown here as another organisation's.

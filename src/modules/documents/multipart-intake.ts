@@ -12,7 +12,7 @@ import { AppError } from '../../shared/app-error.js';
 import { MAX_DOCUMENT_BYTES, type DocumentMediaType } from './document-types.js';
 
 /** The longest file name kept with a document (what common file systems allow); a longer one is refused. */
-export const MAX_FILE_NAME_LENGTH = 255;
+const MAX_FILE_NAME_LENGTH = 255;
 
 /**
  * Streaming multipart/form-data intake for document uploads. Each file is spooled to a temp file
@@ -69,11 +69,11 @@ const SPOOL_PREFIX = 'svc-upload-';
  * The media type of a document by its first bytes: PDF (`%PDF-`), PNG (its 8-byte signature) or
  * JPEG (FF D8 FF); undefined for anything else. Eight bytes decide every case.
  */
-export const SNIFF_BYTES = 8;
+const SNIFF_BYTES = 8;
 const PDF = Buffer.from('%PDF-', 'latin1');
 const PNG = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 const JPEG = Buffer.from([0xff, 0xd8, 0xff]);
-export function sniffMediaType(head: Buffer): DocumentMediaType | undefined {
+function sniffMediaType(head: Buffer): DocumentMediaType | undefined {
   const startsWith = (signature: Buffer) => head.length >= signature.length && head.subarray(0, signature.length).equals(signature);
   if (startsWith(PDF)) return 'application/pdf';
   if (startsWith(PNG)) return 'image/png';
@@ -82,7 +82,7 @@ export function sniffMediaType(head: Buffer): DocumentMediaType | undefined {
 }
 
 /** The largest request body a form under `options` can be. */
-export function multipartBodyLimit(options: MultipartIntakeOptions): number {
+function multipartBodyLimit(options: MultipartIntakeOptions): number {
   return (options.maxFileBytes ?? MAX_DOCUMENT_BYTES) * options.maxFiles + FORM_OVERHEAD_BYTES;
 }
 
@@ -155,7 +155,7 @@ class FileMeter extends Transform {
 }
 
 /** Removes spooled files; a file already gone is fine. */
-export async function removeSpooledFiles(paths: Iterable<string>): Promise<void> {
+async function removeSpooledFiles(paths: Iterable<string>): Promise<void> {
   await Promise.all([...paths].map((path) => rm(path, { force: true }).catch(() => undefined)));
 }
 
@@ -181,7 +181,7 @@ export function openSpooledFile(file: SpooledFile): ReadStream {
  * byte of it is spooled. `narrowing` narrows the fields and the count for this one form; the body's
  * bound stays the context's. The caller owns the files of a settled form and removes them (removeSpooledFiles).
  */
-export function readMultipartForm(
+function readMultipartForm(
   headers: IncomingHttpHeaders,
   payload: Readable,
   contextOptions: MultipartIntakeOptions,

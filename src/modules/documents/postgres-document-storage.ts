@@ -12,7 +12,7 @@ export const DOCUMENT_CHUNK_BYTES = 256 * 1024;
  * chunk in the caller's transaction; reads run one SELECT per chunk, issued only when the consumer wants
  * more, so neither side ever holds a document whole.
  */
-export function createPostgresDocumentStorage(chunkBytes = DOCUMENT_CHUNK_BYTES): DocumentStorage {
+function createPostgresDocumentStorage(chunkBytes = DOCUMENT_CHUNK_BYTES): DocumentStorage {
   async function insertChunk(ref: DocumentRef, seq: number, data: Buffer, tx: Executor): Promise<void> {
     // pg sends a Buffer parameter in binary format: no hex expansion on the wire.
     await tx.insert(documentChunks).values({ orgId: ref.orgId, documentId: ref.documentId, seq, data });

@@ -2,7 +2,7 @@ import type { Database } from '../../db/client.js';
 import type { TextSealer } from '../../shared/text-sealer.js';
 import { createEmailsRepository, type EmailRow } from './emails.repository.js';
 
-export function toEmailDto(row: EmailRow) {
+function toEmailDto(row: EmailRow) {
   return {
     id: row.id,
     recipient: row.recipient,

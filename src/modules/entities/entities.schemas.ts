@@ -15,9 +15,9 @@ import {
 } from '../customers/customers.schemas.js';
 import { KYC_STATUSES } from '../customers/due-diligence.js';
 
-export const ENTITY_TYPES = ['COMPANY', 'TRUST', 'PARTNERSHIP', 'SMSF', 'OTHER'] as const;
+const ENTITY_TYPES = ['COMPANY', 'TRUST', 'PARTNERSHIP', 'SMSF', 'OTHER'] as const;
 export type EntityType = (typeof ENTITY_TYPES)[number];
-export const ENTITY_ORIGINS = ['AUSTRALIAN', 'INTERNATIONAL'] as const;
+const ENTITY_ORIGINS = ['AUSTRALIAN', 'INTERNATIONAL'] as const;
 export type EntityOrigin = (typeof ENTITY_ORIGINS)[number];
 
 const alpha3 = new Set(Object.keys(countries.getAlpha3Codes()));
@@ -27,12 +27,12 @@ export const countryCode = z
   .refine((value) => alpha3.has(value), { message: 'Must be an ISO 3166-1 alpha-3 country code, e.g. NZL.' })
   .meta({ example: 'NZL' });
 
-export const abnField = digits(11, 'ABN').describe('11 digits; spaces are tolerated and stripped.').meta({ example: '51 824 753 556' });
-export const acnField = digits(9, 'ACN').describe('9 digits; spaces are tolerated and stripped.').meta({ example: '004 085 616' });
+const abnField = digits(11, 'ABN').describe('11 digits; spaces are tolerated and stripped.').meta({ example: '51 824 753 556' });
+const acnField = digits(9, 'ACN').describe('9 digits; spaces are tolerated and stripped.').meta({ example: '004 085 616' });
 const address = z.string().trim().max(500, 'At most 500 characters.');
 const registrationNumber = z.string().trim().min(1).max(64, 'At most 64 characters.');
 
-export const contactInput = z
+const contactInput = z
   .object({
     customerId: z.string().min(1).max(255).optional().describe("An existing individual's UUID or external_id."),
     fullName: nameField.optional().describe("The contact person's full name (with email).").meta({ example: 'Sam Director' }),
@@ -92,8 +92,8 @@ export const listEntitiesQuery = listQueryBase
   })
   .strict();
 
-export const HOLDER_TYPES = ['INDIVIDUAL', 'JOINT', 'NOMINEE'] as const;
-export const ROLE_TYPES = [
+const HOLDER_TYPES = ['INDIVIDUAL', 'JOINT', 'NOMINEE'] as const;
+const ROLE_TYPES = [
   'SHAREHOLDER',
   'DIRECTOR',
   'TRUSTEE',
@@ -105,7 +105,7 @@ export const ROLE_TYPES = [
   'CONTROLLER',
 ] as const;
 
-export const ownerInput = z
+const ownerInput = z
   .object({
     fullName: nameField
       .describe("The owner's full name; with email it links an existing individual or creates one.")
@@ -142,7 +142,7 @@ export type AddOwnersBody = z.output<typeof addOwnersBody>;
 
 const dateTime = z.string().describe('ISO 8601 date-time (UTC).');
 
-export const entityContactSchema = z
+const entityContactSchema = z
   .object({
     id: z.uuid().describe("The contact individual's customer id."),
     external_id: z.string().nullable().describe("The contact's external_id."),

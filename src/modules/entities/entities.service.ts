@@ -39,8 +39,8 @@ export function createEntitiesService(deps: { database: Database; pageReads?: Pa
   const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
   const customers = createCustomersRepository(database.db);
   const entities = createEntitiesRepository();
-  const changes = createCustomerChangeRecorder(database.db);
-  const audit = createAuditWriter(database.db);
+  const changes = createCustomerChangeRecorder();
+  const audit = createAuditWriter();
 
   async function dtoOf(row: CustomerRow, tx: Executor): Promise<EntityDto> {
     const contact = row.contactCustomerId ? await customers.findById(row.orgId, row.contactCustomerId, tx) : undefined;

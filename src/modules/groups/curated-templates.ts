@@ -16,7 +16,7 @@ export type CheckTrigger = (typeof CHECK_TRIGGERS)[number];
 /** Codes of pre-built templates start with this; custom templates may not use it, so a later addition never clashes. */
 export const CURATED_CODE_PREFIX = 'PB-';
 
-export const INDUSTRIES = {
+const INDUSTRIES = {
   realEstate: 'REAL_ESTATE',
   legal: 'LEGAL',
   corporateServices: 'CORPORATE_SERVICES',

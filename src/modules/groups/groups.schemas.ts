@@ -1,10 +1,10 @@
 import { z } from 'zod';
 import { CHECK_TRIGGERS, CURATED_CODE_PREFIX, PARTY_TYPES } from './curated-templates.js';
 
-export const GROUP_STATUSES = ['ACTIVE', 'ON_HOLD', 'COMPLETE', 'ARCHIVED'] as const;
-export const TEMPLATE_SOURCES = ['PRE_BUILT', 'CUSTOM'] as const;
-export const MAX_GROUP_PARTIES = 100;
-export const MAX_TEMPLATE_ROLES = 50;
+const GROUP_STATUSES = ['ACTIVE', 'ON_HOLD', 'COMPLETE', 'ARCHIVED'] as const;
+const TEMPLATE_SOURCES = ['PRE_BUILT', 'CUSTOM'] as const;
+const MAX_GROUP_PARTIES = 100;
+const MAX_TEMPLATE_ROLES = 50;
 
 const requiredString = () => z.string({ error: (issue) => (issue.input === undefined ? 'is required' : 'must be a string') });
 const text = (max: number) => requiredString().trim().min(1, 'must not be empty').max(max, `must be at most ${max} characters`);
@@ -13,7 +13,7 @@ const text = (max: number) => requiredString().trim().min(1, 'must not be empty'
 // POST /groups
 // ---------------------------------------------------------------------------------------------
 
-export const groupPartyInputSchema = z
+const groupPartyInputSchema = z
   .object({
     roleLabel: text(255).describe('The role in the deal, e.g. Vendor or Purchaser.').meta({ example: 'Vendor' }),
     partyType: z.enum(PARTY_TYPES).default('EITHER').describe('Who may fill the role: INDIVIDUAL, ENTITY or EITHER (default).'),
@@ -70,7 +70,7 @@ export const createGroupBodySchema = z
 export type CreateGroupInput = z.output<typeof createGroupBodySchema>;
 export type GroupPartyInput = z.output<typeof groupPartyInputSchema>;
 
-export const groupPartySchema = z.object({
+const groupPartySchema = z.object({
   id: z.uuid().describe('The party slot id.'),
   role_label: z.string().describe('The role in the deal.').meta({ example: 'Vendor' }),
   party_type: z.enum(PARTY_TYPES).describe('Who may fill the role.'),
@@ -96,7 +96,7 @@ export type GroupDto = z.infer<typeof groupSchema>;
 // Group templates
 // ---------------------------------------------------------------------------------------------
 
-export const templateRoleSchema = z.object({
+const templateRoleSchema = z.object({
   role_label: z.string().describe('The role in the deal.'),
   party_type: z.enum(PARTY_TYPES).describe('Who may fill the role.'),
   required: z.boolean().describe('Whether the role must be filled.'),
@@ -105,7 +105,7 @@ export const templateRoleSchema = z.object({
     .describe('When staff are prompted to verify whoever fills it: ON_ADD, BEFORE_SETTLEMENT or MANUAL.'),
 });
 
-export const groupTemplateSchema = z.object({
+const groupTemplateSchema = z.object({
   id: z.uuid().describe('The template id in your organisation (differs per organisation).'),
   code: z.string().describe('Stable code; curated templates start with PB-.').meta({ example: 'PB-PROPERTY-SALE' }),
   name: z.string().describe('Template name.'),

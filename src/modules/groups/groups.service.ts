@@ -22,12 +22,12 @@ import {
   type GroupTemplateDto,
 } from './groups.schemas.js';
 
-export const GROUPS_FEATURE = 'groups';
+const GROUPS_FEATURE = 'groups';
 
 /** Who is asking: the organisation, its enabled features, the actor recorded in the audit log, and how its writes open their transaction. */
 export type GroupsCaller = { orgId: string; features: ReadonlySet<string>; actor: Actor; transaction: OpenTransaction };
 
-export function toGroupTemplateDto(row: GroupTemplateRow): GroupTemplateDto {
+function toGroupTemplateDto(row: GroupTemplateRow): GroupTemplateDto {
   return {
     id: row.id,
     code: row.code,
@@ -45,7 +45,7 @@ export function toGroupTemplateDto(row: GroupTemplateRow): GroupTemplateDto {
   };
 }
 
-export function toGroupDto(row: GroupRow, parties: GroupPartyRow[], publicBaseUrl: string): GroupDto {
+function toGroupDto(row: GroupRow, parties: GroupPartyRow[], publicBaseUrl: string): GroupDto {
   return {
     id: row.id,
     name: row.name,
@@ -93,7 +93,7 @@ export function createGroupsService(deps: {
   const curated = deps.curatedTemplates ?? CURATED_TEMPLATES;
   const curatedCodes = curated.map((template) => template.code);
   const repository = createGroupsRepository();
-  const audit = createAuditWriter(database.db);
+  const audit = createAuditWriter();
   const organisations = createOrganisationsRepository();
 
   // Organisations whose curated copies are known to be current in this process: a sync costs one

@@ -24,9 +24,9 @@ export type Charge = {
  * `insufficient_credits` (details required/available), and the caller's transaction rolls back whatever
  * it had done, so nothing is started, stored or charged.
  */
-export function createCreditCharger(db: Executor) {
+export function createCreditCharger() {
   const organisations = createOrganisationsRepository();
-  const audit = createAuditWriter(db);
+  const audit = createAuditWriter();
   return async function charge(ctx: { orgId: string; actor: Actor }, charge: Charge, tx: Executor): Promise<void> {
     if (charge.cost <= 0) return;
     const { cost, reason } = charge;

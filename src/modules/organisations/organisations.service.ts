@@ -14,7 +14,7 @@ import {
   type Payer,
 } from './organisations.schemas.js';
 
-export function toOrganisationDto(row: OrganisationRow): OrganisationDto {
+function toOrganisationDto(row: OrganisationRow): OrganisationDto {
   return {
     id: row.id,
     name: row.name,
@@ -32,7 +32,7 @@ const SYSTEM_ACTOR: Actor = { type: 'system', id: null };
 export function createOrganisationsService(deps: { database: Database }) {
   const { database } = deps;
   const repository = createOrganisationsRepository();
-  const audit = createAuditWriter(database.db);
+  const audit = createAuditWriter();
 
   async function require(id: string): Promise<OrganisationRow> {
     const row = isUuid(id) ? await repository.findById(id, database.db) : undefined;

@@ -9,7 +9,7 @@ export { RETENTION_TABLES, type RetentionTable };
 export type PurgeCounts = Record<RetentionTable, number>;
 
 /** Small enough that one batch is a short transaction, holding its row locks for milliseconds. */
-export const DEFAULT_PURGE_BATCH_SIZE = 1_000;
+const DEFAULT_PURGE_BATCH_SIZE = 1_000;
 const ORGANISATION_PAGE = 500;
 /** Documents per batch: each takes up to 40 chunk rows (10 MiB in 256 KiB chunks) with it. */
 const DOCUMENTS_PER_BATCH_DIVISOR = 20;

@@ -27,7 +27,7 @@ export function createBackOfficeService(deps: { database: Database }) {
   const customers = createCustomersRepository(database.db);
   const entities = createEntitiesService({ database });
   const verifications = createVerificationRepository();
-  const changes = createCustomerChangeRecorder(database.db);
+  const changes = createCustomerChangeRecorder();
   const outbox = createOutboxRepository();
 
   async function requireRecord(orgId: string, ref: string, tx: Executor): Promise<CustomerRow> {

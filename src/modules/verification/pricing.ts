@@ -1,5 +1,5 @@
 /** Credits per check: the one place prices live. */
-export const PRICES = {
+const PRICES = {
   KYC: 1,
   KYB: { automated: 2, contact_led: 3, manual: 0 },
   EDD_ADD_ON: 1,

@@ -2,8 +2,8 @@ import { z } from 'zod';
 import { individualSchema } from '../customers/customers.schemas.js';
 import { beneficialOwnerSchema, entitySchema } from '../entities/entities.schemas.js';
 
-export const EDD_CHECK_TYPES = ['SOURCE_OF_FUNDS', 'SOURCE_OF_WEALTH', 'BIOMETRIC_VERIFICATION'] as const;
-export const KYB_METHODS = ['automated', 'contact_led', 'manual'] as const;
+const EDD_CHECK_TYPES = ['SOURCE_OF_FUNDS', 'SOURCE_OF_WEALTH', 'BIOMETRIC_VERIFICATION'] as const;
+const KYB_METHODS = ['automated', 'contact_led', 'manual'] as const;
 
 const startFields = {
   payer: z.enum(['organization', 'customer']).optional().describe("Omit to follow the record's billing default, else the organisation's."),

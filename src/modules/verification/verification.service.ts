@@ -31,8 +31,8 @@ export function createVerificationService(deps: { database: Database; publicBase
   const entities = createEntitiesService({ database });
   const verifications = createVerificationRepository();
   const emails = createEmailsRepository(database.db, deps.sealer);
-  const changes = createCustomerChangeRecorder(database.db);
-  const charge = createCreditCharger(database.db);
+  const changes = createCustomerChangeRecorder();
+  const charge = createCreditCharger();
 
   /**
    * Arms a check on `subject` in the caller's transaction: conflict check, billing (ledger row and

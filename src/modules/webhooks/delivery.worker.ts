@@ -33,9 +33,9 @@ export const DEFAULT_RETRY_SCHEDULE_MS: readonly number[] = [
   18 * HOUR,
 ];
 /** A receiver may ask for a pause with Retry-After, but not park a delivery beyond a day. */
-export const MAX_RETRY_AFTER_MS = 24 * HOUR;
+const MAX_RETRY_AFTER_MS = 24 * HOUR;
 /** WEBHOOK_DISABLE_AFTER_HOURS's default: a receiver down for a long weekend keeps its endpoint. */
-export const DEFAULT_DISABLE_ENDPOINT_AFTER_MS = 72 * HOUR;
+const DEFAULT_DISABLE_ENDPOINT_AFTER_MS = 72 * HOUR;
 
 /** "72 hours", or for the short periods tests use, seconds. */
 function describePeriod(ms: number): string {
@@ -148,7 +148,7 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
   const refillAt = Math.max(1, Math.floor(concurrency / 4));
 
   const deliveries = createDeliveryRepository();
-  const disabler = createEndpointDisabler(database.db);
+  const disabler = createEndpointDisabler();
   const sender = createWebhookSender({
     allowPrivateUrls: options.allowPrivateUrls,
     allowedPorts: options.allowedPorts,

@@ -2,7 +2,7 @@ import { lookup as dnsLookup } from 'node:dns/promises';
 import type { LookupAddress } from 'node:dns';
 import { BlockList, isIP, type LookupFunction } from 'node:net';
 
-export const MAX_ENDPOINT_URL_LENGTH = 2048;
+const MAX_ENDPOINT_URL_LENGTH = 2048;
 
 /**
  * The one answer to every refusal that rests on what DNS said about a host name: that it resolves to
@@ -162,7 +162,7 @@ function bareHostname(url: URL): string {
 }
 
 /** The port a request to the URL goes to (the scheme's default when none is written). */
-export function effectivePort(url: URL): number {
+function effectivePort(url: URL): number {
   if (url.port !== '') return Number(url.port);
   return url.protocol === 'http:' ? 80 : 443;
 }

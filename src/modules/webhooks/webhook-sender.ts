@@ -19,13 +19,7 @@ export type SignedHeaders = {
  * the base64-decoded part of the `whsec_` secret. Signed with the reference library so any Standard
  * Webhooks verifier accepts it.
  */
-export function signWebhook(
-  secret: string,
-  id: string,
-  timestampSeconds: number,
-  body: string,
-  previousSecret?: string | null,
-): SignedHeaders {
+function signWebhook(secret: string, id: string, timestampSeconds: number, body: string, previousSecret?: string | null): SignedHeaders {
   const at = new Date(timestampSeconds * 1000);
   const signatures = [new Webhook(secret).sign(id, at, body)];
   // During a rotation's grace the old secret signs too, space separated as Standard Webhooks allows:

@@ -73,7 +73,7 @@ export type WebhookDeliveryDto = {
 
 export const MAX_DESCRIPTION_LENGTH = 500;
 /** Seven days: long enough for a weekly deploy to pick up the new secret. */
-export const MAX_GRACE_PERIOD_SECONDS = 604_800;
+const MAX_GRACE_PERIOD_SECONDS = 604_800;
 export const DEFAULT_GRACE_PERIOD_SECONDS = 86_400;
 
 const eventTypeList = z
@@ -235,7 +235,7 @@ export const deletedEndpointSchema = z
   .meta({ example: { id: '7a1e2c44-0b5e-4f0e-9a53-2f6b1c9d8e10', object: 'webhook_endpoint', deleted: true } });
 export type DeletedEndpointDto = z.infer<typeof deletedEndpointSchema>;
 
-export const attemptSchema = z
+const attemptSchema = z
   .object({
     attempt_number: z.int().describe('1 for the first attempt of the delivery.'),
     status_code: z
@@ -319,7 +319,7 @@ export const retriedDeliverySchema = deliverySchema
   })
   .describe('The delivery that will make the next attempt.');
 
-export const webhookEventSchema = z
+const webhookEventSchema = z
   .object({
     id: z.uuid().describe('The event id, the same in every delivery of it.'),
     type: z.string().describe('The event type.').meta({ example: 'webhook.test' }),

@@ -45,11 +45,11 @@ import {
 const SYSTEM_ACTOR: Actor = { type: 'system', id: null };
 
 /** Standard Webhooks secret: `whsec_` + base64 of 32 random bytes (the HMAC key). */
-export function generateWebhookSecret(): string {
+function generateWebhookSecret(): string {
   return `whsec_${randomBytes(32).toString('base64')}`;
 }
 
-export function toEndpointDto(row: WebhookEndpointRecord): WebhookEndpointDto {
+function toEndpointDto(row: WebhookEndpointRecord): WebhookEndpointDto {
   return {
     id: row.id,
     org_id: row.orgId,
@@ -82,9 +82,9 @@ export type EndpointDisable = {
  * `endpoint.disabled` event commit with it. The event goes to the feed and to the organisation's other
  * enabled endpoints that subscribe, never to this one, which is already disabled when it is written.
  */
-export function createEndpointDisabler(db: Executor) {
+export function createEndpointDisabler() {
   const webhooks = createWebhooksRepository();
-  const audit = createAuditWriter(db);
+  const audit = createAuditWriter();
   const outbox = createOutboxRepository();
 
   return {
@@ -181,9 +181,9 @@ export function createWebhooksService(
   const policy: WebhookTargetPolicy = { allowPrivateUrls: deps.allowPrivateUrls, allowedPorts: deps.allowedPorts };
   const webhooks = createWebhooksRepository();
   const organisations = createOrganisationsRepository();
-  const audit = createAuditWriter(database.db);
+  const audit = createAuditWriter();
   const outbox = createOutboxRepository();
-  const disabler = createEndpointDisabler(database.db);
+  const disabler = createEndpointDisabler();
 
   /** A write's own transaction, for callers other than a request (the operator's CLI). */
   const ownTransaction: OpenTransaction = (work) => database.transaction(work);
