@@ -3,6 +3,7 @@ import { dirname, join } from 'node:path';
 import { existsSync, readFileSync } from 'node:fs';
 import pg from 'pg';
 import { readMigrationFiles } from 'drizzle-orm/migrator';
+import { unsentEmailJobs } from '../modules/emails/emails.repository.js';
 import { installJobQueues } from '../shared/job-runner.js';
 
 // Any fixed number works; it only has to be the same for every instance of this service.
@@ -32,7 +33,7 @@ export function migrationsFolder(): string {
  */
 export async function runMigrations(connectionString: string): Promise<{ applied: number }> {
   const result = await runSchemaMigrations(connectionString);
-  await installJobQueues(connectionString);
+  await installJobQueues(connectionString, unsentEmailJobs);
   return result;
 }
 
