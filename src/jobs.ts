@@ -60,20 +60,41 @@ export async function startBackgroundJobs(deps: {
   });
   const emailSender = createEmailSender({ database, smtpUrl: deps.config.smtpUrl, from: deps.config.smtpFrom, logger, sealer: linkSealer });
   const jobs: Job[] = [];
-  // Every growing table is bounded (docs/decisions.md, "Retention and batched purges"). The schedule
-  // is the deployment's: each tick sends one job, which one instance works; SKIP LOCKED keeps the
-  // batches off writers' rows.
-  await runner.work(QUEUES.retention.name, {}, async () => {
-    const purged = await retention.runOnce({ signal: stopping.signal });
-    const rows = Object.values(purged).reduce((sum, count) => sum + count, 0);
-    if (rows > 0) logger.info({ purged }, `retention: purged ${rows} rows`);
-  });
-  await runner.schedule(QUEUES.retention.name, RETENTION_SCHEDULE);
-  await runner.work(QUEUES.documentRequestExpiry.name, {}, async () => {
-    const expired = await documentRequests.expireDue();
-    if (expired > 0) logger.info({ expired }, `document requests: expired ${expired}`);
-  });
-  await runner.schedule(QUEUES.documentRequestExpiry.name, DOCUMENT_REQUEST_EXPIRY_SCHEDULE);
+  try {
+    // Every growing table is bounded (docs/decisions.md, "Retention and batched purges"). The schedule
+    // is the deployment's: each tick sends one job, which one instance works; SKIP LOCKED keeps the
+    // batches off writers' rows.
+    await runner.work(QUEUES.retention.name, {}, async () => {
+      const purged = await retention.runOnce({ signal: stopping.signal });
+      const rows = Object.values(purged).reduce((sum, count) => sum + count, 0);
+      if (rows > 0) logger.info({ purged }, `retention: purged ${rows} rows`);
+    });
+    await runner.schedule(QUEUES.retention.name, RETENTION_SCHEDULE);
+    await runner.work(QUEUES.documentRequestExpiry.name, {}, async () => {
+      const expired = await documentRequests.expireDue();
+      if (expired > 0) logger.info({ expired }, `document requests: expired ${expired}`);
+    });
+    await runner.schedule(QUEUES.documentRequestExpiry.name, DOCUMENT_REQUEST_EXPIRY_SCHEDULE);
+    if (deps.webhookWorker) {
+      // Queued emails go out after their transaction committed (their job commits with them); a failed
+      // send fails its job, which pg-boss retries with backoff.
+      await runner.work<EmailJob>(QUEUES.emailSend.name, EMAIL_WORK, async (batch) =>
+        Promise.all(
+          batch.map(async (job) => {
+            try {
+              const sent = await emailSender.send(job.data, job);
+              return { id: job.id, status: sent ? ('completed' as const) : ('failed' as const) };
+            } catch (error) {
+              return { id: job.id, status: 'failed' as const, output: { message: error instanceof Error ? error.message : String(error) } };
+            }
+          }),
+        ),
+      );
+    }
+  } catch (error) {
+    if (!deps.runner) await runner.stop();
+    throw error;
+  }
   // Every instance, worker or not: the feed shows an event only once it is sealed, so sealing must
   // not depend on how deliveries are deployed. Instances racing for one organisation skip each other.
   const sealer = createEventsFeedSealer({ database, logger: logger.child({ component: 'events-feed-sealer' }) });
@@ -102,20 +123,6 @@ export async function startBackgroundJobs(deps: {
     );
   }
   if (deps.webhookWorker) {
-    // Queued emails go out after their transaction committed (their job commits with them); a failed
-    // send fails its job, which pg-boss retries with backoff.
-    await runner.work<EmailJob>(QUEUES.emailSend.name, EMAIL_WORK, async (batch) =>
-      Promise.all(
-        batch.map(async (job) => {
-          try {
-            const sent = await emailSender.send(job.data, job);
-            return { id: job.id, status: sent ? ('completed' as const) : ('failed' as const) };
-          } catch (error) {
-            return { id: job.id, status: 'failed' as const, output: { message: error instanceof Error ? error.message : String(error) } };
-          }
-        }),
-      ),
-    );
     const worker = createDeliveryWorker({
       database,
       logger: logger.child({ component: 'webhook-worker' }),

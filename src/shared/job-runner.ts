@@ -52,7 +52,7 @@ export type JobRunner = JobQueue & {
   work<T extends object>(queue: QueueName, options: WorkOptions, handler: (jobs: Job<T>[]) => Promise<JobResult[] | void>): Promise<void>;
   /** Sends a job to `queue` on every occurrence of `cron` (UTC): once per occurrence for the whole deployment. */
   schedule(queue: QueueName, cron: string): Promise<void>;
-  /** Stops polling and waits for the jobs in flight (up to `timeoutMs`), then closes the runner's connections. */
+  /** Stops polling and waits for the jobs in flight (up to STOP_TIMEOUT_MS), then closes the runner's connections. */
   stop(): Promise<void>;
 };
 
@@ -199,7 +199,8 @@ export async function installJobQueues(connectionString: string, firstJobs?: (cl
     { connectionString, schema: SCHEMA, migrate: true, supervise: false, schedule: false, registerInstance: false, max: 2 },
     undefined,
   );
-  await boss.start();
+  // Another process installing at the same moment makes this attempt fail; the next one finds it installed.
+  await boss.start({ attempts: 5 });
   try {
     for (const { name, ...queue } of Object.values(QUEUES)) await boss.createQueue(name, queue);
     for (const job of pending) await boss.send(job.queue, job.data, job.group ? { group: { id: job.group } } : {});
