@@ -61,7 +61,7 @@ const STOP_TIMEOUT_MS = 20_000;
 /** How often an idle worker looks for jobs: about as soon as the 1 s poll of the email table it replaced. */
 const POLLING_INTERVAL_SECONDS = 1;
 
-/** pg-boss's own pool on the connection settings of `database`'s pool (client.ts), a few connections of its own. */
+/** pg-boss's own pool on the connection settings of `database`'s pool (client.ts). */
 function connectionOptions(database: Database): ConstructorOptions {
   const pool = database.pool.options as pg.PoolConfig;
   const settings = [
@@ -74,7 +74,6 @@ function connectionOptions(database: Database): ConstructorOptions {
     application_name: `${pool.application_name ?? 'verification-api'}-jobs`,
     connectionTimeoutMillis: pool.connectionTimeoutMillis,
     ...(settings.length > 0 ? { options: settings.join(' ') } : {}),
-    max: 4,
     schema: SCHEMA,
     // The migrations install and upgrade the schema; a runner only checks it is there.
     migrate: false,
@@ -101,11 +100,13 @@ function bossFor(options: ConstructorOptions, logger: Logger | undefined): PgBos
  */
 export async function startJobRunner(
   database: Database,
-  options: { logger?: Logger; schedule?: boolean; supervise?: boolean; cronMonitorIntervalSeconds?: number } = {},
+  options: { logger?: Logger; schedule?: boolean; supervise?: boolean; cronMonitorIntervalSeconds?: number; connections?: number } = {},
 ): Promise<JobRunner> {
   const boss = bossFor(
     {
       ...connectionOptions(database),
+      // Polls, maintenance and settling jobs; a job's own work runs on the app's pool.
+      max: options.connections ?? 3,
       schedule: options.schedule ?? true,
       supervise: options.supervise ?? true,
       ...(options.cronMonitorIntervalSeconds
@@ -150,7 +151,8 @@ export function lazyJobQueue(database: Database): JobQueue & { stop(): Promise<v
   let started: Promise<JobRunner> | undefined;
   return {
     async send(executor, queue, data, options) {
-      started ??= startJobRunner(database, { schedule: false, supervise: false });
+      // One connection: a send runs on the caller's transaction, the pool only reads the queues at start.
+      started ??= startJobRunner(database, { schedule: false, supervise: false, connections: 1 });
       await (await started).send(executor, queue, data, options);
     },
     async stop() {
