@@ -19,6 +19,7 @@ import { logAbortedRequest, RequestLogController } from './plugins/request-log.p
 import { idempotencyPlugin } from './plugins/idempotency.plugin.js';
 import { cleanFlatValues, cleanJsonTree, cleanText, type TextIssues } from './plugins/text-input.js';
 import { metricsPlugin } from './plugins/metrics.plugin.js';
+import { lazyJobQueue, type JobQueue } from './shared/job-runner.js';
 import { RETENTION_TABLES } from './modules/retention/retention.repository.js';
 import { gracefulClosePlugin } from './plugins/graceful-close.plugin.js';
 import { cutTimedOutConnection, requestTimeoutServerOptions, requestTimeoutsPlugin } from './plugins/request-timeouts.plugin.js';
@@ -55,6 +56,8 @@ export type AppDeps = {
   validateResponses?: boolean;
   /** Seals link-bearing text at rest; default: the key of config (LINK_ENCRYPTION_KEY, else DATA_DIR's key file). */
   linkSealer?: TextSealer;
+  /** Where requests enqueue background jobs (the process's job runner); default: a send-only one, started at the first send. */
+  jobs?: JobQueue;
 };
 
 export type ResolvedDeps = Required<
@@ -118,6 +121,13 @@ function refuseConnect(request: IncomingMessage, socket: Duplex): void {
     `HTTP/1.1 404 Not Found\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
       `Cache-Control: no-store\r\nConnection: close\r\n\r\n${body}`,
   );
+}
+
+/** A send-only job queue of the app's own, stopped with it. */
+function ownJobs(app: FastifyInstance, database: Database): JobQueue {
+  const jobs = lazyJobQueue(database);
+  app.addHook('onClose', async () => jobs.stop());
+  return jobs;
 }
 
 /** Builds the HTTP application on the given dependencies; it neither listens nor reads the environment. */
@@ -233,6 +243,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     businessRegister: deps.businessRegister,
     resolveHost: deps.resolveHost,
     linkSealer: deps.linkSealer ?? linkSealerFor(deps.config),
+    jobs: deps.jobs ?? ownJobs(app, deps.database),
   });
   // First of the onRequest hooks: a body still to come is watched even when a later hook refuses the request.
   await app.register(requestTimeoutsPlugin, { bodyIdleTimeoutMs: deps.config.requestTimeouts.bodyIdleTimeoutMs });

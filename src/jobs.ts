@@ -3,58 +3,45 @@ import type { Config } from './config/config.js';
 import type { Database } from './db/client.js';
 import { createAuditChainSealer } from './modules/audit/audit-chain.sealer.js';
 import { createEmailSender } from './modules/emails/email-sender.js';
+import type { EmailJob } from './modules/emails/emails.repository.js';
 import { createEventsFeedSealer } from './modules/events/events-feed.sealer.js';
 import { createDeliveryWorker } from './modules/webhooks/delivery.worker.js';
 import { createRetentionService, type RetentionTable } from './modules/retention/retention.service.js';
 import { createDocumentRequestsService } from './modules/document-requests/document-requests.service.js';
 import { systemClock } from './shared/clock.js';
+import { QUEUES, startJobRunner, type JobRunner } from './shared/job-runner.js';
 import { linkSealerFor } from './shared/text-sealer.js';
 
-export type BackgroundJobs = { stop(): Promise<void> };
+export type BackgroundJobs = {
+  /** The process's job runner: what the HTTP app enqueues with too. */
+  runner: JobRunner;
+  stop(): Promise<void>;
+};
 
 type Job = { stop(): Promise<void> };
 
-/** How often the retention purge runs (and once at start); each run is a pass over every organisation. */
-const RETENTION_INTERVAL_MS = 10 * 60_000;
-/** How often OPEN document requests past their due time are expired (the page also expires one it sees at once). */
-const DOCUMENT_REQUEST_EXPIRY_INTERVAL_MS = 60_000;
+/** When the retention purge runs: a pass over every organisation, once per tick for the whole deployment. */
+export const RETENTION_SCHEDULE = '*/10 * * * *';
+/** When OPEN document requests past their due time are expired (the page also expires one it sees at once). */
+export const DOCUMENT_REQUEST_EXPIRY_SCHEDULE = '* * * * *';
+/**
+ * Up to 20 emails in flight per instance, in two workers' batches; at most 5 of one organisation at
+ * a time in the deployment, so the other worker's poll passes over a large backlog to the others'.
+ */
+export const EMAIL_WORK = { batchSize: 10, localConcurrency: 2, groupConcurrency: 5 };
 
-/** A periodic task that never overlaps itself and is stopped with the process. */
-export function every(
-  intervalMs: number,
-  task: () => Promise<void>,
-  onError: (error: unknown) => void,
-  options: { atStart?: boolean } = {},
-): Job {
-  let running: Promise<void> | undefined;
-  const tick = () => {
-    if (running) return;
-    running = task()
-      .catch(onError)
-      .finally(() => {
-        running = undefined;
-      });
-  };
-  const timer = setInterval(tick, intervalMs);
-  timer.unref();
-  if (options.atStart) tick();
-  return {
-    async stop() {
-      clearInterval(timer);
-      await running;
-    },
-  };
-}
-
-export function startBackgroundJobs(deps: {
+export async function startBackgroundJobs(deps: {
   config: Config;
   database: Database;
   logger: Logger;
   webhookWorker: boolean;
   /** The app's metrics, when this process serves them (`svc worker` has none). */
   metrics?: { retentionPurged(table: RetentionTable, rows: number): void } | undefined;
-}): BackgroundJobs {
+  /** The job runner to work on (stopped with the jobs); default: one started here. */
+  runner?: JobRunner;
+}): Promise<BackgroundJobs> {
   const { database, logger } = deps;
+  const runner = deps.runner ?? (await startJobRunner(database, { logger }));
   const retention = createRetentionService({
     database,
     settings: deps.config.retention,
@@ -69,32 +56,45 @@ export function startBackgroundJobs(deps: {
     publicBaseUrl: deps.config.publicBaseUrl,
     clock: systemClock,
     sealer: linkSealer,
+    jobs: runner,
   });
   const emailSender = createEmailSender({ database, smtpUrl: deps.config.smtpUrl, from: deps.config.smtpFrom, logger, sealer: linkSealer });
-  const jobs: Job[] = [
-    // Every growing table is bounded (docs/decisions.md, "Retention and batched purges"). Every
-    // instance runs it: SKIP LOCKED makes concurrent runs share the rows instead of waiting.
-    every(
-      RETENTION_INTERVAL_MS,
-      async () => {
-        const purged = await retention.runOnce({ signal: stopping.signal });
-        const rows = Object.values(purged).reduce((sum, count) => sum + count, 0);
-        if (rows > 0) logger.info({ purged }, `retention: purged ${rows} rows`);
-      },
-      (error) => logger.warn({ err: error }, 'retention purge failed'),
-      { atStart: true },
-    ),
-    // Every instance: claims per organisation with SKIP LOCKED, so instances share the due requests.
-    every(
-      DOCUMENT_REQUEST_EXPIRY_INTERVAL_MS,
-      async () => {
-        const expired = await documentRequests.expireDue();
-        if (expired > 0) logger.info({ expired }, `document requests: expired ${expired}`);
-      },
-      (error) => logger.warn({ err: error }, 'document request expiry failed'),
-      { atStart: true },
-    ),
-  ];
+  const jobs: Job[] = [];
+  try {
+    // Every growing table is bounded (docs/decisions.md, "Retention and batched purges"). The schedule
+    // is the deployment's: each tick sends one job, which one instance works; SKIP LOCKED keeps the
+    // batches off writers' rows.
+    await runner.work(QUEUES.retention.name, {}, async () => {
+      const purged = await retention.runOnce({ signal: stopping.signal });
+      const rows = Object.values(purged).reduce((sum, count) => sum + count, 0);
+      if (rows > 0) logger.info({ purged }, `retention: purged ${rows} rows`);
+    });
+    await runner.schedule(QUEUES.retention.name, RETENTION_SCHEDULE);
+    await runner.work(QUEUES.documentRequestExpiry.name, {}, async () => {
+      const expired = await documentRequests.expireDue();
+      if (expired > 0) logger.info({ expired }, `document requests: expired ${expired}`);
+    });
+    await runner.schedule(QUEUES.documentRequestExpiry.name, DOCUMENT_REQUEST_EXPIRY_SCHEDULE);
+    if (deps.webhookWorker) {
+      // Queued emails go out after their transaction committed (their job commits with them); a failed
+      // send fails its job, which pg-boss retries with backoff.
+      await runner.work<EmailJob>(QUEUES.emailSend.name, EMAIL_WORK, async (batch) =>
+        Promise.all(
+          batch.map(async (job) => {
+            try {
+              const sent = await emailSender.send(job.data, job);
+              return { id: job.id, status: sent ? ('completed' as const) : ('failed' as const) };
+            } catch (error) {
+              return { id: job.id, status: 'failed' as const, output: { message: error instanceof Error ? error.message : String(error) } };
+            }
+          }),
+        ),
+      );
+    }
+  } catch (error) {
+    if (!deps.runner) await runner.stop();
+    throw error;
+  }
   // Every instance, worker or not: the feed shows an event only once it is sealed, so sealing must
   // not depend on how deliveries are deployed. Instances racing for one organisation skip each other.
   const sealer = createEventsFeedSealer({ database, logger: logger.child({ component: 'events-feed-sealer' }) });
@@ -123,16 +123,6 @@ export function startBackgroundJobs(deps: {
     );
   }
   if (deps.webhookWorker) {
-    // Queued emails go out after their transaction committed; a failed send is retried, never lost.
-    jobs.push(
-      every(
-        1_000,
-        async () => {
-          await emailSender.runOnce();
-        },
-        (error) => logger.warn({ err: error }, 'email sending failed'),
-      ),
-    );
     const worker = createDeliveryWorker({
       database,
       logger: logger.child({ component: 'webhook-worker' }),
@@ -149,9 +139,11 @@ export function startBackgroundJobs(deps: {
     });
   }
   return {
+    runner,
     async stop() {
       stopping.abort();
-      await Promise.all(jobs.map((job) => job.stop()));
+      // The runner waits for the jobs in flight (a retention run ends after its batch in flight).
+      await Promise.all([runner.stop(), ...jobs.map((job) => job.stop())]);
       emailSender.close();
     },
   };

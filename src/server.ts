@@ -13,6 +13,7 @@ import { leaveSignalsToCaller } from './embedded/embedded-postgres.js';
 import { bootstrapSandbox, hasNoOrganisation, printOrganisationHint, printSandboxKey } from './embedded/first-start.js';
 import { listenForMetrics, type MetricsListener } from './plugins/metrics.plugin.js';
 import { startBackgroundJobs, type BackgroundJobs } from './jobs.js';
+import { startJobRunner, type JobRunner } from './shared/job-runner.js';
 
 export type RunningServer = {
   app: FastifyInstance;
@@ -34,6 +35,7 @@ export async function startServer(config: Config, options: { worker?: boolean } 
   const { database, replica } = connection;
 
   let app: FastifyInstance | undefined;
+  let runner: JobRunner | undefined;
   let jobs: BackgroundJobs | undefined;
   let metrics: MetricsListener | undefined;
   let closing: Promise<void> | undefined;
@@ -42,7 +44,8 @@ export async function startServer(config: Config, options: { worker?: boolean } 
   // (a scrape reads the pool), then close the pool, and last stop the embedded PostgreSQL if this
   // process started it. A failing step does not skip the later ones: the pool and the embedded
   // server still close.
-  const close = () => (closing ??= inOrder([() => app?.close(), () => jobs?.stop(), () => metrics?.close(), () => connection.close()]));
+  const close = () =>
+    (closing ??= inOrder([() => app?.close(), () => jobs?.stop() ?? runner?.stop(), () => metrics?.close(), () => connection.close()]));
 
   let sandbox: Awaited<ReturnType<typeof bootstrapSandbox>>;
   try {
@@ -51,8 +54,17 @@ export async function startServer(config: Config, options: { worker?: boolean } 
     sandbox = connection.embedded ? await bootstrapSandbox({ database }) : undefined;
     const noOrganisation = !connection.embedded && (await hasNoOrganisation({ database }));
     warnOfLocalLinkKey(config, connection.embedded, logger);
-    app = await buildApp({ config, database, replica, logger: httpLoggerOptions(config) });
-    jobs = startBackgroundJobs({ config, database, logger, webhookWorker: options.worker ?? config.webhookWorker, metrics: app.metrics });
+    // One job runner for the process: requests enqueue on it, the background jobs work on it.
+    runner = await startJobRunner(database, { logger });
+    app = await buildApp({ config, database, replica, logger: httpLoggerOptions(config), jobs: runner });
+    jobs = await startBackgroundJobs({
+      config,
+      database,
+      logger,
+      webhookWorker: options.worker ?? config.webhookWorker,
+      metrics: app.metrics,
+      runner,
+    });
     await app.listen({ port: config.port, host: config.host });
     if (config.metricsPort !== undefined) metrics = await listenForMetrics(app, { port: config.metricsPort, host: config.host });
     const address = app.server.address();
@@ -78,7 +90,12 @@ export async function startWorker(config: Config): Promise<{ close(): Promise<vo
   const logger = createLogger(config, 2);
   const connection = await connect(config, { info: (message) => logger.info(message) });
   warnOfLocalLinkKey(config, connection.embedded, logger);
-  const jobs = startBackgroundJobs({ config, database: connection.database, logger, webhookWorker: true });
+  const jobs = await startBackgroundJobs({ config, database: connection.database, logger, webhookWorker: true }).catch(
+    async (error: unknown) => {
+      await connection.close();
+      throw error;
+    },
+  );
   logger.info('worker started');
   let closing: Promise<void> | undefined;
   return { close: () => (closing ??= inOrder([() => jobs.stop(), () => connection.close()])) };

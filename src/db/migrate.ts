@@ -3,6 +3,8 @@ import { dirname, join } from 'node:path';
 import { existsSync, readFileSync } from 'node:fs';
 import pg from 'pg';
 import { readMigrationFiles } from 'drizzle-orm/migrator';
+import { unsentEmailJobs } from '../modules/emails/emails.repository.js';
+import { installJobQueues } from '../shared/job-runner.js';
 
 // Any fixed number works; it only has to be the same for every instance of this service.
 const MIGRATION_LOCK_ID = 7_264_119_001;
@@ -27,8 +29,15 @@ export function migrationsFolder(): string {
  * drizzle.__drizzle_migrations (id serial, hash text, created_at bigint), a migration counting as
  * applied when its journal `when` is not after the newest created_at, one row per migration applied.
  * A database migrated by drizzle's migrate() is therefore current for this one, and the other way round.
+ * Then the job queue's schema and queues (job-runner.ts), which pg-boss installs under a lock of its own.
  */
 export async function runMigrations(connectionString: string): Promise<{ applied: number }> {
+  const result = await runSchemaMigrations(connectionString);
+  await installJobQueues(connectionString, unsentEmailJobs);
+  return result;
+}
+
+async function runSchemaMigrations(connectionString: string): Promise<{ applied: number }> {
   const migrations = readMigrationFiles({ migrationsFolder: migrationsFolder() });
   const client = new pg.Client({ connectionString });
   await client.connect();

@@ -256,7 +256,7 @@ describe('sealing', () => {
 
   it('when the background jobs of a running instance are up, a change through the API is sealed without anyone calling the sealer', async () => {
     const database = createDatabase(ctx.databaseUrl, { poolSize: 5 });
-    const jobs = startBackgroundJobs({ config: ctx.config, database, logger: pino({ level: 'silent' }), webhookWorker: false });
+    const jobs = await startBackgroundJobs({ config: ctx.config, database, logger: pino({ level: 'silent' }), webhookWorker: false });
     try {
       const org = await ctx.createOrg();
       const created = await ctx.request('POST', '/v1/customers', {

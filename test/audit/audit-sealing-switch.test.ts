@@ -50,7 +50,7 @@ describe('AUDIT_SEALING (a diagnostic switch)', () => {
   it('when an instance runs with AUDIT_SEALING=off, it seals nothing and says so; an instance with sealing on then chains the rows it left', async () => {
     const database = createDatabase(ctx.databaseUrl, { poolSize: 3 });
     const { logger, warnings } = recordingLogger();
-    const jobs = startBackgroundJobs({ config: { ...ctx.config, auditSealing: false }, database, logger, webhookWorker: false });
+    const jobs = await startBackgroundJobs({ config: { ...ctx.config, auditSealing: false }, database, logger, webhookWorker: false });
     const org = await ctx.createOrg();
     try {
       for (const n of [1, 2]) {

@@ -104,7 +104,7 @@ export async function documentsOf(ctx: TestContext, orgId: string, requestId?: s
 
 /** The organisation's emails, oldest first, with their body and link opened (they are sealed at rest). */
 export async function emailsTo(ctx: TestContext, orgId: string) {
-  const repository = createEmailsRepository(ctx.database.db, testLinkSealer());
+  const repository = createEmailsRepository(testLinkSealer());
   const rows = await ctx.database.db.select().from(emails).where(eq(emails.orgId, orgId)).orderBy(asc(emails.createdAt));
   return rows.map((row) => repository.openRow(row));
 }

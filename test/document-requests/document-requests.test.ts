@@ -313,6 +313,7 @@ describe('expiry', () => {
       publicBaseUrl: ctx.config.publicBaseUrl,
       clock: systemClock,
       sealer: testLinkSealer(),
+      jobs: ctx.app.deps.jobs,
     });
     expect(await service.expireDue()).toBeGreaterThanOrEqual(1);
 
@@ -347,6 +348,7 @@ describe('expiry', () => {
       publicBaseUrl: ctx.config.publicBaseUrl,
       clock: systemClock,
       sealer: testLinkSealer(),
+      jobs: ctx.app.deps.jobs,
     });
     await service.expireDue({ batchSize: 2 });
     for (const id of ids) expect((await requestRow(ctx, id)).status).toBe('EXPIRED');
@@ -364,6 +366,7 @@ describe('expiry', () => {
         publicBaseUrl: ctx.config.publicBaseUrl,
         clock: systemClock,
         sealer: testLinkSealer(),
+        jobs: ctx.app.deps.jobs,
       });
     const [a, b] = await Promise.all([make().expireDue({ batchSize: 2 }), make().expireDue({ batchSize: 2 })]);
     expect(a + b).toBeGreaterThanOrEqual(6);

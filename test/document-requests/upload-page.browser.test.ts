@@ -105,7 +105,7 @@ describe('the upload page in a headless Chromium', () => {
         server,
       );
       expect(created.statusCode, created.body).toBe(201);
-      const emails = createEmailsRepository(ctx.database.db, testLinkSealer());
+      const emails = createEmailsRepository(testLinkSealer());
       const email = emails.openRow((await emails.list(org.id, {}, ctx.database.db))[0]!);
       expect(email.recipient).toBe(entity.contactEmail);
       const link = email.link!;

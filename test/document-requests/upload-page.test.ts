@@ -416,6 +416,7 @@ describe('parts judged by their headers, before they are spooled', () => {
       publicBaseUrl: ctx.config.publicBaseUrl,
       clock: systemClock,
       sealer: testLinkSealer(),
+      jobs: ctx.app.deps.jobs,
     });
     expect((await upload(ctx, token, [['CERTIFICATE_OF_REGISTRATION', PDF, 'c.pdf']])).statusCode).toBe(303);
     // What a post that passed the intake before the first was stored hands over: a file of a type received since.

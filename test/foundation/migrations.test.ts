@@ -42,6 +42,31 @@ async function expectMigratedOnce(url: string): Promise<void> {
 }
 
 describe('migrations under concurrency', () => {
+  it('when a database from before the job queues holds a queued email, migrating installs the queues and gives that email a job', async () => {
+    const database = await createEmptyDatabase();
+    cleanups.push(database.drop);
+    await runMigrations(database.url);
+    // As the loops left it: no job schema, an email waiting in its table (and one already sent).
+    await query(database.url, 'DROP SCHEMA pgboss CASCADE');
+    const [org] = await query<{ id: string }>(database.url, `INSERT INTO organisations (name) VALUES ('Upgraded') RETURNING id`);
+    const [queued] = await query<{ id: string }>(
+      database.url,
+      `INSERT INTO emails (org_id, recipient, subject, body) VALUES ('${org!.id}', 'a@example.test', 'S', 'B') RETURNING id`,
+    );
+    await query(
+      database.url,
+      `INSERT INTO emails (org_id, recipient, subject, body, status) VALUES ('${org!.id}', 'b@example.test', 'S', 'B', 'sent')`,
+    );
+
+    expect(await runMigrations(database.url)).toEqual({ applied: 0 });
+
+    const jobs = await query<{ data: unknown; group_id: string }>(
+      database.url,
+      `SELECT data, group_id FROM pgboss.job WHERE name = 'email-send'`,
+    );
+    expect(jobs).toEqual([{ data: { orgId: org!.id, emailId: queued!.id }, group_id: org!.id }]);
+  });
+
   it('when four migrators run at once on an empty database, all succeed and each migration is applied exactly once', async () => {
     const database = await createEmptyDatabase();
     cleanups.push(database.drop);

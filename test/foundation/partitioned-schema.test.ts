@@ -318,9 +318,12 @@ describe('the run on the variant', () => {
   );
 
   it.runIf(inject('schemaVariant') === 'plain')(
-    'when TEST_SCHEMA_VARIANT is unset, no table of a test database is partitioned',
+    "when TEST_SCHEMA_VARIANT is unset, no table of a test database is partitioned, but for the job queue's own",
     async () => {
-      const partitioned = await ctx.database.db.execute<{ n: number }>(sql`SELECT count(*)::int AS n FROM pg_class WHERE relkind = 'p'`);
+      // pg-boss partitions its job table by queue, by design (src/shared/job-runner.ts).
+      const partitioned = await ctx.database.db.execute<{ n: number }>(
+        sql`SELECT count(*)::int AS n FROM pg_class WHERE relkind = 'p' AND relnamespace <> 'pgboss'::regnamespace`,
+      );
       expect(partitioned.rows[0]!.n).toBe(0);
     },
   );

@@ -4,9 +4,12 @@ import { join } from 'node:path';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import pg from 'pg';
+import { PgBoss } from 'pg-boss';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrationsFolder, runMigrations } from '../../src/db/migrate.js';
-import { createEmailsRepository } from '../../src/modules/emails/emails.repository.js';
+import { EMAIL_WORK } from '../../src/jobs.js';
+import { createEmailsRepository, type EmailJob } from '../../src/modules/emails/emails.repository.js';
+import { QUEUES, startJobRunner, type JobQueue } from '../../src/shared/job-runner.js';
 import { createDeliveryRepository } from '../../src/modules/webhooks/delivery.repository.js';
 import { createEmptyDatabase, type TestDatabase } from '../helpers/database.js';
 import { createTestContext, type TestContext, type TestOrg, testLinkSealer } from '../helpers/harness.js';
@@ -168,44 +171,75 @@ describe('directories for lookups before the organisation is known', () => {
 });
 
 describe('claims per organisation', () => {
-  async function queueEmails(orgId: string, count: number, dueSecondsAgo: number): Promise<void> {
-    await rows(
-      `INSERT INTO emails (org_id, recipient, subject, body, next_attempt_at)
-       SELECT $1, 'r' || n || '@example.test', 'Subject', 'Body', clock_timestamp() - make_interval(secs => $3)
-         FROM generate_series(1, $2::int) AS n`,
-      [orgId, count, dueSecondsAgo],
-    );
+  /** Queues `count` emails of `orgId`, each with its job, oldest first. */
+  async function queueEmails(jobs: JobQueue, orgId: string, count: number): Promise<void> {
+    const repository = createEmailsRepository(testLinkSealer(), jobs);
+    for (let n = 1; n <= count; n++)
+      await repository.queue({ orgId, recipient: `r${n}@example.test`, subject: 'Subject', body: 'Body' }, ctx.database.db);
   }
 
-  it('when one organisation has a large backlog of older due emails, a claim still takes the due email of another organisation', async () => {
+  /**
+   * Works the email queue as an instance does (EMAIL_WORK) with a handler that holds the first batch
+   * until the end (a slow SMTP exchange) and completes the others at once, and waits until the email
+   * of `awaited` is in hand: returns the organisations of the emails taken so far, in the order taken.
+   */
+  async function takenUntil(awaited: string, queue: (jobs: JobQueue) => Promise<void>): Promise<string[]> {
+    // Only this test's emails: the jobs an earlier test left queued go.
+    const boss = new PgBoss({ connectionString: ctx.databaseUrl, supervise: false, schedule: false, registerInstance: false, max: 1 });
+    await boss.start();
+    await boss.deleteQueuedJobs(QUEUES.emailSend.name);
+    await boss.stop();
+    const runner = await startJobRunner(ctx.database, { schedule: false, supervise: false });
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    try {
+      await queue(runner);
+      const taken: string[] = [];
+      let reached!: () => void;
+      const reachedAwaited = new Promise<void>((resolve) => (reached = resolve));
+      let holding = false;
+      await runner.work<EmailJob>(QUEUES.emailSend.name, EMAIL_WORK, async (jobs) => {
+        taken.push(...jobs.map((job) => job.data.orgId));
+        if (taken.includes(awaited)) reached();
+        if (holding) return;
+        holding = true;
+        await held;
+      });
+      await reachedAwaited;
+      return taken;
+    } finally {
+      release();
+      await runner.stop();
+    }
+  }
+
+  it('when one organisation has a large backlog of older queued emails, the worker takes the email of another organisation before most of it', async () => {
     const busy = await ctx.createOrg();
     const quiet = await ctx.createOrg();
-    await queueEmails(busy.id, 60, 3600);
-    await queueEmails(quiet.id, 1, 1);
-    await rows(`UPDATE emails SET status = 'failed' WHERE org_id <> ALL ($1::uuid[])`, [[busy.id, quiet.id]]);
 
-    const claimed = await createEmailsRepository(ctx.database.db, testLinkSealer()).claimDue(20, 120, ctx.database.db);
+    const taken = await takenUntil(quiet.id, async (jobs) => {
+      await queueEmails(jobs, busy.id, 60);
+      await queueEmails(jobs, quiet.id, 1);
+    });
 
-    expect(claimed).toHaveLength(20);
-    expect(claimed.filter((email) => email.orgId === quiet.id)).toHaveLength(1);
-    expect(claimed.filter((email) => email.orgId === busy.id)).toHaveLength(19);
+    // While busy's share is in flight, the other worker's poll passes over its backlog (each worker's
+    // first poll, at the same moment, may take a share).
+    expect(taken.filter((orgId) => orgId === busy.id).length).toBeLessThanOrEqual(
+      EMAIL_WORK.localConcurrency * EMAIL_WORK.groupConcurrency,
+    );
   });
 
-  it('when more organisations have due emails than a claim takes, the next claim starts with those left out, not the first ones again', async () => {
-    const orgs = await Promise.all([1, 2, 3].map(() => ctx.createOrg()));
-    const [first, second, third] = [...orgs].sort((x, y) => (x.id < y.id ? -1 : 1));
-    await queueEmails(first!.id, 5, 10);
-    await queueEmails(second!.id, 5, 10);
-    await queueEmails(third!.id, 1, 10);
-    // Only these three organisations have due emails.
-    await rows(`UPDATE emails SET status = 'failed' WHERE org_id <> ALL ($1::uuid[])`, [orgs.map((org) => org.id)]);
-    const repository = createEmailsRepository(ctx.database.db, testLinkSealer());
+  it("when two organisations have large backlogs and the earlier one's emails are slow, the later one's go out meanwhile", async () => {
+    const [earlier, later] = await Promise.all([1, 2].map(() => ctx.createOrg()));
 
-    const served = [...(await repository.claimDue(2, 120, ctx.database.db)), ...(await repository.claimDue(2, 120, ctx.database.db))].map(
-      (email) => email.orgId,
+    const taken = await takenUntil(later!.id, async (jobs) => {
+      await queueEmails(jobs, earlier!.id, 30);
+      await queueEmails(jobs, later!.id, 30);
+    });
+
+    expect(taken.filter((orgId) => orgId === earlier!.id).length).toBeLessThanOrEqual(
+      EMAIL_WORK.localConcurrency * EMAIL_WORK.groupConcurrency,
     );
-
-    expect(served).toContain(third!.id);
   });
 
   it('when one organisation has many older due deliveries, a worker claim still takes the due delivery of another organisation', async () => {

@@ -14,6 +14,7 @@ import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
 import { type Scope } from '../../src/shared/scopes.js';
 import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
 import { createEmailSender } from '../../src/modules/emails/email-sender.js';
+import { sendQueuedEmails } from '../helpers/emails.js';
 import { createEmailsRepository } from '../../src/modules/emails/emails.repository.js';
 import { AppError } from '../../src/shared/app-error.js';
 import { createLogger, loggerOptions, prettyLogsWanted, redactUrl, serializeError } from '../../src/shared/logging.js';
@@ -566,7 +567,7 @@ describe('emails', () => {
   it('when no SMTP server is configured, an email is logged as recorded by its id, organisation and kind, never by its link, token or recipient', async () => {
     const token = 'vtok_9f8e7d6c5b4a39281706f5e4d3c2b1a0';
     const link = `https://app.example.test/verify/${token}`;
-    const email = await createEmailsRepository(ctx.database.db, testLinkSealer()).queue(
+    const email = await createEmailsRepository(testLinkSealer(), ctx.app.deps.jobs).queue(
       {
         orgId: org.id,
         recipient: EMAIL,
@@ -585,7 +586,7 @@ describe('emails', () => {
       logger: createLogger({ logLevel: 'debug', logPretty: false }, sinkInto(written)),
     });
     try {
-      expect(await sender.runOnce()).toBeGreaterThanOrEqual(1);
+      expect(await sendQueuedEmails(ctx.database, sender)).toBeGreaterThanOrEqual(1);
     } finally {
       sender.close();
     }

@@ -147,7 +147,7 @@ describe('the commit-order sealers (test/audit/audit-chain.test.ts, audit-sealer
     // Measured (6 runs): 77–209 ms (the in-process wake after the commit starts a pass, at least 250 ms
     // after the one before). Bound 5 s: over 20×, and the figure issue 31 asks for.
     const database = createDatabase(ctx.databaseUrl, { poolSize: 5 });
-    const jobs = startBackgroundJobs({ config: ctx.config, database, logger: pino({ level: 'silent' }), webhookWorker: false });
+    const jobs = await startBackgroundJobs({ config: ctx.config, database, logger: pino({ level: 'silent' }), webhookWorker: false });
     try {
       const org = await ctx.createOrg();
       await allSealed(org.id);

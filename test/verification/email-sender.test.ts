@@ -3,7 +3,12 @@ import { eq } from 'drizzle-orm';
 import { SMTPServer } from 'smtp-server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { emails } from '../../src/db/schema.js';
+import { PgBoss } from 'pg-boss';
+import pino from 'pino';
+import { startBackgroundJobs } from '../../src/jobs.js';
 import { createEmailSender } from '../../src/modules/emails/email-sender.js';
+import { createEmailsRepository } from '../../src/modules/emails/emails.repository.js';
+import { QUEUES } from '../../src/shared/job-runner.js';
 import { createTestContext, type TestContext, testLinkSealer } from '../helpers/harness.js';
 import { createEntity, emailsOf } from './verification-fixtures.js';
 
@@ -27,9 +32,10 @@ function decodeQuotedPrintable(raw: string): string {
 
 type Received = { from: string | undefined; to: string[]; raw: string };
 
-/** A real SMTP server on a free local port that keeps every message it accepts. */
-async function startSmtpServer() {
+/** A real SMTP server on a free local port that keeps every message it accepts; it refuses the first `refuse` messages. */
+async function startSmtpServer(options: { refuse?: number } = {}) {
   const received: Received[] = [];
+  let refused = 0;
   const server = new SMTPServer({
     authOptional: true,
     disabledCommands: ['STARTTLS', 'AUTH'],
@@ -38,6 +44,11 @@ async function startSmtpServer() {
       const chunks: Buffer[] = [];
       stream.on('data', (chunk: Buffer) => chunks.push(chunk));
       stream.on('end', () => {
+        if (refused < (options.refuse ?? 0)) {
+          refused += 1;
+          callback(Object.assign(new Error('try again later'), { responseCode: 451 }));
+          return;
+        }
         received.push({
           from: session.envelope.mailFrom ? session.envelope.mailFrom.address : undefined,
           to: session.envelope.rcptTo.map((address) => address.address),
@@ -77,23 +88,53 @@ async function emailRow(id: string) {
   return row!;
 }
 
-/** Makes a waiting retry due now, as time passing would. */
-async function makeDue(id: string) {
-  await ctx.database.db
-    .update(emails)
-    .set({ nextAttemptAt: new Date(Date.now() - 1000) })
-    .where(eq(emails.id, id));
+/** One attempt at the email, as its job's `retryCount`-th retry would make it. */
+const attempt = (sender: ReturnType<typeof createEmailSender>, email: { orgId: string; id: string }, retryCount = 0) =>
+  sender.send({ orgId: email.orgId, emailId: email.id }, { retryCount });
+
+/** Waits until `read` returns something (polling), or fails after 15 s. */
+async function until<T>(read: () => Promise<T | undefined>): Promise<T> {
+  for (const deadline = Date.now() + 15_000; Date.now() < deadline; await new Promise((resolve) => setTimeout(resolve, 50))) {
+    const value = await read();
+    if (value !== undefined) return value;
+  }
+  throw new Error('condition not met within 15 s');
+}
+
+/** pg-boss's own view of the test database's jobs (public API only: findJobs, update). */
+async function jobsView() {
+  const boss = new PgBoss({
+    connectionString: ctx.databaseUrl,
+    supervise: false,
+    schedule: false,
+    migrate: false,
+    registerInstance: false,
+    max: 2,
+  });
+  await boss.start();
+  return {
+    async emailJobs(emailId: string) {
+      return boss.findJobs<{ emailId: string }>(QUEUES.emailSend.name, { data: { emailId } });
+    },
+    /** Makes a waiting retry due now, as time passing would. */
+    async makeDue(jobId: string) {
+      await boss.update(QUEUES.emailSend.name, undefined, { id: jobId, startAfter: new Date() });
+    },
+    stop: () => boss.stop(),
+  };
 }
 
 describe('email sender', () => {
   it('when SMTP_URL is not set, it marks queued emails recorded', async () => {
     const { email } = await queueOneEmail();
     const sender = senderTo(undefined);
-    expect(await sender.runOnce()).toBeGreaterThanOrEqual(1);
+    expect(await attempt(sender, email)).toBe(true);
     const row = await emailRow(email.id);
     expect(row.status).toBe('recorded');
     expect(row.sentAt).not.toBeNull();
-    expect(await sender.runOnce()).toBe(0);
+    // A job run again (its instance died after the send) finds nothing queued: nothing is sent twice.
+    expect(await attempt(sender, email, 1)).toBe(true);
+    expect(await emailRow(email.id)).toMatchObject({ status: 'recorded', attempts: 1 });
   });
 
   it('when SMTP_URL points at a live server, the email arrives with the link and is marked sent', async () => {
@@ -101,7 +142,7 @@ describe('email sender', () => {
     const sender = senderTo(smtp.url);
     try {
       const { email, link, entity } = await queueOneEmail();
-      await sender.runOnce();
+      await attempt(sender, email);
       const row = await emailRow(email.id);
       expect(row.status).toBe('sent');
       expect(row.lastError).toBeNull();
@@ -119,22 +160,23 @@ describe('email sender', () => {
     }
   });
 
-  it('when the SMTP server is unreachable, the email stays queued with attempts, last_error and a later retry time', async () => {
+  it('when the SMTP server is unreachable, the email stays queued with attempts and last_error, and its job is retried later', async () => {
     const port = await closedPort();
     const sender = senderTo(`smtp://127.0.0.1:${port}`);
+    const view = await jobsView();
     try {
       const { email } = await queueOneEmail();
-      const before = Date.now();
-      await sender.runOnce();
+      await expect(attempt(sender, email)).rejects.toThrow(/ECONNREFUSED|connect/i);
       const row = await emailRow(email.id);
       expect(row.status).toBe('queued');
       expect(row.attempts).toBe(1);
       expect(row.lastError).toMatch(/ECONNREFUSED|connect/i);
       expect(row.sentAt).toBeNull();
-      expect(row.nextAttemptAt.getTime()).toBeGreaterThan(before + 20_000);
-      expect(await sender.runOnce()).toBe(0);
+      // The rejection fails the job; the queue retries it with backoff from about 30 s.
+      expect(QUEUES.emailSend).toMatchObject({ retryLimit: 9, retryDelay: 30, retryBackoff: true });
     } finally {
       sender.close();
+      await view.stop();
     }
   });
 
@@ -145,14 +187,12 @@ describe('email sender', () => {
     const working = senderTo(smtp.url);
     try {
       const { email, link } = await queueOneEmail();
-      await broken.runOnce();
-      await makeDue(email.id);
-      await broken.runOnce();
+      await expect(attempt(broken, email, 0)).rejects.toThrow();
+      await expect(attempt(broken, email, 1)).rejects.toThrow();
       const failedTwice = await emailRow(email.id);
       expect(failedTwice).toMatchObject({ status: 'queued', attempts: 2 });
 
-      await makeDue(email.id);
-      await working.runOnce();
+      expect(await attempt(working, email, 2)).toBe(true);
       const row = await emailRow(email.id);
       expect(row).toMatchObject({ status: 'sent', attempts: 3, lastError: null });
       expect(smtp.received.filter((message) => message.raw.includes(link))).toHaveLength(1);
@@ -165,20 +205,30 @@ describe('email sender', () => {
 
   it('when retries back off, each wait is longer than the one before', async () => {
     const port = await closedPort();
-    const sender = senderTo(`smtp://127.0.0.1:${port}`);
+    const jobs = await startBackgroundJobs({
+      config: { ...ctx.config, smtpUrl: `smtp://127.0.0.1:${port}`, smtpFrom: FROM },
+      database: ctx.database,
+      logger: pino({ level: 'silent' }),
+      webhookWorker: true,
+    });
+    const view = await jobsView();
     try {
       const { email } = await queueOneEmail();
       const waits: number[] = [];
-      for (let attempt = 0; attempt < 3; attempt++) {
-        const started = Date.now();
-        await sender.runOnce();
-        waits.push((await emailRow(email.id)).nextAttemptAt.getTime() - started);
-        await makeDue(email.id);
+      for (let failures = 1; failures <= 3; failures++) {
+        // The job failed `failures` times and waits for its next attempt (pg-boss counts a retry when it claims it).
+        const job = await until(async () =>
+          (await view.emailJobs(email.id)).find((found) => found.state === 'retry' && found.retryCount === failures - 1),
+        );
+        waits.push(job.startAfter.getTime() - Date.now());
+        await view.makeDue(job.id);
       }
+      expect(waits[0]!).toBeGreaterThan(20_000);
       expect(waits[1]!).toBeGreaterThan(waits[0]!);
       expect(waits[2]!).toBeGreaterThan(waits[1]!);
     } finally {
-      sender.close();
+      await jobs.stop();
+      await view.stop();
     }
   });
 
@@ -187,10 +237,9 @@ describe('email sender', () => {
     const sender = senderTo(`smtp://127.0.0.1:${port}`);
     try {
       const { email, org } = await queueOneEmail();
-      for (let attempt = 0; attempt < 10; attempt++) {
-        await makeDue(email.id);
-        await sender.runOnce();
-      }
+      for (let retryCount = 0; retryCount < 9; retryCount++) await expect(attempt(sender, email, retryCount)).rejects.toThrow();
+      // The last attempt (its job's last retry) gives up instead of failing the job for another.
+      expect(await attempt(sender, email, 9)).toBe(false);
       const row = await emailRow(email.id);
       expect(row.status).toBe('failed');
       expect(row.attempts).toBe(10);
@@ -216,7 +265,7 @@ describe('email sender', () => {
     });
     try {
       const { email } = await queueOneEmail();
-      await sender.runOnce();
+      await expect(attempt(sender, email)).rejects.toThrow(/timeout/i);
       const row = await emailRow(email.id);
       expect(row).toMatchObject({ status: 'queued', attempts: 1 });
       expect(row.lastError).toMatch(/timeout/i);
@@ -231,9 +280,7 @@ describe('email sender', () => {
 describe('email sending in the running service', () => {
   it("when background jobs run with the worker on, a start's queued email is sent through SMTP_URL without anyone calling the sender", async () => {
     const smtp = await startSmtpServer();
-    const pino = (await import('pino')).default;
-    const { startBackgroundJobs } = await import('../../src/jobs.js');
-    const jobs = startBackgroundJobs({
+    const jobs = await startBackgroundJobs({
       config: { ...ctx.config, smtpUrl: smtp.url, smtpFrom: FROM },
       database: ctx.database,
       logger: pino({ level: 'silent' }),
@@ -241,15 +288,78 @@ describe('email sending in the running service', () => {
     });
     try {
       const { email, link, entity } = await queueOneEmail();
-      const deadline = Date.now() + 15_000;
-      while ((await emailRow(email.id)).status === 'queued' && Date.now() < deadline) {
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
-      expect((await emailRow(email.id)).status).toBe('sent');
+      expect(await until(async () => ((await emailRow(email.id)).status === 'sent' ? true : undefined))).toBe(true);
       const message = smtp.received.find((received) => received.to.includes(entity.contactEmail));
       expect(message?.raw).toContain(link);
     } finally {
       await jobs.stop();
+      await smtp.close();
+    }
+  });
+
+  it('when an email whose send fails comes due again, it is retried and sent', async () => {
+    const smtp = await startSmtpServer({ refuse: 1 });
+    const jobs = await startBackgroundJobs({
+      config: { ...ctx.config, smtpUrl: smtp.url, smtpFrom: FROM },
+      database: ctx.database,
+      logger: pino({ level: 'silent' }),
+      webhookWorker: true,
+    });
+    const view = await jobsView();
+    try {
+      const { email, link } = await queueOneEmail();
+      const failed = await until(async () => (await view.emailJobs(email.id)).find((job) => job.state === 'retry'));
+      expect(await emailRow(email.id)).toMatchObject({
+        status: 'queued',
+        attempts: 1,
+        lastError: expect.stringMatching(/try again later/),
+      });
+      expect(smtp.received).toHaveLength(0);
+
+      await view.makeDue(failed.id);
+      await until(async () => ((await emailRow(email.id)).status === 'sent' ? true : undefined));
+      expect(await emailRow(email.id)).toMatchObject({ status: 'sent', attempts: 2, lastError: null });
+      expect(smtp.received.filter((message) => message.raw.includes(link))).toHaveLength(1);
+      // The job completes once the handler returned, a moment after the row says sent.
+      await until(async () => ((await view.emailJobs(email.id)).map((job) => job.state).join() === 'completed' ? true : undefined));
+    } finally {
+      await jobs.stop();
+      await view.stop();
+      await smtp.close();
+    }
+  });
+
+  it('when an email is queued in a transaction that rolls back, no email and no job remain, and nothing is sent', async () => {
+    const smtp = await startSmtpServer();
+    const jobs = await startBackgroundJobs({
+      config: { ...ctx.config, smtpUrl: smtp.url, smtpFrom: FROM },
+      database: ctx.database,
+      logger: pino({ level: 'silent' }),
+      webhookWorker: true,
+    });
+    const view = await jobsView();
+    const repository = createEmailsRepository(testLinkSealer(), jobs.runner);
+    const org = await ctx.createOrg();
+    const values = { orgId: org.id, recipient: 'rolled-back@example.test', subject: 'Rolled back', body: 'Never sent.' };
+    try {
+      let queuedId: string | undefined;
+      await expect(
+        ctx.database.transaction(async (tx) => {
+          queuedId = (await repository.queue(values, tx)).id;
+          expect(await view.emailJobs(queuedId)).toEqual([]); // not visible before commit
+          throw new Error('the business transaction fails');
+        }),
+      ).rejects.toThrow('the business transaction fails');
+      // One that commits, after it: once it is sent, the worker has passed the rolled-back one's place.
+      const committed = await repository.queue({ ...values, recipient: 'committed@example.test', subject: 'Committed' }, ctx.database.db);
+      await until(async () => ((await emailRow(committed.id)).status === 'sent' ? true : undefined));
+
+      expect(await emailsOf(ctx, org.id)).toHaveLength(1);
+      expect(await view.emailJobs(queuedId!)).toEqual([]);
+      expect(smtp.received.map((message) => message.to)).toEqual([['committed@example.test']]);
+    } finally {
+      await jobs.stop();
+      await view.stop();
       await smtp.close();
     }
   });

@@ -9,6 +9,7 @@ import { migrationsFolder, runMigrations } from '../../src/db/migrate.js';
 import { createEmptyDatabase } from '../helpers/database.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEmailSender } from '../../src/modules/emails/email-sender.js';
+import { sendQueuedEmails } from '../helpers/emails.js';
 import { createEmailsService } from '../../src/modules/emails/emails.service.js';
 import { createTextSealer, SealedTextError } from '../../src/shared/text-sealer.js';
 import { createTestContext, type TestContext, type TestOrg, testLinkSealer } from '../helpers/harness.js';
@@ -45,7 +46,7 @@ async function placesHolding(token: string): Promise<string[]> {
 
 const tokenOf = (link: string) => link.split('/').pop()!;
 
-/** Sends every due email as a deployment without SMTP_URL does, with the test apps' key. */
+/** Sends every queued email as a deployment without SMTP_URL does, with the test apps' key. */
 async function deliverEmails() {
   const sender = createEmailSender({
     database: ctx.database,
@@ -54,7 +55,7 @@ async function deliverEmails() {
     logger: { info() {}, warn() {} },
     sealer: testLinkSealer(),
   });
-  await sender.runOnce();
+  await sendQueuedEmails(ctx.database, sender);
   sender.close();
 }
 

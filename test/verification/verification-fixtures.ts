@@ -79,7 +79,7 @@ export async function ledgerOf(ctx: TestContext, orgId: string) {
 
 /** The organisation's emails with their body and link opened (they are sealed at rest). */
 export async function emailsOf(ctx: TestContext, orgId: string) {
-  const repository = createEmailsRepository(ctx.database.db, testLinkSealer());
+  const repository = createEmailsRepository(testLinkSealer());
   return (await ctx.database.db.select().from(emails).where(eq(emails.orgId, orgId))).map((row) => repository.openRow(row));
 }
 

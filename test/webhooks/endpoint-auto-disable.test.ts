@@ -320,7 +320,7 @@ describe('endpoint auto-disable', () => {
     const endpoint = await addEndpoint(org.id, 'down');
     await setFailingSince(org.id, endpoint.id, HOUR + MINUTE);
     const { webhookDisableAfterHours } = loadConfig({ WEBHOOK_DISABLE_AFTER_HOURS: '1' });
-    const jobs = startBackgroundJobs({
+    const jobs = await startBackgroundJobs({
       config: { ...ctx.config, webhookAllowPrivateUrls: true, webhookDisableAfterHours },
       database: ctx.database,
       logger: pino({ level: 'silent' }),

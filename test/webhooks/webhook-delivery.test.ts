@@ -498,7 +498,7 @@ describe('webhook claims and leases', () => {
     const { orgId } = await orgWithEndpoint();
     const pino = (await import('pino')).default;
     const { startBackgroundJobs } = await import('../../src/jobs.js');
-    const jobs = startBackgroundJobs({
+    const jobs = await startBackgroundJobs({
       config: { ...ctx.config, webhookAllowPrivateUrls: true },
       database: ctx.database,
       logger: pino({ level: 'silent' }),

@@ -13,6 +13,7 @@ export async function documentRequestsRoutes(fastify: FastifyInstance): Promise<
     publicBaseUrl: app.deps.config.publicBaseUrl,
     clock: app.deps.clock,
     sealer: app.deps.linkSealer,
+    jobs: app.deps.jobs,
   });
   const tags = ['Entity documents'];
 

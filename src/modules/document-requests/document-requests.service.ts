@@ -13,6 +13,7 @@ import type { RequestContext } from '../../shared/request-context.js';
 import { DOCUMENT_PRICE, DOCUMENT_TYPES, type DocumentTypeCode } from '../documents/document-types.js';
 import { storeDocument } from '../documents/documents.service.js';
 import type { SpooledFile } from '../documents/multipart-intake.js';
+import type { JobQueue } from '../../shared/job-runner.js';
 import { createEmailsRepository } from '../emails/emails.repository.js';
 import { createCreditCharger, createPayerResolver } from '../organisations/credits.service.js';
 import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
@@ -79,12 +80,18 @@ export type UploadPageView = {
   documentCount: number;
 };
 
-export function createDocumentRequestsService(deps: { database: Database; publicBaseUrl: string; clock: Clock; sealer: TextSealer }) {
+export function createDocumentRequestsService(deps: {
+  database: Database;
+  publicBaseUrl: string;
+  clock: Clock;
+  sealer: TextSealer;
+  jobs: JobQueue;
+}) {
   const { database, clock } = deps;
   const requests = createDocumentRequestsRepository();
   const customers = createCustomersRepository(database.db);
   const organisations = createOrganisationsRepository();
-  const emails = createEmailsRepository(database.db, deps.sealer);
+  const emails = createEmailsRepository(deps.sealer, deps.jobs);
   const audit = createAuditWriter();
   const outbox = createOutboxRepository();
   const charge = createCreditCharger();

@@ -44,6 +44,7 @@ export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> 
     publicBaseUrl: app.deps.config.publicBaseUrl,
     clock: app.deps.clock,
     sealer: app.deps.linkSealer,
+    jobs: app.deps.jobs,
   });
 
   app.addHook('onRequest', (_request, reply, done) => {

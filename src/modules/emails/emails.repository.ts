@@ -1,70 +1,48 @@
-import { and, asc, desc, eq, getTableColumns, lte, sql } from 'drizzle-orm';
+import { and, asc, desc, eq, sql } from 'drizzle-orm';
 import type { Executor } from '../../db/client.js';
 import { emails } from '../../db/schema.js';
-import { organisationsWith } from '../../db/skip-scan.js';
-import { claimFairly, createOrgRotation, dueOrganisations } from '../../shared/fair-claims.js';
+import type pg from 'pg';
+import { QUEUES, type FirstJob, type JobQueue } from '../../shared/job-runner.js';
 import type { TextSealer } from '../../shared/text-sealer.js';
 
 export type EmailRow = typeof emails.$inferSelect;
 
+/** What an email's job carries: which email to send, never its content. */
+export type EmailJob = { orgId: string; emailId: string };
+
+/** A job for each email still queued when the job queues are installed: emails queued before emails had jobs. */
+export async function unsentEmailJobs(client: pg.Client): Promise<FirstJob[]> {
+  const exists = await client.query<{ table: string | null }>(`SELECT to_regclass('emails')::text AS table`);
+  if (!exists.rows[0]?.table) return [];
+  const queued = await client.query<{ org_id: string; id: string }>(
+    `SELECT org_id, id FROM emails WHERE status = 'queued' ORDER BY created_at`,
+  );
+  return queued.rows.map((row) => ({
+    queue: QUEUES.emailSend.name,
+    data: { orgId: row.org_id, emailId: row.id } satisfies EmailJob,
+    group: row.org_id,
+  }));
+}
+
 /**
  * An email's body and link carry a usable link token: both are sealed when queued (text-sealer.ts),
- * and opened only to send or to show an operator (`openRow`).
+ * and opened only to send or to show an operator (`openRow`). `jobs` is only needed to queue one.
  */
-export function createEmailsRepository(db: Executor, sealer: TextSealer) {
-  // Where this repository's next claim starts looking for organisations (fair-claims.ts).
-  const rotation = createOrgRotation();
-
-  /**
-   * Organisations after `after` (org_id order) with an email due now, at most `limit`: a skip scan of
-   * emails_due_idx, one probe per organisation with queued emails and one to check it has a due one.
-   */
-  function organisationsWithDueEmails(after: string, limit: number, tx: Executor): Promise<string[]> {
-    return organisationsWith(tx, {
-      table: 'emails',
-      pending: sql`status = 'queued'`,
-      due: sql`next_attempt_at <= clock_timestamp()`,
-      after,
-      limit,
-    });
-  }
-
-  /**
-   * Claims up to `limit` due emails of one organisation in one statement (SKIP LOCKED: senders on
-   * several instances share the work). The due rows are a WITH query, run once: its clock_timestamp()
-   * keeps PostgreSQL from folding it into the UPDATE, where a nested loop could run the locking
-   * subquery again for every row and claim more than `limit`.
-   */
-  async function claimIn(orgId: string, limit: number, leaseSeconds: number, tx: Executor): Promise<EmailRow[]> {
-    const due = tx.$with('due').as(
-      tx
-        .select({ id: emails.id })
-        .from(emails)
-        .where(and(eq(emails.orgId, orgId), eq(emails.status, 'queued'), lte(emails.nextAttemptAt, sql`clock_timestamp()`)))
-        .orderBy(asc(emails.nextAttemptAt))
-        .limit(limit)
-        .for('update', { skipLocked: true }),
-    );
-    return tx
-      .with(due)
-      .update(emails)
-      .set({ attempts: sql`${emails.attempts} + 1`, nextAttemptAt: sql`clock_timestamp() + make_interval(secs => ${leaseSeconds})` })
-      .from(due)
-      .where(and(eq(emails.orgId, orgId), eq(emails.id, due.id)))
-      .returning(getTableColumns(emails));
-  }
-
+export function createEmailsRepository(sealer: TextSealer, jobs?: JobQueue) {
   return {
     /**
-     * Queues an email in the caller's transaction; the sender delivers it after commit. No NOTIFY: the
-     * sender polls every second, and a NOTIFY would queue this commit behind every other notifying one.
+     * Queues an email and its job in the caller's transaction: a rollback leaves neither, and the sender
+     * sees the job once it committed. No NOTIFY: workers poll, and a NOTIFY would queue this commit
+     * behind every other notifying one.
      */
     async queue(
       values: { orgId: string; recipient: string; subject: string; body: string; link?: string; verificationId?: string },
       tx: Executor,
     ) {
+      if (!jobs) throw new Error('queuing an email needs the job queue');
       const sealed = { ...values, body: sealer.seal(values.body), link: values.link === undefined ? undefined : sealer.seal(values.link) };
       const [row] = await tx.insert(emails).values(sealed).returning();
+      await jobs.send(tx, QUEUES.emailSend.name, { orgId: row!.orgId, emailId: row!.id } satisfies EmailJob, { group: row!.orgId });
       return row!;
     },
 
@@ -97,14 +75,16 @@ export function createEmailsRepository(db: Executor, sealer: TextSealer) {
     },
 
     /**
-     * Claims up to `limit` due emails for one sender: finds the organisations with due emails, then
-     * claims within each, an equal share first (fair-claims.ts), each organisation's claim a statement
-     * of its own. The claim pushes next_attempt_at ahead, so a sender that dies mid-send only delays
-     * the email.
+     * Counts an attempt at a queued email and returns it; undefined when it is no longer queued (sent,
+     * recorded or failed: a job run again after its instance died between the send and the job's end).
      */
-    async claimDue(limit: number, leaseSeconds: number, tx: Executor): Promise<EmailRow[]> {
-      const orgIds = await dueOrganisations(rotation, limit, (after, count) => organisationsWithDueEmails(after, count, tx));
-      return claimFairly(orgIds, limit, (orgId, count) => claimIn(orgId, count, leaseSeconds, tx));
+    async startAttempt(orgId: string, id: string, tx: Executor): Promise<EmailRow | undefined> {
+      const [row] = await tx
+        .update(emails)
+        .set({ attempts: sql`${emails.attempts} + 1` })
+        .where(and(eq(emails.orgId, orgId), eq(emails.id, id), eq(emails.status, 'queued')))
+        .returning();
+      return row;
     },
 
     async markDelivered(orgId: string, id: string, status: 'sent' | 'recorded', tx: Executor): Promise<void> {
@@ -114,14 +94,11 @@ export function createEmailsRepository(db: Executor, sealer: TextSealer) {
         .where(and(eq(emails.orgId, orgId), eq(emails.id, id)));
     },
 
-    async scheduleRetry(orgId: string, id: string, error: string, delaySeconds: number, giveUp: boolean, tx: Executor): Promise<void> {
+    /** Records a failed attempt: the email stays queued for its job's retry, or ends `failed` after the last. */
+    async recordFailure(orgId: string, id: string, error: string, giveUp: boolean, tx: Executor): Promise<void> {
       await tx
         .update(emails)
-        .set({
-          status: giveUp ? 'failed' : 'queued',
-          lastError: error.slice(0, 1000),
-          nextAttemptAt: sql`clock_timestamp() + make_interval(secs => ${delaySeconds})`,
-        })
+        .set({ status: giveUp ? 'failed' : 'queued', lastError: error.slice(0, 1000) })
         .where(and(eq(emails.orgId, orgId), eq(emails.id, id)));
     },
   };

@@ -17,7 +17,7 @@ function toEmailDto(row: EmailRow) {
 }
 
 export function createEmailsService(deps: { database: Database; sealer: TextSealer }) {
-  const repository = createEmailsRepository(deps.database.db, deps.sealer);
+  const repository = createEmailsRepository(deps.sealer);
   return {
     async list(orgId: string, filters: { to?: string } = {}) {
       return (await repository.list(orgId, filters, deps.database.db)).map((row) => toEmailDto(repository.openRow(row)));

@@ -20,6 +20,7 @@ export async function verificationRoutes(fastify: FastifyInstance): Promise<void
     database: app.deps.database,
     publicBaseUrl: app.deps.config.publicBaseUrl,
     sealer: app.deps.linkSealer,
+    jobs: app.deps.jobs,
   });
   const tags = ['Verification'];
 

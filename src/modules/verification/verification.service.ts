@@ -11,6 +11,7 @@ import type { RequestContext } from '../../shared/request-context.js';
 import { createEntitiesRepository } from '../entities/entities.repository.js';
 import { createEntitiesService } from '../entities/entities.service.js';
 import { toBeneficialOwnerDto } from '../entities/entity-dto.js';
+import type { JobQueue } from '../../shared/job-runner.js';
 import { createEmailsRepository } from '../emails/emails.repository.js';
 import { createCreditCharger, createPayerResolver } from '../organisations/credits.service.js';
 import { priceOf, type KybMethod } from './pricing.js';
@@ -24,13 +25,13 @@ const MANUAL_ONLY_TYPES = new Set(['TRUST', 'PARTNERSHIP', 'SMSF']);
 
 type Lane = { kind: 'KYC' } | { kind: 'KYB'; method: KybMethod };
 
-export function createVerificationService(deps: { database: Database; publicBaseUrl: string; sealer: TextSealer }) {
+export function createVerificationService(deps: { database: Database; publicBaseUrl: string; sealer: TextSealer; jobs: JobQueue }) {
   const { database } = deps;
   const customers = createCustomersRepository(database.db);
   const entityOwners = createEntitiesRepository();
   const entities = createEntitiesService({ database });
   const verifications = createVerificationRepository();
-  const emails = createEmailsRepository(database.db, deps.sealer);
+  const emails = createEmailsRepository(deps.sealer, deps.jobs);
   const changes = createCustomerChangeRecorder();
   const charge = createCreditCharger();
 
