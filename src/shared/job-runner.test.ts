@@ -46,8 +46,15 @@ describe('job runner', () => {
         return seen.length > 3 ? true : undefined;
       });
 
-      expect(runs).toHaveLength(1);
-      expect(await jobsOf(QUEUES.retention.name)).toHaveLength(1);
+      // The passes may have reached the next minute's tick too: what must hold is one job per tick, run once.
+      const ticks = (
+        await ctx.database.query<{ tick: string; jobs: number }>(
+          `SELECT date_trunc('minute', created_on)::text AS tick, count(*)::int AS jobs FROM pgboss.job WHERE name = $1 GROUP BY 1`,
+          [QUEUES.retention.name],
+        )
+      ).rows;
+      expect(ticks.every((tick) => tick.jobs === 1)).toBe(true);
+      expect(runs).toHaveLength(ticks.length);
     } finally {
       for (const runner of runners) await runner.stop();
     }
