@@ -24,6 +24,8 @@ export type Database = {
   /** Drizzle on the pool: each statement takes a pooled connection for itself. */
   db: Db;
   pool: pg.Pool;
+  /** The connection settings its pool was made with (URL, timeouts, application name), for another pool on the same database. */
+  settings: pg.ClientConfig;
   /**
    * One statement on the pool. A named statement is sent unnamed when prepared statements are off,
    * and one whose plan went stale (a schema change) is prepared again and retried once.
@@ -383,6 +385,7 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
   return {
     db,
     pool,
+    settings: config,
     query,
     async transaction(work, transactionConfig) {
       try {

@@ -63,7 +63,7 @@ const POLLING_INTERVAL_SECONDS = 1;
 
 /** pg-boss's own pool on the connection settings of `database`'s pool (client.ts). */
 function connectionOptions(database: Database): ConstructorOptions {
-  const pool = database.pool.options as pg.PoolConfig;
+  const pool = database.settings;
   const settings = [
     pool.statement_timeout ? `-c statement_timeout=${pool.statement_timeout}` : '',
     pool.lock_timeout ? `-c lock_timeout=${pool.lock_timeout}` : '',

@@ -124,6 +124,15 @@ async function jobsView() {
   };
 }
 
+/** The background jobs of a running instance with the worker on, sending through `smtpUrl`. */
+function jobsSendingTo(smtpUrl: string) {
+  return startBackgroundJobs({
+    config: { ...ctx.config, smtpUrl, smtpFrom: FROM },
+    database: ctx.database,
+    logger: pino({ level: 'silent' }),
+    webhookWorker: true,
+  });
+}
 describe('email sender', () => {
   it('when SMTP_URL is not set, it marks queued emails recorded', async () => {
     const { email } = await queueOneEmail();
@@ -205,12 +214,7 @@ describe('email sender', () => {
 
   it('when retries back off, each wait is longer than the one before', async () => {
     const port = await closedPort();
-    const jobs = await startBackgroundJobs({
-      config: { ...ctx.config, smtpUrl: `smtp://127.0.0.1:${port}`, smtpFrom: FROM },
-      database: ctx.database,
-      logger: pino({ level: 'silent' }),
-      webhookWorker: true,
-    });
+    const jobs = await jobsSendingTo(`smtp://127.0.0.1:${port}`);
     const view = await jobsView();
     try {
       const { email } = await queueOneEmail();
@@ -280,12 +284,7 @@ describe('email sender', () => {
 describe('email sending in the running service', () => {
   it("when background jobs run with the worker on, a start's queued email is sent through SMTP_URL without anyone calling the sender", async () => {
     const smtp = await startSmtpServer();
-    const jobs = await startBackgroundJobs({
-      config: { ...ctx.config, smtpUrl: smtp.url, smtpFrom: FROM },
-      database: ctx.database,
-      logger: pino({ level: 'silent' }),
-      webhookWorker: true,
-    });
+    const jobs = await jobsSendingTo(smtp.url);
     try {
       const { email, link, entity } = await queueOneEmail();
       expect(await until(async () => ((await emailRow(email.id)).status === 'sent' ? true : undefined))).toBe(true);
@@ -299,12 +298,7 @@ describe('email sending in the running service', () => {
 
   it('when an email whose send fails comes due again, it is retried and sent', async () => {
     const smtp = await startSmtpServer({ refuse: 1 });
-    const jobs = await startBackgroundJobs({
-      config: { ...ctx.config, smtpUrl: smtp.url, smtpFrom: FROM },
-      database: ctx.database,
-      logger: pino({ level: 'silent' }),
-      webhookWorker: true,
-    });
+    const jobs = await jobsSendingTo(smtp.url);
     const view = await jobsView();
     try {
       const { email, link } = await queueOneEmail();
@@ -331,12 +325,7 @@ describe('email sending in the running service', () => {
 
   it('when an email is queued in a transaction that rolls back, no email and no job remain, and nothing is sent', async () => {
     const smtp = await startSmtpServer();
-    const jobs = await startBackgroundJobs({
-      config: { ...ctx.config, smtpUrl: smtp.url, smtpFrom: FROM },
-      database: ctx.database,
-      logger: pino({ level: 'silent' }),
-      webhookWorker: true,
-    });
+    const jobs = await jobsSendingTo(smtp.url);
     const view = await jobsView();
     const repository = createEmailsRepository(testLinkSealer(), jobs.runner);
     const org = await ctx.createOrg();
