@@ -94,32 +94,24 @@ function keyedTransaction(database: Database, claim: (tx: Tx) => Promise<void>) 
  * `Idempotency-Key` on POST/PATCH/PUT/DELETE under /v1. A key with a reply replays it. Otherwise the
  * handler's writes run in one transaction that first locks the key (keyedTransaction), and the reply
  * is stored last in it; a concurrent duplicate waits on the lock until the first commits, then replays
- * its reply. Every route's handler finds `request.openTransaction`: a plain transaction per call without a key.
+ * its reply. Every handler finds `request.openTransaction`: a plain transaction per call without a key.
  */
 export const idempotencyPlugin = fp(
   async (app: FastifyInstance) => {
     const { database, linkSealer } = app.deps;
     const records = createIdempotencyRepository();
+    // Every request starts with a plain transaction per call; a request with a key gets its own.
     const plainTransaction: OpenTransaction = (work) => database.transaction(work);
-    app.decorateRequest('openTransaction', null as unknown as OpenTransaction);
+    app.decorateRequest('openTransaction', plainTransaction);
 
     app.addHook('onRoute', (route) => {
       const methods = Array.isArray(route.method) ? route.method : [route.method];
+      if (!route.url.startsWith('/v1/') || !methods.some((method) => IDEMPOTENT_METHODS.has(method))) return;
       const original = route.handler as RouteHandlerMethod;
-      if (!route.url.startsWith('/v1/') || !methods.some((method) => IDEMPOTENT_METHODS.has(method))) {
-        route.handler = function plainHandler(this: FastifyInstance, request: FastifyRequest, reply: FastifyReply) {
-          request.openTransaction = plainTransaction;
-          return original.call(this, request, reply);
-        };
-        return;
-      }
 
       route.handler = async function idempotentHandler(this: FastifyInstance, request: FastifyRequest, reply: FastifyReply) {
         const key = idempotencyKeyOf(request);
-        if (key === undefined) {
-          request.openTransaction = plainTransaction;
-          return original.call(this, request, reply);
-        }
+        if (key === undefined) return original.call(this, request, reply);
         if (key.length === 0 || key.length > 255) {
           throw AppError.field('Idempotency-Key', 'Must be between 1 and 255 characters.');
         }

@@ -15,7 +15,7 @@ export type RequestContext = { orgId: string; actor: Actor; transaction: OpenTra
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** Set for every route by the idempotency plugin before the handler runs. */
+    /** How this request's writes open their transaction: given by the idempotency plugin. */
     openTransaction: OpenTransaction;
   }
 }
