@@ -96,8 +96,8 @@ const environmentSchema = z.object({
       message: 'must be a postgres:// or postgresql:// connection URL',
     })
     .transform((value) => (value === '' ? undefined : value)),
-  // A direct PostgreSQL connection for migrations and the worker's LISTEN, which a transaction-mode
-  // pooler at DATABASE_URL cannot carry (both need a session).
+  // A direct PostgreSQL connection for migrations, which a transaction-mode pooler at DATABASE_URL
+  // cannot carry (their advisory lock needs a session).
   DATABASE_DIRECT_URL: z
     .string()
     .optional()
@@ -198,7 +198,7 @@ export type Config = {
   port: number;
   host: string;
   databaseUrl: string | undefined;
-  /** DATABASE_DIRECT_URL: where migrations and LISTEN go when DATABASE_URL is a pooler; unset: DATABASE_URL. */
+  /** DATABASE_DIRECT_URL: where migrations go when DATABASE_URL is a pooler; unset: DATABASE_URL. */
   databaseDirectUrl: string | undefined;
   dataDir: string;
   logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL'];

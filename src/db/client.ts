@@ -2,7 +2,6 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import pg from 'pg';
 import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
 import { DATABASE_DEFAULTS, type DatabaseOptions } from './database-options.js';
-import { createWorkerWake } from './worker-wake.js';
 
 export type { DatabaseOptions };
 export { DATABASE_DEFAULTS };
@@ -16,9 +15,6 @@ export type TransactionConfig = NonNullable<Parameters<Db['transaction']>[1]>;
 
 // Parse bigint counters as numbers; dates (`date`) stay ISO strings.
 pg.types.setTypeParser(pg.types.builtins.INT8, (value) => Number(value));
-
-/** A LISTEN that lasts: its connection is opened again after it drops. */
-export type Listener = { close(): Promise<void> };
 
 export type Database = {
   /** Drizzle on the pool: each statement takes a pooled connection for itself. */
@@ -37,31 +33,10 @@ export type Database = {
    * once, under fresh statement names.
    */
   transaction<T>(work: (tx: Tx) => Promise<T>, config?: TransactionConfig): Promise<T>;
-  /**
-   * LISTENs on `channel` on a connection outside the pool (a pooled one may be handed to anyone), shared
-   * by every LISTEN of this Database, to the direct URL when there is one (a transaction-mode pooler cannot keep a LISTEN). When that
-   * connection drops it is opened again, and `onListening` runs each time the LISTEN is in place, so
-   * the caller can pick up what it missed meanwhile.
-   */
-  listen(channel: string, onNotification: (payload: string | undefined) => void, onListening?: () => void): Promise<Listener>;
   /** Runs `onWake` each time this process commits work for `channel`'s workers (wakeAfterCommit); returns the unsubscribe. */
   onWake(channel: string, onWake: () => void): () => void;
   close(): Promise<void>;
 };
-
-/** Where a Database connects besides its pool, and how it wakes workers; not part of DATABASE_DEFAULTS. */
-export type DatabaseConnections = {
-  /**
-   * A direct connection to PostgreSQL (DATABASE_DIRECT_URL) for what a transaction-mode pooler cannot
-   * carry: LISTEN holds a session. Unset: the pool's own URL.
-   */
-  directUrl?: string;
-  /** At most one wake NOTIFY per channel per this interval from this Database (worker-wake.ts). */
-  wakeIntervalMs?: number;
-};
-
-/** Short enough that a worker of another instance hears of new work at once; long enough that writes never queue on it. */
-const DEFAULT_WAKE_INTERVAL_MS = 100;
 
 /** How the statements of one database are named (see StatementNames). */
 type StatementNames = { prepared: boolean; generation: number };
@@ -87,9 +62,10 @@ function statementTargetOf(executor: Executor): StatementTarget {
 }
 
 /**
- * Wakes the background workers of `channel` once what `executor` wrote is committed: at its
- * transaction's commit (nobody when it rolls back), at once on the pool. Never a NOTIFY inside the
- * transaction: see worker-wake.ts.
+ * Wakes this process's background workers of `channel` once what `executor` wrote is committed: at
+ * its transaction's commit (nobody when it rolls back), at once on the pool. Other processes' workers
+ * find the work by polling: a NOTIFY would serialise every commit that sends one behind PostgreSQL's
+ * global notify lock.
  */
 export function wakeAfterCommit(executor: Executor, channel: string): void {
   statementTargetOf(executor).wake(channel);
@@ -212,11 +188,9 @@ function clientConfig(connectionString: string, options: Required<DatabaseOption
   };
 }
 
-export function createDatabase(connectionString: string, given: DatabaseOptions & DatabaseConnections = {}): Database {
-  const { directUrl, wakeIntervalMs = DEFAULT_WAKE_INTERVAL_MS, ...databaseOptions } = given;
-  const options: Required<DatabaseOptions> = { ...DATABASE_DEFAULTS, ...databaseOptions };
+export function createDatabase(connectionString: string, given: DatabaseOptions = {}): Database {
+  const options: Required<DatabaseOptions> = { ...DATABASE_DEFAULTS, ...given };
   const config = clientConfig(connectionString, options);
-  const directConfig = directUrl ? clientConfig(directUrl, options) : config;
   // pg's pipeline mode: statements a transaction sends without waiting for each other's answers
   // (independent writes) leave together instead of one round trip each; one at a time, it behaves
   // exactly like a plain connection.
@@ -228,13 +202,14 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
     client.on('error', () => {});
   });
   const names: StatementNames = { prepared: options.preparedStatements, generation: 0 };
-  // On the pool, outside any transaction: a transaction-mode pooler carries it, and its commit is the only one that waits for the notify lock.
-  const workerWake = createWorkerWake((channel) => pool.query('SELECT pg_notify($1, NULL)', [channel]), wakeIntervalMs);
+  const subscribers = new Map<string, Set<() => void>>();
+  const wake = (channel: string) => {
+    for (const onWake of subscribers.get(channel) ?? []) onWake();
+  };
   const db = drizzle({ client: pool });
-  targets.set(db, { connection: pool, names, inTransaction: false, wake: (channel) => workerWake.wake(channel) });
+  targets.set(db, { connection: pool, names, inTransaction: false, wake });
   /** One Drizzle instance per physical connection, made the first time a transaction runs on it. */
   const connectionDbs = new WeakMap<pg.PoolClient, Db>();
-  const listeners = new Set<Listener>();
 
   async function query<R extends pg.QueryResultRow>(
     statement: string | pg.QueryConfig,
@@ -272,114 +247,8 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
       const status = client.getTransactionStatus();
       client.release(connectionLost ?? (status === 'T' || status === 'E' ? new Error('released inside a transaction') : undefined));
     }
-    // Committed, and the connection is back in the pool, where the wake's NOTIFY can take it instead of opening another.
-    for (const channel of woken) workerWake.wake(channel);
+    for (const channel of woken) wake(channel);
     return result;
-  }
-
-  /**
-   * Every LISTEN of this Database shares one connection of its own (outside the pool, direct to the
-   * server): an instance's workers hold one listening connection between them, not one each. When it
-   * drops, it is opened again after a second and every channel is listened to again; each subscriber's
-   * onListening then runs (a worker catches up on what it may have missed meanwhile).
-   */
-  type ListeningConnection = { client: pg.Client; channels: Set<string>; ready: Promise<void>; dropped: boolean };
-  type Subscription = {
-    channel: string;
-    onNotification: (payload: string | undefined) => void;
-    onListening?: (() => void) | undefined;
-    /** The connection its channel was last listened to on (and it was told so). */
-    listeningOn?: ListeningConnection;
-  };
-  const subscriptions = new Set<Subscription>();
-  let listening: ListeningConnection | undefined;
-  let reopenTimer: NodeJS.Timeout | undefined;
-
-  function openListeningConnection(): ListeningConnection | undefined {
-    if (listening || subscriptions.size === 0) return listening;
-    const client = new pg.Client({
-      ...directConfig,
-      query_timeout: undefined,
-      statement_timeout: undefined,
-      idle_in_transaction_session_timeout: undefined,
-    });
-    const state: ListeningConnection = { client, channels: new Set<string>(), ready: Promise.resolve(), dropped: false };
-    listening = state;
-    const drop = () => {
-      if (state.dropped) return;
-      state.dropped = true;
-      if (listening === state) listening = undefined;
-      client.end().catch(() => {});
-      if (subscriptions.size === 0 || reopenTimer) return;
-      reopenTimer = setTimeout(() => {
-        reopenTimer = undefined;
-        openListeningConnection();
-      }, 1_000);
-      reopenTimer.unref();
-    };
-    client.on('error', drop);
-    client.on('end', drop);
-    client.on('notification', (message) => {
-      for (const subscription of subscriptions) if (subscription.channel === message.channel) subscription.onNotification(message.payload);
-    });
-    state.ready = (async () => {
-      try {
-        await client.connect();
-        for (const subscription of [...subscriptions]) await listenOn(state, subscription);
-      } catch {
-        drop();
-      }
-    })();
-    return state;
-  }
-
-  /** LISTENs to the subscription's channel on the shared connection (once per channel), then tells the subscriber. */
-  async function listenOn(state: ListeningConnection, subscription: Subscription): Promise<void> {
-    if (!state.channels.has(subscription.channel)) {
-      state.channels.add(subscription.channel);
-      await state.client.query(`LISTEN ${pg.escapeIdentifier(subscription.channel)}`);
-    }
-    subscription.listeningOn = state;
-    subscription.onListening?.();
-  }
-
-  async function listen(
-    channel: string,
-    onNotification: (payload: string | undefined) => void,
-    onListening?: () => void,
-  ): Promise<Listener> {
-    const subscription: Subscription = { channel, onNotification, onListening };
-    subscriptions.add(subscription);
-    // While a dropped connection waits to be opened again, the reopening takes this subscription along.
-    const state = reopenTimer ? undefined : openListeningConnection();
-    if (state) {
-      await state.ready;
-      // Opening it took this subscription along; an open one listens to its channel now.
-      if (!state.dropped && subscription.listeningOn !== state) {
-        try {
-          await listenOn(state, subscription);
-        } catch {
-          // The connection failed: it is opened again, with this channel among the others.
-        }
-      }
-    }
-    const listener: Listener = {
-      async close() {
-        if (!subscriptions.delete(subscription)) return;
-        listeners.delete(listener);
-        if (subscriptions.size > 0) return;
-        if (reopenTimer) clearTimeout(reopenTimer);
-        reopenTimer = undefined;
-        const state = listening;
-        listening = undefined;
-        if (state) {
-          state.dropped = true;
-          await state.client.end().catch(() => {});
-        }
-      },
-    };
-    listeners.add(listener);
-    return listener;
   }
 
   return {
@@ -397,11 +266,13 @@ export function createDatabase(connectionString: string, given: DatabaseOptions 
         return runTransaction(work, transactionConfig);
       }
     },
-    listen,
-    onWake: (channel, onWake) => workerWake.subscribe(channel, onWake),
+    onWake(channel, onWake) {
+      let set = subscribers.get(channel);
+      if (!set) subscribers.set(channel, (set = new Set()));
+      set.add(onWake);
+      return () => void set.delete(onWake);
+    },
     async close() {
-      await Promise.all([...listeners].map((listener) => listener.close()));
-      await workerWake.close();
       await pool.end();
     },
   };

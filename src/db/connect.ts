@@ -10,7 +10,7 @@ export type Connection = {
   /** DATABASE_REPLICA_URL's pool, when set: list pages read there once it has replayed far enough (page-reads.ts). */
   replica: Database | undefined;
   url: string;
-  /** Where migrations and LISTEN go: DATABASE_DIRECT_URL when set (DATABASE_URL may be a transaction-mode pooler), else `url`. */
+  /** Where migrations go: DATABASE_DIRECT_URL when set (DATABASE_URL may be a transaction-mode pooler), else `url`. */
   directUrl: string;
   /** The embedded default (DATABASE_URL unset), whichever process started it; false for DATABASE_URL. */
   embedded: boolean;
@@ -51,7 +51,7 @@ export async function connect(config: Config, logger: Logger, options: { migrate
     await resolved.stop();
     throw error;
   }
-  const database = createDatabase(resolved.url, { ...config.database, directUrl });
+  const database = createDatabase(resolved.url, config.database);
   // Only the HTTP server reads lists; the CLI and the worker never open it.
   const replica =
     options.replica && config.databaseReplicaUrl ? createDatabase(config.databaseReplicaUrl, replicaOptions(config)) : undefined;

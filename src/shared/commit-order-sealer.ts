@@ -1,7 +1,8 @@
 import { performance } from 'node:perf_hooks';
 import pino from 'pino';
-import type { Database, Listener } from '../db/client.js';
+import type { Database } from '../db/client.js';
 import { createOrgRotation, dueOrganisations } from './fair-claims.js';
+import { createWakeSignal } from './wake-signal.js';
 
 /** Rows sealed per transaction: one short transaction, its row locks held for milliseconds. */
 const DEFAULT_SEAL_BATCH = 1_000;
@@ -19,7 +20,7 @@ export type SealerLogger = Pick<pino.Logger, 'warn' | 'error'>;
 
 export type CommitOrderSealer = {
   start(): Promise<void>;
-  /** Ends the pass in flight (after its current batch) and closes the LISTEN. */
+  /** Ends the pass in flight (after its current batch). */
   stop(): Promise<void>;
   /** One pass over every organisation with unsealed rows (after the pass in flight, if any); returns the rows sealed. */
   sealOnce(): Promise<number>;
@@ -28,13 +29,11 @@ export type CommitOrderSealer = {
 export type CommitOrderSealerOptions = {
   database: Database;
   logger?: SealerLogger;
-  /** The fallback when no wake arrives (a lost NOTIFY, a process without a listener). */
+  /** How often it looks without being woken: what finds rows another process committed. */
   pollIntervalMs?: number;
   batchSize?: number;
   /** See DEFAULT_MIN_PASS_INTERVAL_MS; 0 runs a pass as soon as a wake arrives. */
   minPassIntervalMs?: number;
-  /** LISTEN for other processes' commits (default true); this process's wake it in-process either way. */
-  listen?: boolean;
 };
 
 /**
@@ -42,8 +41,8 @@ export type CommitOrderSealerOptions = {
  * committed (the events feed, the audit chain): rows are written unsealed, and a pass, per
  * organisation with unsealed rows (fair-claims.ts), seals them batch by batch with `sealBatch`, which
  * locks the organisation's head row with SKIP LOCKED (so instances racing for one organisation skip
- * each other) and returns how many it sealed. Woken after commits (this process's in-process, others'
- * by NOTIFY on `channel`) and polling as a fallback; passes start at least minPassIntervalMs apart.
+ * each other) and returns how many it sealed. Woken after this process's commits, and polling for
+ * the rows of other processes; passes start at least minPassIntervalMs apart.
  */
 export function createCommitOrderSealer(
   options: CommitOrderSealerOptions & {
@@ -64,42 +63,13 @@ export function createCommitOrderSealer(
   let stopping = false;
   let loop: Promise<void> | undefined;
   let stopped: Promise<void> | undefined;
-  let listener: Listener | undefined;
   let unsubscribe: (() => void) | undefined;
   /** One pass at a time, whoever asks (the loop or sealOnce). */
   let passing: Promise<number> | undefined;
 
-  // A wake while a pass runs is kept, so rows committed during the pass are sealed right after it.
-  let pending = false;
-  let wakeUp: (() => void) | undefined;
-  const wake = () => {
-    pending = true;
-    wakeUp?.();
-  };
-  const sleep = (ms: number) =>
-    new Promise<void>((resolve) => {
-      if (pending || stopping) return resolve();
-      const timer = setTimeout(done, ms);
-      function done() {
-        clearTimeout(timer);
-        wakeUp = undefined;
-        resolve();
-      }
-      wakeUp = done;
-    });
-  // Unlike sleep, a wake does not end it (only stop does): the rows of the commits meanwhile gather.
-  let endPause: (() => void) | undefined;
-  const pause = (ms: number) =>
-    new Promise<void>((resolve) => {
-      if (stopping) return resolve();
-      const timer = setTimeout(done, ms);
-      function done() {
-        clearTimeout(timer);
-        endPause = undefined;
-        resolve();
-      }
-      endPause = done;
-    });
+  // A wake while a pass runs is kept, so rows committed during the pass are sealed right after it;
+  // the pause between passes lets the rows of the commits meanwhile gather instead.
+  const wake = createWakeSignal();
 
   /** Seals one organisation batch by batch; returns how many (0 when another sealer holds it). */
   async function sealOrganisation(orgId: string): Promise<number> {
@@ -144,15 +114,14 @@ export function createCommitOrderSealer(
   async function run(): Promise<void> {
     while (!stopping) {
       const started = performance.now();
-      pending = false;
       try {
         await sealOnce();
       } catch (error) {
         logger.warn({ err: error }, `sealing the ${what} failed; retrying`);
       }
       const rest = minPassIntervalMs - (performance.now() - started);
-      if (rest > 0) await pause(rest);
-      await sleep(pollIntervalMs);
+      if (rest > 0) await wake.pause(rest);
+      await wake.wait(pollIntervalMs);
     }
   }
 
@@ -161,8 +130,7 @@ export function createCommitOrderSealer(
 
     async start() {
       if (loop || stopping) return;
-      unsubscribe = database.onWake(channel, wake);
-      if (options.listen !== false) listener = await database.listen(channel, wake, wake);
+      unsubscribe = database.onWake(channel, () => wake.notify());
       loop = run().catch((error: unknown) => logger.error({ err: error }, `the ${what} sealer crashed`));
     },
 
@@ -170,11 +138,7 @@ export function createCommitOrderSealer(
       stopped ??= (async () => {
         stopping = true;
         unsubscribe?.();
-        wakeUp?.();
-        endPause?.();
-        const listening = listener;
-        listener = undefined;
-        await listening?.close();
+        wake.close();
         await loop;
         await passing?.catch(() => undefined);
       })();

@@ -85,4 +85,26 @@ describe('job runner', () => {
     expect(events).toEqual(['job finished', 'runner stopped']);
     expect((await jobsOf(QUEUES.documentRequestExpiry.name)).map((job) => job.state)).toEqual(['completed']);
   });
+
+  it("when a job is sent in a transaction, this process's worker takes it once the transaction commits, without waiting for its poll; a rollback sends nothing", async () => {
+    // Polling once a minute: a job taken within the test was taken on the wake after its commit.
+    const runner = await startJobRunner(ctx.database, { schedule: false, pollingIntervalSeconds: 60 });
+    const taken: string[] = [];
+    try {
+      await runner.work<{ n: string }>(QUEUES.documentRequestExpiry.name, {}, async (jobs) => void taken.push(...jobs.map((job) => job.data.n)));
+      await new Promise((resolve) => setTimeout(resolve, 300)); // past the worker's first (empty) poll
+      await expect(
+        ctx.database.transaction(async (tx) => {
+          await runner.send(tx, QUEUES.documentRequestExpiry.name, { n: 'rolled back' });
+          throw new Error('the change failed');
+        }),
+      ).rejects.toThrow('the change failed');
+      await ctx.database.transaction((tx) => runner.send(tx, QUEUES.documentRequestExpiry.name, { n: 'committed' }));
+      await until(async () => (taken.length > 0 ? true : undefined), 10);
+      expect(taken).toEqual(['committed']);
+    } finally {
+      await runner.stop();
+    }
+  });
 });
+

@@ -2,7 +2,7 @@ import { createRequire } from 'node:module';
 import pg from 'pg';
 import { sql } from 'drizzle-orm';
 import { PgBoss, fromDrizzle, type ConstructorOptions, type Job, type JobResult, type Queue } from 'pg-boss';
-import type { Database, Executor } from '../db/client.js';
+import { wakeAfterCommit, type Database, type Executor } from '../db/client.js';
 
 /**
  * Background work runs on pg-boss (docs/decisions.md, "issue 44"): its jobs live in the `pgboss`
@@ -58,7 +58,10 @@ export type JobRunner = JobQueue & {
 
 /** How long stop() waits for jobs in flight: inside the 25 s the server gives its whole shutdown. */
 const STOP_TIMEOUT_MS = 20_000;
-/** How often an idle worker looks for jobs: about as soon as the 1 s poll of the email table it replaced. */
+/**
+ * How often an idle worker looks for jobs: what finds the jobs other processes sent. A job this
+ * process sends wakes its workers after the commit (Database.onWake, as every background loop).
+ */
 const POLLING_INTERVAL_SECONDS = 1;
 
 /** pg-boss's own pool on the connection settings of `database`'s pool (client.ts). */
@@ -100,7 +103,15 @@ function bossFor(options: ConstructorOptions, logger: Logger | undefined): PgBos
  */
 export async function startJobRunner(
   database: Database,
-  options: { logger?: Logger; schedule?: boolean; supervise?: boolean; cronMonitorIntervalSeconds?: number; connections?: number } = {},
+  options: {
+    logger?: Logger;
+    schedule?: boolean;
+    supervise?: boolean;
+    cronMonitorIntervalSeconds?: number;
+    connections?: number;
+    /** How often an idle worker polls (default POLLING_INTERVAL_SECONDS). */
+    pollingIntervalSeconds?: number;
+  } = {},
 ): Promise<JobRunner> {
   const boss = bossFor(
     {
@@ -116,14 +127,13 @@ export async function startJobRunner(
     options.logger,
   );
   await boss.start();
+  const unsubscribes: Array<() => void> = [];
   return {
-    async send(executor, queue, data, sendOptions = {}) {
-      await boss.send(queue, data, { db: toJobDb(executor), ...(sendOptions.group ? { group: { id: sendOptions.group } } : {}) });
-    },
+    send: (executor, queue, data, sendOptions) => sendJob(boss, executor, queue, data, sendOptions),
     async work(queue, workOptions, handler) {
       const { batchSize = 1, localConcurrency = 1, groupConcurrency } = workOptions;
-      const polling = { batchSize, localConcurrency, pollingIntervalSeconds: POLLING_INTERVAL_SECONDS, perJobResults: true as const };
-      await boss.work(queue, groupConcurrency ? { ...polling, groupConcurrency } : polling, async (jobs) => {
+      const polling = { batchSize, localConcurrency, pollingIntervalSeconds: options.pollingIntervalSeconds ?? POLLING_INTERVAL_SECONDS, perJobResults: true as const };
+      const workerId = await boss.work(queue, groupConcurrency ? { ...polling, groupConcurrency } : polling, async (jobs) => {
         try {
           const results = await handler(jobs as Job<never>[]);
           return results ?? jobs.map((job) => ({ id: job.id, status: 'completed' as const }));
@@ -132,15 +142,23 @@ export async function startJobRunner(
           throw error;
         }
       });
+      unsubscribes.push(database.onWake(queue, () => boss.notifyWorker(workerId)));
     },
     async schedule(queue, cron) {
       // Upserted: every instance states the same schedule; pg-boss sends each occurrence once.
       await boss.schedule(queue, cron, null, { tz: 'UTC' });
     },
     async stop() {
+      for (const unsubscribe of unsubscribes.splice(0)) unsubscribe();
       await boss.stop({ graceful: true, timeout: STOP_TIMEOUT_MS });
     },
   };
+}
+
+/** Sends the job on `executor` and wakes this process's workers of the queue once it is committed. */
+async function sendJob(boss: PgBoss, executor: Executor, queue: QueueName, data: object, options: { group?: string } = {}): Promise<void> {
+  await boss.send(queue, data, { db: toJobDb(executor), ...(options.group ? { group: { id: options.group } } : {}) });
+  wakeAfterCommit(executor, queue);
 }
 
 /**

@@ -114,8 +114,7 @@ export function createOutboxRepository() {
     /**
      * Writes the event in the caller's transaction together with its deliveries (recordEvent), and
      * after the commit wakes the feed sealer, and the delivery workers when it queued any (a
-     * rolled-back change wakes nobody), never with a NOTIFY inside the transaction
-     * (db/worker-wake.ts). Returns the event id.
+     * rolled-back change wakes nobody). Returns the event id.
      */
     async record(event: OutboxEvent, tx: Executor): Promise<string> {
       const id = randomUUID();

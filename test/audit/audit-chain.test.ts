@@ -14,7 +14,7 @@ let sealer: AuditChainSealer;
 beforeAll(async () => {
   ctx = await createTestContext();
   // Sealed on demand (sealOnce), so each test decides what is sealed when.
-  sealer = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
+  sealer = createAuditChainSealer({ database: ctx.database, pollIntervalMs: 60_000 });
 });
 afterAll(async () => {
   await sealer?.stop();
@@ -184,8 +184,8 @@ describe('sealing', () => {
     const org = await ctx.createOrg();
     const other = createDatabase(ctx.databaseUrl, { poolSize: 10 });
     const sealers = [
-      createAuditChainSealer({ database: ctx.database, listen: false, batchSize: 7 }),
-      createAuditChainSealer({ database: other, listen: false, batchSize: 7 }),
+      createAuditChainSealer({ database: ctx.database, batchSize: 7 }),
+      createAuditChainSealer({ database: other, batchSize: 7 }),
     ];
     try {
       let writing = true;
@@ -215,7 +215,7 @@ describe('sealing', () => {
     await writeRow(org.id, 1);
     const warnings: unknown[] = [];
     const logger = { warn: (...args: unknown[]) => void warnings.push(args), error: (...args: unknown[]) => void warnings.push(args) };
-    const watched = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000, logger });
+    const watched = createAuditChainSealer({ database: ctx.database, pollIntervalMs: 60_000, logger });
     const client = await ctx.database.pool.connect();
     try {
       await client.query('BEGIN');

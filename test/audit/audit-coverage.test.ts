@@ -41,7 +41,7 @@ const secretsSeen: string[] = [];
 
 beforeAll(async () => {
   ctx = await createTestContext();
-  sealer = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
+  sealer = createAuditChainSealer({ database: ctx.database, pollIntervalMs: 60_000 });
 });
 afterAll(async () => {
   await sealer?.stop();

@@ -26,7 +26,7 @@ let sealer: AuditChainSealer;
 beforeAll(async () => {
   ctx = await createTestContext();
   // Sealed on demand: the list shows only sealed rows.
-  sealer = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
+  sealer = createAuditChainSealer({ database: ctx.database, pollIntervalMs: 60_000 });
 });
 afterAll(async () => {
   await sealer?.stop();

@@ -19,7 +19,7 @@ let sealer: AuditChainSealer;
 const folder = mkdtempSync(join(tmpdir(), 'svc-audit-export-'));
 beforeAll(async () => {
   ctx = await createTestContext();
-  sealer = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
+  sealer = createAuditChainSealer({ database: ctx.database, pollIntervalMs: 60_000 });
 });
 afterAll(async () => {
   await sealer?.stop();

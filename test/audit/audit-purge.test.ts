@@ -19,7 +19,7 @@ let sealer: AuditChainSealer;
 beforeAll(async () => {
   ctx = await createTestContext();
   // Sealed on demand (sealOnce), so each test decides what is in the chain when.
-  sealer = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
+  sealer = createAuditChainSealer({ database: ctx.database, pollIntervalMs: 60_000 });
 });
 afterAll(async () => {
   await sealer?.stop();

@@ -51,7 +51,7 @@ describe('the audit chain sealer under a stream of commits', () => {
     const org = await ctx.createOrg();
     const counting = countingTransactions();
     // Woken in-process after each commit (as in `svc serve`), never by the poll.
-    const sealer = createAuditChainSealer({ database: counting.database, listen: false, pollIntervalMs: 60_000 });
+    const sealer = createAuditChainSealer({ database: counting.database, pollIntervalMs: 60_000 });
     await sealer.start();
     try {
       const commits = 60;
@@ -71,7 +71,7 @@ describe('the audit chain sealer under a stream of commits', () => {
   it('when it is stopped during the pause between passes, it stops without waiting out the pause', async () => {
     await ctx.createOrg();
     const PAUSE_MS = 600_000;
-    const sealer = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: PAUSE_MS, minPassIntervalMs: PAUSE_MS });
+    const sealer = createAuditChainSealer({ database: ctx.database, pollIntervalMs: PAUSE_MS, minPassIntervalMs: PAUSE_MS });
     await sealer.start();
     // sealOnce runs after the pass in flight (the first, at start): once it is done, the loop pauses.
     await sealer.sealOnce();

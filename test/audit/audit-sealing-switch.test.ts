@@ -71,7 +71,7 @@ describe('AUDIT_SEALING (a diagnostic switch)', () => {
       await jobs.stop();
       await database.close();
     }
-    const sealer = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
+    const sealer = createAuditChainSealer({ database: ctx.database, pollIntervalMs: 60_000 });
     try {
       await sealer.sealOnce();
     } finally {

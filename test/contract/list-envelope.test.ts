@@ -26,8 +26,8 @@ let auditSealer: AuditChainSealer;
 let feedSealer: EventsFeedSealer;
 beforeAll(async () => {
   ctx = await createTestContext();
-  auditSealer = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
-  feedSealer = createEventsFeedSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
+  auditSealer = createAuditChainSealer({ database: ctx.database, pollIntervalMs: 60_000 });
+  feedSealer = createEventsFeedSealer({ database: ctx.database, pollIntervalMs: 60_000 });
 });
 afterAll(async () => {
   await auditSealer?.stop();

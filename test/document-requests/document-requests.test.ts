@@ -13,7 +13,7 @@ let ctx: TestContext;
 let sealer: EventsFeedSealer;
 beforeAll(async () => {
   ctx = await createTestContext();
-  sealer = createEventsFeedSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
+  sealer = createEventsFeedSealer({ database: ctx.database, pollIntervalMs: 60_000 });
 });
 afterAll(async () => {
   await sealer?.stop();

@@ -172,7 +172,7 @@ describe('POST /documents/{token}', () => {
       ['contact', request.id],
       ['contact', request.id],
     ]);
-    const sealer = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
+    const sealer = createAuditChainSealer({ database: ctx.database, pollIntervalMs: 60_000 });
     try {
       await sealer.sealOnce();
     } finally {

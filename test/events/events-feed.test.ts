@@ -14,7 +14,7 @@ let sealer: EventsFeedSealer;
 beforeAll(async () => {
   ctx = await createTestContext();
   // Sealed on demand (sealOnce), so each test decides what is sealed when.
-  sealer = createEventsFeedSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
+  sealer = createEventsFeedSealer({ database: ctx.database, pollIntervalMs: 60_000 });
 });
 afterAll(async () => {
   await sealer?.stop();
@@ -350,8 +350,8 @@ describe('sealing', () => {
     const warnings: unknown[] = [];
     const logger = { warn: (...args: unknown[]) => void warnings.push(args), error: (...args: unknown[]) => void warnings.push(args) };
     const sealers = [
-      createEventsFeedSealer({ database: ctx.database, listen: false, batchSize: 7, logger }),
-      createEventsFeedSealer({ database: other, listen: false, batchSize: 7, logger }),
+      createEventsFeedSealer({ database: ctx.database, batchSize: 7, logger }),
+      createEventsFeedSealer({ database: other, batchSize: 7, logger }),
     ];
     try {
       let writing = true;
@@ -388,7 +388,7 @@ describe('sealing', () => {
     const id = await recordEvent(org.id);
     const warnings: unknown[] = [];
     const logger = { warn: (...args: unknown[]) => void warnings.push(args), error: (...args: unknown[]) => void warnings.push(args) };
-    const watched = createEventsFeedSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000, logger });
+    const watched = createEventsFeedSealer({ database: ctx.database, pollIntervalMs: 60_000, logger });
     const holder = await ctx.database.pool.connect();
     try {
       await holder.query('BEGIN');
@@ -423,7 +423,7 @@ describe('sealing', () => {
 
   it('when the sealer runs in the background, a commit wakes it and the event appears without waiting for the poll', async () => {
     const org = await ctx.createOrg();
-    const background = createEventsFeedSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
+    const background = createEventsFeedSealer({ database: ctx.database, pollIntervalMs: 60_000 });
     await background.start();
     try {
       // The first pass (at start) is over once a pass of our own has run after it: only the wake can seal what follows.

@@ -27,7 +27,7 @@ const figures: Record<string, number> = {};
 
 beforeAll(async () => {
   ctx = await createTestContext();
-  sealer = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
+  sealer = createAuditChainSealer({ database: ctx.database, pollIntervalMs: 60_000 });
 });
 
 afterAll(async () => {
@@ -125,7 +125,7 @@ describe('the commit-order sealers (test/audit/audit-chain.test.ts, audit-sealer
     await ctx.database.transaction((tx) =>
       createOutboxRepository().record({ orgId: org.id, type: 'webhook.test', customerId: null, customer: null, data: {} }, tx),
     );
-    const sealers = { audit: sealer, events: createEventsFeedSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 }) };
+    const sealers = { audit: sealer, events: createEventsFeedSealer({ database: ctx.database, pollIntervalMs: 60_000 }) };
     const holder = await ctx.database.pool.connect();
     try {
       await holder.query('BEGIN');
@@ -167,7 +167,7 @@ describe('the commit-order sealers (test/audit/audit-chain.test.ts, audit-sealer
   it('when 60 changes commit one after the other, all are sealed within 5 s of the last commit', async () => {
     // Measured (6 runs): 33–229 ms after the last commit (passes start at least 250 ms apart). Bound 5 s: over 20×.
     const org = await ctx.createOrg();
-    const streamSealer = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
+    const streamSealer = createAuditChainSealer({ database: ctx.database, pollIntervalMs: 60_000 });
     await streamSealer.start();
     try {
       for (let n = 0; n < 60; n += 1) {
@@ -186,7 +186,7 @@ describe('the commit-order sealers (test/audit/audit-chain.test.ts, audit-sealer
 
   it('when a sealer is stopped during the pause between passes, it stops within 1 s', async () => {
     // Measured (6 runs): under 1 ms. Bound 1 s: far over 5×, against the 60 s pause a stop that waited would take.
-    const paused = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000, minPassIntervalMs: 60_000 });
+    const paused = createAuditChainSealer({ database: ctx.database, pollIntervalMs: 60_000, minPassIntervalMs: 60_000 });
     await paused.start();
     await paused.sealOnce();
     const stopping = performance.now();

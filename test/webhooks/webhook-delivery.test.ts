@@ -306,69 +306,12 @@ describe('webhook delivery', () => {
     expect(receiptsFor('/rebound')).toHaveLength(0);
   });
 
-  it('when the worker is woken by NOTIFY, it delivers without waiting for the next poll', async () => {
+  it("when its process commits an event, the worker is woken after the commit and delivers without waiting for the next poll", async () => {
     const { orgId } = await orgWithEndpoint();
     await startWorker({ pollIntervalMs: 600_000 });
     const eventId = await emit(orgId);
     expect((await settledDelivery(orgId, eventId)).status).toBe('succeeded');
   });
-
-  it('when LISTEN is unavailable, polling still delivers', async () => {
-    const { orgId } = await orgWithEndpoint();
-    await startWorker({ listen: false, pollIntervalMs: 100 });
-    const eventId = await emit(orgId);
-    expect((await settledDelivery(orgId, eventId)).status).toBe('succeeded');
-  });
-});
-
-describe('webhook wake-up connection', () => {
-  const listeners = async () =>
-    (
-      await ctx.database.pool.query<{ pid: number }>(
-        `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND query ILIKE 'LISTEN %'`,
-      )
-    ).rows.map((row) => row.pid);
-
-  it('when the LISTEN connection is killed, the worker reconnects, picks up what was queued meanwhile, and is woken by NOTIFY again', async () => {
-    const { orgId } = await orgWithEndpoint();
-    // Polling every 10 minutes: anything delivered within the test came through LISTEN/NOTIFY. The
-    // events come from another Database, as from another process: this one's commits would wake its
-    // worker in-process, without the NOTIFY.
-    const writer = createDatabase(ctx.databaseUrl, { poolSize: 2 });
-    const emit = (org: string) =>
-      writer.transaction((tx) =>
-        createOutboxRepository().record({ orgId: org, type: 'customer.updated', customerId: null, customer: { id: 'c-1' } }, tx),
-      );
-    await startWorker({ pollIntervalMs: 600_000 });
-    const [first] = await waitFor(
-      async () => ((await listeners()).length === 1 ? listeners() : undefined),
-      10_000,
-      'the LISTEN connection',
-    );
-    await ctx.database.pool.query('SELECT pg_terminate_backend($1)', [first]);
-    const whileDown = await emit(orgId);
-
-    await waitFor(
-      async () => {
-        const pids = await listeners();
-        return pids.length === 1 && pids[0] !== first;
-      },
-      15_000,
-      'the worker to listen again',
-    );
-    expect((await settledDelivery(orgId, whileDown)).status).toBe('succeeded');
-    const afterwards = await emit(orgId);
-    const delivered = await waitFor(
-      async () => {
-        const delivery = await deliveryOf(orgId, afterwards);
-        return delivery.status === 'succeeded' ? delivery : undefined;
-      },
-      5_000,
-      'a NOTIFY-woken delivery',
-    );
-    expect(delivered.attempts).toHaveLength(1);
-    await writer.close();
-  }, 40_000);
 });
 
 describe('webhook delivery isolation and atomicity', () => {

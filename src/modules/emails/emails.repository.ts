@@ -32,8 +32,7 @@ export function createEmailsRepository(sealer: TextSealer, jobs?: JobQueue) {
   return {
     /**
      * Queues an email and its job in the caller's transaction: a rollback leaves neither, and the sender
-     * sees the job once it committed. No NOTIFY: workers poll, and a NOTIFY would queue this commit
-     * behind every other notifying one.
+     * sees the job once it committed (this process's workers woken after the commit, others' by their poll).
      */
     async queue(
       values: { orgId: string; recipient: string; subject: string; body: string; link?: string; verificationId?: string },

@@ -14,7 +14,7 @@ let ctx: TestContext;
 let sealer: AuditChainSealer;
 beforeAll(async () => {
   ctx = await createTestContext();
-  sealer = createAuditChainSealer({ database: ctx.database, listen: false, pollIntervalMs: 60_000 });
+  sealer = createAuditChainSealer({ database: ctx.database, pollIntervalMs: 60_000 });
 });
 afterAll(async () => {
   await sealer?.stop();

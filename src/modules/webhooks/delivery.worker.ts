@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import pino from 'pino';
-import type { Database, Listener } from '../../db/client.js';
+import type { Database } from '../../db/client.js';
+import { createWakeSignal } from '../../shared/wake-signal.js';
 import { createDeliveryRepository, type ClaimedDelivery, type EndpointDisableRequest, type Settlement } from './delivery.repository.js';
 import { createEndpointDisabler } from './webhooks.service.js';
 import { createWebhookSender, DEFAULT_REQUEST_TIMEOUT_MS, type SendResult } from './webhook-sender.js';
@@ -53,7 +54,7 @@ export type DeliveryWorkerOptions = {
   workerId?: string;
   /** Deliveries in flight at once in this worker. */
   concurrency?: number;
-  /** Polling, which alone guarantees delivery: wakes (in-process or NOTIFY) are hints that may be lost. */
+  /** Polling, which alone guarantees delivery: a wake after this process's commits only shortens the wait. */
   pollIntervalMs?: number;
   /** Only a 2xx answer completed within this time is a success. */
   requestTimeoutMs?: number;
@@ -70,12 +71,6 @@ export type DeliveryWorkerOptions = {
   disableEndpointAfterMs?: number;
   /** How long stop() lets in-flight posts finish before aborting and releasing them. */
   stopTimeoutMs?: number;
-  /**
-   * Listen for the NOTIFYs other processes send after their commits (default true), on a connection of
-   * its own (to DATABASE_DIRECT_URL when set); commits of this process wake it in-process either way,
-   * and polling runs regardless.
-   */
-  listen?: boolean;
 };
 
 export type DeliveryWorkerStats = {
@@ -97,39 +92,6 @@ export type DeliveryWorker = {
   stop(): Promise<void>;
   stats(): DeliveryWorkerStats;
 };
-
-/** A wake-up that is never lost: a notify while nobody waits makes the next wait return at once. */
-function createWakeSignal() {
-  let pending = false;
-  let wake: (() => void) | undefined;
-  return {
-    notify() {
-      if (wake) {
-        const resolve = wake;
-        wake = undefined;
-        resolve();
-      } else {
-        pending = true;
-      }
-    },
-    wait(ms: number): Promise<void> {
-      if (pending) {
-        pending = false;
-        return Promise.resolve();
-      }
-      return new Promise((resolve) => {
-        const timer = setTimeout(() => {
-          wake = undefined;
-          resolve();
-        }, ms);
-        wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-    },
-  };
-}
 
 export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWorker {
   const { database } = options;
@@ -173,7 +135,6 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
   let saturated = false;
   let loop: Promise<void> | undefined;
   let stopped: Promise<void> | undefined;
-  let listener: Listener | undefined;
   let unsubscribe: (() => void) | undefined;
 
   function retryDelay(attempt: number, result: SendResult): number {
@@ -418,17 +379,6 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
     await releaseUnstarted(ready.splice(0).map((entry) => entry.claim));
   }
 
-  async function listen(): Promise<void> {
-    if (stopping) return;
-    // Anything committed while not listening (before, or while its connection was being opened again)
-    // is picked up as soon as the LISTEN is in place rather than at the next poll.
-    listener = await database.listen(
-      DELIVERY_CHANNEL,
-      () => wake.notify(),
-      () => wake.notify(),
-    );
-  }
-
   return {
     id: workerId,
 
@@ -436,7 +386,6 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
       if (loop) return;
       // Commits on this process's Database wake the loop directly, without a round trip through PostgreSQL.
       unsubscribe = database.onWake(DELIVERY_CHANNEL, () => wake.notify());
-      if (options.listen !== false) await listen();
       loop = run().catch((error: unknown) => logger.error({ err: error }, 'webhook delivery loop crashed'));
     },
 
@@ -444,10 +393,7 @@ export function createDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWo
       stopped ??= (async () => {
         stopping = true;
         unsubscribe?.();
-        wake.notify();
-        const listening = listener;
-        listener = undefined;
-        await listening?.close();
+        wake.close();
         await loop;
         const pending = () => Promise.allSettled([...tasks]);
         let timer: NodeJS.Timeout | undefined;

@@ -347,7 +347,7 @@ export function createWebhooksRepository() {
       return row;
     },
 
-    /** Wakes the delivery workers once the transaction commits (no NOTIFY inside it: see db/worker-wake.ts). */
+    /** Wakes the delivery workers once the transaction commits (wakeAfterCommit). */
     notifyWorkers(tx: Executor): void {
       wakeAfterCommit(tx, 'webhook_deliveries');
     },
