@@ -538,9 +538,6 @@ export const emails = pgTable(
       .default('queued'),
     attempts: integer('attempts').notNull().default(0),
     lastError: text('last_error'),
-    nextAttemptAt: timestamptz('next_attempt_at')
-      .notNull()
-      .default(sql`clock_timestamp()`),
     sentAt: timestamptz('sent_at'),
     verificationId: uuid('verification_id'),
     createdAt: createdAt(),
@@ -552,11 +549,6 @@ export const emails = pgTable(
       columns: [table.orgId, table.verificationId],
       foreignColumns: [verifications.orgId, verifications.id],
     }),
-    // The sender's claim: the organisations with queued emails (skipping from one to the next), then
-    // each one's due emails in order (emails.repository.ts).
-    index('emails_due_idx')
-      .on(table.orgId, table.nextAttemptAt)
-      .where(sql`status = 'queued'`),
     index('emails_org_idx').on(table.orgId, table.createdAt),
   ],
 );
