@@ -16,6 +16,12 @@ export type TransactionConfig = NonNullable<Parameters<Db['transaction']>[1]>;
 // Parse bigint counters as numbers; dates (`date`) stay ISO strings.
 pg.types.setTypeParser(pg.types.builtins.INT8, (value) => Number(value));
 
+/**
+ * What a service or worker may do with the database: read on the pool (`db`) and open a transaction.
+ * Not the pool itself, raw statements, wake subscriptions or close: those belong to the process.
+ */
+export type DataAccess = Pick<Database, 'db' | 'transaction'>;
+
 export type Database = {
   /** Drizzle on the pool: each statement takes a pooled connection for itself. */
   db: Db;

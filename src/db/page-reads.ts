@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { isDatabaseUnavailable, type Database, type Executor } from './client.js';
+import { isDatabaseUnavailable, type DataAccess, type Executor } from './client.js';
 
 /** Where a list page was read, and why (the `list_page_reads_total` labels). */
 export type PageTarget = 'replica' | 'primary';
@@ -27,8 +27,8 @@ export type PageReads = {
 };
 
 export type PageReadsOptions = {
-  primary: Database;
-  replica?: Database;
+  primary: DataAccess;
+  replica?: DataAccess;
   /**
    * Compare the replica's replay position with the primary's watermark before reading there. Only
    * tests turn it off (the negative control that shows what it prevents).

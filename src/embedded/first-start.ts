@@ -3,7 +3,7 @@
  * or, on an empty external database, how to create one. Used by `svc serve` only.
  */
 import { sql } from 'drizzle-orm';
-import type { Database } from '../db/client.js';
+import type { DataAccess} from '../db/client.js';
 import { SCOPES } from '../shared/scopes.js';
 import { createApiKeysService } from '../modules/api-keys/api-keys.service.js';
 import { createOrganisationsRepository } from '../modules/organisations/organisations.repository.js';
@@ -16,7 +16,7 @@ const BOOTSTRAP_LOCK_ID = 7_264_119_002;
  * Whether the database has no organisation yet: on an external database the first start then says
  * how to create one, since nothing is created for it.
  */
-export async function hasNoOrganisation(deps: { database: Database }): Promise<boolean> {
+export async function hasNoOrganisation(deps: { database: DataAccess }): Promise<boolean> {
   return (await createOrganisationsRepository().count(deps.database.db)) === 0;
 }
 
@@ -26,7 +26,7 @@ export async function hasNoOrganisation(deps: { database: Database }): Promise<b
  * second instance racing this one) get undefined. Called on the embedded (development) database
  * only, never on DATABASE_URL: a working key printed there would land in a deployment's logs.
  */
-export async function bootstrapSandbox(deps: { database: Database }): Promise<{ orgId: string; key: string } | undefined> {
+export async function bootstrapSandbox(deps: { database: DataAccess }): Promise<{ orgId: string; key: string } | undefined> {
   const { database } = deps;
   const organisations = createOrganisationsService({ database });
   const repository = createOrganisationsRepository();

@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import pino from 'pino';
-import type { Database } from '../db/client.js';
+import type { DataAccess, Database } from '../db/client.js';
 import { createOrgRotation, dueOrganisations } from './fair-claims.js';
 import { createWakeSignal } from './wake-signal.js';
 
@@ -27,7 +27,7 @@ export type CommitOrderSealer = {
 };
 
 export type CommitOrderSealerOptions = {
-  database: Database;
+  database: DataAccess & Pick<Database, 'onWake'>;
   logger?: SealerLogger;
   /** How often it looks without being woken: what finds rows another process committed. */
   pollIntervalMs?: number;

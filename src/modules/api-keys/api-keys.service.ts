@@ -1,5 +1,5 @@
 import ipaddr from 'ipaddr.js';
-import type { Database } from '../../db/client.js';
+import type { DataAccess} from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { SCOPES, type Scope } from '../../shared/scopes.js';
@@ -68,7 +68,7 @@ function normalizeCidr(value: string): string {
 
 const SYSTEM_ACTOR: Actor = { type: 'system', id: null };
 
-export function createApiKeysService(deps: { database: Database }) {
+export function createApiKeysService(deps: { database: DataAccess }) {
   const { database } = deps;
   const keys = createApiKeysRepository();
   const organisations = createOrganisationsRepository();

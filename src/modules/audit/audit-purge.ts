@@ -1,4 +1,4 @@
-import type { Database } from '../../db/client.js';
+import type { DataAccess} from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { createServiceSecretsRepository } from '../service-secrets/service-secrets.repository.js';
 import { chainHash, checkpointSignature, checkpointSignatureMatches, GENESIS_HASH } from './audit-chain.js';
@@ -36,7 +36,7 @@ export type AuditPurge = ReturnType<typeof createAuditPurge>;
  * goes on behind a purge as before, and a writer never waits on it (it only inserts).
  */
 export function createAuditPurge(deps: {
-  database: Database;
+  database: DataAccess;
   batchSize?: number;
   /** Called after each committed batch that removed rows (the retention metric). */
   onPurged?: (rows: number) => void;

@@ -1,4 +1,4 @@
-import type { Database, Executor } from '../../db/client.js';
+import type { DataAccess, Executor } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { feedPage } from '../../shared/list-envelope.js';
@@ -63,7 +63,7 @@ export type ChainHeadDto = { org_id: string; sequence: number; hash: string | nu
  * The audit trail read back: GET /v1/audit-events (sealed rows only, in chain order) and the
  * operator's `svc audit head` and `svc audit verify`.
  */
-export function createAuditService(deps: { database: Database; cursorKey?: CursorKey }) {
+export function createAuditService(deps: { database: DataAccess; cursorKey?: CursorKey }) {
   const { database } = deps;
   const audit = createAuditRepository();
   const customers = createCustomersRepository(database.db);

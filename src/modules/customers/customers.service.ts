@@ -1,4 +1,4 @@
-import { isLockTimeout, type Database, type Executor } from '../../db/client.js';
+import { isLockTimeout, type Executor, type DataAccess } from '../../db/client.js';
 import { createPageReads, type PageReads } from '../../db/page-reads.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
@@ -266,7 +266,7 @@ function isUniqueViolation(error: unknown): boolean {
 }
 
 export function createCustomersService(deps: {
-  database: Database;
+  database: DataAccess;
   pageReads?: PageReads;
   clock?: Clock;
   businessRegister?: BusinessRegister;

@@ -1,4 +1,4 @@
-import type { Database, Executor } from '../../db/client.js';
+import type { DataAccess, Executor } from '../../db/client.js';
 import type { DocumentRequestRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import type { Clock } from '../../shared/clock.js';
@@ -81,7 +81,7 @@ export type UploadPageView = {
 };
 
 export function createDocumentRequestsService(deps: {
-  database: Database;
+  database: DataAccess;
   publicBaseUrl: string;
   clock: Clock;
   sealer: TextSealer;

@@ -1,5 +1,5 @@
 import type { Readable } from 'node:stream';
-import type { Database, Executor } from '../../db/client.js';
+import type { DataAccess, Executor } from '../../db/client.js';
 import type { EntityDocumentRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
@@ -111,7 +111,7 @@ export async function storeDocument(
 /** An opened document: its metadata and a stream of its bytes (read from the store as consumed). */
 export type DocumentContent = { document: EntityDocumentRow; open(): Readable };
 
-export function createDocumentsService(deps: { database: Database }) {
+export function createDocumentsService(deps: { database: DataAccess }) {
   const { database } = deps;
   const customers = createCustomersRepository(database.db);
   const documents = createDocumentsRepository();

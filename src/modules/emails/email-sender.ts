@@ -1,6 +1,6 @@
 import nodemailer, { type Transporter } from 'nodemailer';
 import { parseConnectionUrl } from 'nodemailer/lib/shared/index.js';
-import type { Database } from '../../db/client.js';
+import type { DataAccess} from '../../db/client.js';
 import { QUEUES } from '../../shared/job-runner.js';
 import type { TextSealer } from '../../shared/text-sealer.js';
 import { createEmailsRepository, type EmailJob, type EmailRow } from './emails.repository.js';
@@ -32,7 +32,7 @@ export type EmailAttempt = { retryCount: number };
  * links (a log line names the email, never its link, which carries the verification token).
  */
 export function createEmailSender(deps: {
-  database: Database;
+  database: DataAccess;
   smtpUrl: string | undefined;
   from: string;
   logger: Logger;

@@ -1,4 +1,4 @@
-import type { Database } from '../../db/client.js';
+import type { DataAccess} from '../../db/client.js';
 import type { TextSealer } from '../../shared/text-sealer.js';
 import { createEmailsRepository, type EmailRow } from './emails.repository.js';
 
@@ -16,7 +16,7 @@ function toEmailDto(row: EmailRow) {
   };
 }
 
-export function createEmailsService(deps: { database: Database; sealer: TextSealer }) {
+export function createEmailsService(deps: { database: DataAccess; sealer: TextSealer }) {
   const repository = createEmailsRepository(deps.sealer);
   return {
     async list(orgId: string, filters: { to?: string } = {}) {

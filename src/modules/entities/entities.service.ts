@@ -1,4 +1,4 @@
-import type { Database, Executor } from '../../db/client.js';
+import type { DataAccess, Executor } from '../../db/client.js';
 import { createPageReads, type PageReads } from '../../db/page-reads.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
@@ -32,7 +32,7 @@ function isUniqueViolation(error: unknown): boolean {
   return code === '23505' || cause?.code === '23505';
 }
 
-export function createEntitiesService(deps: { database: Database; pageReads?: PageReads; clock?: Clock; cursorKey?: CursorKey }) {
+export function createEntitiesService(deps: { database: DataAccess; pageReads?: PageReads; clock?: Clock; cursorKey?: CursorKey }) {
   const { database } = deps;
   const pageReads = deps.pageReads ?? createPageReads({ primary: database });
   const clock = deps.clock ?? systemClock;

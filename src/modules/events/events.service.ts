@@ -1,4 +1,4 @@
-import type { Database } from '../../db/client.js';
+import type { DataAccess} from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { feedPage } from '../../shared/list-envelope.js';
@@ -28,7 +28,7 @@ const toDto = (payload: string): EventDto => JSON.parse(payload) as EventDto;
  * The events feed: every event of the organisation, sealed in commit order (events-feed.sealer.ts),
  * read from the primary (a replica could lag behind a position its previous page returned).
  */
-export function createEventsService(deps: { database: Database; cursorKey?: CursorKey }) {
+export function createEventsService(deps: { database: DataAccess; cursorKey?: CursorKey }) {
   const { database } = deps;
   const events = createEventsRepository();
   const customers = createCustomersRepository(database.db);

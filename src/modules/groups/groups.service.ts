@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import type { Database, Executor } from '../../db/client.js';
+import type { DataAccess, Executor } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { createAuditWriter } from '../../shared/audit-writer.js';
@@ -84,7 +84,7 @@ function issuesOf(error: z.ZodError, root: string): Record<string, string[]> {
 }
 
 export function createGroupsService(deps: {
-  database: Database;
+  database: DataAccess;
   publicBaseUrl: string;
   /** The pre-built set to sync; defaults to CURATED_TEMPLATES (tests pass an edited set to simulate a deploy). */
   curatedTemplates?: readonly CuratedTemplate[];

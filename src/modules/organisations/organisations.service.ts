@@ -1,4 +1,4 @@
-import type { Database } from '../../db/client.js';
+import type { DataAccess} from '../../db/client.js';
 import type { OrganisationRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
@@ -29,7 +29,7 @@ function toOrganisationDto(row: OrganisationRow): OrganisationDto {
 
 const SYSTEM_ACTOR: Actor = { type: 'system', id: null };
 
-export function createOrganisationsService(deps: { database: Database }) {
+export function createOrganisationsService(deps: { database: DataAccess }) {
   const { database } = deps;
   const repository = createOrganisationsRepository();
   const audit = createAuditWriter();

@@ -1,5 +1,5 @@
 import type { RetentionSettings } from '../../config/config.js';
-import type { Database } from '../../db/client.js';
+import type { DataAccess} from '../../db/client.js';
 import { createAuditPurge } from '../audit/audit-purge.js';
 import type { Actor } from '../../shared/actor.js';
 import { createRetentionRepository, RETENTION_TABLES, type RetentionTable } from './retention.repository.js';
@@ -28,7 +28,7 @@ export type RetentionService = ReturnType<typeof createRetentionService>;
  * flight; the next run takes up where the rows are.
  */
 export function createRetentionService(deps: {
-  database: Database;
+  database: DataAccess;
   settings: RetentionSettings;
   batchSize?: number;
   /** Called after each committed batch that removed rows (the metrics counter). */

@@ -1,4 +1,4 @@
-import type { Database, Executor } from '../../db/client.js';
+import type { DataAccess, Executor } from '../../db/client.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import type { Actor } from '../../shared/actor.js';
@@ -22,7 +22,7 @@ export const SCREENING_STATUSES = AML_STATUSES.filter((status) => status !== 'RE
  * portal submission, verification verdicts, AML screening results and review completion. Each
  * writes its audit row and events in its transaction.
  */
-export function createBackOfficeService(deps: { database: Database }) {
+export function createBackOfficeService(deps: { database: DataAccess }) {
   const { database } = deps;
   const customers = createCustomersRepository(database.db);
   const entities = createEntitiesService({ database });

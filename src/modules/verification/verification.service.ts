@@ -1,4 +1,4 @@
-import type { Database, Executor } from '../../db/client.js';
+import type { DataAccess, Executor } from '../../db/client.js';
 import type { CustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { Issues } from '../../shared/issues.js';
@@ -25,7 +25,7 @@ const MANUAL_ONLY_TYPES = new Set(['TRUST', 'PARTNERSHIP', 'SMSF']);
 
 type Lane = { kind: 'KYC' } | { kind: 'KYB'; method: KybMethod };
 
-export function createVerificationService(deps: { database: Database; publicBaseUrl: string; sealer: TextSealer; jobs: JobQueue }) {
+export function createVerificationService(deps: { database: DataAccess; publicBaseUrl: string; sealer: TextSealer; jobs: JobQueue }) {
   const { database } = deps;
   const customers = createCustomersRepository(database.db);
   const entityOwners = createEntitiesRepository();

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import pino from 'pino';
-import type { Database } from '../../db/client.js';
+import type { DataAccess, Database } from '../../db/client.js';
 import { createWakeSignal } from '../../shared/wake-signal.js';
 import { createDeliveryRepository, type ClaimedDelivery, type EndpointDisableRequest, type Settlement } from './delivery.repository.js';
 import { createEndpointDisabler } from './webhooks.service.js';
@@ -46,7 +46,7 @@ function describePeriod(ms: number): string {
 type WorkerLogger = Pick<pino.Logger, 'debug' | 'info' | 'warn' | 'error'>;
 
 export type DeliveryWorkerOptions = {
-  database: Database;
+  database: DataAccess & Pick<Database, 'onWake'>;
   allowPrivateUrls: boolean;
   /** Endpoint ports allowed besides 443 (WEBHOOK_ALLOWED_PORTS). */
   allowedPorts?: readonly number[];

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { type z } from 'zod';
-import type { Database, Executor, Tx } from '../../db/client.js';
+import type { DataAccess, Executor, Tx } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import type { ListPage } from '../../shared/list-envelope.js';
@@ -174,7 +174,7 @@ export type TestEventResult = {
 };
 
 export function createWebhooksService(
-  deps: { database: Database; resolveHost?: ResolveHost; cursorKey?: CursorKey } & WebhookTargetPolicy,
+  deps: { database: DataAccess; resolveHost?: ResolveHost; cursorKey?: CursorKey } & WebhookTargetPolicy,
 ) {
   const { database } = deps;
   const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
