@@ -359,7 +359,7 @@ try {
   async function runCurrentWorker(round: number, events = EVENTS): Promise<DeliveryRun> {
     const { orgId } = await newEndpoint(`Bench A ${round}`);
     const seedPerSecond = await seed(orgId, '', false, events);
-    const worker = createDeliveryWorker({ database, allowPrivateUrls: true, concurrency: IN_FLIGHT, listen: false });
+    const worker = createDeliveryWorker({ database, allowPrivateUrls: true, concurrency: IN_FLIGHT });
     const delivered = receiver.expect(events);
     const sampler = startSampler(scratch, database.pool);
     const cpu = process.cpuUsage();

@@ -52,13 +52,6 @@ const INSERT_INTO = /^\s*INSERT\s+INTO\s+(?:"?[\w]+"?\.)?"?(\w+)"?/i;
 const CTE_INSERT_INTO = /\bAS\s*\(\s*INSERT\s+INTO\s+(?:"?[\w]+"?\.)?"?(\w+)"?/gi;
 const WRITES = /^\s*(?:WITH\b.*\b)?(?:INSERT|UPDATE|DELETE|MERGE)\b/is;
 
-/**
- * A worker wake (src/db/worker-wake.ts): sent after the commit, outside the request's transaction, and
- * coalesced across requests (at most one per channel per interval), so whether one falls inside one
- * request's window is a matter of timing. It writes no table; the budget leaves it out.
- */
-const WAKE = /^SELECT pg_notify\(\$1, (?:NULL|\$2)\)$/;
-
 export function isFkCheck(query: string): boolean {
   return FK_CHECK.test(query.trim());
 }
@@ -72,7 +65,6 @@ export function measurementOf(rows: StatementRow[], walBytes: number): Measureme
   let fkChecks = 0;
   for (const row of rows) {
     const query = row.query.trim();
-    if (WAKE.test(query)) continue;
     if (isFkCheck(query)) {
       fkChecks += row.calls;
       fkCheckCalls[query] = (fkCheckCalls[query] ?? 0) + row.calls;
