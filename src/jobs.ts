@@ -18,7 +18,8 @@ export type BackgroundJobs = {
   stop(): Promise<void>;
 };
 
-type Job = { stop(): Promise<void> };
+/** A background loop that is not a job (docs/decisions.md): the sealers and the delivery worker. */
+type Loop = { start(): Promise<void>; stop(): Promise<void> };
 
 /** When the retention purge runs: a pass over every organisation, once per tick for the whole deployment. */
 export const RETENTION_SCHEDULE = '*/10 * * * *';
@@ -59,7 +60,7 @@ export async function startBackgroundJobs(deps: {
     jobs: runner,
   });
   const emailSender = createEmailSender({ database, smtpUrl: deps.config.smtpUrl, from: deps.config.smtpFrom, logger, sealer: linkSealer });
-  const jobs: Job[] = [];
+  const loops: Loop[] = [];
   try {
     // Every growing table is bounded (docs/decisions.md, "Retention and batched purges"). The schedule
     // is the deployment's: each tick sends one job, which one instance works; SKIP LOCKED keeps the
@@ -95,27 +96,12 @@ export async function startBackgroundJobs(deps: {
     if (!deps.runner) await runner.stop();
     throw error;
   }
-  // Every instance, worker or not: the feed shows an event only once it is sealed, so sealing must
-  // not depend on how deliveries are deployed. Instances racing for one organisation skip each other.
-  const sealer = createEventsFeedSealer({ database, logger: logger.child({ component: 'events-feed-sealer' }) });
-  const sealing = sealer.start().catch((error: unknown) => logger.error({ err: error }, 'events feed sealer failed to start'));
-  jobs.push({
-    async stop() {
-      await sealing;
-      await sealer.stop();
-    },
-  });
-  // Every instance, worker or not: audit rows are chained within seconds of their commit however the
-  // service is deployed. Instances racing for one organisation skip each other.
+  // Every instance, worker or not, seals the events feed and the audit chain: the feed shows an event,
+  // and the chain a row, only once sealed, so neither may depend on how deliveries are deployed.
+  // Instances racing for one organisation skip each other.
+  loops.push(createEventsFeedSealer({ database, logger: logger.child({ component: 'events-feed-sealer' }) }));
   if (deps.config.auditSealing) {
-    const auditSealer = createAuditChainSealer({ database, logger: logger.child({ component: 'audit-chain-sealer' }) });
-    const auditSealing = auditSealer.start().catch((error: unknown) => logger.error({ err: error }, 'audit chain sealer failed to start'));
-    jobs.push({
-      async stop() {
-        await auditSealing;
-        await auditSealer.stop();
-      },
-    });
+    loops.push(createAuditChainSealer({ database, logger: logger.child({ component: 'audit-chain-sealer' }) }));
   } else {
     // Said at every start: an instance left this way by mistake would quietly hold the chain back.
     logger.warn(
@@ -123,27 +109,23 @@ export async function startBackgroundJobs(deps: {
     );
   }
   if (deps.webhookWorker) {
-    const worker = createDeliveryWorker({
-      database,
-      logger: logger.child({ component: 'webhook-worker' }),
-      allowPrivateUrls: deps.config.webhookAllowPrivateUrls,
-      allowedPorts: deps.config.webhookAllowedPorts,
-      disableEndpointAfterMs: deps.config.webhookDisableAfterHours * 3_600_000,
-    });
-    const started = worker.start().catch((error: unknown) => logger.error({ err: error }, 'webhook worker failed to start'));
-    jobs.push({
-      async stop() {
-        await started;
-        await worker.stop();
-      },
-    });
+    loops.push(
+      createDeliveryWorker({
+        database,
+        logger: logger.child({ component: 'webhook-worker' }),
+        allowPrivateUrls: deps.config.webhookAllowPrivateUrls,
+        allowedPorts: deps.config.webhookAllowedPorts,
+        disableEndpointAfterMs: deps.config.webhookDisableAfterHours * 3_600_000,
+      }),
+    );
   }
+  await Promise.all(loops.map((loop) => loop.start()));
   return {
     runner,
     async stop() {
       stopping.abort();
       // The runner waits for the jobs in flight (a retention run ends after its batch in flight).
-      await Promise.all([runner.stop(), ...jobs.map((job) => job.stop())]);
+      await Promise.all([runner.stop(), ...loops.map((loop) => loop.stop())]);
       emailSender.close();
     },
   };

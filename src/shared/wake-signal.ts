@@ -18,18 +18,20 @@ export function createWakeSignal(): WakeSignal {
   let pending = false;
   let closed = false;
   let wake: (() => void) | undefined;
-  const pauses = new Set<() => void>();
+  const waiting = new Set<() => void>();
 
-  function delay(ms: number, onEnd: (end: () => void) => () => void): Promise<void> {
+  /** Resolves after `ms`, or when close (or, if `wakeable`, a notify) ends it. */
+  function delay(ms: number, wakeable: boolean): Promise<void> {
     return new Promise((resolve) => {
-      let forget: () => void = () => {};
-      const timer = setTimeout(end, ms);
-      function end() {
+      const end = () => {
         clearTimeout(timer);
-        forget();
+        waiting.delete(end);
+        if (wake === end) wake = undefined;
         resolve();
-      }
-      forget = onEnd(end);
+      };
+      const timer = setTimeout(end, ms);
+      waiting.add(end);
+      if (wakeable) wake = end;
     });
   }
 
@@ -43,24 +45,12 @@ export function createWakeSignal(): WakeSignal {
         pending = false;
         return Promise.resolve();
       }
-      return delay(ms, (end) => {
-        wake = end;
-        return () => {
-          if (wake === end) wake = undefined;
-        };
-      });
+      return delay(ms, true);
     },
-    pause(ms) {
-      if (closed) return Promise.resolve();
-      return delay(ms, (end) => {
-        pauses.add(end);
-        return () => void pauses.delete(end);
-      });
-    },
+    pause: (ms) => (closed ? Promise.resolve() : delay(ms, false)),
     close() {
       closed = true;
-      wake?.();
-      for (const end of [...pauses]) end();
+      for (const end of [...waiting]) end();
     },
   };
 }
