@@ -3,7 +3,7 @@
  * or, on an empty external database, how to create one. Used by `svc serve` only.
  */
 import { sql } from 'drizzle-orm';
-import type { DataAccess} from '../db/client.js';
+import type { DataAccess } from '../db/client.js';
 import { SCOPES } from '../shared/scopes.js';
 import { createApiKeysService } from '../modules/api-keys/api-keys.service.js';
 import { createOrganisationsRepository } from '../modules/organisations/organisations.repository.js';

@@ -91,7 +91,11 @@ describe('job runner', () => {
     const runner = await startJobRunner(ctx.database, { schedule: false, pollingIntervalSeconds: 60 });
     const taken: string[] = [];
     try {
-      await runner.work<{ n: string }>(QUEUES.documentRequestExpiry.name, {}, async (jobs) => void taken.push(...jobs.map((job) => job.data.n)));
+      await runner.work<{ n: string }>(
+        QUEUES.documentRequestExpiry.name,
+        {},
+        async (jobs) => void taken.push(...jobs.map((job) => job.data.n)),
+      );
       await new Promise((resolve) => setTimeout(resolve, 300)); // past the worker's first (empty) poll
       await expect(
         ctx.database.transaction(async (tx) => {
@@ -107,4 +111,3 @@ describe('job runner', () => {
     }
   });
 });
-

@@ -132,7 +132,12 @@ export async function startJobRunner(
     send: (executor, queue, data, sendOptions) => sendJob(boss, executor, queue, data, sendOptions),
     async work(queue, workOptions, handler) {
       const { batchSize = 1, localConcurrency = 1, groupConcurrency } = workOptions;
-      const polling = { batchSize, localConcurrency, pollingIntervalSeconds: options.pollingIntervalSeconds ?? POLLING_INTERVAL_SECONDS, perJobResults: true as const };
+      const polling = {
+        batchSize,
+        localConcurrency,
+        pollingIntervalSeconds: options.pollingIntervalSeconds ?? POLLING_INTERVAL_SECONDS,
+        perJobResults: true as const,
+      };
       const workerId = await boss.work(queue, groupConcurrency ? { ...polling, groupConcurrency } : polling, async (jobs) => {
         try {
           const results = await handler(jobs as Job<never>[]);

@@ -306,7 +306,7 @@ describe('webhook delivery', () => {
     expect(receiptsFor('/rebound')).toHaveLength(0);
   });
 
-  it("when its process commits an event, the worker is woken after the commit and delivers without waiting for the next poll", async () => {
+  it('when its process commits an event, the worker is woken after the commit and delivers without waiting for the next poll', async () => {
     const { orgId } = await orgWithEndpoint();
     await startWorker({ pollIntervalMs: 600_000 });
     const eventId = await emit(orgId);

@@ -171,7 +171,11 @@ function noteAdmitted(lease: Lease, window: number, at: number): void {
  * see Lease.clockOffset), the check is a read-only variant; when the window moved on meanwhile, its
  * verdict asks the full check.
  */
-export function createAccessService(deps: { database: Pick<Database, 'query' | 'db'>; defaults: { burst: number; daily: number }; clock?: Clock }) {
+export function createAccessService(deps: {
+  database: Pick<Database, 'query' | 'db'>;
+  defaults: { burst: number; daily: number };
+  clock?: Clock;
+}) {
   const clock = deps.clock ?? systemClock;
   /** This process's clock, in seconds (the database's is `now_epoch`). */
   const nowSeconds = () => clock.now().getTime() / 1000;

@@ -1,5 +1,5 @@
 import ipaddr from 'ipaddr.js';
-import type { DataAccess} from '../../db/client.js';
+import type { DataAccess } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { SCOPES, type Scope } from '../../shared/scopes.js';

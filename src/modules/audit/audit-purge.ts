@@ -1,4 +1,4 @@
-import type { DataAccess} from '../../db/client.js';
+import type { DataAccess } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { createServiceSecretsRepository } from '../service-secrets/service-secrets.repository.js';
 import { chainHash, checkpointSignature, checkpointSignatureMatches, GENESIS_HASH } from './audit-chain.js';

@@ -1,6 +1,6 @@
 import nodemailer, { type Transporter } from 'nodemailer';
 import { parseConnectionUrl } from 'nodemailer/lib/shared/index.js';
-import type { DataAccess} from '../../db/client.js';
+import type { DataAccess } from '../../db/client.js';
 import { QUEUES } from '../../shared/job-runner.js';
 import type { TextSealer } from '../../shared/text-sealer.js';
 import { createEmailsRepository, type EmailJob, type EmailRow } from './emails.repository.js';

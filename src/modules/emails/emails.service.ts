@@ -1,4 +1,4 @@
-import type { DataAccess} from '../../db/client.js';
+import type { DataAccess } from '../../db/client.js';
 import type { TextSealer } from '../../shared/text-sealer.js';
 import { createEmailsRepository, type EmailRow } from './emails.repository.js';
 

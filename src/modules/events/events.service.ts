@@ -1,4 +1,4 @@
-import type { DataAccess} from '../../db/client.js';
+import type { DataAccess } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { feedPage } from '../../shared/list-envelope.js';

@@ -1,5 +1,5 @@
 import type { RetentionSettings } from '../../config/config.js';
-import type { DataAccess} from '../../db/client.js';
+import type { DataAccess } from '../../db/client.js';
 import { createAuditPurge } from '../audit/audit-purge.js';
 import type { Actor } from '../../shared/actor.js';
 import { createRetentionRepository, RETENTION_TABLES, type RetentionTable } from './retention.repository.js';

@@ -1,4 +1,4 @@
-import type { DataAccess} from '../../db/client.js';
+import type { DataAccess } from '../../db/client.js';
 import type { CursorKey } from '../../shared/list-cursor.js';
 import { createServiceSecretsRepository } from './service-secrets.repository.js';
 
