@@ -1,7 +1,6 @@
 import { z } from 'zod';
-import { dateTimeSchema } from '../../shared/dates.schema.js';
 import { feedEnvelope } from '../../shared/list-envelope.js';
-import { limitParam } from '../customers/customers.schemas.js';
+import { createdBetweenParams, limitParam } from '../../shared/request-params.js';
 
 /** `action`: a comma list of actions, as a sorted set (so `a,b` and `b,a` are the same walk). */
 const actionList = z
@@ -53,14 +52,7 @@ export const listAuditEventsQuery = z
       )
       .meta({ example: 'operator' }),
     action: actionList.optional(),
-    created_after: dateTimeSchema()
-      .optional()
-      .describe('Only events created strictly after this instant (ISO 8601).')
-      .meta({ example: '2026-01-31T09:00:00Z' }),
-    created_before: dateTimeSchema()
-      .optional()
-      .describe('Only events created strictly before this instant (ISO 8601).')
-      .meta({ example: '2026-02-28T09:00:00Z' }),
+    ...createdBetweenParams,
   })
   .strict();
 export type ListAuditEventsQuery = z.output<typeof listAuditEventsQuery>;

@@ -4,7 +4,6 @@ import { errorResponses } from '../../shared/error-responses.js';
 import { createCustomersService } from './customers.service.js';
 import {
   amlBlockSchema,
-  idParams,
   individualSchema,
   listCustomersQuery,
   recordListEnvelope,
@@ -12,6 +11,7 @@ import {
   replaceServicesBody,
   upsertCustomerBody,
 } from './customers.schemas.js';
+import { idParams } from '../../shared/request-params.js';
 import { requestContext } from '../../shared/request-context.js';
 
 export async function customersRoutes(fastify: FastifyInstance): Promise<void> {

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { limitParam } from '../../shared/request-params.js';
 import { calendarDateSchema, dateTimeSchema } from '../../shared/dates.schema.js';
 import { listEnvelope } from '../../shared/list-envelope.js';
 import { isDesignatedServiceCode } from '../designated-services/catalog.js';
@@ -116,19 +117,6 @@ export type PatchCustomerBody = z.output<typeof patchCustomerBody>;
 export const replaceServicesBody = z
   .object({ service_codes: serviceCodeList.describe('The complete new set; an empty array removes every assignment.') })
   .strict();
-
-export const idParams = z.object({ id: z.string().min(1).max(255).describe('The customer UUID or your external_id.') }).strict();
-
-/** A whole number in the query string, clamped to 1..100; anything else is left for the schema to refuse. */
-const clampLimit = (value: unknown) =>
-  typeof value === 'string' && /^-?\d+$/.test(value) ? Math.min(100, Math.max(1, Number(value))) : value;
-
-// The query string arrives as text; the document (which shows what a request sends) types it as the
-// integer it stands for: the input side of a preprocess is the schema after it.
-export const limitParam = z
-  .preprocess(clampLimit, z.int({ error: 'Must be a whole number.' }).min(1).max(100).meta({ default: 50 }))
-  .optional()
-  .describe('Page size 1 to 100, default 50; a whole number outside the range is clamped to it.');
 
 export const listQueryBase = z
   .object({

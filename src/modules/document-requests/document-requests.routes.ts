@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { errorResponses } from '../../shared/error-responses.js';
-import { idParams } from '../customers/customers.schemas.js';
+import { idParams } from '../../shared/request-params.js';
 import { requestContext } from '../../shared/request-context.js';
 import { createDocumentRequestsService } from './document-requests.service.js';
 import { createDocumentRequestBody, createdDocumentRequestSchema, documentRequestListSchema } from './document-requests.schemas.js';

@@ -4,7 +4,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { errorEnvelopeSchema } from '../../shared/error-envelope.schema.js';
 import { errorResponses } from '../../shared/error-responses.js';
-import { idParams } from '../customers/customers.schemas.js';
+import { idParams } from '../../shared/request-params.js';
 import { requestContext } from '../../shared/request-context.js';
 import { DOCUMENT_MEDIA_TYPES, MAX_DOCUMENT_BYTES } from './document-types.js';
 import {

@@ -1,7 +1,8 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { errorResponses } from '../../shared/error-responses.js';
-import { amlBlockSchema, idParams, recordListEnvelope } from '../customers/customers.schemas.js';
+import { amlBlockSchema, recordListEnvelope } from '../customers/customers.schemas.js';
+import { idParams } from '../../shared/request-params.js';
 import { requestContext } from '../../shared/request-context.js';
 import { createEntitiesService } from './entities.service.js';
 import { addOwnersBody, entitySchema, listEntitiesQuery, patchEntityBody, ubosResponse, upsertEntityBody } from './entities.schemas.js';

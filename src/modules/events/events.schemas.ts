@@ -1,7 +1,6 @@
 import { z } from 'zod';
-import { dateTimeSchema } from '../../shared/dates.schema.js';
 import { feedEnvelope } from '../../shared/list-envelope.js';
-import { limitParam } from '../customers/customers.schemas.js';
+import { createdBetweenParams, limitParam } from '../../shared/request-params.js';
 import { FEED_EVENT_TYPES } from '../../shared/outbox.js';
 
 const KNOWN_TYPES: ReadonlySet<string> = new Set(FEED_EVENT_TYPES);
@@ -42,14 +41,7 @@ export const listEventsQuery = z
       .optional()
       .describe('Only events about this customer or entity: its UUID or your external_id. Unknown → 404.')
       .meta({ example: 'crm-10442' }),
-    created_after: dateTimeSchema()
-      .optional()
-      .describe('Only events created strictly after this instant (ISO 8601).')
-      .meta({ example: '2026-01-31T09:00:00Z' }),
-    created_before: dateTimeSchema()
-      .optional()
-      .describe('Only events created strictly before this instant (ISO 8601).')
-      .meta({ example: '2026-02-28T09:00:00Z' }),
+    ...createdBetweenParams,
   })
   .strict();
 export type ListEventsQuery = z.output<typeof listEventsQuery>;

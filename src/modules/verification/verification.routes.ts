@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { confirmedAuth } from '../api-keys/auth.plugin.js';
 import { errorResponses } from '../../shared/error-responses.js';
-import { idParams } from '../customers/customers.schemas.js';
+import { idParams } from '../../shared/request-params.js';
 import { requestContext } from '../../shared/request-context.js';
 import { createVerificationService } from './verification.service.js';
 import {

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { limitParam } from '../../shared/request-params.js';
 import { EVENT_TYPES } from '../../shared/outbox.js';
 
 export const DELIVERY_STATUSES = ['pending', 'succeeded', 'failed'] as const;
@@ -139,13 +140,6 @@ export const deliveryIdParams = z
   .object({ id: z.string().min(1).max(255).describe('The delivery id.').meta({ example: '5c44e0d2-7b1a-4c8e-a1f2-3d4e5f60718a' }) })
   .strict();
 
-/** A whole number in the query string, clamped to 1..100 as on every list. */
-const clampLimit = (value: unknown) =>
-  typeof value === 'string' && /^-?\d+$/.test(value) ? Math.min(100, Math.max(1, Number(value))) : value;
-const limitParam = z
-  .preprocess(clampLimit, z.int({ error: 'Must be a whole number.' }).min(1).max(100).meta({ default: 50 }))
-  .optional()
-  .describe('Page size 1 to 100, default 50; a whole number outside the range is clamped to it.');
 const cursorParam = z.string().max(1024).optional().describe('Opaque next_cursor of the previous page.');
 
 export const listEndpointsQuery = z.object({ limit: limitParam, cursor: cursorParam }).strict();
