@@ -198,7 +198,7 @@ export type FirstJob = { queue: QueueName; data: object; group?: string };
 /**
  * Installs or upgrades pg-boss's schema and creates the service's queues: part of the migrations, so
  * a database (and the test template every test database is cloned from) has them before any runner
- * starts. A database already current costs one read. When the queues are created, `firstJobs` (read
+ * starts. A database already current costs pg-boss's three reads. When the queues are created, `firstJobs` (read
  * on the same database) are sent with them: the upgrade from the loops that polled their tables.
  */
 export async function installJobQueues(connectionString: string, firstJobs?: (client: pg.Client) => Promise<FirstJob[]>): Promise<void> {
@@ -206,17 +206,14 @@ export async function installJobQueues(connectionString: string, firstJobs?: (cl
   let pending: FirstJob[] = [];
   await client.connect();
   try {
-    const installed = await client
-      .query<{ version: string | null; queues: number }>(
-        `SELECT (SELECT version FROM ${SCHEMA}.version) AS version,
-              (SELECT count(*)::int FROM ${SCHEMA}.queue WHERE name = ANY($1)) AS queues
-        WHERE to_regclass('${SCHEMA}.version') IS NOT NULL`,
-        [Object.values(QUEUES).map((queue) => queue.name)],
-      )
-      .catch(() => ({ rows: [] }));
-    const current = installed.rows[0];
-    if (current && Number(current.version) === jobSchemaVersion() && current.queues === Object.keys(QUEUES).length) return;
-    if (!current && firstJobs) pending = await firstJobs(client);
+    // pg-boss's own reads, on this connection: its schema version, and which of our queues exist.
+    const probe = new PgBoss({ db: { executeSql: (text, values) => client.query(text, values) }, schema: SCHEMA });
+    const installed = await probe.isInstalled();
+    if (installed && (await probe.schemaVersion()) === jobSchemaVersion()) {
+      const queues = await probe.getQueues(Object.values(QUEUES).map((queue) => queue.name));
+      if (queues.length === Object.keys(QUEUES).length) return;
+    }
+    if (!installed && firstJobs) pending = await firstJobs(client);
   } finally {
     await client.end();
   }
