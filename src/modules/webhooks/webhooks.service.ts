@@ -4,7 +4,7 @@ import type { DataAccess, Executor, Tx } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import type { ListPage } from '../../shared/list-envelope.js';
-import { createAuditWriter } from '../../shared/audit-writer.js';
+import { createAuditWriter, type AuditEntry } from '../../shared/audit-writer.js';
 import type { Actor } from '../../shared/actor.js';
 import type { OpenTransaction } from '../../shared/request-context.js';
 import { decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from '../../shared/list-cursor.js';
@@ -47,6 +47,11 @@ const SYSTEM_ACTOR: Actor = { type: 'system', id: null };
 /** Standard Webhooks secret: `whsec_` + base64 of 32 random bytes (the HMAC key). */
 function generateWebhookSecret(): string {
   return `whsec_${randomBytes(32).toString('base64')}`;
+}
+
+/** The audit row of a change to a webhook endpoint. */
+function endpointChange(orgId: string, id: string, actor: Actor, action: string, before: unknown, after: unknown): AuditEntry {
+  return { orgId, actor, action, subjectType: 'webhook_endpoint', subjectId: id, before, after };
 }
 
 function toEndpointDto(row: WebhookEndpointRecord): WebhookEndpointDto {
@@ -100,15 +105,14 @@ export function createEndpointDisabler() {
       await webhooks.failQueuedDeliveries(input.orgId, input.endpointId, `endpoint disabled: ${input.reason}`, tx);
       const endpoint = toEndpointDto(row);
       await audit.record(
-        {
-          orgId: input.orgId,
-          actor: input.actor,
-          action: 'webhook_endpoint.disabled',
-          subjectType: 'webhook_endpoint',
-          subjectId: input.endpointId,
-          before: toEndpointDto(before),
-          after: input.cause ? { ...endpoint, cause: input.cause } : endpoint,
-        },
+        endpointChange(
+          input.orgId,
+          input.endpointId,
+          input.actor,
+          'webhook_endpoint.disabled',
+          toEndpointDto(before),
+          input.cause ? { ...endpoint, cause: input.cause } : endpoint,
+        ),
         tx,
       );
       await outbox.record(
@@ -268,18 +272,7 @@ export function createWebhooksService(
           tx,
         );
         const dto = toEndpointDto(row);
-        await audit.record(
-          {
-            orgId: row.orgId,
-            actor,
-            action: 'webhook_endpoint.created',
-            subjectType: 'webhook_endpoint',
-            subjectId: row.id,
-            before: null,
-            after: dto,
-          },
-          tx,
-        );
+        await audit.record(endpointChange(row.orgId, row.id, actor, 'webhook_endpoint.created', null, dto), tx);
         return { ...dto, secret };
       });
     },
@@ -358,15 +351,14 @@ export function createWebhooksService(
           const row = await webhooks.updateEndpoint(existing.orgId, id, changes, tx);
           if (!row) throw AppError.notFound('Webhook endpoint');
           await audit.record(
-            {
-              orgId: row.orgId,
+            endpointChange(
+              row.orgId,
+              row.id,
               actor,
-              action: changes.enabled ? 'webhook_endpoint.enabled' : 'webhook_endpoint.updated',
-              subjectType: 'webhook_endpoint',
-              subjectId: row.id,
-              before: toEndpointDto(existing),
-              after: toEndpointDto(row),
-            },
+              changes.enabled ? 'webhook_endpoint.enabled' : 'webhook_endpoint.updated',
+              toEndpointDto(existing),
+              toEndpointDto(row),
+            ),
             tx,
           );
           current = row;
@@ -388,15 +380,7 @@ export function createWebhooksService(
         const existing = await lockEndpoint(id, options.orgId, tx);
         await webhooks.deleteEndpoint(existing.orgId, id, tx);
         await audit.record(
-          {
-            orgId: existing.orgId,
-            actor: options.actor ?? SYSTEM_ACTOR,
-            action: 'webhook_endpoint.deleted',
-            subjectType: 'webhook_endpoint',
-            subjectId: id,
-            before: toEndpointDto(existing),
-            after: null,
-          },
+          endpointChange(existing.orgId, id, options.actor ?? SYSTEM_ACTOR, 'webhook_endpoint.deleted', toEndpointDto(existing), null),
           tx,
         );
         return { id, object: 'webhook_endpoint', deleted: true };
@@ -421,15 +405,10 @@ export function createWebhooksService(
         if (!row) throw AppError.notFound('Webhook endpoint');
         const dto = toEndpointDto(row);
         await audit.record(
-          {
-            orgId: row.orgId,
-            actor: options.actor ?? SYSTEM_ACTOR,
-            action: 'webhook_endpoint.secret_rotated',
-            subjectType: 'webhook_endpoint',
-            subjectId: row.id,
-            before: toEndpointDto(existing),
-            after: { ...dto, grace_period_seconds: grace },
-          },
+          endpointChange(row.orgId, row.id, options.actor ?? SYSTEM_ACTOR, 'webhook_endpoint.secret_rotated', toEndpointDto(existing), {
+            ...dto,
+            grace_period_seconds: grace,
+          }),
           tx,
         );
         return { ...dto, secret };
@@ -453,15 +432,10 @@ export function createWebhooksService(
         const delivery = await webhooks.findDeliveryOfEvent(endpoint.orgId, eventId, id, tx);
         if (!event || !delivery) throw new Error(`the test event ${eventId} was not queued for endpoint ${id}`);
         await audit.record(
-          {
-            orgId: endpoint.orgId,
-            actor: options.actor ?? SYSTEM_ACTOR,
-            action: 'webhook_endpoint.test_sent',
-            subjectType: 'webhook_endpoint',
-            subjectId: id,
-            before: null,
-            after: { event_id: eventId, delivery_id: delivery.id },
-          },
+          endpointChange(endpoint.orgId, id, options.actor ?? SYSTEM_ACTOR, 'webhook_endpoint.test_sent', null, {
+            event_id: eventId,
+            delivery_id: delivery.id,
+          }),
           tx,
         );
         return { event: JSON.parse(event.payload) as TestEventResult['event'], delivery: toDeliveryDto(delivery, []) };
