@@ -81,6 +81,15 @@ export type WebhookDeliveryRecord = {
 };
 export type WebhookAttemptRecord = typeof webhookAttempts.$inferSelect;
 
+/** An organisation's deliveries joined to their event and endpoint, selecting deliveryColumns. */
+function deliveriesOf(tx: Executor, orgId: string) {
+  return tx
+    .select(deliveryColumns)
+    .from(webhookDeliveries)
+    .innerJoin(outboxEvents, and(eq(outboxEvents.id, webhookDeliveries.eventId), eq(outboxEvents.orgId, orgId)))
+    .innerJoin(webhookEndpoints, and(eq(webhookEndpoints.id, webhookDeliveries.endpointId), eq(webhookEndpoints.orgId, orgId)));
+}
+
 export function createWebhooksRepository() {
   return {
     async insertEndpoint(values: typeof webhookEndpoints.$inferInsert, tx: Executor): Promise<WebhookEndpointRecord> {
@@ -192,11 +201,7 @@ export function createWebhooksRepository() {
           sql`(${webhookDeliveries.createdAt}, ${webhookDeliveries.id}) < (${page.before.createdAt.toISOString()}::timestamptz, ${page.before.id}::uuid)`,
         );
       }
-      return tx
-        .select(deliveryColumns)
-        .from(webhookDeliveries)
-        .innerJoin(outboxEvents, and(eq(outboxEvents.id, webhookDeliveries.eventId), eq(outboxEvents.orgId, orgId)))
-        .innerJoin(webhookEndpoints, and(eq(webhookEndpoints.id, webhookDeliveries.endpointId), eq(webhookEndpoints.orgId, orgId)))
+      return deliveriesOf(tx, orgId)
         .where(and(...conditions))
         .orderBy(desc(webhookDeliveries.createdAt), desc(webhookDeliveries.id))
         .limit(page.limit);
@@ -209,11 +214,7 @@ export function createWebhooksRepository() {
       endpointId: string,
       tx: Executor,
     ): Promise<WebhookDeliveryRecord | undefined> {
-      const [row] = await tx
-        .select(deliveryColumns)
-        .from(webhookDeliveries)
-        .innerJoin(outboxEvents, and(eq(outboxEvents.id, webhookDeliveries.eventId), eq(outboxEvents.orgId, orgId)))
-        .innerJoin(webhookEndpoints, and(eq(webhookEndpoints.id, webhookDeliveries.endpointId), eq(webhookEndpoints.orgId, orgId)))
+      const [row] = await deliveriesOf(tx, orgId)
         .where(
           and(eq(webhookDeliveries.orgId, orgId), eq(webhookDeliveries.eventId, eventId), eq(webhookDeliveries.endpointId, endpointId)),
         )
@@ -281,23 +282,14 @@ export function createWebhooksRepository() {
       const conditions: SQL[] = [eq(webhookDeliveries.orgId, orgId)];
       if (filters.eventId) conditions.push(eq(webhookDeliveries.eventId, filters.eventId));
       if (filters.status) conditions.push(eq(webhookDeliveries.status, filters.status));
-      return tx
-        .select(deliveryColumns)
-        .from(webhookDeliveries)
-        .innerJoin(outboxEvents, and(eq(outboxEvents.id, webhookDeliveries.eventId), eq(outboxEvents.orgId, orgId)))
-        .innerJoin(webhookEndpoints, and(eq(webhookEndpoints.id, webhookDeliveries.endpointId), eq(webhookEndpoints.orgId, orgId)))
+      return deliveriesOf(tx, orgId)
         .where(and(...conditions))
         .orderBy(desc(webhookDeliveries.createdAt), desc(webhookDeliveries.id))
         .limit(filters.limit);
     },
 
     async findDelivery(orgId: string, id: string, tx: Executor): Promise<WebhookDeliveryRecord | undefined> {
-      const [row] = await tx
-        .select(deliveryColumns)
-        .from(webhookDeliveries)
-        .innerJoin(outboxEvents, and(eq(outboxEvents.id, webhookDeliveries.eventId), eq(outboxEvents.orgId, orgId)))
-        .innerJoin(webhookEndpoints, and(eq(webhookEndpoints.id, webhookDeliveries.endpointId), eq(webhookEndpoints.orgId, orgId)))
-        .where(and(eq(webhookDeliveries.orgId, orgId), eq(webhookDeliveries.id, id)));
+      const [row] = await deliveriesOf(tx, orgId).where(and(eq(webhookDeliveries.orgId, orgId), eq(webhookDeliveries.id, id)));
       return row;
     },
 
