@@ -49,8 +49,10 @@ import { runMigrations } from '../src/db/migrate.js';
 import { createDeliveryRepository, type ClaimedDelivery, type Settlement } from '../src/modules/webhooks/delivery.repository.js';
 import { createDeliveryWorker } from '../src/modules/webhooks/delivery.worker.js';
 import { createWebhookSender, DEFAULT_REQUEST_TIMEOUT_MS, type SendResult } from '../src/modules/webhooks/webhook-sender.js';
-import { createWebhooksService } from '../src/modules/webhooks/webhooks.service.js';
-import { createOrganisationsService } from '../src/modules/organisations/organisations.service.js';
+import { loadConfig } from '../src/config/config.js';
+import { createServices } from '../src/services.js';
+import { lazyJobQueue } from '../src/shared/job-runner.js';
+import { createTextSealer } from '../src/shared/text-sealer.js';
 import { createOutboxRepository } from '../src/shared/outbox.js';
 
 const databaseUrl = process.env.DATABASE_URL;
@@ -281,8 +283,14 @@ let exitCode = 0;
 try {
   await runMigrations(url);
   const database = createDatabase(url, { poolSize: POOL_SIZE });
-  const organisations = createOrganisationsService({ database });
-  const webhooks = createWebhooksService({ database, allowPrivateUrls: true });
+  const services = createServices({
+    config: loadConfig({ WEBHOOK_ALLOW_PRIVATE_URLS: 'true' }),
+    database,
+    sealer: createTextSealer(randomBytes(32)),
+    jobs: lazyJobQueue(database),
+  });
+  const organisations = services.organisations;
+  const webhooks = services.webhooks;
   const outbox = createOutboxRepository();
   const deliveries = createDeliveryRepository();
 

@@ -17,8 +17,10 @@ import { runMigrations } from '../src/db/migrate.js';
 import { createDeliveryWorker } from '../src/modules/webhooks/delivery.worker.js';
 import { createOutboxRepository } from '../src/shared/outbox.js';
 import { createWebhookSender } from '../src/modules/webhooks/webhook-sender.js';
-import { createWebhooksService } from '../src/modules/webhooks/webhooks.service.js';
-import { createOrganisationsService } from '../src/modules/organisations/organisations.service.js';
+import { loadConfig } from '../src/config/config.js';
+import { createServices } from '../src/services.js';
+import { lazyJobQueue } from '../src/shared/job-runner.js';
+import { createTextSealer } from '../src/shared/text-sealer.js';
 
 const databaseUrl = process.env.DATABASE_URL;
 if (!databaseUrl) {
@@ -87,13 +89,19 @@ const receiver = await startReceiver();
 try {
   await runMigrations(url);
   const database = createDatabase(url, { poolSize: 10 });
-  const org = await createOrganisationsService({ database }).create({
+  const services = createServices({
+    config: loadConfig({ WEBHOOK_ALLOW_PRIVATE_URLS: 'true' }),
+    database,
+    sealer: createTextSealer(randomBytes(32)),
+    jobs: lazyJobQueue(database),
+  });
+  const org = await services.organisations.create({
     name: 'Bench',
     features: [],
     credits: 0,
     defaultPayer: 'organization',
   });
-  const endpoint = await createWebhooksService({ database, allowPrivateUrls: true }).addEndpoint({ orgId: org.id, url: receiver.url });
+  const endpoint = await services.webhooks.addEndpoint({ orgId: org.id, url: receiver.url });
 
   // A payload of realistic size: an individual DTO.
   const customer = {

@@ -8,7 +8,7 @@ import secureJson from 'secure-json-parse';
 import type { Config } from './config/config.js';
 import { AppError } from './shared/app-error.js';
 import type { Database } from './db/client.js';
-import { createPageReads, type PageReads, type PageReason, type PageTarget } from './db/page-reads.js';
+import { createPageReads, type PageReason, type PageTarget } from './db/page-reads.js';
 import { systemClock, type Clock } from './shared/clock.js';
 import { linkSealerFor, type TextSealer } from './shared/text-sealer.js';
 import type { BusinessRegister } from './modules/customers/business-register.js';
@@ -28,6 +28,7 @@ import { healthRoutes } from './modules/health/health.routes.js';
 import { uploadPageRoutes } from './modules/document-requests/upload-page.routes.js';
 import { apiModules } from './modules/index.js';
 import type { ResolveHost } from './modules/webhooks/endpoint-url.js';
+import { createServices, type Services } from './services.js';
 
 export type AppDeps = {
   config: Config;
@@ -60,17 +61,13 @@ export type AppDeps = {
   jobs?: JobQueue;
 };
 
-export type ResolvedDeps = Required<
-  Omit<AppDeps, 'logger' | 'validateResponses' | 'businessRegister' | 'resolveHost' | 'replica' | 'exactReplicaReads'>
-> &
-  Pick<AppDeps, 'businessRegister' | 'resolveHost'> & {
-    /** Where list pages read: the replica when it has replayed far enough, else `database`. */
-    pageReads: PageReads;
-  };
+/** What the plugins read of the app's dependencies; the routes use the services built on them. */
+export type ResolvedDeps = Required<Pick<AppDeps, 'config' | 'database' | 'clock' | 'linkSealer' | 'jobs'>>;
 
 declare module 'fastify' {
   interface FastifyInstance {
     deps: ResolvedDeps;
+    services: Services;
     metrics?: {
       rateLimited(window: string): void;
       retentionPurged(table: string, rows: number): void;
@@ -229,22 +226,20 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.server.on('connect', refuseConnect);
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(deps.validateResponses ? serializerCompiler : () => (data) => JSON.stringify(data));
+  app.decorate('deps', {
+    config: deps.config,
+    database: deps.database,
+    clock: deps.clock ?? systemClock,
+    linkSealer: deps.linkSealer ?? linkSealerFor(deps.config),
+    jobs: deps.jobs ?? ownJobs(app, deps.database),
+  });
   const pageReads = createPageReads({
     primary: deps.database,
     replica: deps.replica,
     exact: deps.exactReplicaReads ?? true,
     observe: (target, reason) => app.metrics?.pageRead(target, reason),
   });
-  app.decorate('deps', {
-    config: deps.config,
-    database: deps.database,
-    pageReads,
-    clock: deps.clock ?? systemClock,
-    businessRegister: deps.businessRegister,
-    resolveHost: deps.resolveHost,
-    linkSealer: deps.linkSealer ?? linkSealerFor(deps.config),
-    jobs: deps.jobs ?? ownJobs(app, deps.database),
-  });
+  app.decorate('services', createServices({ ...deps, ...app.deps, sealer: app.deps.linkSealer, pageReads }));
   // First of the onRequest hooks: a body still to come is watched even when a later hook refuses the request.
   await app.register(requestTimeoutsPlugin, { bodyIdleTimeoutMs: deps.config.requestTimeouts.bodyIdleTimeoutMs });
   app.addHook('onRequest', (request, reply, done) => {

@@ -6,11 +6,10 @@ import { createEmailSender } from './modules/emails/email-sender.js';
 import type { EmailJob } from './modules/emails/emails.repository.js';
 import { createEventsFeedSealer } from './modules/events/events-feed.sealer.js';
 import { createDeliveryWorker } from './modules/webhooks/delivery.worker.js';
-import { createRetentionService, type RetentionTable } from './modules/retention/retention.service.js';
-import { createDocumentRequestsService } from './modules/document-requests/document-requests.service.js';
-import { systemClock } from './shared/clock.js';
+import type { RetentionTable } from './modules/retention/retention.service.js';
 import { QUEUES, startJobRunner, type JobRunner } from './shared/job-runner.js';
 import { linkSealerFor } from './shared/text-sealer.js';
+import { createServices } from './services.js';
 
 export type BackgroundJobs = {
   /** The process's job runner: what the HTTP app enqueues with too. */
@@ -43,21 +42,14 @@ export async function startBackgroundJobs(deps: {
 }): Promise<BackgroundJobs> {
   const { database, logger } = deps;
   const runner = deps.runner ?? (await startJobRunner(database, { logger }));
-  const retention = createRetentionService({
-    database,
-    settings: deps.config.retention,
-    onPurged: (table, rows) => deps.metrics?.retentionPurged(table, rows),
-    onOrganisationFailed: (orgId, error) => logger.warn({ err: error, orgId }, 'retention purge of an organisation failed'),
-  });
   // A run over many organisations may be long: stopping ends it after the batch in flight.
   const stopping = new AbortController();
   const linkSealer = linkSealerFor(deps.config);
-  const documentRequests = createDocumentRequestsService({
-    database,
-    publicBaseUrl: deps.config.publicBaseUrl,
-    clock: systemClock,
-    sealer: linkSealer,
-    jobs: runner,
+  const services = createServices({ config: deps.config, database, sealer: linkSealer, jobs: runner });
+  const { documentRequests } = services;
+  const retention = services.retention({
+    onPurged: (table, rows) => deps.metrics?.retentionPurged(table, rows),
+    onOrganisationFailed: (orgId, error) => logger.warn({ err: error, orgId }, 'retention purge of an organisation failed'),
   });
   const emailSender = createEmailSender({ database, smtpUrl: deps.config.smtpUrl, from: deps.config.smtpFrom, logger, sealer: linkSealer });
   const loops: Loop[] = [];

@@ -8,8 +8,11 @@ import { connect } from '../db/connect.js';
 import { isAppError } from '../shared/app-error.js';
 import { connectionLevelMessage, isDatabaseError } from '../shared/database-errors.js';
 import type { Actor } from '../shared/actor.js';
+import { lazyJobQueue } from '../shared/job-runner.js';
+import { lazyLinkSealer } from '../shared/text-sealer.js';
+import { createServices, type Services } from '../services.js';
 
-export type CommandContext = { config: Config; database: Database; actor: Actor };
+export type CommandContext = { config: Config; database: Database; services: Services; actor: Actor };
 
 /**
  * Where a command reads its environment and writes its output: the process's own in `bin/svc.js`, or
@@ -104,13 +107,14 @@ export function createCliRunner(io: CliIo) {
     const settings = config();
     const log = logger(settings);
     let connection: Awaited<ReturnType<typeof connect>> | undefined;
+    let jobs: ReturnType<typeof lazyJobQueue> | undefined;
     try {
       connection = await connect(settings, { info: (message) => log.info(message) }, { migrate: options.migrate });
-      const result = await work({
-        config: settings,
-        database: connection.database,
-        actor: { type: 'operator', id: `cli:${userInfo().username}` },
-      });
+      const { database } = connection;
+      jobs = lazyJobQueue(database);
+      const services = createServices({ config: settings, database, sealer: lazyLinkSealer(settings), jobs });
+      const result = await work({ config: settings, database, services, actor: { type: 'operator', id: `cli:${userInfo().username}` } });
+      await jobs.stop();
       await connection.close();
       if (options.print?.(result) ?? true) printJson(result);
       const code = options.exitCode?.(result) ?? 0;
@@ -120,6 +124,7 @@ export function createCliRunner(io: CliIo) {
         exitCode = code;
       }
     } catch (error) {
+      await jobs?.stop().catch(() => {});
       await connection?.close().catch(() => {});
       fail(error);
     }

@@ -5,6 +5,8 @@
 import { sql } from 'drizzle-orm';
 import type { DataAccess } from '../db/client.js';
 import { SCOPES } from '../shared/scopes.js';
+import { createAuditWriter } from '../shared/audit-writer.js';
+import { createApiKeysRepository } from '../modules/api-keys/api-keys.repository.js';
 import { createApiKeysService } from '../modules/api-keys/api-keys.service.js';
 import { createOrganisationsRepository } from '../modules/organisations/organisations.repository.js';
 import { FEATURES } from '../modules/organisations/organisations.schemas.js';
@@ -28,9 +30,10 @@ export async function hasNoOrganisation(deps: { database: DataAccess }): Promise
  */
 export async function bootstrapSandbox(deps: { database: DataAccess }): Promise<{ orgId: string; key: string } | undefined> {
   const { database } = deps;
-  const organisations = createOrganisationsService({ database });
   const repository = createOrganisationsRepository();
-  const keys = createApiKeysService({ database });
+  const audit = createAuditWriter();
+  const organisations = createOrganisationsService({ database, organisations: repository, audit });
+  const keys = createApiKeysService({ database, keys: createApiKeysRepository(), organisations: repository, audit });
   return database.transaction(async (tx) => {
     await tx.execute(sql`SELECT pg_advisory_xact_lock(${BOOTSTRAP_LOCK_ID})`);
     if ((await repository.count(tx)) > 0) return undefined;

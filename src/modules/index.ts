@@ -10,7 +10,7 @@ import { groupsRoutes } from './groups/groups.routes.js';
 import { verificationRoutes } from './verification/verification.routes.js';
 import { webhooksRoutes } from './webhooks/webhooks.routes.js';
 
-/** The v1 route modules, each registered under /v1 and building its own services from app.deps. */
+/** The v1 route modules, each registered under /v1 and serving through app.services. */
 export const apiModules: FastifyPluginAsync[] = [
   customersRoutes,
   entitiesRoutes,

@@ -67,4 +67,3 @@ export function createIdempotencyRepository() {
     },
   };
 }
-export type IdempotencyRepository = ReturnType<typeof createIdempotencyRepository>;

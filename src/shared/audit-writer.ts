@@ -107,3 +107,4 @@ export function createAuditWriter() {
     },
   };
 }
+export type AuditWriter = ReturnType<typeof createAuditWriter>;

@@ -117,3 +117,10 @@ function readKeyFile(path: string): Buffer | undefined {
 export function linkSealerFor(config: { linkEncryptionKey: Buffer | undefined; dataDir: string }): TextSealer {
   return createTextSealer(resolveLinkKey({ key: config.linkEncryptionKey, dataDir: config.dataDir }).key);
 }
+
+/** linkSealerFor, its key read (or created) at its first use: a command that seals nothing touches no key file. */
+export function lazyLinkSealer(config: { linkEncryptionKey: Buffer | undefined; dataDir: string }): TextSealer {
+  let sealer: TextSealer | undefined;
+  const key = (): TextSealer => (sealer ??= linkSealerFor(config));
+  return { seal: (text) => key().seal(text), open: (value) => key().open(value), isSealed: (value) => key().isSealed(value) };
+}

@@ -6,8 +6,7 @@ import { startBackgroundJobs } from '../../src/jobs.js';
 import { chainHash, GENESIS_HASH, type ChainRow } from '../../src/modules/audit/audit-chain.js';
 import { createAuditChainSealer, type AuditChainSealer } from '../../src/modules/audit/audit-chain.sealer.js';
 import { createAuditRepository } from '../../src/modules/audit/audit.repository.js';
-import { createAuditService } from '../../src/modules/audit/audit.service.js';
-import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { createTestContext, type TestContext, testServices } from '../helpers/harness.js';
 
 let ctx: TestContext;
 let sealer: AuditChainSealer;
@@ -65,7 +64,7 @@ async function sealedChain(count: number): Promise<{ orgId: string; rows: Stored
   return { orgId: org.id, rows };
 }
 
-const service = () => createAuditService({ database: ctx.database });
+const service = () => testServices(ctx.database).audit;
 
 /** The canonical content of a stored row, read back as the sealer reads it. */
 async function chainRowOf(orgId: string, id: number): Promise<ChainRow> {

@@ -1,10 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAuditChainSealer, type AuditChainSealer } from '../../src/modules/audit/audit-chain.sealer.js';
-import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
-import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
-import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
 import { createEntity } from '../entities/entity-test-helpers.js';
-import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { createTestContext, type TestContext, type TestOrg, testServices } from '../helpers/harness.js';
 
 type AuditEvent = {
   id: string;
@@ -132,7 +129,7 @@ describe('GET /v1/audit-events content', () => {
 
   it('when a customer is created with an Idempotency-Key and then patched, each event names the actor and its key label, the subject, the changed fields old and new, the request id and the key', async () => {
     const org = await ctx.createOrg();
-    const labelled = await createApiKeysService({ database: ctx.database }).create({
+    const labelled = await testServices(ctx.database).apiKeys.create({
       orgId: org.id,
       scopes: ['customers:write'],
       label: 'CRM sync',
@@ -192,12 +189,12 @@ describe('GET /v1/audit-events content', () => {
 
   it('when secrets are made (an API key, a webhook signing secret, a verification link), none of them is stored in the trail or listed', async () => {
     const org = await ctx.createOrg({ credits: 10 });
-    const key = await createApiKeysService({ database: ctx.database }).create(
+    const key = await testServices(ctx.database).apiKeys.create(
       { orgId: org.id, scopes: ['customers:read'], label: 'secret check' },
       OPERATOR,
     );
-    await createApiKeysService({ database: ctx.database }).revoke(key.id, OPERATOR);
-    const endpoint = await createWebhooksService({ database: ctx.database, allowPrivateUrls: true }).addEndpoint(
+    await testServices(ctx.database).apiKeys.revoke(key.id, OPERATOR);
+    const endpoint = await testServices(ctx.database, { config: { webhookAllowPrivateUrls: true } }).webhooks.addEndpoint(
       { orgId: org.id, url: 'http://127.0.0.1:9/hooks' },
       OPERATOR,
     );
@@ -244,7 +241,7 @@ describe('GET /v1/audit-events filters and cursor', () => {
       body: { externalId: 'crm-2', fullName: 'Two Person', email: 'two@example.com' },
     });
     await ctx.request('PATCH', '/v1/customers/crm-1', { key: org.key, body: { fullName: 'One M. Person' } });
-    await createOrganisationsService({ database: ctx.database }).update(org.id, { addCredits: 5 }, OPERATOR);
+    await testServices(ctx.database).organisations.update(org.id, { addCredits: 5 }, OPERATOR);
     await sealer.sealOnce();
     return org;
   }

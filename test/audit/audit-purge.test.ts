@@ -5,10 +5,9 @@ import { createAuditChainSealer, type AuditChainSealer } from '../../src/modules
 import { createAuditPurge } from '../../src/modules/audit/audit-purge.js';
 import { createAuditRepository } from '../../src/modules/audit/audit.repository.js';
 import type { Actor } from '../../src/shared/actor.js';
-import { createAuditService } from '../../src/modules/audit/audit.service.js';
-import { createRetentionService } from '../../src/modules/retention/retention.service.js';
+import { createServiceSecretsRepository } from '../../src/modules/service-secrets/service-secrets.repository.js';
 import { AppError } from '../../src/shared/app-error.js';
-import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { createTestContext, type TestContext, testServices } from '../helpers/harness.js';
 import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
 // The svc commands run in this process (runSvcInProcess).
@@ -75,13 +74,13 @@ async function agedChain(old: number, young = 2) {
 const pastRetention = () => new Date(Date.now() - (YEARS * 365 + 3) * 86_400_000);
 
 const purger = (options: { batchSize?: number; onPurged?: (rows: number) => void } = {}) =>
-  createAuditPurge({ database: ctx.database, ...options });
+  createAuditPurge({ database: ctx.database, secrets: createServiceSecretsRepository(), ...options });
 const purge = (
   orgId: string,
   before = pastRetention(),
   options: { batchSize?: number; signal?: AbortSignal; onPurged?: (rows: number) => void } = {},
 ) => purger(options).purge(orgId, before, { actor: OPERATOR, retentionYears: YEARS, signal: options.signal });
-const verify = (orgId: string) => createAuditService({ database: ctx.database }).verify(orgId);
+const verify = (orgId: string) => testServices(ctx.database).audit.verify(orgId);
 const sequences = async (orgId: string) =>
   (await sql<{ sequence: string | null }>('SELECT sequence FROM audit_log WHERE org_id = $1 ORDER BY sequence NULLS LAST', [orgId])).map(
     (row) => (row.sequence === null ? null : Number(row.sequence)),
@@ -291,7 +290,7 @@ describe('svc audit verify after a purge', () => {
 describe('the retention job', () => {
   it('when audit rows are past AUDIT_RETENTION_YEARS, the job purges them behind a checkpoint as the system, and verify stays ok', async () => {
     const { org, hashAt } = await agedChain(3);
-    const retention = createRetentionService({ database: ctx.database, settings: ctx.config.retention });
+    const retention = testServices(ctx.database, { config: ctx.config }).retention();
     expect((await retention.purgeOrganisation(org.id)).audit_log).toBe(3);
     expect(await checkpoints(org.id)).toMatchObject([{ sequence: 3, hash: hashAt(3) }]);
     const [recorded] = await sql<{ actor_type: string; actor_id: string | null }>(

@@ -6,11 +6,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { createDatabase, type Database } from '../../src/db/client.js';
 import { runMigrations } from '../../src/db/migrate.js';
-import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
-import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
 import { FEATURES } from '../../src/modules/organisations/organisations.schemas.js';
 import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
-import { ALL_SCOPES, testConfig } from '../helpers/harness.js';
+import { ALL_SCOPES, testConfig, testServices } from '../helpers/harness.js';
 import { multipart, MultipartBody } from '../helpers/multipart.js';
 import { startCluster, type PgCluster } from '../helpers/pg-cluster.js';
 import {
@@ -440,13 +438,13 @@ beforeAll(async () => {
   // No jobs run: buildApp starts none (src/jobs.ts does, in `svc serve`/`svc worker` only).
   app = await buildApp({ config: testConfig({ databaseUrl: cluster.url('app') }), database, logger: false });
   await app.ready();
-  const org = await createOrganisationsService({ database }).create({
+  const org = await testServices(database).organisations.create({
     name: 'Budget Org',
     features: [...FEATURES],
     credits: 10_000,
     defaultPayer: 'organization',
   });
-  apiKey = (await createApiKeysService({ database }).create({ orgId: org.id, scopes: ALL_SCOPES })).key;
+  apiKey = (await testServices(database).apiKeys.create({ orgId: org.id, scopes: ALL_SCOPES })).key;
 }, 120_000);
 
 afterAll(async () => {

@@ -2,8 +2,7 @@ import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
-import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { createTestContext, type TestContext, type TestOrg, testServices } from '../helpers/harness.js';
 
 let ctx: TestContext;
 let org: TestOrg;
@@ -84,7 +83,7 @@ describe('401 unauthorized', () => {
   it('when the key has been revoked, it answers the same 401', async () => {
     const key = await ctx.createKey(org.id);
     expect((await ctx.request('GET', '/v1/customers', { key: key.key })).statusCode).toBe(200);
-    await createApiKeysService({ database: ctx.database }).revoke(key.id);
+    await testServices(ctx.database).apiKeys.revoke(key.id);
     await expectUnauthorized(await ctx.request('GET', '/v1/customers', { key: key.key }));
   });
 
@@ -171,7 +170,7 @@ describe('revocation', () => {
     const key = await ctx.createKey(org.id);
     const second = await ctx.buildInstance();
     expect((await ctx.request('GET', '/v1/customers', { key: key.key }, second)).statusCode).toBe(200);
-    await createApiKeysService({ database: ctx.database }).revoke(key.id);
+    await testServices(ctx.database).apiKeys.revoke(key.id);
     await expectUnauthorized(await ctx.request('GET', '/v1/customers', { key: key.key }, second));
   });
 });
@@ -206,7 +205,7 @@ describe('last_used_at', () => {
 
   it('when a request is refused (revoked key), it does not touch last_used_at', async () => {
     const key = await ctx.createKey(org.id);
-    await createApiKeysService({ database: ctx.database }).revoke(key.id);
+    await testServices(ctx.database).apiKeys.revoke(key.id);
     await ctx.request('GET', '/v1/customers', { key: key.key });
     expect(await lastUsedAt(key.id)).toBeNull();
   });

@@ -1,8 +1,6 @@
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
-import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
-import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { createTestContext, type TestContext, testServices } from '../helpers/harness.js';
 
 /**
  * A key this process has already seen authenticate is "known". Its access check (revocation,
@@ -31,7 +29,7 @@ async function makeKnown(key: string, app: FastifyInstance = ctx.app): Promise<v
 }
 
 async function revoke(keyId: string): Promise<void> {
-  await createApiKeysService({ database: ctx.database }).revoke(keyId);
+  await testServices(ctx.database).apiKeys.revoke(keyId);
 }
 
 async function count(sqlText: string, params: unknown[]): Promise<number> {
@@ -166,7 +164,7 @@ describe("a known key without the route's scope", () => {
 describe("features of a known key's organisation", () => {
   it("when an organisation's features change after its key is known, the very next groups request follows the new features", async () => {
     const org = await ctx.createOrg({ features: ['groups'] });
-    const organisations = createOrganisationsService({ database: ctx.database });
+    const organisations = testServices(ctx.database).organisations;
     expect((await ctx.request('GET', '/v1/group-templates', { key: org.key })).statusCode).toBe(200);
 
     await organisations.update(org.id, { features: [] });

@@ -6,8 +6,7 @@ import { buildApp } from '../../src/app.js';
 import { createDatabase } from '../../src/db/client.js';
 import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
 import { AppError } from '../../src/shared/app-error.js';
-import { createRetentionService } from '../../src/modules/retention/retention.service.js';
-import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { createTestContext, type TestContext, type TestOrg, testServices } from '../helpers/harness.js';
 import { minimalUpload } from '../helpers/multipart.js';
 
 let ctx: TestContext;
@@ -334,7 +333,7 @@ describe('what is stored', () => {
     await post(newCustomer(), expiredKey);
     await post(newCustomer(), liveKey);
     await ctx.database.db.execute(sql`UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE key = ${expiredKey}`);
-    const purged = await createRetentionService({ database: ctx.database, settings: ctx.config.retention }).purgeOrganisation(org.id);
+    const purged = await testServices(ctx.database, { config: ctx.config }).retention().purgeOrganisation(org.id);
     expect(purged.idempotency_keys).toBeGreaterThanOrEqual(1);
     const remaining = await ctx.database.db.execute<{ key: string }>(
       sql`SELECT key FROM idempotency_keys WHERE key IN (${expiredKey}, ${liveKey})`,

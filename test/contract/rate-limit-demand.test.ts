@@ -4,11 +4,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { createDatabase, type Database } from '../../src/db/client.js';
 import { hashApiKey } from '../../src/modules/api-keys/api-key-secret.js';
-import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
-import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
 import { FEATURES } from '../../src/modules/organisations/organisations.schemas.js';
 import { person } from '../customers/customers-fixtures.js';
-import { ALL_SCOPES, createTestContext, type TestContext } from '../helpers/harness.js';
+import { ALL_SCOPES, createTestContext, type TestContext, testServices } from '../helpers/harness.js';
 
 /**
  * Issue 34, item 1: reads write nothing per request. Leases are sized by the instance's demand for
@@ -41,7 +39,7 @@ async function onSetupDatabase<T>(work: (database: Database) => Promise<T>): Pro
 
 async function createKeys(count: number): Promise<Array<{ id: string; key: string }>> {
   return onSetupDatabase(async (database) => {
-    const keys = createApiKeysService({ database });
+    const keys = testServices(database).apiKeys;
     const created: Array<{ id: string; key: string }> = [];
     for (let index = 0; index < count; index += 1) created.push(await keys.create({ orgId, scopes: ALL_SCOPES }));
     return created;
@@ -53,14 +51,14 @@ beforeAll(async () => {
   observer = new pg.Client({ connectionString: ctx.databaseUrl });
   await observer.connect();
   await onSetupDatabase(async (database) => {
-    const org = await createOrganisationsService({ database }).create({
+    const org = await testServices(database).organisations.create({
       name: 'Demand-sized leases',
       features: [...FEATURES],
       credits: 100,
       defaultPayer: 'organization',
     });
     orgId = org.id;
-    const key = await createApiKeysService({ database }).create({ orgId, scopes: ALL_SCOPES });
+    const key = await testServices(database).apiKeys.create({ orgId, scopes: ALL_SCOPES });
     const app = await buildApp({ config: ctx.config, database, logger: false });
     try {
       const created = await app.inject({

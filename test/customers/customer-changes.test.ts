@@ -4,8 +4,7 @@ import { eq, sql } from 'drizzle-orm';
 import { customers } from '../../src/db/schema.js';
 import { auditChanges, auditSnapshot } from '../../src/modules/customers/customer-dto.js';
 import { createCustomersRepository } from '../../src/modules/customers/customers.repository.js';
-import { createCustomersService } from '../../src/modules/customers/customers.service.js';
-import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { createTestContext, type TestContext, type TestOrg, testServices } from '../helpers/harness.js';
 import { createCustomer, customerRow, insertEntity, issues, person, upsert } from './customers-fixtures.js';
 
 let ctx: TestContext;
@@ -395,7 +394,7 @@ describe('customer.updated outbox events', () => {
 
   it('when the change commits late and updated_at is re-stamped at commit, the event still carries the committed DTO', async () => {
     const dto = await createCustomer(ctx, org, person({ externalId: 'crm-evt-slow' }));
-    const service = createCustomersService({ database: ctx.database });
+    const service = testServices(ctx.database).customers;
     await ctx.database.transaction(async (tx) => {
       // The change runs in this transaction, which commits only after the sleep.
       await service.patch({ orgId: org.id, actor: { type: 'system', id: null }, transaction: (work) => work(tx) }, dto.id, {
@@ -414,7 +413,7 @@ describe('customer.updated outbox events', () => {
     const dto = await createCustomer(ctx, org, person({ externalId: 'crm-evt-slow-2' }));
     await patch(dto.id, { phone: 'first' });
     const afterFirst = (await get(dto.id)).json();
-    const service = createCustomersService({ database: ctx.database });
+    const service = testServices(ctx.database).customers;
     await ctx.database.transaction(async (tx) => {
       // Both changes run in this transaction, which commits only after the sleep.
       const system = {

@@ -2,10 +2,8 @@ import { createHash } from 'node:crypto';
 import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { customers } from '../../src/db/schema.js';
-import { createDocumentRequestsService } from '../../src/modules/document-requests/document-requests.service.js';
 import { createEventsFeedSealer, type EventsFeedSealer } from '../../src/modules/events/events-feed.sealer.js';
-import { systemClock } from '../../src/shared/clock.js';
-import { createTestContext, type TestContext, type TestOrg, testLinkSealer } from '../helpers/harness.js';
+import { createTestContext, type TestContext, type TestOrg, testServices } from '../helpers/harness.js';
 import { auditOf, balanceOf, createEntity, errorOf, eventsOf, ledgerOf } from '../verification/verification-fixtures.js';
 import { createRequest, emailsTo, makeOverdue, openRequest, requestRow, requestsOf, tokensOf } from './document-requests-fixtures.js';
 
@@ -308,13 +306,7 @@ describe('expiry', () => {
     const due = await openRequest(ctx, org, entity.id, { types: ['OTHER'] });
     const notDue = await openRequest(ctx, org, entity.id, { types: ['OTHER'] });
     await makeOverdue(ctx, due.dto.id);
-    const service = createDocumentRequestsService({
-      database: ctx.database,
-      publicBaseUrl: ctx.config.publicBaseUrl,
-      clock: systemClock,
-      sealer: testLinkSealer(),
-      jobs: ctx.app.deps.jobs,
-    });
+    const service = testServices(ctx.database, { jobs: ctx.app.deps.jobs }).documentRequests;
     expect(await service.expireDue()).toBeGreaterThanOrEqual(1);
 
     const row = await requestRow(ctx, due.dto.id);
@@ -343,13 +335,7 @@ describe('expiry', () => {
       for (let index = 0; index < 3; index += 1) ids.push((await openRequest(ctx, org, entity.id, { types: ['OTHER'] })).dto.id);
     }
     for (const id of ids) await makeOverdue(ctx, id);
-    const service = createDocumentRequestsService({
-      database: ctx.database,
-      publicBaseUrl: ctx.config.publicBaseUrl,
-      clock: systemClock,
-      sealer: testLinkSealer(),
-      jobs: ctx.app.deps.jobs,
-    });
+    const service = testServices(ctx.database, { jobs: ctx.app.deps.jobs }).documentRequests;
     await service.expireDue({ batchSize: 2 });
     for (const id of ids) expect((await requestRow(ctx, id)).status).toBe('EXPIRED');
   });
@@ -360,14 +346,7 @@ describe('expiry', () => {
     const ids: string[] = [];
     for (let index = 0; index < 6; index += 1) ids.push((await openRequest(ctx, org, entity.id, { types: ['OTHER'] })).dto.id);
     for (const id of ids) await makeOverdue(ctx, id);
-    const make = () =>
-      createDocumentRequestsService({
-        database: ctx.database,
-        publicBaseUrl: ctx.config.publicBaseUrl,
-        clock: systemClock,
-        sealer: testLinkSealer(),
-        jobs: ctx.app.deps.jobs,
-      });
+    const make = () => testServices(ctx.database, { jobs: ctx.app.deps.jobs }).documentRequests;
     const [a, b] = await Promise.all([make().expireDue({ batchSize: 2 }), make().expireDue({ batchSize: 2 })]);
     expect(a + b).toBeGreaterThanOrEqual(6);
     const expiredAudit = await Promise.all(ids.map((id) => auditOf(ctx, org.id, id, 'document_request.expired')));

@@ -6,11 +6,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { createAuditChainSealer } from '../../src/modules/audit/audit-chain.sealer.js';
 import { MAX_DOCUMENT_BYTES } from '../../src/modules/documents/document-types.js';
-import { createDocumentRequestsService } from '../../src/modules/document-requests/document-requests.service.js';
-import { systemClock } from '../../src/shared/clock.js';
 import { loggerOptions, redactUrl } from '../../src/shared/logging.js';
 import { expectNoSpooledFiles, spooledFiles, usePrivateTempDir } from '../documents/document-helpers.js';
-import { createTestContext, type TestContext, testLinkSealer } from '../helpers/harness.js';
+import { createTestContext, type TestContext, testLinkSealer, testServices } from '../helpers/harness.js';
 import { collectInto } from '../helpers/log-collector.js';
 import { answerOf, openSocket, type RawAnswer } from '../helpers/raw-http.js';
 import { auditOf, balanceOf, createEntity, eventsOf, ledgerOf } from '../verification/verification-fixtures.js';
@@ -411,13 +409,7 @@ describe('parts judged by their headers, before they are spooled', () => {
 
   it('when a type arrives between the page being read and the files being stored (two posts at once), the later post is refused under the row lock', async () => {
     const { org, request, token } = await setup();
-    const service = createDocumentRequestsService({
-      database: ctx.database,
-      publicBaseUrl: ctx.config.publicBaseUrl,
-      clock: systemClock,
-      sealer: testLinkSealer(),
-      jobs: ctx.app.deps.jobs,
-    });
+    const service = testServices(ctx.database, { jobs: ctx.app.deps.jobs }).documentRequests;
     expect((await upload(ctx, token, [['CERTIFICATE_OF_REGISTRATION', PDF, 'c.pdf']])).statusCode).toBe(303);
     // What a post that passed the intake before the first was stored hands over: a file of a type received since.
     const late = {

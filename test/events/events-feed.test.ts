@@ -1,10 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createDatabase, type Database } from '../../src/db/client.js';
 import { createEventsFeedSealer, type EventsFeedSealer } from '../../src/modules/events/events-feed.sealer.js';
-import { createRetentionService } from '../../src/modules/retention/retention.service.js';
 import { createOutboxRepository, type FeedEventType } from '../../src/shared/outbox.js';
 import { createEntity } from '../entities/entity-test-helpers.js';
-import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { createTestContext, type TestContext, type TestOrg, testServices } from '../helpers/harness.js';
 
 type Event = { id: string; type: string; created: string; data: Record<string, unknown> };
 type Page = { object: 'list'; data: Event[]; has_more: boolean; next_cursor: string | null; resume_cursor: string; limit: number };
@@ -413,7 +412,7 @@ describe('sealing', () => {
     await recordEvent(org.id);
     await sealer.sealOnce();
     await ctx.database.pool.query(`UPDATE outbox_events SET created_at = now() - interval '31 days' WHERE org_id = $1`, [org.id]);
-    await createRetentionService({ database: ctx.database, settings: ctx.config.retention }).purgeOrganisation(org.id);
+    await testServices(ctx.database, { config: ctx.config }).retention().purgeOrganisation(org.id);
     expect(await positionsOf(org.id)).toEqual([]);
 
     const next = await recordEvent(org.id);
@@ -453,7 +452,7 @@ describe('retention', () => {
       `UPDATE outbox_events SET created_at = now() - make_interval(days => $3::int + 1) WHERE org_id = $1 AND id = $2`,
       [org.id, old, ctx.config.retention.eventDays],
     );
-    const purged = await createRetentionService({ database: ctx.database, settings: ctx.config.retention }).purgeOrganisation(org.id);
+    const purged = await testServices(ctx.database, { config: ctx.config }).retention().purgeOrganisation(org.id);
     expect(purged.outbox_events).toBe(1);
 
     expect((await ctx.request('GET', `/v1/events/${old}`, { key: org.key })).statusCode).toBe(404);

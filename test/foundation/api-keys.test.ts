@@ -1,7 +1,6 @@
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
-import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { createTestContext, type TestContext, testServices } from '../helpers/harness.js';
 import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
 // The svc commands run in this process (runSvcInProcess).
@@ -47,7 +46,7 @@ describe('API key creation and storage', () => {
 
   it('when a key is created, its plaintext is svc_live_ plus at least 32 base62 characters and differs every time', async () => {
     const orgId = await createOrgId();
-    const keys = createApiKeysService({ database: ctx.database });
+    const keys = testServices(ctx.database).apiKeys;
     const created = await Promise.all(Array.from({ length: 20 }, () => keys.create({ orgId, scopes: ['customers:read'] })));
     for (const key of created) expect(key.key).toMatch(KEY_FORMAT);
     expect(new Set(created.map((key) => key.key)).size).toBe(created.length);
@@ -58,7 +57,7 @@ describe('API key creation and storage', () => {
 
   it('when keys are read back (list, revoke), the plaintext is never returned again', async () => {
     const orgId = await createOrgId();
-    const keys = createApiKeysService({ database: ctx.database });
+    const keys = testServices(ctx.database).apiKeys;
     const created = await keys.create({ orgId, scopes: ['customers:read'] });
     const listed = await keys.list(orgId);
     const revoked = await keys.revoke(created.id);
@@ -70,7 +69,7 @@ describe('API key creation and storage', () => {
 
   it('when a key is revoked, revoked_at is stored and a second revoke keeps the first time', async () => {
     const orgId = await createOrgId();
-    const keys = createApiKeysService({ database: ctx.database });
+    const keys = testServices(ctx.database).apiKeys;
     const created = await keys.create({ orgId, scopes: ['customers:read'] });
     const revoked = await keys.revoke(created.id);
     const { rows } = await ctx.database.pool.query('SELECT revoked_at FROM api_keys WHERE id = $1', [created.id]);

@@ -122,6 +122,27 @@ describe('module boundaries', () => {
     expect(leaks, leaks.join('\n')).toEqual([]);
   });
 
+  it('when src/modules is read, no module builds what another module owns: its repositories, services and other factories come in through src/services.ts', () => {
+    const built: string[] = [];
+    for (const file of files) {
+      if (!unitOf(file).startsWith('modules/')) continue;
+      const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest);
+      for (const statement of source.statements) {
+        if (!ts.isImportDeclaration(statement) || !ts.isStringLiteral(statement.moduleSpecifier)) continue;
+        const target = resolve(dirname(file), statement.moduleSpecifier.text).replace(/\.js$/, '.ts');
+        const clause = statement.importClause;
+        const another = files.has(target) && unitOf(target).startsWith('modules/') && unitOf(target) !== unitOf(file);
+        if (!another || !clause || clause.isTypeOnly) continue;
+        const bindings = clause.namedBindings && ts.isNamedImports(clause.namedBindings) ? clause.namedBindings.elements : [];
+        for (const element of bindings) {
+          const imported = (element.propertyName ?? element.name).text;
+          if (!element.isTypeOnly && /^create[A-Z]/.test(imported)) built.push(`${name(file)} imports ${imported} from ${name(target)}`);
+        }
+      }
+    }
+    expect(built, built.join('\n')).toEqual([]);
+  });
+
   it('when src/modules is read, no file imports itself back through others', () => {
     const edges = new Map<string, Map<string, Import>>();
     for (const edge of imports) {

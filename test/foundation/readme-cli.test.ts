@@ -4,8 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOutboxRepository } from '../../src/shared/outbox.js';
-import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
-import { createTestContext, TEST_LINK_ENCRYPTION_KEY, type TestContext } from '../helpers/harness.js';
+import { createTestContext, TEST_LINK_ENCRYPTION_KEY, type TestContext, testServices } from '../helpers/harness.js';
 import { collectProcessOutput } from '../helpers/log-collector.js';
 import { PROJECT_ROOT } from '../helpers/svc-process.js';
 import { runSvcInProcess } from '../helpers/cli-in-process.js';
@@ -47,7 +46,7 @@ beforeAll(async () => {
   const started = await ctx.request('POST', '/v1/customers/crm-42/kyc', { key: org.key });
   expect(started.statusCode, started.body).toBe(200);
   // One endpoint for `webhook disable`, another that keeps receiving, with an event delivered to it.
-  const webhooks = createWebhooksService({ database: ctx.database, allowPrivateUrls: true });
+  const webhooks = testServices(ctx.database, { config: { webhookAllowPrivateUrls: true } }).webhooks;
   const toDisable = await webhooks.addEndpoint({ orgId: org.id, url: 'http://127.0.0.1:9/disabled' });
   await webhooks.addEndpoint({ orgId: org.id, url: 'http://127.0.0.1:9/live' });
   const eventId = await ctx.database.transaction((tx) =>

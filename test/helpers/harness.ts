@@ -2,8 +2,9 @@ import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { loadConfig, type Config } from '../../src/config/config.js';
 import { buildApp } from '../../src/app.js';
 import { createDatabase, type Database } from '../../src/db/client.js';
-import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
-import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
+import type { DataAccess } from '../../src/db/client.js';
+import type { JobQueue } from '../../src/shared/job-runner.js';
+import { createServices, type ServiceDeps, type Services } from '../../src/services.js';
 import { FEATURES, type Feature, type Payer } from '../../src/modules/organisations/organisations.schemas.js';
 import { SCOPES } from '../../src/shared/scopes.js';
 import { createTestDatabase } from './database.js';
@@ -62,6 +63,24 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
   };
 }
 
+const NO_JOBS: JobQueue = {
+  send() {
+    return Promise.reject(new Error('these services were built without a job queue: pass `jobs`'));
+  },
+};
+
+/**
+ * The composition root's services on `database`, built as a test app builds them (its config, with
+ * `config` over it, and its link key); `jobs` is needed only by writes that send a job (emails).
+ */
+export function testServices(
+  database: DataAccess,
+  overrides: Partial<Omit<ServiceDeps, 'config'>> & { config?: Partial<Config> } = {},
+): Services {
+  const { config, ...deps } = overrides;
+  return createServices({ config: testConfig(config), database, sealer: testLinkSealer(), jobs: NO_JOBS, ...deps });
+}
+
 /** A real app on a real, fresh Postgres database of this test file's own. */
 export async function createTestContext(overrides: Partial<Config> = {}): Promise<TestContext> {
   const testDatabase = await createTestDatabase();
@@ -88,8 +107,7 @@ export async function createTestContext(overrides: Partial<Config> = {}): Promis
     return instance;
   };
   const app = await build();
-  const organisations = createOrganisationsService({ database });
-  const keys = createApiKeysService({ database });
+  const { organisations, apiKeys: keys } = testServices(database);
 
   const context: TestContext = {
     app,

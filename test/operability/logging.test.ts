@@ -12,13 +12,12 @@ import { loadConfig } from '../../src/config/config.js';
 import { apiModules } from '../../src/modules/index.js';
 import { ROUTE_SCOPES } from '../../src/plugins/route-scopes.js';
 import { type Scope } from '../../src/shared/scopes.js';
-import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
 import { createEmailSender } from '../../src/modules/emails/email-sender.js';
 import { sendQueuedEmails } from '../helpers/emails.js';
 import { createEmailsRepository } from '../../src/modules/emails/emails.repository.js';
 import { AppError } from '../../src/shared/app-error.js';
 import { createLogger, loggerOptions, prettyLogsWanted, redactUrl, serializeError } from '../../src/shared/logging.js';
-import { createTestContext, type TestContext, type TestOrg, testLinkSealer } from '../helpers/harness.js';
+import { createTestContext, type TestContext, type TestOrg, testLinkSealer, testServices } from '../helpers/harness.js';
 import { collectInto, recordSent } from '../helpers/log-collector.js';
 import { scanLogLines } from '../helpers/log-scan.js';
 
@@ -282,7 +281,7 @@ describe('request logs', () => {
     expect((await ctx.request('GET', '/v1/customers', { key: key.key, headers: { 'x-request-id': 'req-seen-1' } }, app)).statusCode).toBe(
       200,
     );
-    await createApiKeysService({ database: ctx.database }).revoke(key.id);
+    await testServices(ctx.database).apiKeys.revoke(key.id);
     const refused = await ctx.request('GET', '/v1/customers', { key: key.key, headers: { 'x-request-id': 'req-seen-2' } }, app);
     expect(refused.statusCode).toBe(401);
     expect(linesOf('req-seen-2')).toEqual([expect.objectContaining({ level: 30, msg: 'request', status: 401, route: '/v1/customers' })]);

@@ -12,8 +12,7 @@ import { type Scope } from '../../src/shared/scopes.js';
 import { startServer } from '../../src/server.js';
 import { createDatabase } from '../../src/db/client.js';
 import { createOutboxRepository } from '../../src/shared/outbox.js';
-import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
-import { createTestContext, testConfig, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { createTestContext, testConfig, type TestContext, type TestOrg, testServices } from '../helpers/harness.js';
 import { startReceiver } from '../helpers/webhook-receiver.js';
 import { collectProcessOutput } from '../helpers/log-collector.js';
 import { API_KEY_IN_OUTPUT, PROJECT_ROOT, startServe, temporaryDataDir } from '../helpers/svc-process.js';
@@ -141,7 +140,7 @@ describe('graceful shutdown of svc serve', () => {
   it('when closed with the in-process webhook worker posting, the post finishes and is recorded, and no connection is left', async () => {
     const receiver = await startReceiver(() => ({ delayMs: 600 }));
     try {
-      const webhooks = createWebhooksService({ database: ctx.database, allowPrivateUrls: true });
+      const webhooks = testServices(ctx.database, { config: { webhookAllowPrivateUrls: true } }).webhooks;
       const endpoint = await webhooks.addEndpoint({ orgId: org.id, url: receiver.url('/shutdown') });
       receiver.trust('/shutdown', endpoint.secret);
       const baseline = await connectionsToDatabase();

@@ -1,10 +1,8 @@
 import { isDeepStrictEqual } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabase, type Database } from '../../src/db/client.js';
-import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
-import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
 import { createTestDatabase } from '../helpers/database.js';
-import { ALL_SCOPES } from '../helpers/harness.js';
+import { ALL_SCOPES, testServices } from '../helpers/harness.js';
 import { runSvc, type SvcResult } from '../helpers/svc-process.js';
 import { call, pool, startServerProcess, type ServerProcess } from './processes.js';
 
@@ -33,8 +31,8 @@ beforeAll(async () => {
   drop = testDatabase.drop;
   database = createDatabase(url, { poolSize: 4 });
   for (let n = 0; n < ORGANISATIONS; n += 1) {
-    const org = await createOrganisationsService({ database }).create({ name: `Chain ${n}`, credits: 0 });
-    orgs.push({ id: org.id, key: (await createApiKeysService({ database }).create({ orgId: org.id, scopes: ALL_SCOPES })).key });
+    const org = await testServices(database).organisations.create({ name: `Chain ${n}`, credits: 0 });
+    orgs.push({ id: org.id, key: (await testServices(database).apiKeys.create({ orgId: org.id, scopes: ALL_SCOPES })).key });
   }
   // Started at once, each `svc serve` with its background jobs (the audit sealer among them) at their defaults.
   servers = await Promise.all([0, 1, 2].map(() => startServerProcess({ DATABASE_URL: url })));

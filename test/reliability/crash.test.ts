@@ -1,11 +1,8 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createDatabase, type Database } from '../../src/db/client.js';
-import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
-import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
-import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
 import { createServer, type Server } from 'node:http';
 import { createTestDatabase } from '../helpers/database.js';
-import { ALL_SCOPES } from '../helpers/harness.js';
+import { ALL_SCOPES, testServices } from '../helpers/harness.js';
 import { call, startServerProcess } from './processes.js';
 
 let database: Database;
@@ -25,8 +22,8 @@ afterAll(async () => {
 });
 
 it('when an instance is killed with SIGKILL during a write load, every committed record has its audit and outbox rows and nothing is half-written', async () => {
-  const org = await createOrganisationsService({ database }).create({ name: 'Crash', credits: 0 });
-  const { key } = await createApiKeysService({ database }).create({ orgId: org.id, scopes: ALL_SCOPES });
+  const org = await testServices(database).organisations.create({ name: 'Crash', credits: 0 });
+  const { key } = await testServices(database).apiKeys.create({ orgId: org.id, scopes: ALL_SCOPES });
   // A receiver that only counts distinct event ids; no worker runs before the crash.
   const received = new Set<string>();
   const receiver: Server = createServer((request, response) => {
@@ -36,7 +33,7 @@ it('when an instance is killed with SIGKILL during a write load, every committed
   });
   await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
   const receiverPort = (receiver.address() as { port: number }).port;
-  await createWebhooksService({ database, allowPrivateUrls: true }).addEndpoint({
+  await testServices(database, { config: { webhookAllowPrivateUrls: true } }).webhooks.addEndpoint({
     orgId: org.id,
     url: `http://127.0.0.1:${receiverPort}/hooks`,
   });

@@ -1,10 +1,8 @@
 import pg from 'pg';
 import { afterAll, beforeAll, inject } from 'vitest';
 import { createDatabase } from '../../src/db/client.js';
-import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
-import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
 import { createTestDatabase } from '../helpers/database.js';
-import { ALL_SCOPES } from '../helpers/harness.js';
+import { ALL_SCOPES, testServices } from '../helpers/harness.js';
 import { startServerProcess, type ServerProcess } from './processes.js';
 
 /**
@@ -46,8 +44,8 @@ export async function createFaultDatabase(label: string): Promise<FaultDatabase>
   const name = decodeURIComponent(new URL(testDatabase.url).pathname.slice(1));
   const database = createDatabase(testDatabase.url);
   try {
-    const org = await createOrganisationsService({ database }).create({ name: `Faults ${label}`, credits: 0 });
-    const { key } = await createApiKeysService({ database }).create({ orgId: org.id, scopes: ALL_SCOPES });
+    const org = await testServices(database).organisations.create({ name: `Faults ${label}`, credits: 0 });
+    const { key } = await testServices(database).apiKeys.create({ orgId: org.id, scopes: ALL_SCOPES });
     return { url: testDatabase.url, name, key, orgId: org.id, drop: testDatabase.drop };
   } finally {
     await database.close();

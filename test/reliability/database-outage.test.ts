@@ -6,9 +6,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createDatabase } from '../../src/db/client.js';
 import { freeLoopbackPort } from '../../src/embedded/embedded-postgres.js';
 import { runMigrations } from '../../src/db/migrate.js';
-import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
-import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
-import { ALL_SCOPES } from '../helpers/harness.js';
+import { ALL_SCOPES, testServices } from '../helpers/harness.js';
 import { call, startServerProcess, type ServerProcess } from './processes.js';
 
 // A PostgreSQL of this test's own, so restarting it disturbs nobody else.
@@ -46,8 +44,8 @@ afterAll(async () => {
 
 it('when PostgreSQL restarts under load, requests fail fast in the envelope, /readyz reports not ready, and the server recovers by itself', async () => {
   const database = createDatabase(url);
-  const org = await createOrganisationsService({ database }).create({ name: 'Outage', credits: 0 });
-  const { key } = await createApiKeysService({ database }).create({ orgId: org.id, scopes: ALL_SCOPES });
+  const org = await testServices(database).organisations.create({ name: 'Outage', credits: 0 });
+  const { key } = await testServices(database).apiKeys.create({ orgId: org.id, scopes: ALL_SCOPES });
   await database.close();
   server = await startServerProcess({ DATABASE_URL: url });
   expect((await call(server, 'POST', '/v1/customers', { key, body: { fullName: 'Before', email: 'before@outage.test' } })).status).toBe(

@@ -5,12 +5,10 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { imageEnvironment } from '../../bench/image-environment.js';
 import { createDatabase, type Database } from '../../src/db/client.js';
-import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
 import { MAX_DOCUMENT_BYTES } from '../../src/modules/documents/document-types.js';
-import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
 import { multipart, pdfBytes } from '../documents/document-helpers.js';
 import { createTestDatabase } from '../helpers/database.js';
-import { ALL_SCOPES } from '../helpers/harness.js';
+import { ALL_SCOPES, testServices } from '../helpers/harness.js';
 import { startServerProcess, type ServerProcess } from './processes.js';
 
 /** The issue's bound: uploading and downloading 10 MiB documents grows the server's RSS by less than this. */
@@ -119,8 +117,8 @@ async function profileBareNode(): Promise<RssProfile> {
 }
 
 it('when 10 MiB documents are uploaded and downloaded over HTTP round after round, the server keeps nothing of them: past the warm-up, its RSS grows by less than 30 MB (median round peak of the last ten rounds against the ten before)', async () => {
-  const org = await createOrganisationsService({ database }).create({ name: 'Documents memory', credits: 1000 });
-  const { key } = await createApiKeysService({ database }).create({ orgId: org.id, scopes: ALL_SCOPES });
+  const org = await testServices(database).organisations.create({ name: 'Documents memory', credits: 1000 });
+  const { key } = await testServices(database).apiKeys.create({ orgId: org.id, scopes: ALL_SCOPES });
   const base = server!.url;
   const headers = { authorization: `Bearer ${key}` };
   const entityResponse = await fetch(`${base}/v1/entities`, {

@@ -1,10 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isDeepStrictEqual } from 'node:util';
 import { createDatabase, type Database } from '../../src/db/client.js';
-import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
-import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
 import { createTestDatabase } from '../helpers/database.js';
-import { ALL_SCOPES } from '../helpers/harness.js';
+import { ALL_SCOPES, testServices } from '../helpers/harness.js';
 import { call, pool, startServerProcess, type ServerProcess } from './processes.js';
 
 let database: Database;
@@ -19,9 +17,9 @@ beforeAll(async () => {
   database = createDatabase(testDatabase.url);
   // Three instances behind an imaginary load balancer, started at once on one database.
   servers = await Promise.all([0, 1, 2].map(() => startServerProcess({ DATABASE_URL: testDatabase.url })));
-  const org = await createOrganisationsService({ database }).create({ name: 'Multi', credits: 0 });
+  const org = await testServices(database).organisations.create({ name: 'Multi', credits: 0 });
   orgId = org.id;
-  key = (await createApiKeysService({ database }).create({ orgId, scopes: ALL_SCOPES })).key;
+  key = (await testServices(database).apiKeys.create({ orgId, scopes: ALL_SCOPES })).key;
 });
 
 afterAll(async () => {
@@ -97,14 +95,14 @@ describe('three instances on one database', () => {
   });
 
   it('when a key is revoked, the very next request on every instance is 401', async () => {
-    const revocable = await createApiKeysService({ database }).create({ orgId, scopes: ALL_SCOPES });
+    const revocable = await testServices(database).apiKeys.create({ orgId, scopes: ALL_SCOPES });
     for (const server of servers) expect((await call(server, 'GET', '/v1/customers?limit=1', { key: revocable.key })).status).toBe(200);
-    await createApiKeysService({ database }).revoke(revocable.id);
+    await testServices(database).apiKeys.revoke(revocable.id);
     for (const server of servers) expect((await call(server, 'GET', '/v1/customers?limit=1', { key: revocable.key })).status).toBe(401);
   });
 
   it('when requests of one key are spread over three instances, the daily limit holds across them', async () => {
-    const limited = await createApiKeysService({ database }).create({ orgId, scopes: ALL_SCOPES, dailyLimit: 20 });
+    const limited = await testServices(database).apiKeys.create({ orgId, scopes: ALL_SCOPES, dailyLimit: 20 });
     const responses = await Promise.all(
       Array.from({ length: 60 }, (_, index) => call(servers[index % 3]!, 'GET', '/v1/designated-services', { key: limited.key })),
     );

@@ -1,10 +1,8 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabase, type Database } from '../../src/db/client.js';
-import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
-import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
 import { createTestDatabase } from '../helpers/database.js';
-import { ALL_SCOPES } from '../helpers/harness.js';
+import { ALL_SCOPES, testServices } from '../helpers/harness.js';
 import { call, startServerProcess, type ServerProcess } from './processes.js';
 
 /**
@@ -41,9 +39,9 @@ beforeAll(async () => {
   drop = testDatabase.drop;
   database = createDatabase(testDatabase.url);
   server = await startServerProcess({ DATABASE_URL: testDatabase.url });
-  const org = await createOrganisationsService({ database }).create({ name: 'Polling', credits: 0 });
+  const org = await testServices(database).organisations.create({ name: 'Polling', credits: 0 });
   orgId = org.id;
-  key = (await createApiKeysService({ database }).create({ orgId, scopes: ALL_SCOPES })).key;
+  key = (await testServices(database).apiKeys.create({ orgId, scopes: ALL_SCOPES })).key;
   for (let i = 0; i < API_RECORDS; i += 1) {
     const response = await call(server, 'POST', '/v1/customers', { key, body: apiPerson(i, 'seed') });
     expect(response.status, response.body).toBe(201);

@@ -4,9 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { createDatabase, type Database } from '../../src/db/client.js';
 import { runMigrations } from '../../src/db/migrate.js';
-import { createApiKeysService } from '../../src/modules/api-keys/api-keys.service.js';
-import { createOrganisationsService } from '../../src/modules/organisations/organisations.service.js';
-import { ALL_SCOPES, testConfig } from '../helpers/harness.js';
+import { ALL_SCOPES, testConfig, testServices } from '../helpers/harness.js';
 import { clusterBinariesPresent, startCluster, startStandby, type PgCluster } from '../helpers/pg-cluster.js';
 
 /**
@@ -55,9 +53,9 @@ beforeAll(async () => {
   controlApp = await buildApp({ config, database, replica, exactReplicaReads: false, logger: false });
   await Promise.all([exactApp.ready(), controlApp.ready()]);
   await connectStandbyAdmin();
-  const org = await createOrganisationsService({ database }).create({ name: 'Replica reads', credits: 0 });
+  const org = await testServices(database).organisations.create({ name: 'Replica reads', credits: 0 });
   orgId = org.id;
-  key = (await createApiKeysService({ database }).create({ orgId, scopes: ALL_SCOPES })).key;
+  key = (await testServices(database).apiKeys.create({ orgId, scopes: ALL_SCOPES })).key;
   for (let i = 0; i < RECORDS; i += 1) {
     const response = await call(exactApp, 'POST', '/v1/customers', person(i, 'seed'));
     expect(response.statusCode, response.body).toBe(201);

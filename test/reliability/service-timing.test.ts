@@ -6,6 +6,7 @@ import { createDatabase } from '../../src/db/client.js';
 import { startBackgroundJobs } from '../../src/jobs.js';
 import { createAuditChainSealer, type AuditChainSealer } from '../../src/modules/audit/audit-chain.sealer.js';
 import { createAuditPurge } from '../../src/modules/audit/audit-purge.js';
+import { createServiceSecretsRepository } from '../../src/modules/service-secrets/service-secrets.repository.js';
 import { createAuditRepository } from '../../src/modules/audit/audit.repository.js';
 import { createCustomersRepository } from '../../src/modules/customers/customers.repository.js';
 import { createEventsFeedSealer } from '../../src/modules/events/events-feed.sealer.js';
@@ -75,7 +76,7 @@ describe('writers during an audit purge (test/audit/audit-purge.test.ts)', () =>
       }
     })();
     const before = new Date(Date.now() - (7 * 365 + 3) * 86_400_000);
-    const result = await createAuditPurge({ database: ctx.database, batchSize: 50 })
+    const result = await createAuditPurge({ database: ctx.database, secrets: createServiceSecretsRepository(), batchSize: 50 })
       .purge(org.id, before, { actor: { type: 'operator', id: 'cli:test' }, retentionYears: 7 })
       .finally(() => {
         purging = false;

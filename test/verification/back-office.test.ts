@@ -2,16 +2,16 @@ import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { customers as customersTable } from '../../src/db/schema.js';
 import { isAppError } from '../../src/shared/app-error.js';
-import { createBackOfficeService } from '../../src/modules/verification/back-office.service.js';
-import { createTestContext, type TestContext, type TestOrg, TEST_LINK_ENCRYPTION_KEY } from '../helpers/harness.js';
+import { createTestContext, type TestContext, type TestOrg, TEST_LINK_ENCRYPTION_KEY, testServices } from '../helpers/harness.js';
 import { auditOf, createCustomer, createEntity, customerRow, eventsOf, setStatus, verificationsOf } from './verification-fixtures.js';
 import { runSvcInProcess } from '../helpers/cli-in-process.js';
+import type { Services } from '../../src/services.js';
 
 let ctx: TestContext;
-let backOffice: ReturnType<typeof createBackOfficeService>;
+let backOffice: Services['backOffice'];
 beforeAll(async () => {
   ctx = await createTestContext();
-  backOffice = createBackOfficeService({ database: ctx.database });
+  backOffice = testServices(ctx.database).backOffice;
 });
 afterAll(async () => ctx?.close());
 

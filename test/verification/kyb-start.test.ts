@@ -2,8 +2,7 @@ import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { customers } from '../../src/db/schema.js';
 import { linkTokenHash } from '../../src/shared/link-tokens.js';
-import { createBackOfficeService } from '../../src/modules/verification/back-office.service.js';
-import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { createTestContext, type TestContext, type TestOrg, testServices } from '../helpers/harness.js';
 import {
   auditOf,
   balanceOf,
@@ -549,7 +548,7 @@ describe('POST /v1/entities/{id}/kyb: starting again', () => {
   it('when the previous verification FAILED, a new start is allowed and charges again', async () => {
     const org = await ctx.createOrg({ credits: 10 });
     const entity = await createEntity(ctx, org);
-    const backOffice = createBackOfficeService({ database: ctx.database });
+    const backOffice = testServices(ctx.database).backOffice;
     expect((await startKyb(org, entity.id, {})).statusCode).toBe(200);
     await backOffice.submit(org.id, entity.id, operator);
     await backOffice.verdict(org.id, entity.id, { result: 'FAILED' }, operator);

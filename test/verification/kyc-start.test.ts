@@ -1,8 +1,7 @@
 import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { customers } from '../../src/db/schema.js';
-import { createBackOfficeService } from '../../src/modules/verification/back-office.service.js';
-import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { createTestContext, type TestContext, type TestOrg, testServices } from '../helpers/harness.js';
 import {
   auditOf,
   balanceOf,
@@ -189,7 +188,7 @@ describe('POST /v1/customers/{id}/kyc', () => {
   it('when the previous KYC FAILED, a new start is allowed: it charges again, emails a new link and clears kyc_completed_at', async () => {
     const org = await ctx.createOrg({ credits: 5 });
     const person = await createCustomer(ctx, org);
-    const backOffice = createBackOfficeService({ database: ctx.database });
+    const backOffice = testServices(ctx.database).backOffice;
     const operator = { type: 'operator' as const, id: 'test' };
     const first = await startKyc(org, person.id);
     expect(first.statusCode, first.body).toBe(200);

@@ -10,9 +10,8 @@ import { createEmptyDatabase } from '../helpers/database.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEmailSender } from '../../src/modules/emails/email-sender.js';
 import { sendQueuedEmails } from '../helpers/emails.js';
-import { createEmailsService } from '../../src/modules/emails/emails.service.js';
 import { createTextSealer, SealedTextError } from '../../src/shared/text-sealer.js';
-import { createTestContext, type TestContext, type TestOrg, testLinkSealer } from '../helpers/harness.js';
+import { createTestContext, type TestContext, type TestOrg, testLinkSealer, testServices } from '../helpers/harness.js';
 import { createEntity } from './verification-fixtures.js';
 
 let ctx: TestContext;
@@ -138,7 +137,7 @@ describe('link tokens at rest', () => {
     const entity = await createEntity(ctx, org);
     const started = await ctx.request('POST', `/v1/entities/${entity.id}/kyb`, { key: org.key, body: {} });
     const link = started.json().verification_link as string;
-    const [email] = await createEmailsService({ database: ctx.database, sealer: testLinkSealer() }).list(org.id);
+    const [email] = await testServices(ctx.database, { sealer: testLinkSealer() }).emails.list(org.id);
     expect(email!.link).toBe(link);
   });
 
@@ -147,8 +146,8 @@ describe('link tokens at rest', () => {
     const entity = await createEntity(ctx, org);
     await ctx.request('POST', `/v1/entities/${entity.id}/kyb`, { key: org.key, body: {} });
     const otherKey = createTextSealer(Buffer.alloc(32, 7));
-    await expect(createEmailsService({ database: ctx.database, sealer: otherKey }).list(org.id)).rejects.toThrow(SealedTextError);
-    await expect(createEmailsService({ database: ctx.database, sealer: otherKey }).list(org.id)).rejects.toThrow(/LINK_ENCRYPTION_KEY/);
+    await expect(testServices(ctx.database, { sealer: otherKey }).emails.list(org.id)).rejects.toThrow(SealedTextError);
+    await expect(testServices(ctx.database, { sealer: otherKey }).emails.list(org.id)).rejects.toThrow(/LINK_ENCRYPTION_KEY/);
   });
 });
 
@@ -220,7 +219,7 @@ describe('migration 0016 on existing data', () => {
     );
     await deliverEmails();
     expect(await placesHolding(token)).toEqual([]);
-    const [email] = await createEmailsService({ database: ctx.database, sealer: testLinkSealer() }).list(org.id);
+    const [email] = await testServices(ctx.database, { sealer: testLinkSealer() }).emails.list(org.id);
     expect(email).toMatchObject({ status: 'recorded', link: `https://app.example.test/verify/${token}` });
   });
 });

@@ -7,8 +7,8 @@ import { startBackgroundJobs } from '../../src/jobs.js';
 import { createDeliveryRepository, type AttemptRecord, type ClaimedDelivery } from '../../src/modules/webhooks/delivery.repository.js';
 import { createDeliveryWorker, type DeliveryWorker, type DeliveryWorkerOptions } from '../../src/modules/webhooks/delivery.worker.js';
 import { createOutboxRepository, type EventType } from '../../src/shared/outbox.js';
-import { createEndpointDisabler, createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
-import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { createEndpointDisabler } from '../../src/modules/webhooks/webhooks.service.js';
+import { createTestContext, type TestContext, testServices } from '../helpers/harness.js';
 import { startReceiver, waitFor, type Receiver } from '../helpers/webhook-receiver.js';
 
 let ctx: TestContext;
@@ -34,7 +34,7 @@ const MINUTE = 60_000;
 const HOUR = 60 * MINUTE;
 const DAY = 24 * HOUR;
 
-const service = () => createWebhooksService({ database: ctx.database, allowPrivateUrls: true });
+const service = () => testServices(ctx.database, { config: { webhookAllowPrivateUrls: true } }).webhooks;
 
 let pathCounter = 0;
 async function addEndpoint(orgId: string, prefix: 'down' | 'gone' | 'up', events?: EventType[]) {

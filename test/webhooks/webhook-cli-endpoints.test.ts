@@ -1,8 +1,7 @@
 import { and, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { auditLog, webhookDeliveries, webhookEndpoints } from '../../src/db/schema.js';
-import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
-import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { createTestContext, type TestContext, testServices } from '../helpers/harness.js';
 import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
 let ctx: TestContext;
@@ -26,7 +25,7 @@ async function svcJson<T = Record<string, unknown>>(args: string[]): Promise<T> 
   return JSON.parse(run.stdout) as T;
 }
 
-const service = () => createWebhooksService({ database: ctx.database, allowPrivateUrls: true });
+const service = () => testServices(ctx.database, { config: { webhookAllowPrivateUrls: true } }).webhooks;
 
 describe('svc webhook update, rotate-secret, test --endpoint, delete', () => {
   it('when an operator updates, rotates, tests one endpoint and deletes, each prints one JSON document from the same service as the API', async () => {

@@ -4,8 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDeliveryWorker } from '../../src/modules/webhooks/delivery.worker.js';
 import { createOutboxRepository } from '../../src/shared/outbox.js';
-import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
-import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { createTestContext, type TestContext, testServices } from '../helpers/harness.js';
 import { startReceiver, waitFor, type Receiver } from '../helpers/webhook-receiver.js';
 import { runSvcInProcess } from '../helpers/cli-in-process.js';
 
@@ -117,7 +116,7 @@ describe('svc webhook commands', () => {
   }, 60_000);
   it('when `svc worker` runs alone, it delivers queued events and on SIGTERM exits 0 leaving no database connection', async () => {
     const org = await ctx.createOrg();
-    const endpoint = await createWebhooksService({ database: ctx.database, allowPrivateUrls: true }).addEndpoint({
+    const endpoint = await testServices(ctx.database, { config: { webhookAllowPrivateUrls: true } }).webhooks.addEndpoint({
       orgId: org.id,
       url: receiver.url('/worker-process'),
     });

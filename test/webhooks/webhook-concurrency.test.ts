@@ -3,8 +3,7 @@ import { sql } from 'drizzle-orm';
 import { createDatabase, type Database } from '../../src/db/client.js';
 import { createDeliveryWorker } from '../../src/modules/webhooks/delivery.worker.js';
 import { createOutboxRepository } from '../../src/shared/outbox.js';
-import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
-import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { createTestContext, type TestContext, testServices } from '../helpers/harness.js';
 import { startReceiver, waitFor, type Receiver } from '../helpers/webhook-receiver.js';
 
 const EVENTS = 500;
@@ -33,7 +32,7 @@ describe('webhook delivery with several workers', () => {
       return {};
     });
     const org = await ctx.createOrg();
-    const endpoint = await createWebhooksService({ database: ctx.database, allowPrivateUrls: true }).addEndpoint({
+    const endpoint = await testServices(ctx.database, { config: { webhookAllowPrivateUrls: true } }).webhooks.addEndpoint({
       orgId: org.id,
       url: receiver.url('/hook'),
     });

@@ -8,8 +8,7 @@ import { createDeliveryRepository } from '../../src/modules/webhooks/delivery.re
 import { createDeliveryWorker, type DeliveryWorker, type DeliveryWorkerOptions } from '../../src/modules/webhooks/delivery.worker.js';
 import { NOT_A_PUBLIC_HOST } from '../../src/modules/webhooks/endpoint-url.js';
 import { createOutboxRepository, type EventType } from '../../src/shared/outbox.js';
-import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
-import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { createTestContext, type TestContext, testServices } from '../helpers/harness.js';
 import { startReceiver, waitFor, type Receiver } from '../helpers/webhook-receiver.js';
 
 let ctx: TestContext;
@@ -29,7 +28,7 @@ afterAll(async () => {
   await ctx?.close();
 });
 
-const service = () => createWebhooksService({ database: ctx.database, allowPrivateUrls: true });
+const service = () => testServices(ctx.database, { config: { webhookAllowPrivateUrls: true } }).webhooks;
 
 let pathCounter = 0;
 /** An organisation with one endpoint on its own receiver path. */

@@ -2,11 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { and, eq } from 'drizzle-orm';
 import { auditLog, webhookEndpoints } from '../../src/db/schema.js';
 import { DEFAULT_RETRY_SCHEDULE_MS } from '../../src/modules/webhooks/delivery.worker.js';
-import { isPublicAddress, NOT_A_PUBLIC_HOST } from '../../src/modules/webhooks/endpoint-url.js';
+import { nonPublicRange, NOT_A_PUBLIC_HOST } from '../../src/modules/webhooks/endpoint-url.js';
 import { createOutboxRepository } from '../../src/shared/outbox.js';
 import { DEFAULT_REQUEST_TIMEOUT_MS, parseRetryAfter } from '../../src/modules/webhooks/webhook-sender.js';
-import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
-import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { createTestContext, type TestContext, testServices } from '../helpers/harness.js';
 
 let ctx: TestContext;
 beforeAll(async () => {
@@ -16,8 +15,8 @@ afterAll(async () => {
   await ctx?.close();
 });
 
-const strict = () => createWebhooksService({ database: ctx.database, allowPrivateUrls: false });
-const permissive = () => createWebhooksService({ database: ctx.database, allowPrivateUrls: true });
+const strict = () => testServices(ctx.database, { config: { webhookAllowPrivateUrls: false } }).webhooks;
+const permissive = () => testServices(ctx.database, { config: { webhookAllowPrivateUrls: true } }).webhooks;
 // A public address literal: accepted without any DNS lookup (the test machine has no internet).
 const PUBLIC_URL = 'https://93.184.215.14/hooks/svc';
 
@@ -110,7 +109,7 @@ describe('webhook endpoints', () => {
 
   it('when WEBHOOK_ALLOWED_PORTS lists a port, an endpoint on it is accepted and one on another port is still refused', async () => {
     const org = await ctx.createOrg();
-    const withPorts = createWebhooksService({ database: ctx.database, allowPrivateUrls: false, allowedPorts: [8443] });
+    const withPorts = testServices(ctx.database, { config: { webhookAllowPrivateUrls: false, webhookAllowedPorts: [8443] } }).webhooks;
     expect(await withPorts.addEndpoint({ orgId: org.id, url: 'https://93.184.215.14:8443/hooks' })).toMatchObject({
       url: 'https://93.184.215.14:8443/hooks',
     });
@@ -121,14 +120,13 @@ describe('webhook endpoints', () => {
 
   it('when a host name resolves to a private address, registration is refused: an API key is told only that it cannot be used, the operator what it resolves to', async () => {
     const org = await ctx.createOrg();
-    const service = createWebhooksService({
-      database: ctx.database,
-      allowPrivateUrls: false,
+    const service = testServices(ctx.database, {
+      config: { webhookAllowPrivateUrls: false },
       resolveHost: async () => [
         { address: '2606:4700:4700::1111', family: 6 },
         { address: '::ffff:192.168.0.10', family: 6 },
       ],
-    });
+    }).webhooks;
     const input = { orgId: org.id, url: 'https://crm.example.test/hooks' };
     await expect(service.addEndpoint(input, { type: 'api_key', id: org.keyId })).rejects.toMatchObject({
       details: { issues: { url: [NOT_A_PUBLIC_HOST] } },
@@ -221,8 +219,8 @@ describe('webhook address and header rules', () => {
     ['64:ff9b::a00:1', false],
     ['224.0.0.1', false],
     ['255.255.255.255', false],
-  ])('when the address is %s, isPublicAddress is %s', (address, expected) => {
-    expect(isPublicAddress(address)).toBe(expected);
+  ])('when the address is %s, it is public: %s', (address, expected) => {
+    expect(nonPublicRange(address) === undefined).toBe(expected);
   });
 
   it('when no Retry-After is given, retries follow a growing schedule of 15 attempts over about three days', () => {

@@ -1,8 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createBackOfficeService } from '../../src/modules/verification/back-office.service.js';
 import { createDeliveryWorker, type DeliveryWorker } from '../../src/modules/webhooks/delivery.worker.js';
-import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
-import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { createTestContext, type TestContext, type TestOrg, testServices } from '../helpers/harness.js';
 import { startReceiver, waitFor, type Receiver } from '../helpers/webhook-receiver.js';
 
 /**
@@ -32,7 +30,7 @@ let pathCounter = 0;
 async function orgWithEndpoint(): Promise<{ org: TestOrg; path: string }> {
   const org = await ctx.createOrg();
   const path = `/events-${(pathCounter += 1)}`;
-  const endpoint = await createWebhooksService({ database: ctx.database, allowPrivateUrls: true }).addEndpoint({
+  const endpoint = await testServices(ctx.database, { config: { webhookAllowPrivateUrls: true } }).webhooks.addEndpoint({
     orgId: org.id,
     url: receiver.url(path),
   });
@@ -87,7 +85,7 @@ describe('events from changes to the receiver', () => {
   it('when the back office screens and resolves an integration record, the endpoint receives customer.updated for each change and aml.review_completed', async () => {
     const { org, path } = await orgWithEndpoint();
     const person = await createPerson(org, 'evt-back-office');
-    const backOffice = createBackOfficeService({ database: ctx.database });
+    const backOffice = testServices(ctx.database).backOffice;
     await backOffice.setAml(org.id, person.id, { status: 'NEEDS_REVIEW', pep: true }, operator);
     await backOffice.resolveAml(org.id, person.id, operator);
 
@@ -108,7 +106,7 @@ describe('events from changes to the receiver', () => {
     const { org, path } = await orgWithEndpoint();
     const person = await createPerson(org, 'evt-not-integration');
     await ctx.database.pool.query(`UPDATE customers SET added_via = 'ADMIN_MANUAL' WHERE id = $1`, [person.id]);
-    const backOffice = createBackOfficeService({ database: ctx.database });
+    const backOffice = testServices(ctx.database).backOffice;
     await backOffice.setAml(org.id, person.id, { status: 'NEEDS_REVIEW' }, operator);
     await backOffice.resolveAml(org.id, person.id, operator);
 

@@ -13,8 +13,7 @@ import {
   type DeliveryWorkerOptions,
 } from '../../src/modules/webhooks/delivery.worker.js';
 import { createOutboxRepository } from '../../src/shared/outbox.js';
-import { createWebhooksService } from '../../src/modules/webhooks/webhooks.service.js';
-import { createTestContext, type TestContext } from '../helpers/harness.js';
+import { createTestContext, type TestContext, testServices } from '../helpers/harness.js';
 import { collectingLoggerOptions } from '../helpers/log-collector.js';
 import { startReceiver, waitFor, type Receiver } from '../helpers/webhook-receiver.js';
 
@@ -46,7 +45,7 @@ let pathCounter = 0;
 async function orgWithEndpoint() {
   const org = await ctx.createOrg();
   const path = `/wake-${(pathCounter += 1)}`;
-  const endpoint = await createWebhooksService({ database: ctx.database, allowPrivateUrls: true }).addEndpoint({
+  const endpoint = await testServices(ctx.database, { config: { webhookAllowPrivateUrls: true } }).webhooks.addEndpoint({
     orgId: org.id,
     url: receiver.url(path),
   });

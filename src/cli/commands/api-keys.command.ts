@@ -1,5 +1,4 @@
 import { InvalidArgumentError, type Command } from 'commander';
-import { createApiKeysService } from '../../modules/api-keys/api-keys.service.js';
 import { SCOPES } from '../../shared/scopes.js';
 import { dateTimeRangeProblem } from '../../shared/dates.schema.js';
 import { parseInteger, parseList, type CliRunner } from '../runner.js';
@@ -41,8 +40,8 @@ export function registerApiKeyCommands(program: Command, cli: CliRunner): void {
         burstLimit?: number;
         dailyLimit?: number;
       }) =>
-        cli.runCommand(({ database, actor }) =>
-          createApiKeysService({ database }).create(
+        cli.runCommand(({ services, actor }) =>
+          services.apiKeys.create(
             {
               orgId: options.org,
               scopes: parseList(options.scopes) ?? [],
@@ -61,11 +60,11 @@ export function registerApiKeyCommands(program: Command, cli: CliRunner): void {
     .command('list')
     .description('List the keys of an organisation (no secrets)')
     .requiredOption('--org <id>', 'organisation id')
-    .action((options: { org: string }) => cli.runCommand(({ database }) => createApiKeysService({ database }).list(options.org)));
+    .action((options: { org: string }) => cli.runCommand(({ services }) => services.apiKeys.list(options.org)));
 
   key
     .command('revoke')
     .description('Revoke a key; the next request with it is refused on every instance')
     .argument('<id>', 'key id')
-    .action((id: string) => cli.runCommand(({ database, actor }) => createApiKeysService({ database }).revoke(id, actor)));
+    .action((id: string) => cli.runCommand(({ services, actor }) => services.apiKeys.revoke(id, actor)));
 }

@@ -6,7 +6,7 @@ import type { Writable } from 'node:stream';
 import type { ChainVerdict } from '../../modules/audit/audit-chain.verifier.js';
 import { EXPORT_FORMATS, type ExportFormat, type ExportManifest } from '../../modules/audit/audit-export.js';
 import { verifyExportFile } from '../../modules/audit/audit-export.verifier.js';
-import { createAuditService, type ExportSink } from '../../modules/audit/audit.service.js';
+import { type ExportSink } from '../../modules/audit/audit.service.js';
 import { createProgressBar } from '../progress.js';
 import { dateTimeRangeProblem } from '../../shared/dates.schema.js';
 import { oneOf, type CliRunner } from '../runner.js';
@@ -21,7 +21,7 @@ export function registerAuditCommands(program: Command, cli: CliRunner): void {
     .command('head')
     .description('Print the last sealed sequence and hash of the chain (publish it elsewhere, e.g. daily, to detect a truncation later)')
     .requiredOption('--org <id>', 'organisation id')
-    .action((options: { org: string }) => cli.runCommand(({ database }) => createAuditService({ database }).head(options.org)));
+    .action((options: { org: string }) => cli.runCommand(({ services }) => services.audit.head(options.org)));
 
   audit
     .command('export')
@@ -35,7 +35,7 @@ export function registerAuditCommands(program: Command, cli: CliRunner): void {
     .option('--out <file>', 'write to this file (via FILE.partial, renamed once complete) instead of stdout')
     .action((options: { org: string; from?: Date; to?: Date; format: ExportFormat; out?: string }) =>
       cli.runCommand<ExportManifest>(
-        async ({ database }) => {
+        async ({ services }) => {
           if (options.from && options.to && options.from >= options.to) throw new InvalidArgumentError('--from must be before --to');
           const partial = options.out === undefined ? undefined : `${options.out}.partial`;
           const stream: Writable = partial === undefined ? cli.io.stdout : createWriteStream(partial, { flags: 'w' });
@@ -48,11 +48,7 @@ export function registerAuditCommands(program: Command, cli: CliRunner): void {
             progress: (rows) => progress.update(rows),
           };
           try {
-            const manifest = await createAuditService({ database }).export(
-              options.org,
-              { format: options.format, from: options.from, to: options.to },
-              sink,
-            );
+            const manifest = await services.audit.export(options.org, { format: options.format, from: options.from, to: options.to }, sink);
             progress.stop();
             if (partial !== undefined) {
               stream.end();
@@ -85,7 +81,7 @@ export function registerAuditCommands(program: Command, cli: CliRunner): void {
       if ((options.org === undefined) === (options.file === undefined)) return cli.fail(new Error('give either --org or --file'));
       if (options.file !== undefined) return verifyFile(cli, options.file, options.format);
       const org = options.org!;
-      return cli.runCommand<ChainVerdict>(({ database }) => createAuditService({ database }).verify(org), {
+      return cli.runCommand<ChainVerdict>(({ services }) => services.audit.verify(org), {
         // It writes nothing, so it runs on a read-only connection too (a read-only role or a standby).
         migrate: false,
         exitCode: (verdict) => (verdict.ok ? 0 : CHAIN_BROKEN_EXIT_CODE),
@@ -108,8 +104,8 @@ export function registerAuditCommands(program: Command, cli: CliRunner): void {
       parseInstant('--before'),
     )
     .action((options: { org: string; before: Date }) =>
-      cli.runCommand(({ database, config, actor }) =>
-        createAuditService({ database }).purge(options.org, options.before, { actor, retentionYears: config.retention.auditYears }),
+      cli.runCommand(({ services, config, actor }) =>
+        services.audit.purge(options.org, options.before, { actor, retentionYears: config.retention.auditYears }),
       ),
     );
 }

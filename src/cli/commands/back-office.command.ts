@@ -1,9 +1,7 @@
 import type { Command } from 'commander';
-import { createEmailsService } from '../../modules/emails/emails.service.js';
-import { createBackOfficeService, SCREENING_STATUSES, VERDICTS, type Verdict } from '../../modules/verification/back-office.service.js';
+import { SCREENING_STATUSES, VERDICTS, type Verdict } from '../../modules/verification/back-office.service.js';
 import type { AmlStatus } from '../../modules/customers/customers.schemas.js';
 import { oneOf, type CliRunner } from '../runner.js';
-import { linkSealerFor } from '../../shared/text-sealer.js';
 
 /** Back-office operations: KYC portal submission and verdicts, AML screening and review, emails. */
 export function registerBackOfficeCommands(program: Command, cli: CliRunner): void {
@@ -14,7 +12,7 @@ export function registerBackOfficeCommands(program: Command, cli: CliRunner): vo
     .requiredOption('--org <id>', 'organisation id')
     .requiredOption('--customer <id>', 'customer or entity UUID or external_id')
     .action((options: { org: string; customer: string }) =>
-      cli.runCommand(({ database, actor }) => createBackOfficeService({ database }).submit(options.org, options.customer, actor)),
+      cli.runCommand(({ services, actor }) => services.backOffice.submit(options.org, options.customer, actor)),
     );
   kyc
     .command('verdict')
@@ -25,8 +23,8 @@ export function registerBackOfficeCommands(program: Command, cli: CliRunner): vo
     .option('--legal-name <name>', 'verified legal name (individuals; default: the full name)')
     .option('--country <alpha3>', 'verified country, ISO 3166-1 alpha-3 (individuals; default AUS)')
     .action((options: { org: string; customer: string; result: Verdict; legalName?: string; country?: string }) =>
-      cli.runCommand(({ database, actor }) =>
-        createBackOfficeService({ database }).verdict(
+      cli.runCommand(({ services, actor }) =>
+        services.backOffice.verdict(
           options.org,
           options.customer,
           { result: options.result, legalName: options.legalName, country: options.country },
@@ -55,10 +53,7 @@ export function registerBackOfficeCommands(program: Command, cli: CliRunner): vo
         sanctions?: boolean;
         adverseMedia?: boolean;
         terrorism?: boolean;
-      }) =>
-        cli.runCommand(({ database, actor }) =>
-          createBackOfficeService({ database }).setAml(options.org, options.customer, options, actor),
-        ),
+      }) => cli.runCommand(({ services, actor }) => services.backOffice.setAml(options.org, options.customer, options, actor)),
     );
   aml
     .command('resolve')
@@ -66,7 +61,7 @@ export function registerBackOfficeCommands(program: Command, cli: CliRunner): vo
     .requiredOption('--org <id>', 'organisation id')
     .requiredOption('--customer <id>', 'customer or entity UUID or external_id')
     .action((options: { org: string; customer: string }) =>
-      cli.runCommand(({ database, actor }) => createBackOfficeService({ database }).resolveAml(options.org, options.customer, actor)),
+      cli.runCommand(({ services, actor }) => services.backOffice.resolveAml(options.org, options.customer, actor)),
     );
 
   program
@@ -75,8 +70,6 @@ export function registerBackOfficeCommands(program: Command, cli: CliRunner): vo
     .requiredOption('--org <id>', 'organisation id')
     .option('--to <address>', 'only emails to this address')
     .action((options: { org: string; to?: string }) =>
-      cli.runCommand(({ database, config }) =>
-        createEmailsService({ database, sealer: linkSealerFor(config) }).list(options.org, { to: options.to }),
-      ),
+      cli.runCommand(({ services }) => services.emails.list(options.org, { to: options.to })),
     );
 }

@@ -1,5 +1,4 @@
 import { InvalidArgumentError, type Command } from 'commander';
-import { createOrganisationsService } from '../../modules/organisations/organisations.service.js';
 import { FEATURES, PAYERS, type Feature, type Payer } from '../../modules/organisations/organisations.schemas.js';
 import { oneOf, parseInteger, parseList, type CliRunner } from '../runner.js';
 
@@ -23,8 +22,8 @@ export function registerOrganisationCommands(program: Command, cli: CliRunner): 
     .option('--credits <n>', 'initial credit balance', parseInteger('--credits'))
     .option('--default-payer <payer>', 'who pays for checks by default (organization | customer)', payer)
     .action((options: { name: string; features?: Feature[]; credits?: number; defaultPayer?: Payer }) =>
-      cli.runCommand(({ database, actor }) =>
-        createOrganisationsService({ database }).create(
+      cli.runCommand(({ services, actor }) =>
+        services.organisations.create(
           {
             name: options.name,
             features: options.features ?? [],
@@ -39,13 +38,13 @@ export function registerOrganisationCommands(program: Command, cli: CliRunner): 
   org
     .command('list')
     .description("List the organisations, oldest first (the first start's sandbox among them)")
-    .action(() => cli.runCommand(({ database }) => createOrganisationsService({ database }).list()));
+    .action(() => cli.runCommand(({ services }) => services.organisations.list()));
 
   org
     .command('show')
     .description('Show an organisation')
     .argument('<id>', 'organisation id')
-    .action((id: string) => cli.runCommand(({ database }) => createOrganisationsService({ database }).show(id)));
+    .action((id: string) => cli.runCommand(({ services }) => services.organisations.show(id)));
 
   org
     .command('update')
@@ -56,6 +55,6 @@ export function registerOrganisationCommands(program: Command, cli: CliRunner): 
     .option('--add-credits <n>', 'add (or, negative, remove) credits', parseInteger('--add-credits'))
     .option('--default-payer <payer>', 'organization | customer', payer)
     .action((id: string, options: { name?: string; features?: Feature[]; addCredits?: number; defaultPayer?: Payer }) =>
-      cli.runCommand(({ database, actor }) => createOrganisationsService({ database }).update(id, options, actor)),
+      cli.runCommand(({ services, actor }) => services.organisations.update(id, options, actor)),
     );
 }

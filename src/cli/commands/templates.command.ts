@@ -1,6 +1,5 @@
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
-import { createGroupsService } from '../../modules/groups/groups.service.js';
 import { AppError } from '../../shared/app-error.js';
 import { type CliRunner } from '../runner.js';
 
@@ -31,9 +30,9 @@ export function registerTemplateCommands(program: Command, cli: CliRunner): void
     .requiredOption('--org <id>', 'organisation id')
     .requiredOption('--file <path>', 'template JSON file')
     .action((options: { org: string; file: string }) =>
-      cli.runCommand(async ({ database, config, actor }) => {
+      cli.runCommand(async ({ services, actor }) => {
         const file = await readTemplateFile(options.file);
-        return createGroupsService({ database, publicBaseUrl: config.publicBaseUrl }).createCustomTemplate(options.org, file, actor);
+        return services.groups.createCustomTemplate(options.org, file, actor);
       }),
     );
 }

@@ -1,11 +1,9 @@
 import type { Command } from 'commander';
-import { webhookTargetPolicy } from '../../modules/webhooks/endpoint-url.js';
-import { createWebhooksService } from '../../modules/webhooks/webhooks.service.js';
 import { DELIVERY_STATUSES, type DeliveryStatus } from '../../modules/webhooks/webhooks.schemas.js';
 import { EVENT_TYPES, type EventType } from '../../shared/outbox.js';
 import { parseInteger, parseList, type CommandContext, type CliRunner } from '../runner.js';
 
-const service = ({ config, database }: CommandContext) => createWebhooksService({ database, ...webhookTargetPolicy(config) });
+const service = ({ services }: CommandContext) => services.webhooks;
 
 export function registerWebhookCommands(program: Command, cli: CliRunner): void {
   const webhook = program.command('webhook').description('Manage webhook endpoints and deliveries');

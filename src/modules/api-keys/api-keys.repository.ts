@@ -1,4 +1,4 @@
-import { and, asc, eq, isNull, sql } from 'drizzle-orm';
+import { and, asc, eq, sql } from 'drizzle-orm';
 import type pg from 'pg';
 import type { Executor } from '../../db/client.js';
 import { apiKeyHashes, apiKeys, apiKeyUsage, type ApiKeyRow } from '../../db/schema.js';
@@ -236,14 +236,6 @@ export function createApiKeysRepository() {
         .where(and(eq(apiKeys.orgId, orgId), eq(apiKeys.id, id)))
         .returning(publicColumns);
       return row;
-    },
-
-    async countActive(orgId: string, tx: Executor): Promise<number> {
-      const [row] = await tx
-        .select({ count: sql<number>`count(*)::int` })
-        .from(apiKeys)
-        .where(and(eq(apiKeys.orgId, orgId), isNull(apiKeys.revokedAt)));
-      return row?.count ?? 0;
     },
 
     /**

@@ -3,11 +3,11 @@ import type { DataAccess } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { SCOPES, type Scope } from '../../shared/scopes.js';
-import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
-import { createAuditWriter } from '../../shared/audit-writer.js';
+import type { OrganisationsRepository } from '../organisations/organisations.repository.js';
+import type { AuditWriter } from '../../shared/audit-writer.js';
 import type { Actor } from '../../shared/actor.js';
 import { displayPrefix, generateApiKey, hashApiKey } from './api-key-secret.js';
-import { createApiKeysRepository, type ApiKeyRecord } from './api-keys.repository.js';
+import type { ApiKeyRecord, ApiKeysRepository } from './api-keys.repository.js';
 
 export type ApiKeyDto = {
   id: string;
@@ -68,11 +68,13 @@ function normalizeCidr(value: string): string {
 
 const SYSTEM_ACTOR: Actor = { type: 'system', id: null };
 
-export function createApiKeysService(deps: { database: DataAccess }) {
-  const { database } = deps;
-  const keys = createApiKeysRepository();
-  const organisations = createOrganisationsRepository();
-  const audit = createAuditWriter();
+export function createApiKeysService(deps: {
+  database: DataAccess;
+  keys: ApiKeysRepository;
+  organisations: OrganisationsRepository;
+  audit: AuditWriter;
+}) {
+  const { database, keys, organisations, audit } = deps;
 
   return {
     /** Issues a key; the plaintext is returned here and never again. */
@@ -150,4 +152,3 @@ export function createApiKeysService(deps: { database: DataAccess }) {
     },
   };
 }
-export type ApiKeysService = ReturnType<typeof createApiKeysService>;

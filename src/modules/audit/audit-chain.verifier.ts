@@ -1,5 +1,5 @@
 import type { Executor } from '../../db/client.js';
-import { createServiceSecretsRepository } from '../service-secrets/service-secrets.repository.js';
+import type { ServiceSecretsRepository } from '../service-secrets/service-secrets.repository.js';
 import { chainHash, checkpointSignatureMatches, GENESIS_HASH, type ChainRow } from './audit-chain.js';
 import type { AuditRepository, ChainHead } from './audit.repository.js';
 
@@ -48,7 +48,12 @@ const PAGE = 2_000;
  * - the rows after it verify one sequence further on: a row was deleted and the rest renumbered;
  * - otherwise the row itself no longer matches its hash: edited.
  */
-export async function verifyChain(audit: AuditRepository, orgId: string, tx: Executor): Promise<ChainVerdict> {
+export async function verifyChain(
+  audit: AuditRepository,
+  secrets: ServiceSecretsRepository,
+  orgId: string,
+  tx: Executor,
+): Promise<ChainVerdict> {
   const head = await audit.findHead(orgId, tx);
   const unsealed = await audit.countUnsealed(orgId, tx);
   const broken = (rowsChecked: number, at: ChainBreak): ChainVerdict => ({
@@ -71,7 +76,7 @@ export async function verifyChain(audit: AuditRepository, orgId: string, tx: Exe
   // Every checkpoint must carry its signature: one edited, or made up without the key, is named before any row.
   const checkpoints = await audit.checkpoints(orgId, tx);
   if (checkpoints.length > 0) {
-    const value = await createServiceSecretsRepository().find('audit_checkpoint_hmac', tx);
+    const value = await secrets.find('audit_checkpoint_hmac', tx);
     const key = value !== undefined && /^(?:[0-9a-f]{2})+$/i.test(value) ? Buffer.from(value, 'hex') : undefined;
     for (const checkpoint of checkpoints) {
       if (!key || !checkpointSignatureMatches(key, { orgId, sequence: checkpoint.sequence, hash: checkpoint.hash }, checkpoint.signature)) {

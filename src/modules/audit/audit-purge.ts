@@ -1,6 +1,6 @@
 import type { DataAccess } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
-import { createServiceSecretsRepository } from '../service-secrets/service-secrets.repository.js';
+import type { ServiceSecretsRepository } from '../service-secrets/service-secrets.repository.js';
 import { chainHash, checkpointSignature, checkpointSignatureMatches, GENESIS_HASH } from './audit-chain.js';
 import { AUDIT_PURGED_ACTION, createAuditRepository } from './audit.repository.js';
 import type { Actor } from '../../shared/actor.js';
@@ -37,14 +37,14 @@ export type AuditPurge = ReturnType<typeof createAuditPurge>;
  */
 export function createAuditPurge(deps: {
   database: DataAccess;
+  secrets: ServiceSecretsRepository;
   batchSize?: number;
   /** Called after each committed batch that removed rows (the retention metric). */
   onPurged?: (rows: number) => void;
 }) {
-  const { database } = deps;
+  const { database, secrets } = deps;
   const batchSize = deps.batchSize ?? DEFAULT_AUDIT_PURGE_BATCH;
   const audit = createAuditRepository();
-  const secrets = createServiceSecretsRepository();
 
   /** The hash of row `through` when rows after `from` up to it chain from `previousHash`; a refusal naming the first row that does not. */
   async function checkRange(orgId: string, from: number, previousHash: string, through: number): Promise<string> {

@@ -9,21 +9,7 @@ import type { ChainRow } from './audit-chain.js';
 export const AUDIT_PURGED_ACTION = 'audit_log.purged';
 
 /** A sealed row as GET /v1/audit-events reads it, with the label of the acting API key. */
-export type AuditEventRow = {
-  id: number;
-  sequence: number;
-  createdAt: Date;
-  actorType: string;
-  actorId: string | null;
-  keyLabel: string | null;
-  action: string;
-  subjectType: string;
-  subjectId: string | null;
-  before: unknown;
-  after: unknown;
-  requestId: string | null;
-  idempotencyKey: string | null;
-};
+export type AuditEventRow = Omit<ChainRow, 'orgId' | 'id'> & { id: number; keyLabel: string | null };
 
 export type AuditEventFilters = {
   /** Only rows after this sequence (0: from the start). */
@@ -57,15 +43,6 @@ const chainColumns = {
 export function createAuditRepository() {
   return {
     ...createAuditWriter(),
-
-    /** In the order written: by time, the id breaking ties only (a global sequence is no order across machines). */
-    async listForSubject(orgId: string, subjectId: string, tx: Executor) {
-      return tx
-        .select()
-        .from(auditLog)
-        .where(and(eq(auditLog.orgId, orgId), eq(auditLog.subjectId, subjectId)))
-        .orderBy(asc(auditLog.createdAt), asc(auditLog.id));
-    },
 
     // --- GET /v1/audit-events -------------------------------------------------------------------
 

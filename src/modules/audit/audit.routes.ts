@@ -3,11 +3,10 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { errorResponses } from '../../shared/error-responses.js';
 import { requestContext } from '../../shared/request-context.js';
 import { auditEventListSchema, listAuditEventsQuery } from './audit.schemas.js';
-import { createAuditService } from './audit.service.js';
 
 export async function auditRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
-  const audit = createAuditService({ database: app.deps.database });
+  const audit = app.services.audit;
 
   app.get(
     '/audit-events',

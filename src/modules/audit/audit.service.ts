@@ -2,12 +2,12 @@ import type { DataAccess, Executor } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { feedPage } from '../../shared/list-envelope.js';
-import { createApiKeysRepository } from '../api-keys/api-keys.repository.js';
-import { createCustomersRepository } from '../customers/customers.repository.js';
+import type { ApiKeysRepository } from '../api-keys/api-keys.repository.js';
+import type { CustomersRepository } from '../customers/customers.repository.js';
 import type { RequestContext } from '../../shared/request-context.js';
 import { decodeSequenceCursor, encodeSequenceCursor, filterFingerprint, type CursorKey } from '../../shared/list-cursor.js';
-import { cursorKeyLoader } from '../service-secrets/cursor-key.js';
-import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
+import type { OrganisationsRepository } from '../organisations/organisations.repository.js';
+import type { ServiceSecretsRepository } from '../service-secrets/service-secrets.repository.js';
 import { GENESIS_HASH } from './audit-chain.js';
 import { changesOf } from './audit-changes.js';
 import { verifyChain, type ChainVerdict } from './audit-chain.verifier.js';
@@ -21,8 +21,8 @@ import {
   type ExportFormat,
   type ExportManifest,
 } from './audit-export.js';
-import { createAuditPurge, type AuditPurgeResult } from './audit-purge.js';
-import { createAuditRepository, type AuditEventFilters, type AuditEventRow } from './audit.repository.js';
+import type { AuditPurge, AuditPurgeResult } from './audit-purge.js';
+import type { AuditEventFilters, AuditEventRow, AuditRepository } from './audit.repository.js';
 import type { Actor } from '../../shared/actor.js';
 import type { AuditEventDto, AuditEventList, ListAuditEventsQuery } from './audit.schemas.js';
 
@@ -63,13 +63,17 @@ export type ChainHeadDto = { org_id: string; sequence: number; hash: string | nu
  * The audit trail read back: GET /v1/audit-events (sealed rows only, in chain order) and the
  * operator's `svc audit head` and `svc audit verify`.
  */
-export function createAuditService(deps: { database: DataAccess; cursorKey?: CursorKey }) {
-  const { database } = deps;
-  const audit = createAuditRepository();
-  const customers = createCustomersRepository(database.db);
-  const keys = createApiKeysRepository();
-  const organisations = createOrganisationsRepository();
-  const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
+export function createAuditService(deps: {
+  database: DataAccess;
+  cursorKey: CursorKey;
+  audit: AuditRepository;
+  auditPurge: AuditPurge;
+  customers: CustomersRepository;
+  keys: ApiKeysRepository;
+  organisations: OrganisationsRepository;
+  secrets: ServiceSecretsRepository;
+}) {
+  const { database, cursorKey, audit, auditPurge, customers, keys, organisations, secrets } = deps;
 
   /**
    * A subject of the organisation: a UUID some audit row of the organisation names (any kind of
@@ -156,7 +160,7 @@ export function createAuditService(deps: { database: DataAccess; cursorKey?: Cur
      */
     async purge(orgId: string, before: Date, options: { actor: Actor; retentionYears: number }): Promise<AuditPurgeResult> {
       await requireOrg(orgId);
-      return createAuditPurge({ database }).purge(orgId, before, options);
+      return auditPurge.purge(orgId, before, options);
     },
 
     /**
@@ -207,8 +211,10 @@ export function createAuditService(deps: { database: DataAccess; cursorKey?: Cur
     /** Recomputes the chain in one read-only snapshot: nothing it runs can write, and the head and rows agree. */
     async verify(orgId: string): Promise<ChainVerdict> {
       await requireOrg(orgId);
-      return database.transaction((tx) => verifyChain(audit, orgId, tx), { isolationLevel: 'repeatable read', accessMode: 'read only' });
+      return database.transaction((tx) => verifyChain(audit, secrets, orgId, tx), {
+        isolationLevel: 'repeatable read',
+        accessMode: 'read only',
+      });
     },
   };
 }
-export type AuditService = ReturnType<typeof createAuditService>;

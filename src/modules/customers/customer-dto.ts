@@ -12,8 +12,6 @@ export function toAmlBlock(row: CustomerRow) {
     flags: { pep: row.amlPep, sanctions: row.amlSanctions, adverse_media: row.amlAdverseMedia, terrorism: row.amlTerrorism },
   };
 }
-export type AmlBlock = ReturnType<typeof toAmlBlock>;
-
 /** The public individual DTO: exactly the spec's fields, as GET /customers/{id} and webhooks show it. */
 export function toIndividualDto(row: CustomerRow): IndividualDto {
   return {

@@ -1,7 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { errorResponses } from '../../shared/error-responses.js';
-import { createCustomersService } from './customers.service.js';
 import {
   amlBlockSchema,
   individualSchema,
@@ -16,12 +15,7 @@ import { requestContext } from '../../shared/request-context.js';
 
 export async function customersRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
-  const customers = createCustomersService({
-    database: app.deps.database,
-    pageReads: app.deps.pageReads,
-    clock: app.deps.clock,
-    businessRegister: app.deps.businessRegister,
-  });
+  const customers = app.services.customers;
   const tags = ['Customers'];
 
   app.post(

@@ -1,16 +1,16 @@
 import { isLockTimeout, type Executor, type DataAccess } from '../../db/client.js';
-import { createPageReads, type PageReads } from '../../db/page-reads.js';
+import type { PageReads } from '../../db/page-reads.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
-import { systemClock, type Clock } from '../../shared/clock.js';
+import type { Clock } from '../../shared/clock.js';
 import { Issues, todayIso } from '../../shared/issues.js';
 import type { ListPage } from '../../shared/list-envelope.js';
 import type { RequestContext } from '../../shared/request-context.js';
 import { normalizeServiceCodes } from '../designated-services/catalog.js';
 import { checkBusinessRegister, type BusinessRegister } from './business-register.js';
-import { changedColumns, createCustomerChangeRecorder } from './customer-changes.js';
+import { changedColumns, type CustomerChangeRecorder } from './customer-changes.js';
 import { toAmlBlock, toIndividualDto } from './customer-dto.js';
-import { createCustomersRepository, type CustomerKind, type ListFilters } from './customers.repository.js';
+import type { CustomerKind, CustomersRepository, ListFilters } from './customers.repository.js';
 import type { IndividualDto, PatchCustomerBody, UpsertCustomerBody } from './customers.schemas.js';
 import {
   assessmentTriggers,
@@ -21,7 +21,6 @@ import {
   type PreCommencementAssessment,
 } from './due-diligence.js';
 import { decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from '../../shared/list-cursor.js';
-import { cursorKeyLoader } from '../service-secrets/cursor-key.js';
 import { classifyClient, rateRisk, type RiskAnswers } from './risk-model.js';
 
 /** Provenance ranks of structured name parts: a correction from a higher rank is never overwritten. */
@@ -64,7 +63,7 @@ export type ListRead<T> = { body: ListResult<T>; drainedAt?: Date };
  * promises (docs/decisions.md, "Read replicas, exact").
  */
 export async function listCustomerRecords<T>(
-  repository: ReturnType<typeof createCustomersRepository>,
+  repository: CustomersRepository,
   pageReads: PageReads,
   cursorKey: CursorKey,
   orgId: string,
@@ -117,7 +116,7 @@ export async function listCustomerRecords<T>(
  * lock_timeout makes the page unanswerable exactly for now: a 503 to retry, not a misleading 409 about
  * a record the caller never named.
  */
-async function drainChanges(repository: ReturnType<typeof createCustomersRepository>, orgId: string): Promise<Date> {
+async function drainChanges(repository: CustomersRepository, orgId: string): Promise<Date> {
   try {
     return await repository.drainChanges(orgId);
   } catch (error) {
@@ -267,17 +266,14 @@ function isUniqueViolation(error: unknown): boolean {
 
 export function createCustomersService(deps: {
   database: DataAccess;
-  pageReads?: PageReads;
-  clock?: Clock;
+  pageReads: PageReads;
+  clock: Clock;
   businessRegister?: BusinessRegister;
-  cursorKey?: CursorKey;
+  cursorKey: CursorKey;
+  customers: CustomersRepository;
+  changes: CustomerChangeRecorder;
 }) {
-  const { database } = deps;
-  const pageReads = deps.pageReads ?? createPageReads({ primary: database });
-  const clock = deps.clock ?? systemClock;
-  const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
-  const repository = createCustomersRepository(database.db);
-  const changes = createCustomerChangeRecorder();
+  const { database, pageReads, clock, cursorKey, customers: repository, changes } = deps;
 
   async function requireIndividual(ctx: RequestContext, ref: string, tx: Executor, forUpdate = false): Promise<CustomerRow> {
     const row = await repository.findByRef(ctx.orgId, 'individual', ref, tx, { forUpdate });
@@ -487,4 +483,3 @@ export function createCustomersService(deps: {
     },
   };
 }
-export type CustomersService = ReturnType<typeof createCustomersService>;

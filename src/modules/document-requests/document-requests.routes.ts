@@ -3,18 +3,11 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { errorResponses } from '../../shared/error-responses.js';
 import { idParams } from '../../shared/request-params.js';
 import { requestContext } from '../../shared/request-context.js';
-import { createDocumentRequestsService } from './document-requests.service.js';
 import { createDocumentRequestBody, createdDocumentRequestSchema, documentRequestListSchema } from './document-requests.schemas.js';
 
 export async function documentRequestsRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
-  const service = createDocumentRequestsService({
-    database: app.deps.database,
-    publicBaseUrl: app.deps.config.publicBaseUrl,
-    clock: app.deps.clock,
-    sealer: app.deps.linkSealer,
-    jobs: app.deps.jobs,
-  });
+  const service = app.services.documentRequests;
   const tags = ['Entity documents'];
 
   app.post(

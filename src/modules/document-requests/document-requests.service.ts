@@ -2,23 +2,21 @@ import type { DataAccess, Executor } from '../../db/client.js';
 import type { DocumentRequestRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import type { Clock } from '../../shared/clock.js';
-import type { TextSealer } from '../../shared/text-sealer.js';
 import { LINK_TOKEN_PATTERN, linkTokenHash, newLinkToken } from '../../shared/link-tokens.js';
 import { createOrgRotation, dueOrganisations } from '../../shared/fair-claims.js';
 import { Issues } from '../../shared/issues.js';
-import { createAuditWriter } from '../../shared/audit-writer.js';
+import type { AuditWriter } from '../../shared/audit-writer.js';
 import type { Actor } from '../../shared/actor.js';
-import { createCustomersRepository } from '../customers/customers.repository.js';
+import type { CustomersRepository } from '../customers/customers.repository.js';
 import type { RequestContext } from '../../shared/request-context.js';
 import { DOCUMENT_PRICE, DOCUMENT_TYPES, type DocumentTypeCode } from '../documents/document-types.js';
-import { storeDocument } from '../documents/documents.service.js';
+import type { DocumentsService } from '../documents/documents.service.js';
 import type { SpooledFile } from '../documents/multipart-intake.js';
-import type { JobQueue } from '../../shared/job-runner.js';
-import { createEmailsRepository } from '../emails/emails.repository.js';
-import { createCreditCharger, createPayerResolver } from '../organisations/credits.service.js';
-import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
-import { createOutboxRepository } from '../../shared/outbox.js';
-import { createDocumentRequestsRepository, type RequestDocument } from './document-requests.repository.js';
+import type { EmailsRepository } from '../emails/emails.repository.js';
+import type { CreditCharger, PayerResolver } from '../organisations/credits.service.js';
+import type { OrganisationsRepository } from '../organisations/organisations.repository.js';
+import type { OutboxRepository } from '../../shared/outbox.js';
+import type { DocumentRequestsRepository, RequestDocument } from './document-requests.repository.js';
 import { DEFAULT_DUE_DAYS, MAX_DUE_DAYS, type CreateDocumentRequestBody, type DocumentRequestDto } from './document-requests.schemas.js';
 
 const DAY_MS = 86_400_000;
@@ -84,18 +82,17 @@ export function createDocumentRequestsService(deps: {
   database: DataAccess;
   publicBaseUrl: string;
   clock: Clock;
-  sealer: TextSealer;
-  jobs: JobQueue;
+  requests: DocumentRequestsRepository;
+  customers: CustomersRepository;
+  organisations: OrganisationsRepository;
+  emails: EmailsRepository;
+  documents: Pick<DocumentsService, 'store'>;
+  audit: AuditWriter;
+  outbox: OutboxRepository;
+  charge: CreditCharger;
+  payerFor: PayerResolver;
 }) {
-  const { database, clock } = deps;
-  const requests = createDocumentRequestsRepository();
-  const customers = createCustomersRepository(database.db);
-  const organisations = createOrganisationsRepository();
-  const emails = createEmailsRepository(deps.sealer, deps.jobs);
-  const audit = createAuditWriter();
-  const outbox = createOutboxRepository();
-  const charge = createCreditCharger();
-  const payerFor = createPayerResolver();
+  const { database, clock, requests, customers, organisations, emails, documents, audit, outbox, charge, payerFor } = deps;
   const rotation = createOrgRotation();
 
   async function announce(dto: DocumentRequestDto, orgId: string, tx: Executor): Promise<void> {
@@ -311,7 +308,7 @@ export function createDocumentRequestsService(deps: {
         }
         const contact: Actor = { type: 'contact', id: row.id };
         for (const file of files) {
-          await storeDocument(tx, {
+          await documents.store(tx, {
             orgId: row.orgId,
             actor: contact,
             entityId: row.entityId,
@@ -379,4 +376,3 @@ export function createDocumentRequestsService(deps: {
     };
   }
 }
-export type DocumentRequestsService = ReturnType<typeof createDocumentRequestsService>;

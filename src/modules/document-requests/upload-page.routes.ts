@@ -8,12 +8,7 @@ import type { ConnectionAnswer } from '../../plugins/request-timeouts.plugin.js'
 import { AppError } from '../../shared/app-error.js';
 import { DOCUMENT_TYPE_CODES, MAX_DOCUMENT_BYTES } from '../documents/document-types.js';
 import { multipartFormOf, narrowMultipartForm, registerMultipartIntake, type FormNarrowing } from '../documents/multipart-intake.js';
-import {
-  allowanceMessage,
-  createDocumentRequestsService,
-  notOutstandingMessage,
-  type UploadPageView,
-} from './document-requests.service.js';
+import { allowanceMessage, notOutstandingMessage, type UploadPageView } from './document-requests.service.js';
 import { MAX_DOCUMENTS_PER_REQUEST } from './document-requests.schemas.js';
 import { renderErrorPage, renderInvalidLinkPage, renderThankYouPage, renderUploadPage, UPLOAD_PAGE_HEADERS } from './upload-page.view.js';
 
@@ -39,13 +34,7 @@ function tokenOf(request: FastifyRequest): string | undefined {
  */
 export async function uploadPageRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
-  const service = createDocumentRequestsService({
-    database: app.deps.database,
-    publicBaseUrl: app.deps.config.publicBaseUrl,
-    clock: app.deps.clock,
-    sealer: app.deps.linkSealer,
-    jobs: app.deps.jobs,
-  });
+  const service = app.services.documentRequests;
 
   app.addHook('onRequest', (_request, reply, done) => {
     reply.headers(UPLOAD_PAGE_HEADERS);

@@ -16,7 +16,6 @@ import {
   MAX_DESCRIPTION_LENGTH,
   uploadDocumentBody,
 } from './documents.schemas.js';
-import { createDocumentsService } from './documents.service.js';
 import { multipartFormOf, registerMultipartIntake, type MultipartIntakeOptions } from './multipart-intake.js';
 
 /** The upload form: one file, its type and an optional description. */
@@ -58,7 +57,7 @@ const binary = z.string().meta({ format: 'binary' }).describe("The document's by
 
 export async function documentsRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
-  const documents = createDocumentsService({ database: app.deps.database });
+  const documents = app.services.documents;
   const tags = ['Entity documents'];
 
   app.get(

@@ -3,14 +3,14 @@ import type { DataAccess, Executor } from '../../db/client.js';
 import type { EntityDocumentRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
-import { createAuditWriter } from '../../shared/audit-writer.js';
+import type { AuditWriter } from '../../shared/audit-writer.js';
 import type { Actor } from '../../shared/actor.js';
 import type { RequestContext } from '../../shared/request-context.js';
-import { createCustomersRepository } from '../customers/customers.repository.js';
-import { createCreditCharger } from '../organisations/credits.service.js';
+import type { CustomersRepository } from '../customers/customers.repository.js';
+import type { CreditCharger } from '../organisations/credits.service.js';
 import type { DocumentStorage } from './document-storage.js';
 import { DOCUMENT_PRICE, type DocumentTypeCode } from './document-types.js';
-import { createDocumentsRepository } from './documents.repository.js';
+import type { DocumentsRepository } from './documents.repository.js';
 import type { DocumentDto, UploadDocumentBody } from './documents.schemas.js';
 import { openSpooledFile, type SpooledFile } from './multipart-intake.js';
 import { postgresDocumentStorage } from './postgres-document-storage.js';
@@ -56,66 +56,66 @@ export type StoreDocumentInput = {
   beforeContent?: (row: EntityDocumentRow) => Promise<void>;
 };
 
-/**
- * Stores a document in the caller's transaction `tx`: its metadata row, its bytes (streamed from the
- * spooled file into the storage, never whole in memory) and the `entity.document_uploaded` audit row
- * (subject the entity; after = the metadata, never the content). Nothing is charged here. Throws, and
- * so rolls the caller back, when the bytes written are not as many as the intake measured.
- */
-export async function storeDocument(
-  tx: Executor,
-  input: StoreDocumentInput,
-  storage: DocumentStorage = postgresDocumentStorage,
-): Promise<EntityDocumentRow> {
-  const row = await createDocumentsRepository().insert(
-    {
-      orgId: input.orgId,
-      entityId: input.entityId,
-      type: input.type,
-      description: input.description ?? null,
-      fileName: input.file.fileName,
-      mediaType: input.file.mediaType,
-      sizeBytes: input.file.size,
-      sha256: input.file.sha256,
-      uploadedBy: input.uploadedBy,
-      apiKeyId: input.apiKeyId ?? null,
-      documentRequestId: input.documentRequestId ?? null,
-      storage: storage.kind,
-    },
-    tx,
-  );
-  await input.beforeContent?.(row);
-  const written = await storage.write({ orgId: row.orgId, documentId: row.id }, openSpooledFile(input.file), tx);
-  // The intake hashed the bytes as they arrived; the spool is this process's own 0600 file, so its
-  // length is the check that it is still whole.
-  if (written.size !== row.sizeBytes) {
-    throw new Error(
-      `document ${row.id}: the spooled file changed between intake (${row.sizeBytes} bytes) and storage (${written.size} bytes)`,
-    );
-  }
-  await createAuditWriter().record(
-    {
-      orgId: input.orgId,
-      actor: input.actor,
-      action: 'entity.document_uploaded',
-      subjectType: 'entity',
-      subjectId: input.entityId,
-      before: null,
-      after: toDocumentDto(row),
-    },
-    tx,
-  );
-  return row;
-}
-
 /** An opened document: its metadata and a stream of its bytes (read from the store as consumed). */
 export type DocumentContent = { document: EntityDocumentRow; open(): Readable };
 
-export function createDocumentsService(deps: { database: DataAccess }) {
-  const { database } = deps;
-  const customers = createCustomersRepository(database.db);
-  const documents = createDocumentsRepository();
-  const charge = createCreditCharger();
+export function createDocumentsService(deps: {
+  database: DataAccess;
+  customers: CustomersRepository;
+  documents: DocumentsRepository;
+  charge: CreditCharger;
+  audit: AuditWriter;
+}) {
+  const { database, customers, documents, charge, audit } = deps;
+
+  /**
+   * Stores a document in the caller's transaction `tx`: its metadata row, its bytes (streamed from the
+   * spooled file into the storage, never whole in memory) and the `entity.document_uploaded` audit row
+   * (subject the entity; after = the metadata, never the content). Nothing is charged here. Throws, and
+   * so rolls the caller back, when the bytes written are not as many as the intake measured.
+   */
+  async function store(tx: Executor, input: StoreDocumentInput): Promise<EntityDocumentRow> {
+    const storage = postgresDocumentStorage;
+    const row = await documents.insert(
+      {
+        orgId: input.orgId,
+        entityId: input.entityId,
+        type: input.type,
+        description: input.description ?? null,
+        fileName: input.file.fileName,
+        mediaType: input.file.mediaType,
+        sizeBytes: input.file.size,
+        sha256: input.file.sha256,
+        uploadedBy: input.uploadedBy,
+        apiKeyId: input.apiKeyId ?? null,
+        documentRequestId: input.documentRequestId ?? null,
+        storage: storage.kind,
+      },
+      tx,
+    );
+    await input.beforeContent?.(row);
+    const written = await storage.write({ orgId: row.orgId, documentId: row.id }, openSpooledFile(input.file), tx);
+    // The intake hashed the bytes as they arrived; the spool is this process's own 0600 file, so its
+    // length is the check that it is still whole.
+    if (written.size !== row.sizeBytes) {
+      throw new Error(
+        `document ${row.id}: the spooled file changed between intake (${row.sizeBytes} bytes) and storage (${written.size} bytes)`,
+      );
+    }
+    await audit.record(
+      {
+        orgId: input.orgId,
+        actor: input.actor,
+        action: 'entity.document_uploaded',
+        subjectType: 'entity',
+        subjectId: input.entityId,
+        before: null,
+        after: toDocumentDto(row),
+      },
+      tx,
+    );
+    return row;
+  }
 
   async function requireEntity(ctx: RequestContext, ref: string, tx: Executor) {
     // Only entities: an individual's id is as unknown here as another organisation's.
@@ -125,11 +125,13 @@ export function createDocumentsService(deps: { database: DataAccess }) {
   }
 
   return {
+    store,
+
     /** POST /entities/{id}/documents: the organisation pays DOCUMENT_PRICE, the document is stored, one transaction. */
     async upload(ctx: RequestContext, ref: string, body: UploadDocumentBody, file: SpooledFile): Promise<DocumentDto> {
       return ctx.transaction(async (tx) => {
         const entity = await requireEntity(ctx, ref, tx);
-        const row = await storeDocument(tx, {
+        const row = await store(tx, {
           orgId: ctx.orgId,
           actor: ctx.actor,
           entityId: entity.id,

@@ -1,6 +1,5 @@
 import type { DataAccess } from '../../db/client.js';
-import type { TextSealer } from '../../shared/text-sealer.js';
-import { createEmailsRepository, type EmailRow } from './emails.repository.js';
+import type { EmailRow, EmailsRepository } from './emails.repository.js';
 
 function toEmailDto(row: EmailRow) {
   return {
@@ -16,8 +15,8 @@ function toEmailDto(row: EmailRow) {
   };
 }
 
-export function createEmailsService(deps: { database: DataAccess; sealer: TextSealer }) {
-  const repository = createEmailsRepository(deps.sealer);
+export function createEmailsService(deps: { database: DataAccess; emails: EmailsRepository }) {
+  const repository = deps.emails;
   return {
     async list(orgId: string, filters: { to?: string } = {}) {
       return (await repository.list(orgId, filters, deps.database.db)).map((row) => toEmailDto(repository.openRow(row)));

@@ -4,12 +4,11 @@ import { errorResponses } from '../../shared/error-responses.js';
 import { amlBlockSchema, recordListEnvelope } from '../customers/customers.schemas.js';
 import { idParams } from '../../shared/request-params.js';
 import { requestContext } from '../../shared/request-context.js';
-import { createEntitiesService } from './entities.service.js';
 import { addOwnersBody, entitySchema, listEntitiesQuery, patchEntityBody, ubosResponse, upsertEntityBody } from './entities.schemas.js';
 
 export async function entitiesRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
-  const entities = createEntitiesService({ database: app.deps.database, pageReads: app.deps.pageReads, clock: app.deps.clock });
+  const entities = app.services.entities;
   const tags = ['Entities'];
 
   app.post(

@@ -18,8 +18,6 @@ import { KYC_STATUSES } from '../customers/due-diligence.js';
 const ENTITY_TYPES = ['COMPANY', 'TRUST', 'PARTNERSHIP', 'SMSF', 'OTHER'] as const;
 export type EntityType = (typeof ENTITY_TYPES)[number];
 const ENTITY_ORIGINS = ['AUSTRALIAN', 'INTERNATIONAL'] as const;
-export type EntityOrigin = (typeof ENTITY_ORIGINS)[number];
-
 const alpha3 = new Set(Object.keys(countries.getAlpha3Codes()));
 export const countryCode = z
   .string()

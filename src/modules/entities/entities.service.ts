@@ -1,15 +1,14 @@
 import type { DataAccess, Executor } from '../../db/client.js';
-import { createPageReads, type PageReads } from '../../db/page-reads.js';
+import type { PageReads } from '../../db/page-reads.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
-import { systemClock, type Clock } from '../../shared/clock.js';
+import type { Clock } from '../../shared/clock.js';
 import { Issues } from '../../shared/issues.js';
-import { createAuditWriter } from '../../shared/audit-writer.js';
-import { changedColumns, createCustomerChangeRecorder } from '../customers/customer-changes.js';
+import type { AuditWriter } from '../../shared/audit-writer.js';
+import { changedColumns, type CustomerChangeRecorder } from '../customers/customer-changes.js';
 import { toAmlBlock, toIndividualDto } from '../customers/customer-dto.js';
-import { createCustomersRepository } from '../customers/customers.repository.js';
+import type { CustomersRepository } from '../customers/customers.repository.js';
 import { type CursorKey } from '../../shared/list-cursor.js';
-import { cursorKeyLoader } from '../service-secrets/cursor-key.js';
 import {
   checkDueDiligenceInputs,
   listCustomerRecords,
@@ -19,7 +18,7 @@ import {
 } from '../customers/customers.service.js';
 import type { RequestContext } from '../../shared/request-context.js';
 import type { RiskAnswers } from '../customers/risk-model.js';
-import { createEntitiesRepository } from './entities.repository.js';
+import type { EntitiesRepository } from './entities.repository.js';
 import type { AddOwnersBody, ContactInput, EntityDto, PatchEntityBody, UpsertEntityBody } from './entities.schemas.js';
 import { toBeneficialOwnerDto, toEntityDto } from './entity-dto.js';
 
@@ -32,15 +31,17 @@ function isUniqueViolation(error: unknown): boolean {
   return code === '23505' || cause?.code === '23505';
 }
 
-export function createEntitiesService(deps: { database: DataAccess; pageReads?: PageReads; clock?: Clock; cursorKey?: CursorKey }) {
-  const { database } = deps;
-  const pageReads = deps.pageReads ?? createPageReads({ primary: database });
-  const clock = deps.clock ?? systemClock;
-  const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
-  const customers = createCustomersRepository(database.db);
-  const entities = createEntitiesRepository();
-  const changes = createCustomerChangeRecorder();
-  const audit = createAuditWriter();
+export function createEntitiesService(deps: {
+  database: DataAccess;
+  pageReads: PageReads;
+  clock: Clock;
+  cursorKey: CursorKey;
+  customers: CustomersRepository;
+  entities: EntitiesRepository;
+  changes: CustomerChangeRecorder;
+  audit: AuditWriter;
+}) {
+  const { database, pageReads, clock, cursorKey, customers, entities, changes, audit } = deps;
 
   async function dtoOf(row: CustomerRow, tx: Executor): Promise<EntityDto> {
     const contact = row.contactCustomerId ? await customers.findById(row.orgId, row.contactCustomerId, tx) : undefined;

@@ -3,11 +3,10 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { errorResponses } from '../../shared/error-responses.js';
 import { requestContext } from '../../shared/request-context.js';
 import { eventIdParams, eventListSchema, eventSchema, listEventsQuery } from './events.schemas.js';
-import { createEventsService } from './events.service.js';
 
 export async function eventsRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
-  const events = createEventsService({ database: app.deps.database });
+  const events = app.services.events;
   const tags = ['Events'];
 
   app.get(

@@ -2,11 +2,10 @@ import type { DataAccess } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import { feedPage } from '../../shared/list-envelope.js';
-import { createCustomersRepository } from '../customers/customers.repository.js';
+import type { CustomersRepository } from '../customers/customers.repository.js';
 import type { RequestContext } from '../../shared/request-context.js';
 import { checkFingerprint, filterFingerprint, notACursor, openCursor, signCursor, type CursorKey } from '../../shared/list-cursor.js';
-import { cursorKeyLoader } from '../service-secrets/cursor-key.js';
-import { createEventsRepository, type FeedFilters } from './events.repository.js';
+import type { EventsRepository, FeedFilters } from './events.repository.js';
 import type { EventDto, EventList, ListEventsQuery } from './events.schemas.js';
 
 /** A feed cursor names a position: the consumer's next poll returns the events after it. */
@@ -28,11 +27,13 @@ const toDto = (payload: string): EventDto => JSON.parse(payload) as EventDto;
  * The events feed: every event of the organisation, sealed in commit order (events-feed.sealer.ts),
  * read from the primary (a replica could lag behind a position its previous page returned).
  */
-export function createEventsService(deps: { database: DataAccess; cursorKey?: CursorKey }) {
-  const { database } = deps;
-  const events = createEventsRepository();
-  const customers = createCustomersRepository(database.db);
-  const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
+export function createEventsService(deps: {
+  database: DataAccess;
+  cursorKey: CursorKey;
+  events: EventsRepository;
+  customers: CustomersRepository;
+}) {
+  const { database, cursorKey, events, customers } = deps;
 
   /** A customer or entity of the organisation by UUID or external_id, as the operator CLI resolves it. */
   async function resolveRecord(orgId: string, ref: string): Promise<string> {

@@ -157,5 +157,3 @@ export const CURATED_TEMPLATES: readonly CuratedTemplate[] = [
     ],
   },
 ];
-
-export const CURATED_CODES: readonly string[] = CURATED_TEMPLATES.map((template) => template.code);

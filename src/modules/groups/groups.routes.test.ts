@@ -13,9 +13,10 @@ import {
   outboxEvents,
   verifications,
 } from '../../db/schema.js';
-import { createTestContext, type TestContext, type TestOrg } from '../../../test/helpers/harness.js';
-import { CURATED_CODES } from './curated-templates.js';
-import { createGroupsService } from './groups.service.js';
+import { createTestContext, type TestContext, type TestOrg, testServices } from '../../../test/helpers/harness.js';
+import { CURATED_TEMPLATES } from './curated-templates.js';
+
+const CURATED_CODES = CURATED_TEMPLATES.map((template) => template.code);
 
 let ctx: TestContext;
 beforeAll(async () => {
@@ -116,7 +117,7 @@ describe('GET /v1/group-templates', () => {
   it('when custom templates exist, they follow the curated ones in creation order and stay in their organisation', async () => {
     const org = await ctx.createOrg({ features: ['groups'] });
     const other = await ctx.createOrg({ features: ['groups'] });
-    const service = createGroupsService({ database: ctx.database, publicBaseUrl: ctx.config.publicBaseUrl });
+    const service = testServices(ctx.database).groups;
     const operator = { type: 'operator' as const, id: 'cli:test' };
     const role = { roleLabel: 'Client', partyType: 'INDIVIDUAL' };
     await service.createCustomTemplate(org.id, { code: 'zz-first', name: 'First', industry: 'LEGAL', roles: [role] }, operator);
@@ -146,12 +147,11 @@ describe('GET /v1/group-templates', () => {
     const untouchedBefore = await stamp('PB-LENDING-DEAL');
 
     // A deploy that edits one template, adds one and retires one.
-    const { CURATED_TEMPLATES } = await import('./curated-templates.js');
     const edited = CURATED_TEMPLATES.filter((template) => template.code !== 'PB-SMSF-ESTABLISHMENT').map((template) =>
       template.code === 'PB-PROPERTY-SALE' ? { ...template, name: 'Property sale (agency, v2)' } : template,
     );
     edited.push({ ...CURATED_TEMPLATES[0]!, code: 'PB-NEW-ONE', name: 'New one' });
-    const deployed = createGroupsService({ database: ctx.database, publicBaseUrl: ctx.config.publicBaseUrl, curatedTemplates: edited });
+    const deployed = testServices(ctx.database, { curatedTemplates: edited }).groups;
     const caller = {
       orgId: org.id,
       features: new Set(['groups']),

@@ -3,7 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { confirmedAuth } from '../api-keys/auth.plugin.js';
 import { errorResponses } from '../../shared/error-responses.js';
 import { requestActor } from '../../shared/request-context.js';
-import { createGroupsService, type GroupsCaller } from './groups.service.js';
+import type { GroupsCaller } from './groups.service.js';
 import { createGroupBodySchema, groupSchema, groupTemplateListSchema } from './groups.schemas.js';
 
 function callerOf(request: FastifyRequest): GroupsCaller {
@@ -17,7 +17,7 @@ function callerOf(request: FastifyRequest): GroupsCaller {
 
 export async function groupsRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
-  const service = createGroupsService({ database: app.deps.database, publicBaseUrl: app.deps.config.publicBaseUrl });
+  const service = app.services.groups;
 
   // After authentication and the scope check (onRequest), before body validation and before the
   // idempotency layer opens its transaction: the feature gate, then the lazy curated-template sync.

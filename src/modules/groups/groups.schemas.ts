@@ -161,4 +161,3 @@ export const customTemplateFileSchema = z
       }),
   })
   .strict();
-export type CustomTemplateFile = z.output<typeof customTemplateFileSchema>;

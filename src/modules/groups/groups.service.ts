@@ -2,18 +2,12 @@ import type { z } from 'zod';
 import type { DataAccess, Executor } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
-import { createAuditWriter } from '../../shared/audit-writer.js';
+import type { AuditWriter } from '../../shared/audit-writer.js';
 import type { Actor } from '../../shared/actor.js';
 import type { OpenTransaction } from '../../shared/request-context.js';
-import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
+import type { OrganisationsRepository } from '../organisations/organisations.repository.js';
 import { CURATED_TEMPLATES, type CheckTrigger, type CuratedTemplate, type PartyType } from './curated-templates.js';
-import {
-  createGroupsRepository,
-  type GroupPartyRow,
-  type GroupRow,
-  type GroupTemplateRow,
-  type NewGroupParty,
-} from './groups.repository.js';
+import type { GroupPartyRow, GroupRow, GroupsRepository, GroupTemplateRow, NewGroupParty } from './groups.repository.js';
 import {
   customTemplateFileSchema,
   type CreateGroupInput,
@@ -88,13 +82,13 @@ export function createGroupsService(deps: {
   publicBaseUrl: string;
   /** The pre-built set to sync; defaults to CURATED_TEMPLATES (tests pass an edited set to simulate a deploy). */
   curatedTemplates?: readonly CuratedTemplate[];
+  groups: GroupsRepository;
+  organisations: OrganisationsRepository;
+  audit: AuditWriter;
 }) {
-  const { database, publicBaseUrl } = deps;
+  const { database, publicBaseUrl, groups: repository, organisations, audit } = deps;
   const curated = deps.curatedTemplates ?? CURATED_TEMPLATES;
   const curatedCodes = curated.map((template) => template.code);
-  const repository = createGroupsRepository();
-  const audit = createAuditWriter();
-  const organisations = createOrganisationsRepository();
 
   // Organisations whose curated copies are known to be current in this process: a sync costs one
   // statement, and skipping it makes every later request free.
@@ -278,4 +272,3 @@ export function createGroupsService(deps: {
     },
   };
 }
-export type GroupsService = ReturnType<typeof createGroupsService>;

@@ -91,3 +91,4 @@ export function createPayerResolver() {
     return (await organisations.findById(orgId, tx))?.defaultPayer ?? 'organization';
   };
 }
+export type PayerResolver = ReturnType<typeof createPayerResolver>;

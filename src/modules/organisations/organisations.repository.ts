@@ -19,11 +19,6 @@ export function createOrganisationsRepository() {
       return tx.select().from(organisations).orderBy(asc(organisations.createdAt), asc(organisations.id));
     },
 
-    async findSandbox(tx: Executor): Promise<OrganisationRow | undefined> {
-      const [row] = await tx.select().from(organisations).where(eq(organisations.isSandbox, true)).limit(1);
-      return row;
-    },
-
     async count(tx: Executor): Promise<number> {
       const [row] = await tx.select({ count: sql<number>`count(*)::int` }).from(organisations);
       return row?.count ?? 0;

@@ -2,9 +2,9 @@ import type { DataAccess } from '../../db/client.js';
 import type { OrganisationRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
-import { createAuditWriter } from '../../shared/audit-writer.js';
+import type { AuditWriter } from '../../shared/audit-writer.js';
 import type { Actor } from '../../shared/actor.js';
-import { createOrganisationsRepository } from './organisations.repository.js';
+import type { OrganisationsRepository } from './organisations.repository.js';
 import {
   FEATURES,
   organisationInputSchema,
@@ -29,10 +29,8 @@ function toOrganisationDto(row: OrganisationRow): OrganisationDto {
 
 const SYSTEM_ACTOR: Actor = { type: 'system', id: null };
 
-export function createOrganisationsService(deps: { database: DataAccess }) {
-  const { database } = deps;
-  const repository = createOrganisationsRepository();
-  const audit = createAuditWriter();
+export function createOrganisationsService(deps: { database: DataAccess; organisations: OrganisationsRepository; audit: AuditWriter }) {
+  const { database, organisations: repository, audit } = deps;
 
   async function require(id: string): Promise<OrganisationRow> {
     const row = isUuid(id) ? await repository.findById(id, database.db) : undefined;
@@ -124,4 +122,3 @@ export function createOrganisationsService(deps: { database: DataAccess }) {
     },
   };
 }
-export type OrganisationsService = ReturnType<typeof createOrganisationsService>;

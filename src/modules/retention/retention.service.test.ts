@@ -4,10 +4,10 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../config/config.js';
 import { startServer } from '../../server.js';
-import { createTestContext, testConfig, type TestContext, type TestOrg } from '../../../test/helpers/harness.js';
+import { createTestContext, testConfig, type TestContext, type TestOrg, testServices } from '../../../test/helpers/harness.js';
 import { QUEUES } from '../../shared/job-runner.js';
 import { createAuditChainSealer, type AuditChainSealer } from '../audit/audit-chain.sealer.js';
-import { createRetentionService, RETENTION_TABLES, type RetentionTable } from './retention.service.js';
+import { RETENTION_TABLES, type RetentionTable } from './retention.service.js';
 
 let ctx: TestContext;
 // Audit rows are purged only once sealed into the chain (behind a checkpoint): the tests seal them, aged, before a purge.
@@ -147,7 +147,7 @@ async function existing(table: string, column: string, keys: unknown[]): Promise
 
 /** The retention service, each purge preceded by a seal of the rows seeded so far (in created_at order, so aged rows chain first). */
 const service = (options: { batchSize?: number; onPurged?: (table: RetentionTable, rows: number) => void } = {}) => {
-  const retention = createRetentionService({ database: ctx.database, settings: ctx.config.retention, ...options });
+  const retention = testServices(ctx.database, { config: ctx.config }).retention(options);
   return {
     purgeOrganisation: async (...args: Parameters<typeof retention.purgeOrganisation>) => {
       await sealer.sealOnce();
@@ -490,11 +490,9 @@ describe('the retention job and /metrics', () => {
     await seed.email(org.id, 'sent', '100 days');
     await seed.audit(org.id, '1 year');
     await sealer.sealOnce();
-    await createRetentionService({
-      database: ctx.database,
-      settings: ctx.config.retention,
-      onPurged: app.metrics!.retentionPurged,
-    }).purgeOrganisation(org.id);
+    await testServices(ctx.database, { config: ctx.config })
+      .retention({ onPurged: app.metrics!.retentionPurged })
+      .purgeOrganisation(org.id);
 
     const after = (await ctx.request('GET', '/metrics', {}, app)).body;
     expect(sample(after, 'retention_purged_rows_total', '{table="audit_log"}')).toBe(3);

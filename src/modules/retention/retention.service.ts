@@ -1,8 +1,8 @@
 import type { RetentionSettings } from '../../config/config.js';
 import type { DataAccess } from '../../db/client.js';
-import { createAuditPurge } from '../audit/audit-purge.js';
+import type { AuditPurge } from '../audit/audit-purge.js';
 import type { Actor } from '../../shared/actor.js';
-import { createRetentionRepository, RETENTION_TABLES, type RetentionTable } from './retention.repository.js';
+import { RETENTION_TABLES, type RetentionRepository, type RetentionTable } from './retention.repository.js';
 
 export { RETENTION_TABLES, type RetentionTable };
 
@@ -20,27 +20,25 @@ const SYSTEM: Actor = { type: 'system', id: null };
 
 const noCounts = (): PurgeCounts => Object.fromEntries(RETENTION_TABLES.map((table) => [table, 0])) as PurgeCounts;
 
-export type RetentionService = ReturnType<typeof createRetentionService>;
-
-/**
- * Purges what is older than each table's retention, organisation by organisation and batch by
- * batch; each batch commits on its own. A run that is stopped (the signal) ends after the batch in
- * flight; the next run takes up where the rows are.
- */
-export function createRetentionService(deps: {
-  database: DataAccess;
-  settings: RetentionSettings;
+export type RetentionOptions = {
   batchSize?: number;
   /** Called after each committed batch that removed rows (the metrics counter). */
   onPurged?: (table: RetentionTable, rows: number) => void;
   /** An organisation whose purge failed; the run goes on with the next one. */
   onOrganisationFailed?: (orgId: string, error: unknown) => void;
-}) {
-  const { database, settings } = deps;
+};
+
+/**
+ * Purges what is older than each table's retention, organisation by organisation and batch by
+ * batch; each batch commits on its own. A run that is stopped (the signal) ends after the batch in
+ * flight; the next run takes up where the rows are. Audit rows leave through `auditPurge`, the
+ * checkpointed purge of `svc audit purge`, built with the same batch size and `onPurged`.
+ */
+export function createRetentionService(
+  deps: RetentionOptions & { database: DataAccess; settings: RetentionSettings; retention: RetentionRepository; auditPurge: AuditPurge },
+) {
+  const { database, settings, retention: repository, auditPurge } = deps;
   const batchSize = deps.batchSize ?? DEFAULT_PURGE_BATCH_SIZE;
-  const repository = createRetentionRepository();
-  // Audit rows leave through the checkpointed purge, the same code path as `svc audit purge`.
-  const auditPurge = createAuditPurge({ database, batchSize, onPurged: (rows) => deps.onPurged?.('audit_log', rows) });
 
   function record(counts: PurgeCounts, table: RetentionTable, rows: number): void {
     if (rows <= 0) return;

@@ -31,3 +31,4 @@ export function createServiceSecretsRepository() {
     },
   };
 }
+export type ServiceSecretsRepository = ReturnType<typeof createServiceSecretsRepository>;

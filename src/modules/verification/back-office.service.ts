@@ -2,15 +2,15 @@ import type { DataAccess, Executor } from '../../db/client.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import type { Actor } from '../../shared/actor.js';
-import { createCustomerChangeRecorder } from '../customers/customer-changes.js';
+import type { CustomerChangeRecorder } from '../customers/customer-changes.js';
 import { toAmlBlock, toIndividualDto } from '../customers/customer-dto.js';
-import { createCustomersRepository } from '../customers/customers.repository.js';
+import type { CustomersRepository } from '../customers/customers.repository.js';
 import { AML_STATUSES, type AmlStatus } from '../customers/customers.schemas.js';
 import { NAME_PROVENANCE } from '../customers/customers.service.js';
 import { countryCode } from '../entities/entities.schemas.js';
-import { createEntitiesService } from '../entities/entities.service.js';
-import { createOutboxRepository } from '../../shared/outbox.js';
-import { createVerificationRepository } from './verification.repository.js';
+import type { EntitiesService } from '../entities/entities.service.js';
+import type { OutboxRepository } from '../../shared/outbox.js';
+import type { VerificationRepository } from './verification.repository.js';
 
 export const VERDICTS = ['VERIFIED', 'FAILED', 'RESUBMIT'] as const;
 export type Verdict = (typeof VERDICTS)[number];
@@ -22,13 +22,15 @@ export const SCREENING_STATUSES = AML_STATUSES.filter((status) => status !== 'RE
  * portal submission, verification verdicts, AML screening results and review completion. Each
  * writes its audit row and events in its transaction.
  */
-export function createBackOfficeService(deps: { database: DataAccess }) {
-  const { database } = deps;
-  const customers = createCustomersRepository(database.db);
-  const entities = createEntitiesService({ database });
-  const verifications = createVerificationRepository();
-  const changes = createCustomerChangeRecorder();
-  const outbox = createOutboxRepository();
+export function createBackOfficeService(deps: {
+  database: DataAccess;
+  customers: CustomersRepository;
+  entities: Pick<EntitiesService, 'dtoOf'>;
+  verifications: VerificationRepository;
+  changes: CustomerChangeRecorder;
+  outbox: OutboxRepository;
+}) {
+  const { database, customers, entities, verifications, changes, outbox } = deps;
 
   async function requireRecord(orgId: string, ref: string, tx: Executor): Promise<CustomerRow> {
     const row =

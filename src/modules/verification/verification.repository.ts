@@ -35,3 +35,4 @@ export function createVerificationRepository() {
     },
   };
 }
+export type VerificationRepository = ReturnType<typeof createVerificationRepository>;

@@ -4,7 +4,6 @@ import { confirmedAuth } from '../api-keys/auth.plugin.js';
 import { errorResponses } from '../../shared/error-responses.js';
 import { idParams } from '../../shared/request-params.js';
 import { requestContext } from '../../shared/request-context.js';
-import { createVerificationService } from './verification.service.js';
 import {
   entityStartResponse,
   individualStartResponse,
@@ -16,12 +15,7 @@ import {
 
 export async function verificationRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
-  const verification = createVerificationService({
-    database: app.deps.database,
-    publicBaseUrl: app.deps.config.publicBaseUrl,
-    sealer: app.deps.linkSealer,
-    jobs: app.deps.jobs,
-  });
+  const verification = app.services.verification;
   const tags = ['Verification'];
 
   app.post(

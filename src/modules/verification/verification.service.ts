@@ -1,22 +1,20 @@
-import type { DataAccess, Executor } from '../../db/client.js';
+import type { Executor } from '../../db/client.js';
 import type { CustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { Issues } from '../../shared/issues.js';
 import { linkTokenHash, newLinkToken } from '../../shared/link-tokens.js';
-import type { TextSealer } from '../../shared/text-sealer.js';
-import { createCustomerChangeRecorder } from '../customers/customer-changes.js';
+import type { CustomerChangeRecorder } from '../customers/customer-changes.js';
 import { toIndividualDto } from '../customers/customer-dto.js';
-import { createCustomersRepository } from '../customers/customers.repository.js';
+import type { CustomersRepository } from '../customers/customers.repository.js';
 import type { RequestContext } from '../../shared/request-context.js';
-import { createEntitiesRepository } from '../entities/entities.repository.js';
-import { createEntitiesService } from '../entities/entities.service.js';
+import type { EntitiesRepository } from '../entities/entities.repository.js';
+import type { EntitiesService } from '../entities/entities.service.js';
 import { toBeneficialOwnerDto } from '../entities/entity-dto.js';
-import type { JobQueue } from '../../shared/job-runner.js';
-import { createEmailsRepository } from '../emails/emails.repository.js';
-import { createCreditCharger, createPayerResolver } from '../organisations/credits.service.js';
+import type { EmailsRepository } from '../emails/emails.repository.js';
+import type { CreditCharger, PayerResolver } from '../organisations/credits.service.js';
 import { priceOf, type KybMethod } from './pricing.js';
 import type { StartKybBody, StartKycBody } from './verification.schemas.js';
-import { createVerificationRepository } from './verification.repository.js';
+import type { VerificationRepository } from './verification.repository.js';
 
 /** Statuses from which a verification may be started (again). */
 const STARTABLE = new Set(['NOT_STARTED', 'NOT_REQUIRED', 'FAILED']);
@@ -25,15 +23,18 @@ const MANUAL_ONLY_TYPES = new Set(['TRUST', 'PARTNERSHIP', 'SMSF']);
 
 type Lane = { kind: 'KYC' } | { kind: 'KYB'; method: KybMethod };
 
-export function createVerificationService(deps: { database: DataAccess; publicBaseUrl: string; sealer: TextSealer; jobs: JobQueue }) {
-  const { database } = deps;
-  const customers = createCustomersRepository(database.db);
-  const entityOwners = createEntitiesRepository();
-  const entities = createEntitiesService({ database });
-  const verifications = createVerificationRepository();
-  const emails = createEmailsRepository(deps.sealer, deps.jobs);
-  const changes = createCustomerChangeRecorder();
-  const charge = createCreditCharger();
+export function createVerificationService(deps: {
+  publicBaseUrl: string;
+  customers: CustomersRepository;
+  entityOwners: EntitiesRepository;
+  entities: Pick<EntitiesService, 'dtoOf'>;
+  verifications: VerificationRepository;
+  emails: EmailsRepository;
+  changes: CustomerChangeRecorder;
+  charge: CreditCharger;
+  payerFor: PayerResolver;
+}) {
+  const { customers, entityOwners, entities, verifications, emails, changes, charge, payerFor } = deps;
 
   /**
    * Arms a check on `subject` in the caller's transaction: conflict check, billing (ledger row and
@@ -132,8 +133,6 @@ export function createVerificationService(deps: { database: DataAccess; publicBa
     return { updated, link };
   }
 
-  const payerFor = createPayerResolver();
-
   return {
     /** POST /entities/{id}/kyb. */
     async startKyb(ctx: RequestContext & { features: ReadonlySet<string> }, ref: string, body: StartKybBody) {
@@ -212,4 +211,3 @@ export function createVerificationService(deps: { database: DataAccess; publicBa
     },
   };
 }
-export type VerificationService = ReturnType<typeof createVerificationService>;

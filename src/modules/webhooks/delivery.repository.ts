@@ -254,4 +254,3 @@ export function createDeliveryRepository() {
   };
   return repository;
 }
-export type DeliveryRepository = ReturnType<typeof createDeliveryRepository>;

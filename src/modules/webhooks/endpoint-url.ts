@@ -153,10 +153,6 @@ export function nonPublicRange(address: string): string | undefined {
   return undefined;
 }
 
-export function isPublicAddress(address: string): boolean {
-  return nonPublicRange(address) === undefined;
-}
-
 function bareHostname(url: URL): string {
   return url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;
 }

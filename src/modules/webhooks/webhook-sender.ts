@@ -191,4 +191,3 @@ export function createWebhookSender(options: WebhookTargetPolicy & { timeoutMs?:
     },
   };
 }
-export type WebhookSender = ReturnType<typeof createWebhookSender>;

@@ -3,7 +3,6 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { errorResponses } from '../../shared/error-responses.js';
 import { listEnvelope } from '../../shared/list-envelope.js';
 import { requestContext } from '../../shared/request-context.js';
-import { webhookTargetPolicy } from './endpoint-url.js';
 import {
   createEndpointBody,
   deletedEndpointSchema,
@@ -20,18 +19,13 @@ import {
   testEventResultSchema,
   updateEndpointInput,
 } from './webhooks.schemas.js';
-import { createWebhooksService } from './webhooks.service.js';
 
 const SECRET_REPLAY =
   'A replay of this request with the same Idempotency-Key (within 24 hours, same API key) returns this same response, secret included.';
 
 export async function webhooksRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<ZodTypeProvider>();
-  const webhooks = createWebhooksService({
-    database: app.deps.database,
-    resolveHost: app.deps.resolveHost,
-    ...webhookTargetPolicy(app.deps.config),
-  });
+  const webhooks = app.services.webhooks;
   const tags = ['Webhooks'];
 
   app.post(
@@ -98,10 +92,7 @@ export async function webhooksRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: endpointSchema, ...errorResponses(401, 403, 404, 409, 422, 429) },
       },
     },
-    async (request) => {
-      const ctx = requestContext(request);
-      return webhooks.updateEndpoint(request.params.id, request.body, { orgId: ctx.orgId, actor: ctx.actor, transaction: ctx.transaction });
-    },
+    async (request) => webhooks.updateEndpoint(request.params.id, request.body, requestContext(request)),
   );
 
   app.delete(
@@ -117,10 +108,7 @@ export async function webhooksRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: deletedEndpointSchema, ...errorResponses(401, 403, 404, 409, 429) },
       },
     },
-    async (request) => {
-      const ctx = requestContext(request);
-      return webhooks.deleteEndpoint(request.params.id, { orgId: ctx.orgId, actor: ctx.actor, transaction: ctx.transaction });
-    },
+    async (request) => webhooks.deleteEndpoint(request.params.id, requestContext(request)),
   );
 
   app.post(
@@ -137,12 +125,9 @@ export async function webhooksRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const ctx = requestContext(request);
       return webhooks.rotateSecret(request.params.id, {
-        orgId: ctx.orgId,
+        ...requestContext(request),
         gracePeriodSeconds: request.body?.grace_period_seconds,
-        actor: ctx.actor,
-        transaction: ctx.transaction,
       });
     },
   );
@@ -162,12 +147,7 @@ export async function webhooksRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      const ctx = requestContext(request);
-      const result = await webhooks.sendTestEventTo(request.params.id, {
-        orgId: ctx.orgId,
-        actor: ctx.actor,
-        transaction: ctx.transaction,
-      });
+      const result = await webhooks.sendTestEventTo(request.params.id, requestContext(request));
       reply.code(201);
       return result;
     },
@@ -208,12 +188,7 @@ export async function webhooksRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      const ctx = requestContext(request);
-      const delivery = await webhooks.resendDelivery(request.params.id, {
-        orgId: ctx.orgId,
-        actor: ctx.actor,
-        transaction: ctx.transaction,
-      });
+      const delivery = await webhooks.resendDelivery(request.params.id, requestContext(request));
       reply.code(202);
       return delivery;
     },

@@ -96,8 +96,6 @@ export const createEndpointBody = z
     enabled: z.boolean().optional().describe('Default true; false registers it without receiving events yet.'),
   })
   .strict();
-export type CreateEndpointBody = z.infer<typeof createEndpointBody>;
-
 export const updateEndpointInput = z
   .object({
     url: urlField.optional().describe('A new URL, checked as on create.').meta({ example: 'https://crm.example.com/hooks/v2' }),
@@ -128,8 +126,6 @@ export const rotateSecretBody = z
   })
   .strict()
   .nullish();
-export type RotateSecretBody = z.infer<typeof rotateSecretBody>;
-
 /** Nothing to send; a body, if any, must be empty (`{}`). */
 export const emptyBody = z.object({}).strict().nullish().describe('No fields; send no body or {}.').meta({ example: {} });
 

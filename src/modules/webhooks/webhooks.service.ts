@@ -4,12 +4,11 @@ import type { DataAccess, Executor, Tx } from '../../db/client.js';
 import { AppError } from '../../shared/app-error.js';
 import { isUuid } from '../../shared/ids.js';
 import type { ListPage } from '../../shared/list-envelope.js';
-import { createAuditWriter, type AuditEntry } from '../../shared/audit-writer.js';
+import { createAuditWriter, type AuditEntry, type AuditWriter } from '../../shared/audit-writer.js';
 import type { Actor } from '../../shared/actor.js';
 import type { OpenTransaction } from '../../shared/request-context.js';
 import { decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from '../../shared/list-cursor.js';
-import { cursorKeyLoader } from '../service-secrets/cursor-key.js';
-import { createOrganisationsRepository } from '../organisations/organisations.repository.js';
+import type { OrganisationsRepository } from '../organisations/organisations.repository.js';
 import {
   assertDeliverableTarget,
   parseEndpointUrl,
@@ -17,13 +16,14 @@ import {
   type ResolveHost,
   type WebhookTargetPolicy,
 } from './endpoint-url.js';
-import { createOutboxRepository } from '../../shared/outbox.js';
+import { createOutboxRepository, type OutboxRepository } from '../../shared/outbox.js';
 import {
   createWebhooksRepository,
   type EndpointChanges,
   type WebhookAttemptRecord,
   type WebhookDeliveryRecord,
   type WebhookEndpointRecord,
+  type WebhooksRepository,
 } from './webhooks.repository.js';
 import {
   addEndpointInput,
@@ -177,17 +177,18 @@ export type TestEventResult = {
   delivery: WebhookDeliveryDto;
 };
 
-export function createWebhooksService(
-  deps: { database: DataAccess; resolveHost?: ResolveHost; cursorKey?: CursorKey } & WebhookTargetPolicy,
-) {
-  const { database } = deps;
-  const cursorKey = deps.cursorKey ?? cursorKeyLoader(database);
-  const policy: WebhookTargetPolicy = { allowPrivateUrls: deps.allowPrivateUrls, allowedPorts: deps.allowedPorts };
-  const webhooks = createWebhooksRepository();
-  const organisations = createOrganisationsRepository();
-  const audit = createAuditWriter();
-  const outbox = createOutboxRepository();
-  const disabler = createEndpointDisabler();
+export function createWebhooksService(deps: {
+  database: DataAccess;
+  policy: WebhookTargetPolicy;
+  resolveHost?: ResolveHost;
+  cursorKey: CursorKey;
+  webhooks: WebhooksRepository;
+  organisations: OrganisationsRepository;
+  audit: AuditWriter;
+  outbox: OutboxRepository;
+  disabler: EndpointDisabler;
+}) {
+  const { database, cursorKey, policy, webhooks, organisations, audit, outbox, disabler } = deps;
 
   /** A write's own transaction, for callers other than a request (the operator's CLI). */
   const ownTransaction: OpenTransaction = (work) => database.transaction(work);
@@ -568,4 +569,3 @@ export function createWebhooksService(
     },
   };
 }
-export type WebhooksService = ReturnType<typeof createWebhooksService>;
