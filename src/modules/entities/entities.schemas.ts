@@ -1,5 +1,4 @@
 import { z } from 'zod';
-import countries from 'i18n-iso-countries';
 import {
   amlBlockSchema,
   calendarDate,
@@ -14,16 +13,11 @@ import {
   ADDED_VIA,
 } from '../customers/customers.schemas.js';
 import { KYC_STATUSES } from '../customers/due-diligence.js';
+import { countryCode } from '../../shared/country-code.js';
 
 const ENTITY_TYPES = ['COMPANY', 'TRUST', 'PARTNERSHIP', 'SMSF', 'OTHER'] as const;
 export type EntityType = (typeof ENTITY_TYPES)[number];
 const ENTITY_ORIGINS = ['AUSTRALIAN', 'INTERNATIONAL'] as const;
-const alpha3 = new Set(Object.keys(countries.getAlpha3Codes()));
-export const countryCode = z
-  .string()
-  .transform((value) => value.trim().toUpperCase())
-  .refine((value) => alpha3.has(value), { message: 'Must be an ISO 3166-1 alpha-3 country code, e.g. NZL.' })
-  .meta({ example: 'NZL' });
 
 const abnField = digits(11, 'ABN').describe('11 digits; spaces are tolerated and stripped.').meta({ example: '51 824 753 556' });
 const acnField = digits(9, 'ACN').describe('9 digits; spaces are tolerated and stripped.').meta({ example: '004 085 616' });

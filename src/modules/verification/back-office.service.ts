@@ -7,7 +7,7 @@ import { toAmlBlock, toIndividualDto } from '../customers/customer-dto.js';
 import type { CustomersRepository } from '../customers/customers.repository.js';
 import { AML_STATUSES, type AmlStatus } from '../customers/customers.schemas.js';
 import { NAME_PROVENANCE } from '../customers/customers.service.js';
-import { countryCode } from '../entities/entities.schemas.js';
+import { countryCode } from '../../shared/country-code.js';
 import type { EntitiesService } from '../entities/entities.service.js';
 import type { OutboxRepository } from '../../shared/outbox.js';
 import type { VerificationRepository } from './verification.repository.js';
