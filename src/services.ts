@@ -12,6 +12,8 @@ import { createCustomersRepository } from './modules/customers/customers.reposit
 import { createCustomersService } from './modules/customers/customers.service.js';
 import { createDocumentRequestsRepository } from './modules/document-requests/document-requests.repository.js';
 import { createDocumentRequestsService } from './modules/document-requests/document-requests.service.js';
+import { createDueDiligenceRepository } from './modules/due-diligence/due-diligence.repository.js';
+import { createDueDiligenceService } from './modules/due-diligence/due-diligence.service.js';
 import { createDocumentsRepository } from './modules/documents/documents.repository.js';
 import { createDocumentsService } from './modules/documents/documents.service.js';
 import { createEmailsRepository } from './modules/emails/emails.repository.js';
@@ -106,6 +108,7 @@ export function createServices(deps: ServiceDeps) {
       disabler: createEndpointDisabler(),
     }),
     audit: createAuditService({ ...shared, audit: createAuditRepository(), auditPurge: createAuditPurge(shared) }),
+    dueDiligence: createDueDiligenceService({ ...shared, dueDiligence: createDueDiligenceRepository() }),
     groups: createGroupsService({ ...shared, groups: createGroupsRepository(), curatedTemplates: deps.curatedTemplates }),
     /** The retention purge, with a run's batch size and hooks (the job's metrics and log). */
     retention: (options: RetentionOptions = {}) =>

@@ -648,6 +648,34 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/due-diligence-policy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get the due diligence policy
+         * @description The organisation's review intervals by risk rating, whether enhanced due diligence uses the HIGH interval, its high-risk jurisdictions and when a due review becomes overdue. Until the first PUT, the defaults: LOW 36, MEDIUM 24 and HIGH 12 months, EDD at the HIGH interval, the FATF call-for-action list (IRN, MMR, PRK; June 2025), overdue after 30 days, and `updated_at` null.
+         *
+         *     Required scope: `policy:read`.
+         */
+        get: operations["getDueDiligencePolicy"];
+        /**
+         * Set the due diligence policy
+         * @description Replaces the whole policy: a field left out takes its default, as in a first PUT. A higher rating must not wait longer between reviews (HIGH ≤ MEDIUM ≤ LOW). Audited (`due_diligence_policy.updated`, with the policy before and after); send an `Idempotency-Key` to retry safely.
+         *
+         *     Required scope: `policy:write`.
+         */
+        put: operations["putDueDiligencePolicy"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -7490,6 +7518,264 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getDueDiligencePolicy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The organisation's ongoing due diligence policy. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always due_diligence_policy.
+                         * @enum {string}
+                         */
+                        object: "due_diligence_policy";
+                        /** @description Months between reviews per risk rating. */
+                        review_interval_months: {
+                            /** @description Months between reviews of a customer rated LOW. */
+                            LOW: number;
+                            /** @description Months between reviews of a customer rated MEDIUM. */
+                            MEDIUM: number;
+                            /** @description Months between reviews of a customer rated HIGH. */
+                            HIGH: number;
+                        };
+                        /** @description Whether a customer needing enhanced due diligence is reviewed at the HIGH interval. */
+                        edd_uses_high_interval: boolean;
+                        /** @description ISO 3166-1 alpha-3 codes that call for enhanced due diligence, sorted. */
+                        high_risk_jurisdictions: string[];
+                        /** @description Days a due review may wait before it is OVERDUE. */
+                        overdue_after_days: number;
+                        /** @description When the policy was last set; null while the defaults apply. */
+                        updated_at: string | null;
+                    };
+                };
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    putDueDiligencePolicy: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The whole policy: what it leaves out takes its default, as in a first PUT. */
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Months between reviews per risk rating; a rating left out takes its default.
+                     * @default {
+                     *       "LOW": 36,
+                     *       "MEDIUM": 24,
+                     *       "HIGH": 12
+                     *     }
+                     * @example {
+                     *       "LOW": 36,
+                     *       "MEDIUM": 24,
+                     *       "HIGH": 12
+                     *     }
+                     */
+                    reviewIntervalMonths?: {
+                        /**
+                         * @description Months between reviews of a customer rated LOW; default 36.
+                         * @default 36
+                         */
+                        LOW?: number;
+                        /**
+                         * @description Months between reviews of a customer rated MEDIUM; default 24.
+                         * @default 24
+                         */
+                        MEDIUM?: number;
+                        /**
+                         * @description Months between reviews of a customer rated HIGH; default 12.
+                         * @default 12
+                         */
+                        HIGH?: number;
+                    };
+                    /**
+                     * @description Whether a customer who needs enhanced due diligence is reviewed at the HIGH interval, whatever its rating; default true.
+                     * @default true
+                     */
+                    eddUsesHighInterval?: boolean;
+                    /**
+                     * @description ISO 3166-1 alpha-3 codes of the countries that call for enhanced due diligence; default the FATF call-for-action list (IRN, MMR, PRK, June 2025).
+                     * @example [
+                     *       "IRN",
+                     *       "MMR",
+                     *       "PRK"
+                     *     ]
+                     */
+                    highRiskJurisdictions?: string[];
+                    /**
+                     * @description Days a due review may wait before it is OVERDUE; default 30.
+                     * @default 30
+                     */
+                    overdueAfterDays?: number;
+                };
+            };
+        };
+        responses: {
+            /** @description The organisation's ongoing due diligence policy. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always due_diligence_policy.
+                         * @enum {string}
+                         */
+                        object: "due_diligence_policy";
+                        /** @description Months between reviews per risk rating. */
+                        review_interval_months: {
+                            /** @description Months between reviews of a customer rated LOW. */
+                            LOW: number;
+                            /** @description Months between reviews of a customer rated MEDIUM. */
+                            MEDIUM: number;
+                            /** @description Months between reviews of a customer rated HIGH. */
+                            HIGH: number;
+                        };
+                        /** @description Whether a customer needing enhanced due diligence is reviewed at the HIGH interval. */
+                        edd_uses_high_interval: boolean;
+                        /** @description ISO 3166-1 alpha-3 codes that call for enhanced due diligence, sorted. */
+                        high_risk_jurisdictions: string[];
+                        /** @description Days a due review may wait before it is OVERDUE. */
+                        overdue_after_days: number;
+                        /** @description When the policy was last set; null while the defaults apply. */
+                        updated_at: string | null;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
             422: {
                 headers: {

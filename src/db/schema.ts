@@ -934,7 +934,29 @@ export const serviceSecrets = pgTable('service_secrets', {
   createdAt: createdAt(),
 });
 
+/**
+ * An organisation's ongoing due diligence policy: how often a customer's review falls due by risk
+ * rating, and what counts for enhanced due diligence. One row per organisation, written by its first
+ * PUT /v1/due-diligence-policy; until then the defaults apply (modules/due-diligence). It never grows.
+ */
+export const dueDiligencePolicies = pgTable(
+  'due_diligence_policies',
+  {
+    orgId: orgId(),
+    reviewMonthsLow: integer('review_months_low').notNull(),
+    reviewMonthsMedium: integer('review_months_medium').notNull(),
+    reviewMonthsHigh: integer('review_months_high').notNull(),
+    eddUsesHighInterval: boolean('edd_uses_high_interval').notNull(),
+    highRiskJurisdictions: text('high_risk_jurisdictions').array().notNull(),
+    overdueAfterDays: integer('overdue_after_days').notNull(),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (table) => [primaryKey({ name: 'due_diligence_policies_pkey', columns: [table.orgId] })],
+);
+
 export type OrganisationRow = typeof organisations.$inferSelect;
+export type DueDiligencePolicyRow = typeof dueDiligencePolicies.$inferSelect;
 export type ApiKeyRow = typeof apiKeys.$inferSelect;
 export type CustomerRow = typeof customers.$inferSelect;
 export type NewCustomerRow = typeof customers.$inferInsert;

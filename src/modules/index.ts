@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import { auditRoutes } from './audit/audit.routes.js';
 import { customersRoutes } from './customers/customers.routes.js';
 import { documentsRoutes } from './documents/documents.routes.js';
+import { dueDiligenceRoutes } from './due-diligence/due-diligence.routes.js';
 import { documentRequestsRoutes } from './document-requests/document-requests.routes.js';
 import { designatedServicesRoutes } from './designated-services/designated-services.routes.js';
 import { entitiesRoutes } from './entities/entities.routes.js';
@@ -22,4 +23,5 @@ export const apiModules: FastifyPluginAsync[] = [
   eventsRoutes,
   webhooksRoutes,
   auditRoutes,
+  dueDiligenceRoutes,
 ];

@@ -353,6 +353,11 @@ const TAGS: OpenAPIV3_1.TagObject[] = [
       "The compliance trail (scope `audit:read`): every recorded change, by whom (API key, operator or the service) and when, with its old and new values, in the order of the organisation's tamper-evident hash chain. Personal data appears as stored; secrets never do.",
   },
   {
+    name: 'Ongoing due diligence',
+    description:
+      "The organisation's review policy (scopes `policy:read` and `policy:write`): months between customer reviews per risk rating, whether customers who need enhanced due diligence are reviewed at the HIGH interval, the high-risk jurisdictions (by default the FATF call-for-action list) and when a due review becomes overdue.",
+  },
+  {
     name: 'Catalog',
     description:
       'The read-only catalogs: designated-service codes used in `designatedServices`, `preExistingServices` and `service_codes`, and entity document type codes. Any valid API key may read them.',

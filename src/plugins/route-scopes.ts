@@ -42,6 +42,8 @@ export const ROUTE_SCOPES: Readonly<Record<string, Scope | null>> = {
   'GET /v1/webhook-endpoints/:id/deliveries': 'webhooks:write',
   'POST /v1/webhook-deliveries/:id/retry': 'webhooks:write',
   'GET /v1/audit-events': 'audit:read',
+  'GET /v1/due-diligence-policy': 'policy:read',
+  'PUT /v1/due-diligence-policy': 'policy:write',
 };
 
 export function routeKey(method: string, url: string): string {

@@ -13,5 +13,7 @@ export const SCOPES = [
   'events:read',
   'webhooks:write',
   'audit:read',
+  'policy:read',
+  'policy:write',
 ] as const;
 export type Scope = (typeof SCOPES)[number];

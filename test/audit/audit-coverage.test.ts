@@ -301,6 +301,13 @@ const API_SCENARIOS: ApiScenario[] = [
       return [{ action: 'webhook_delivery.resent', subject: { type: 'webhook_delivery', id: retried.id } }];
     },
   },
+  {
+    route: 'PUT /v1/due-diligence-policy',
+    run: async (org, key) => {
+      await call(org, 'PUT', '/v1/due-diligence-policy', 200, { reviewIntervalMonths: { HIGH: 6 } }, key);
+      return [{ action: 'due_diligence_policy.updated', subject: { type: 'due_diligence_policy', id: null } }];
+    },
+  },
 ];
 
 describe('coverage of the API', () => {

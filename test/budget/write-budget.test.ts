@@ -283,6 +283,21 @@ const SCENARIOS: Scenario[] = [
     reads: true,
     prepare: async () => ({ method: 'GET', url: '/v1/customers?limit=20', status: 200 }),
   },
+  {
+    name: 'PUT /v1/due-diligence-policy',
+    route: 'PUT /v1/due-diligence-policy',
+    // Measured as a change of a policy set before, the steady state (the first PUT inserts its row).
+    prepare: async () => {
+      await send({ method: 'PUT', url: '/v1/due-diligence-policy', body: { reviewIntervalMonths: { HIGH: 6 } } });
+      return {
+        method: 'PUT',
+        url: '/v1/due-diligence-policy',
+        body: { reviewIntervalMonths: { HIGH: 12 }, highRiskJurisdictions: ['PRK', 'IRN'] },
+        headers: idem(),
+        status: 200,
+      };
+    },
+  },
   // Last: the endpoints these leave enabled would otherwise add deliveries to the events of the routes above.
   {
     name: 'POST /v1/webhook-endpoints',
