@@ -100,6 +100,19 @@ describe('GET and PUT /v1/due-diligence-policy', () => {
     expect((rows[1]!.after as typeof DEFAULTS).review_interval_months.HIGH).toBe(3);
   });
 
+  it('when two first PUTs race, each audit row names what it really replaced: the defaults, then the other PUT', async () => {
+    const org = await ctx.createOrg();
+    const responses = await Promise.all([
+      putPolicy(org, { reviewIntervalMonths: { HIGH: 6 } }),
+      putPolicy(org, { reviewIntervalMonths: { HIGH: 3 } }),
+    ]);
+    expect(responses.map((response) => response.statusCode)).toEqual([200, 200]);
+    const [first, second] = await auditRows(org.id);
+    expect(first!.before).toEqual(DEFAULTS);
+    expect(second!.before).toEqual(first!.after);
+    expect((await getPolicy(org)).json()).toEqual(second!.after);
+  });
+
   it('when a PUT is repeated with its Idempotency-Key, the stored answer is replayed and nothing is written again', async () => {
     const org = await ctx.createOrg();
     const headers = { 'idempotency-key': randomUUID() };

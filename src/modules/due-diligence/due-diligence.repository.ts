@@ -6,10 +6,17 @@ type PolicyValues = Omit<DueDiligencePolicyRow, 'orgId' | 'createdAt' | 'updated
 
 export function createDueDiligenceRepository() {
   return {
-    async findPolicy(orgId: string, tx: Executor, lock: { forUpdate?: boolean } = {}): Promise<DueDiligencePolicyRow | undefined> {
-      const query = tx.select().from(dueDiligencePolicies).where(eq(dueDiligencePolicies.orgId, orgId));
-      const [row] = lock.forUpdate ? await query.for('update') : await query;
+    async findPolicy(orgId: string, tx: Executor): Promise<DueDiligencePolicyRow | undefined> {
+      const [row] = await tx.select().from(dueDiligencePolicies).where(eq(dueDiligencePolicies.orgId, orgId));
       return row;
+    },
+
+    /**
+     * Serialises the organisation's policy writes until `tx` ends. A row lock cannot: before the first
+     * PUT there is no row, and two first PUTs would each audit the defaults as what they replaced.
+     */
+    async lockPolicy(orgId: string, tx: Executor): Promise<void> {
+      await tx.execute(sql`SELECT pg_advisory_xact_lock(hashtextextended(${`due_diligence_policy:${orgId}`}, 0))`);
     },
 
     /** Sets the organisation's policy, creating its row on the first call. */

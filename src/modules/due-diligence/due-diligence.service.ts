@@ -37,7 +37,8 @@ export function createDueDiligenceService(deps: { database: DataAccess; dueDilig
     /** Replaces the policy (what the body leaves out takes its default); audited with the policy before and after. */
     async putPolicy(ctx: RequestContext, body: PutPolicyBody): Promise<PolicyDto> {
       return ctx.transaction(async (tx) => {
-        const before = toPolicyDto(await dueDiligence.findPolicy(ctx.orgId, tx, { forUpdate: true }));
+        await dueDiligence.lockPolicy(ctx.orgId, tx);
+        const before = toPolicyDto(await dueDiligence.findPolicy(ctx.orgId, tx));
         const row = await dueDiligence.savePolicy(
           ctx.orgId,
           {
