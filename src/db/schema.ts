@@ -300,6 +300,23 @@ export const customers = pgTable(
       .notNull()
       .default('LOW'),
     clientClassification: text('client_classification').notNull().default('NOT_DESIGNATED'),
+    // Ongoing due diligence (modules/customers/review-model.ts): derived in each change's transaction
+    // from the record and its organisation's policy; the review sweep moves SCHEDULED → DUE → OVERDUE.
+    reviewStatus: text('review_status', { enum: ['NOT_SCHEDULED', 'SCHEDULED', 'DUE', 'OVERDUE'] })
+      .notNull()
+      .default('NOT_SCHEDULED'),
+    /** When the review falls (or fell) due: its scheduled date, or the moment a trigger brought it forward. */
+    nextReviewAt: timestamptz('next_review_at'),
+    reviewCompletedAt: timestamptz('review_completed_at'),
+    reviewReasons: text('review_reasons')
+      .array()
+      .notNull()
+      .default(sql`'{}'::text[]`),
+    eddRequired: boolean('edd_required').notNull().default(false),
+    eddReasons: text('edd_reasons')
+      .array()
+      .notNull()
+      .default(sql`'{}'::text[]`),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
@@ -354,6 +371,33 @@ export const customers = pgTable(
       table.kycStatus,
       table.type,
     ),
+    // The review work queues: by review status, by review date (also the review sweep's claim), and
+    // the records that need enhanced due diligence.
+    index('customers_review_list_idx').on(
+      table.orgId,
+      table.kind,
+      table.reviewStatus,
+      table.createdAt,
+      table.id,
+      table.nextReviewAt,
+      table.updatedAt,
+      table.kycStatus,
+      table.amlStatus,
+      table.type,
+    ),
+    index('customers_review_due_idx')
+      .on(table.orgId, table.kind, table.nextReviewAt, table.createdAt, table.id, table.reviewStatus)
+      .where(sql`next_review_at IS NOT NULL`),
+    // The review sweep's claims: the scheduled reviews whose date passed, and the due ones that became overdue.
+    index('customers_review_scheduled_idx')
+      .on(table.orgId, table.nextReviewAt)
+      .where(sql`review_status = 'SCHEDULED'`),
+    index('customers_review_pending_idx')
+      .on(table.orgId, table.nextReviewAt)
+      .where(sql`review_status = 'DUE'`),
+    index('customers_edd_list_idx')
+      .on(table.orgId, table.kind, table.createdAt, table.id, table.updatedAt, table.kycStatus, table.amlStatus, table.type)
+      .where(sql`edd_required`),
     index('customers_entity_type_list_idx')
       .on(table.orgId, table.type, table.createdAt, table.id, table.updatedAt, table.kycStatus, table.amlStatus)
       .where(sql`kind = 'entity'`),
@@ -384,10 +428,17 @@ export const customerCounts = pgTable(
     type: text('type').notNull(),
     kycStatus: text('kyc_status').notNull(),
     amlStatus: text('aml_status').notNull(),
+    reviewStatus: text('review_status').notNull().default('NOT_SCHEDULED'),
+    eddRequired: boolean('edd_required').notNull().default(false),
     slot: integer('slot').notNull(),
     records: bigint('records', { mode: 'number' }).notNull(),
   },
-  (table) => [primaryKey({ columns: [table.orgId, table.kind, table.type, table.kycStatus, table.amlStatus, table.slot] })],
+  (table) => [
+    primaryKey({
+      name: 'customer_counts_pkey',
+      columns: [table.orgId, table.kind, table.type, table.kycStatus, table.amlStatus, table.reviewStatus, table.eddRequired, table.slot],
+    }),
+  ],
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -949,16 +1000,58 @@ export const dueDiligencePolicies = pgTable(
     eddUsesHighInterval: boolean('edd_uses_high_interval').notNull(),
     highRiskJurisdictions: text('high_risk_jurisdictions').array().notNull(),
     overdueAfterDays: integer('overdue_after_days').notNull(),
+    /** Raised by every PUT: a re-dating run of an older generation stops, the newer one takes over. */
+    generation: integer('generation').notNull().default(1),
+    /** The re-dating run of this generation: records to check (counted at the PUT), checked so far, dates moved. */
+    redateScheduled: integer('redate_scheduled').notNull().default(0),
+    redateTotal: integer('redate_total').notNull().default(0),
+    redateChecked: integer('redate_checked').notNull().default(0),
+    redateMoved: integer('redate_moved').notNull().default(0),
+    redateFinishedAt: timestamptz('redate_finished_at'),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
   (table) => [primaryKey({ name: 'due_diligence_policies_pkey', columns: [table.orgId] })],
 );
 
+/**
+ * The reviews recorded of a customer or entity (POST …/reviews), newest first. Grows with every
+ * review: purged after REVIEW_RETENTION_YEARS (7 by default).
+ */
+export const customerReviews = pgTable(
+  'customer_reviews',
+  {
+    orgId: orgId(),
+    id: tenantId(),
+    customerId: uuid('customer_id').notNull(),
+    outcome: text('outcome', { enum: ['NO_CHANGE', 'UPDATED', 'ESCALATED', 'EXITED'] }).notNull(),
+    notes: text('notes'),
+    reviewer: text('reviewer').notNull(),
+    /** Why the review was due when it was recorded (empty when recorded ahead of its date). */
+    reasons: text('reasons').array().notNull(),
+    /** The review status when it was recorded. */
+    statusBefore: text('status_before').notNull(),
+    nextReviewAt: timestamptz('next_review_at'),
+    createdAt: createdAt(),
+  },
+  (table) => [
+    primaryKey({ name: 'customer_reviews_pkey', columns: [table.orgId, table.id] }),
+    foreignKey({
+      name: 'customer_reviews_customer_fk',
+      columns: [table.orgId, table.customerId],
+      foreignColumns: [customers.orgId, customers.id],
+    }).onDelete('cascade'),
+    index('customer_reviews_history_idx').on(table.orgId, table.customerId, table.createdAt, table.id),
+    index('customer_reviews_created_idx').on(table.orgId, table.createdAt),
+  ],
+);
+
 export type OrganisationRow = typeof organisations.$inferSelect;
 export type DueDiligencePolicyRow = typeof dueDiligencePolicies.$inferSelect;
+export type CustomerReviewRow = typeof customerReviews.$inferSelect;
 export type ApiKeyRow = typeof apiKeys.$inferSelect;
 export type CustomerRow = typeof customers.$inferSelect;
+export type BeneficialOwnerRow = typeof beneficialOwners.$inferSelect;
 export type NewCustomerRow = typeof customers.$inferInsert;
 export type EntityDocumentRow = typeof entityDocuments.$inferSelect;
 export type DocumentRequestRow = typeof documentRequests.$inferSelect;
