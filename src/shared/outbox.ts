@@ -20,6 +20,8 @@ export const EVENT_TYPES = [
   'customer.updated',
   'endpoint.disabled',
   'document_request.updated',
+  'customer.review_due',
+  'customer.review_completed',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 /** Every type the feed can hold: a `webhook.test` reaches every endpoint it is sent to, subscribed or not. */

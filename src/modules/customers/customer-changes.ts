@@ -38,6 +38,11 @@ function firesUpdated(change: { before: CustomerRow | undefined; after: Customer
   return change.before !== undefined && change.after.addedVia === 'INTEGRATION' && change.fireUpdated !== false;
 }
 
+/** Whether a change moved a review into DUE (a review already due or overdue does not fire again). */
+export function becameDue(before: Pick<CustomerRow, 'reviewStatus'> | undefined, after: Pick<CustomerRow, 'reviewStatus'>): boolean {
+  return after.reviewStatus === 'DUE' && before?.reviewStatus !== 'DUE' && before?.reviewStatus !== 'OVERDUE';
+}
+
 /**
  * The side records of a change to a customer or entity, written in the change's transaction: an
  * audit row (actor, before, after) and, for a record the integration owns that changed after its
@@ -127,7 +132,20 @@ export function createCustomerChangeRecorder() {
             tx,
           )
         : undefined;
-      await allInOrder([auditRow, event] as const);
+      // A change that makes a review due (a trigger, or the sandbox's simulate-due) tells the integration in the same transaction.
+      const reviewDue = becameDue(change.before, after)
+        ? outbox.record(
+            {
+              orgId: after.orgId,
+              type: 'customer.review_due',
+              customerId: after.id,
+              customer: change.dto,
+              updatedAtFromRecord: change.updatedAtFromRecord,
+            },
+            tx,
+          )
+        : undefined;
+      await allInOrder([auditRow, event, reviewDue] as const);
     },
   };
 }

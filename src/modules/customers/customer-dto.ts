@@ -1,6 +1,7 @@
 import type { CustomerRow } from '../../db/schema.js';
 import type { AmlStatus, IndividualDto } from './customers.schemas.js';
 import type { KycStatus } from './due-diligence.js';
+import type { EddReason, ReviewReason } from './review-model.js';
 
 const iso = (value: Date | null): string | null => (value ? value.toISOString() : null);
 
@@ -12,6 +13,19 @@ export function toAmlBlock(row: CustomerRow) {
     flags: { pep: row.amlPep, sanctions: row.amlSanctions, adverse_media: row.amlAdverseMedia, terrorism: row.amlTerrorism },
   };
 }
+/** Ongoing due diligence: the review and EDD blocks of both DTOs. */
+export function toReviewBlocks(row: CustomerRow) {
+  return {
+    review: {
+      status: row.reviewStatus,
+      next_review_at: iso(row.nextReviewAt),
+      last_completed_at: iso(row.reviewCompletedAt),
+      reasons: row.reviewStatus === 'DUE' || row.reviewStatus === 'OVERDUE' ? (row.reviewReasons as ReviewReason[]) : [],
+    },
+    edd: { required: row.eddRequired, reasons: row.eddReasons as EddReason[] },
+  };
+}
+
 /** The public individual DTO: exactly the spec's fields, as GET /customers/{id} and webhooks show it. */
 export function toIndividualDto(row: CustomerRow): IndividualDto {
   return {
@@ -28,6 +42,7 @@ export function toIndividualDto(row: CustomerRow): IndividualDto {
         ? { verified_legal_name: row.verifiedLegalName, verified_country: row.verifiedCountry ?? '' }
         : null,
     aml: toAmlBlock(row),
+    ...toReviewBlocks(row),
     added_via: row.addedVia as IndividualDto['added_via'],
     created_at: row.createdAt.toISOString(),
     updated_at: row.updatedAt.toISOString(),
@@ -93,6 +108,12 @@ export function auditSnapshot(row: CustomerRow): AuditSnapshot {
     riskAnswers: row.riskAnswers,
     riskRating: row.riskRating,
     clientClassification: row.clientClassification,
+    reviewStatus: row.reviewStatus,
+    nextReviewAt: row.nextReviewAt,
+    reviewCompletedAt: row.reviewCompletedAt,
+    reviewReasons: row.reviewReasons,
+    eddRequired: row.eddRequired,
+    eddReasons: row.eddReasons,
   };
 }
 

@@ -1,6 +1,8 @@
 import { z } from 'zod';
 import {
   amlBlockSchema,
+  eddBlockSchema,
+  reviewBlockSchema,
   calendarDate,
   digits,
   emailField,
@@ -161,6 +163,8 @@ export const entitySchema = z
     kyb_completed_at: dateTime.nullable().describe('When verification reached VERIFIED or FAILED.'),
     contact: entityContactSchema.nullable(),
     aml: amlBlockSchema,
+    review: reviewBlockSchema,
+    edd: eddBlockSchema,
     added_via: z.enum(ADDED_VIA).describe('How the record was created; INTEGRATION for this API.'),
     created_at: dateTime.describe('When the record was created.'),
     updated_at: dateTime.describe('When the record last changed (stamped at commit; no-op writes leave it).'),

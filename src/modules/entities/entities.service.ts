@@ -1,6 +1,6 @@
 import type { DataAccess, Executor } from '../../db/client.js';
 import type { PageReads } from '../../db/page-reads.js';
-import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
+import type { BeneficialOwnerRow, CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import type { Clock } from '../../shared/clock.js';
 import { Issues } from '../../shared/issues.js';
@@ -17,6 +17,7 @@ import {
   type ListRead,
 } from '../customers/customers.service.js';
 import type { RequestContext } from '../../shared/request-context.js';
+import type { ReviewColumnsWriter } from '../customers/review-columns.js';
 import type { RiskAnswers } from '../customers/risk-model.js';
 import type { EntitiesRepository } from './entities.repository.js';
 import type { AddOwnersBody, ContactInput, EntityDto, PatchEntityBody, UpsertEntityBody } from './entities.schemas.js';
@@ -40,8 +41,20 @@ export function createEntitiesService(deps: {
   entities: EntitiesRepository;
   changes: CustomerChangeRecorder;
   audit: AuditWriter;
+  reviewColumns: ReviewColumnsWriter;
 }) {
-  const { database, pageReads, clock, cursorKey, customers, entities, changes, audit } = deps;
+  const { database, pageReads, clock, cursorKey, customers, entities, changes, audit, reviewColumns } = deps;
+
+  /** Whether saving an owner added it or changed what is held of it. */
+  function ownerChanged(previous: BeneficialOwnerRow | undefined, saved: BeneficialOwnerRow): boolean {
+    if (!previous) return true;
+    return (
+      previous.holderType !== saved.holderType ||
+      previous.roleTypes.join() !== saved.roleTypes.join() ||
+      Number(previous.percentageHeld) !== Number(saved.percentageHeld) ||
+      previous.kycRequired !== saved.kycRequired
+    );
+  }
 
   async function dtoOf(row: CustomerRow, tx: Executor): Promise<EntityDto> {
     const contact = row.contactCustomerId ? await customers.findById(row.orgId, row.contactCustomerId, tx) : undefined;
@@ -219,8 +232,10 @@ export function createEntitiesService(deps: {
     row: CustomerRow,
     values: Partial<NewCustomerRow>,
     tx: Executor,
+    ownersChanged = false,
   ): Promise<EntityDto> {
-    const diff = changedColumns(row, values);
+    const changed = changedColumns(row, values);
+    const diff = await reviewColumns.withReview(row, changed, tx, { ownersChanged });
     if (Object.keys(diff).length === 0) return dtoOf(row, tx);
     const updated = await customers.update(ctx.orgId, row.id, diff, tx);
     const dto = await dtoOf(updated, tx);
@@ -243,7 +258,8 @@ export function createEntitiesService(deps: {
             const match = await matchForUpsert(ctx, body, tx);
             if (match)
               return { created: false, entity: await save(ctx, 'entity.upserted', match, await upsertColumns(ctx, match, body, tx), tx) };
-            const inserted = await customers.insertIfAbsent((await upsertColumns(ctx, undefined, body, tx)) as NewCustomerRow, tx);
+            const values = await reviewColumns.forNewRecord((await upsertColumns(ctx, undefined, body, tx)) as NewCustomerRow, tx);
+            const inserted = await customers.insertIfAbsent(values, tx);
             if (inserted) {
               const dto = await dtoOf(inserted, tx);
               await changes.record({ actor: ctx.actor, action: 'entity.created', before: undefined, after: inserted, dto }, tx);
@@ -337,6 +353,7 @@ export function createEntitiesService(deps: {
         for (const owner of [...body.owners].sort((a, b) => (personKey(a) < personKey(b) ? -1 : personKey(a) > personKey(b) ? 1 : 0))) {
           if (!people.has(personKey(owner))) people.set(personKey(owner), await findOrCreatePerson(ctx, owner, tx));
         }
+        let ownersChanged = false;
         for (const owner of body.owners) {
           const person = people.get(personKey(owner))!;
           const previous = await entities.findOwnerByPerson(ctx.orgId, entity.id, person.id, tx);
@@ -353,6 +370,7 @@ export function createEntitiesService(deps: {
             },
             tx,
           );
+          ownersChanged ||= ownerChanged(previous, saved);
           await audit.record(
             {
               orgId: ctx.orgId,
@@ -366,6 +384,8 @@ export function createEntitiesService(deps: {
             tx,
           );
         }
+        // A change to the owners brings the entity's scheduled review forward (OWNERS_CHANGED).
+        if (ownersChanged) await save(ctx, 'entity.beneficial_owners_changed', entity, {}, tx, true);
         return { ubos: (await entities.listOwners(ctx.orgId, entity.id, tx)).map(toBeneficialOwnerDto) };
       });
     },

@@ -1,5 +1,5 @@
 import type { CustomerRow } from '../../db/schema.js';
-import { toAmlBlock } from '../customers/customer-dto.js';
+import { toAmlBlock, toReviewBlocks } from '../customers/customer-dto.js';
 import type { KycStatus } from '../customers/due-diligence.js';
 import type { BeneficialOwnerWithPerson } from './entities.repository.js';
 import type { EntityDto, EntityType } from './entities.schemas.js';
@@ -32,6 +32,7 @@ export function toEntityDto(row: CustomerRow, contact: CustomerRow | undefined):
         }
       : null,
     aml: toAmlBlock(row),
+    ...toReviewBlocks(row),
     added_via: row.addedVia as EntityDto['added_via'],
     created_at: row.createdAt.toISOString(),
     updated_at: row.updatedAt.toISOString(),

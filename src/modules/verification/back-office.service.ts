@@ -2,6 +2,7 @@ import type { DataAccess, Executor } from '../../db/client.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import type { Actor } from '../../shared/actor.js';
+import type { ReviewColumnsWriter } from '../customers/review-columns.js';
 import type { CustomerChangeRecorder } from '../customers/customer-changes.js';
 import { toAmlBlock, toIndividualDto } from '../customers/customer-dto.js';
 import type { CustomersRepository } from '../customers/customers.repository.js';
@@ -29,8 +30,9 @@ export function createBackOfficeService(deps: {
   verifications: VerificationRepository;
   changes: CustomerChangeRecorder;
   outbox: OutboxRepository;
+  reviewColumns: ReviewColumnsWriter;
 }) {
-  const { database, customers, entities, verifications, changes, outbox } = deps;
+  const { database, customers, entities, verifications, changes, outbox, reviewColumns } = deps;
 
   async function requireRecord(orgId: string, ref: string, tx: Executor): Promise<CustomerRow> {
     const row =
@@ -43,7 +45,7 @@ export function createBackOfficeService(deps: {
   const dtoOf = async (row: CustomerRow, tx: Executor) => (row.kind === 'entity' ? entities.dtoOf(row, tx) : toIndividualDto(row));
 
   async function apply(orgId: string, actor: Actor, action: string, row: CustomerRow, values: Partial<NewCustomerRow>, tx: Executor) {
-    const updated = await customers.update(orgId, row.id, values, tx);
+    const updated = await customers.update(orgId, row.id, await reviewColumns.withReview(row, values, tx), tx);
     const dto = await dtoOf(updated, tx);
     await changes.record({ actor, action, before: row, after: updated, dto }, tx);
     return { updated, dto };

@@ -3,6 +3,7 @@ import type { CustomerRow } from '../../db/schema.js';
 import { AppError } from '../../shared/app-error.js';
 import { Issues } from '../../shared/issues.js';
 import { linkTokenHash, newLinkToken } from '../../shared/link-tokens.js';
+import type { ReviewColumnsWriter } from '../customers/review-columns.js';
 import type { CustomerChangeRecorder } from '../customers/customer-changes.js';
 import { toIndividualDto } from '../customers/customer-dto.js';
 import type { CustomersRepository } from '../customers/customers.repository.js';
@@ -33,8 +34,9 @@ export function createVerificationService(deps: {
   changes: CustomerChangeRecorder;
   charge: CreditCharger;
   payerFor: PayerResolver;
+  reviewColumns: ReviewColumnsWriter;
 }) {
-  const { customers, entityOwners, entities, verifications, emails, changes, charge, payerFor } = deps;
+  const { customers, entityOwners, entities, verifications, emails, changes, charge, payerFor, reviewColumns } = deps;
 
   /**
    * Arms a check on `subject` in the caller's transaction: conflict check, billing (ledger row and
@@ -102,7 +104,7 @@ export function createVerificationService(deps: {
     const updated = await customers.update(
       ctx.orgId,
       subject.id,
-      { kycStatus: status, kycStartedAt: new Date(), kycCompletedAt: null },
+      await reviewColumns.withReview(subject, { kycStatus: status, kycStartedAt: new Date(), kycCompletedAt: null }, tx),
       tx,
     );
     const dto = updated.kind === 'entity' ? await entities.dtoOf(updated, tx) : toIndividualDto(updated);
