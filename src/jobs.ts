@@ -24,6 +24,8 @@ type Loop = { start(): Promise<void>; stop(): Promise<void> };
 export const RETENTION_SCHEDULE = '*/10 * * * *';
 /** When OPEN document requests past their due time are expired (the page also expires one it sees at once). */
 export const DOCUMENT_REQUEST_EXPIRY_SCHEDULE = '* * * * *';
+/** When the review sweep runs: every minute, once per tick for the whole deployment. */
+export const REVIEW_SWEEP_SCHEDULE = '* * * * *';
 /**
  * Up to 20 emails in flight per instance, in two workers' batches; at most 5 of one organisation at
  * a time in the deployment, so the other worker's poll passes over a large backlog to the others'.
@@ -46,7 +48,7 @@ export async function startBackgroundJobs(deps: {
   const stopping = new AbortController();
   const linkSealer = linkSealerFor(deps.config);
   const services = createServices({ config: deps.config, database, sealer: linkSealer, jobs: runner });
-  const { documentRequests } = services;
+  const { documentRequests, reviewJobs } = services;
   const retention = services.retention({
     onPurged: (table, rows) => deps.metrics?.retentionPurged(table, rows),
     onOrganisationFailed: (orgId, error) => logger.warn({ err: error, orgId }, 'retention purge of an organisation failed'),
@@ -68,6 +70,19 @@ export async function startBackgroundJobs(deps: {
       if (expired > 0) logger.info({ expired }, `document requests: expired ${expired}`);
     });
     await runner.schedule(QUEUES.documentRequestExpiry.name, DOCUMENT_REQUEST_EXPIRY_SCHEDULE);
+    // Reviews fall due within a minute of their date; the sweep sent at start catches up after downtime
+    // without waiting for the next tick. Claims skip each other's rows, so each review fires once.
+    await runner.work(QUEUES.reviewSweep.name, {}, async () => {
+      const swept = await reviewJobs.sweep();
+      if (swept.due + swept.overdue > 0) logger.info(swept, `reviews: ${swept.due} due, ${swept.overdue} overdue`);
+    });
+    await runner.schedule(QUEUES.reviewSweep.name, REVIEW_SWEEP_SCHEDULE);
+    await runner.send(database.db, QUEUES.reviewSweep.name, {});
+    await runner.work<{ orgId: string; generation: number }>(QUEUES.reviewRedate.name, {}, async ([job]) => {
+      if (!job) return;
+      const redated = await reviewJobs.redate(job.data.orgId, job.data.generation);
+      if (redated) logger.info({ orgId: job.data.orgId, ...redated }, `reviews: re-dated ${redated.moved} of ${redated.checked} records`);
+    });
     if (deps.webhookWorker) {
       // Queued emails go out after their transaction committed (their job commits with them); a failed
       // send fails its job, which pg-boss retries with backoff.

@@ -27,6 +27,10 @@ export const QUEUES = {
   retention: { name: 'retention-purge', policy: 'exclusive', retryLimit: 0, expireInSeconds: 3600 },
   /** Expires OPEN document requests past their due time; one at a time. */
   documentRequestExpiry: { name: 'document-request-expiry', policy: 'exclusive', retryLimit: 0, expireInSeconds: 600 },
+  /** Makes reviews DUE on their date and OVERDUE after the policy's days; one sweep at a time for the deployment. */
+  reviewSweep: { name: 'review-sweep', policy: 'exclusive', retryLimit: 0, expireInSeconds: 600 },
+  /** Re-dates an organisation's reviews after its policy changed, in batches; retried from the start if its instance died. */
+  reviewRedate: { name: 'review-redate', retryLimit: 5, retryDelay: 10, retryBackoff: true, expireInSeconds: 3600 },
 } as const satisfies Record<string, Queue>;
 
 export type QueueName = (typeof QUEUES)[keyof typeof QUEUES]['name'];

@@ -525,13 +525,14 @@ describe('AML block and catalog', () => {
     expect((await ctx.request('GET', '/v1/designated-services')).statusCode).toBe(401);
   });
 
-  it('when a customer is read, the DTO holds exactly the spec fields', async () => {
+  it('when a customer is read, the DTO holds exactly the spec fields and the review and edd blocks', async () => {
     const dto = await createCustomer(ctx, org, person({ designatedServices: ['FIN-FX'], risk: { complexStructure: true } }));
     expect(Object.keys((await get(dto.id)).json()).sort()).toEqual(
       [
         'added_via',
         'aml',
         'created_at',
+        'edd',
         'email',
         'external_id',
         'full_name',
@@ -540,6 +541,7 @@ describe('AML block and catalog', () => {
         'kyc_completed_at',
         'kyc_started_at',
         'kyc_status',
+        'review',
         'type',
         'updated_at',
       ].sort(),

@@ -15,6 +15,7 @@ const DEFAULTS = {
   high_risk_jurisdictions: ['IRN', 'MMR', 'PRK'],
   overdue_after_days: 30,
   updated_at: null,
+  redating: null,
 };
 
 const getPolicy = (org: TestOrg) => ctx.request('GET', '/v1/due-diligence-policy', { key: org.key });
@@ -51,13 +52,20 @@ describe('GET and PUT /v1/due-diligence-policy', () => {
       high_risk_jurisdictions: ['PRK', 'SYR'],
       overdue_after_days: 14,
       updated_at: expect.any(String),
+      // An organisation without records has nothing to re-date.
+      redating: expect.objectContaining({ scheduled_reviews: 0, records_total: 0 }),
     };
     expect(put.json()).toEqual(expected);
     expect((await getPolicy(org)).json()).toEqual(put.json());
 
     // A PUT replaces the whole policy: fields left out return to their defaults.
     const replaced = await putPolicy(org, { eddUsesHighInterval: false });
-    expect(replaced.json()).toEqual({ ...DEFAULTS, edd_uses_high_interval: false, updated_at: expect.any(String) });
+    expect(replaced.json()).toEqual({
+      ...DEFAULTS,
+      edd_uses_high_interval: false,
+      updated_at: expect.any(String),
+      redating: expect.objectContaining({ records_total: 0 }),
+    });
   });
 
   it('when one organisation sets its policy, another still gets the defaults', async () => {

@@ -209,6 +209,8 @@ describe('GET /entities/{id} and /aml', () => {
         'kyb_completed_at',
         'contact',
         'aml',
+        'review',
+        'edd',
         'added_via',
         'created_at',
         'updated_at',

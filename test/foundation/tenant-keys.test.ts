@@ -403,7 +403,9 @@ describe('migration 0012 on existing data', () => {
     expect(await countAll()).toEqual(before.counts);
     expect(await countersOf()).toEqual(before.counters);
     expect(before.indexes).toHaveLength(6);
-    expect(await listIndexes()).toEqual(before.indexes);
+    // Later migrations add list indexes (0019: the review work queues); those of 0011 stay as they were.
+    const kept = new Set(before.indexes.map((index: { indexname: string }) => index.indexname));
+    expect((await listIndexes()).filter((index: { indexname: string }) => kept.has(index.indexname))).toEqual(before.indexes);
     expect(await q('SELECT key_hash, org_id FROM api_key_hashes ORDER BY org_id')).toEqual(
       [orgA, orgB].sort().map((org) => ({ key_hash: `hash-${org}`, org_id: org })),
     );

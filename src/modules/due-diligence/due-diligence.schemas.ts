@@ -76,6 +76,36 @@ const intervalsSchema = z.object({
   HIGH: z.number().int().describe('Months between reviews of a customer rated HIGH.'),
 });
 
+export const redatingSchema = z
+  .object({
+    status: z
+      .enum(['QUEUED', 'RUNNING', 'DONE'])
+      .describe(
+        'QUEUED until the background re-dating starts, RUNNING while it works through the records in batches, DONE once all were checked.',
+      ),
+    scheduled_reviews: z
+      .number()
+      .int()
+      .describe(
+        'Scheduled reviews when the policy was set: the reviews whose date the re-dating recomputes (those due already keep theirs).',
+      ),
+    records_total: z.number().int().describe('Records of the organisation to check (their EDD follows the high-risk jurisdictions too).'),
+    records_checked: z.number().int().describe('Records checked so far.'),
+    reviews_moved: z.number().int().describe('Records whose review date or EDD changed so far.'),
+    finished_at: z.iso.datetime().nullable().describe('When the re-dating finished; null until then.'),
+  })
+  .describe('The re-dating that the last PUT started; null before the first PUT.')
+  .meta({
+    example: {
+      status: 'RUNNING',
+      scheduled_reviews: 1200,
+      records_total: 1500,
+      records_checked: 500,
+      reviews_moved: 310,
+      finished_at: null,
+    },
+  });
+
 export const policySchema = z
   .object({
     object: z.literal('due_diligence_policy').describe('Always due_diligence_policy.'),
@@ -84,6 +114,7 @@ export const policySchema = z
     high_risk_jurisdictions: z.array(z.string()).describe('ISO 3166-1 alpha-3 codes that call for enhanced due diligence, sorted.'),
     overdue_after_days: z.number().int().describe('Days a due review may wait before it is OVERDUE.'),
     updated_at: z.iso.datetime().nullable().describe('When the policy was last set; null while the defaults apply.'),
+    redating: redatingSchema.nullable(),
   })
   .describe("The organisation's ongoing due diligence policy.")
   .meta({
@@ -94,6 +125,14 @@ export const policySchema = z
       high_risk_jurisdictions: ['IRN', 'MMR', 'PRK'],
       overdue_after_days: 30,
       updated_at: '2026-07-01T09:00:00.000Z',
+      redating: {
+        status: 'DONE',
+        scheduled_reviews: 1200,
+        records_total: 1500,
+        records_checked: 1500,
+        reviews_moved: 1180,
+        finished_at: '2026-07-01T09:00:04.000Z',
+      },
     },
   });
 export type PolicyDto = z.infer<typeof policySchema>;
