@@ -10,10 +10,12 @@ import type { BusinessRegister } from './modules/customers/business-register.js'
 import { createCustomerChangeRecorder } from './modules/customers/customer-changes.js';
 import { createCustomersRepository } from './modules/customers/customers.repository.js';
 import { createCustomersService } from './modules/customers/customers.service.js';
+import { createReviewColumns } from './modules/customers/review-columns.js';
 import { createDocumentRequestsRepository } from './modules/document-requests/document-requests.repository.js';
 import { createDocumentRequestsService } from './modules/document-requests/document-requests.service.js';
 import { createDueDiligenceRepository } from './modules/due-diligence/due-diligence.repository.js';
 import { createDueDiligenceService } from './modules/due-diligence/due-diligence.service.js';
+import { createReviewJobs } from './modules/due-diligence/review-jobs.js';
 import { createDocumentsRepository } from './modules/documents/documents.repository.js';
 import { createDocumentsService } from './modules/documents/documents.service.js';
 import { createEmailsRepository } from './modules/emails/emails.repository.js';
@@ -29,6 +31,8 @@ import { createCreditCharger, createPayerResolver } from './modules/organisation
 import { createOrganisationsRepository } from './modules/organisations/organisations.repository.js';
 import { createOrganisationsService } from './modules/organisations/organisations.service.js';
 import { createRetentionRepository } from './modules/retention/retention.repository.js';
+import { createReviewsRepository } from './modules/reviews/reviews.repository.js';
+import { createReviewsService } from './modules/reviews/reviews.service.js';
 import { createRetentionService, type RetentionOptions } from './modules/retention/retention.service.js';
 import { cursorKeyLoader } from './modules/service-secrets/cursor-key.js';
 import { createServiceSecretsRepository } from './modules/service-secrets/service-secrets.repository.js';
@@ -56,6 +60,8 @@ export type ServiceDeps = {
   pageReads?: PageReads;
   businessRegister?: BusinessRegister;
   resolveHost?: ResolveHost;
+  /** Tests only: records per review sweep claim and re-dating batch (default REVIEW_BATCH). */
+  reviewBatchSize?: number;
   /** Tests only: another curated template set, to simulate a deploy. */
   curatedTemplates?: readonly CuratedTemplate[];
 };
@@ -68,9 +74,11 @@ export type ServiceDeps = {
 export function createServices(deps: ServiceDeps) {
   const { database, config } = deps;
   // What several services use, each taking the parts its own deps name.
+  const clock = deps.clock ?? systemClock;
+  const dueDiligence = createDueDiligenceRepository();
   const shared = {
     database,
-    clock: deps.clock ?? systemClock,
+    clock,
     pageReads: deps.pageReads ?? createPageReads({ primary: database }),
     cursorKey: cursorKeyLoader(database),
     publicBaseUrl: config.publicBaseUrl,
@@ -86,6 +94,8 @@ export function createServices(deps: ServiceDeps) {
     organisations: createOrganisationsRepository(),
     verifications: createVerificationRepository(),
     secrets: createServiceSecretsRepository(),
+    dueDiligence,
+    reviewColumns: createReviewColumns({ policies: dueDiligence, clock }),
   };
   const entities = createEntitiesService({ ...shared, entities: shared.entityOwners });
   const documents = createDocumentsService({ ...shared, documents: createDocumentsRepository() });
@@ -108,8 +118,10 @@ export function createServices(deps: ServiceDeps) {
       disabler: createEndpointDisabler(),
     }),
     audit: createAuditService({ ...shared, audit: createAuditRepository(), auditPurge: createAuditPurge(shared) }),
-    dueDiligence: createDueDiligenceService({ ...shared, dueDiligence: createDueDiligenceRepository() }),
+    dueDiligence: createDueDiligenceService({ ...shared, jobs: deps.jobs }),
+    reviewJobs: createReviewJobs({ ...shared, entities, batchSize: deps.reviewBatchSize }),
     groups: createGroupsService({ ...shared, groups: createGroupsRepository(), curatedTemplates: deps.curatedTemplates }),
+    reviews: createReviewsService({ ...shared, entities, reviews: createReviewsRepository() }),
     /** The retention purge, with a run's batch size and hooks (the job's metrics and log). */
     retention: (options: RetentionOptions = {}) =>
       createRetentionService({

@@ -179,6 +179,8 @@ const environmentSchema = z.object({
   AUDIT_RETENTION_YEARS: retentionPeriod(7, 'years', 100),
   // Entity documents and closed document requests: AML/CTF records, kept as long as the audit trail by default.
   DOCUMENT_RETENTION_YEARS: retentionPeriod(7, 'years', 100),
+  // The review history (customer_reviews): AML/CTF records of ongoing due diligence, kept 7 years by default.
+  REVIEW_RETENTION_YEARS: retentionPeriod(7, 'years', 100),
   // Diagnostic only (bench/audit-sealing.bench.ts measures the upsert without the sealer): off leaves
   // the chain unsealed on this instance, so the trail is not verifiable until some instance seals it.
   AUDIT_SEALING: booleanFlag(true),
@@ -260,6 +262,8 @@ export type RetentionSettings = {
   auditYears: number;
   /** entity_documents (with their bytes) and closed document_requests, from their creation. */
   documentYears: number;
+  /** customer_reviews (the review history), from when each review was recorded. */
+  reviewYears: number;
   /** At least the spec's 24 h replay window. */
   idempotencyHours: number;
 };
@@ -346,6 +350,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       emailDays: env.EMAIL_RETENTION_DAYS,
       auditYears: env.AUDIT_RETENTION_YEARS,
       documentYears: env.DOCUMENT_RETENTION_YEARS,
+      reviewYears: env.REVIEW_RETENTION_YEARS,
       idempotencyHours: env.IDEMPOTENCY_RETENTION_HOURS,
     },
     databaseReplicaUrl: env.DATABASE_REPLICA_URL,

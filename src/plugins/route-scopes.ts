@@ -44,6 +44,10 @@ export const ROUTE_SCOPES: Readonly<Record<string, Scope | null>> = {
   'GET /v1/audit-events': 'audit:read',
   'GET /v1/due-diligence-policy': 'policy:read',
   'PUT /v1/due-diligence-policy': 'policy:write',
+  'POST /v1/customers/:id/reviews': 'verification:write',
+  'GET /v1/customers/:id/reviews': 'customers:read',
+  'POST /v1/entities/:id/reviews': 'verification:write',
+  'GET /v1/entities/:id/reviews': 'customers:read',
 };
 
 export function routeKey(method: string, url: string): string {

@@ -21,7 +21,7 @@ import { formatFieldPath } from './errors.plugin.js';
  * Prose and postal addresses: the only fields where a line break is legitimate. Never a name,
  * email, id or reference (those reach email subjects, headers and matching).
  */
-const MULTI_LINE_FIELDS: ReadonlySet<string> = new Set(['customMessage', 'address']);
+const MULTI_LINE_FIELDS: ReadonlySet<string> = new Set(['customMessage', 'address', 'notes']);
 
 // Printable ASCII is already NFC and holds nothing the rules refuse: the one test most strings get.
 /* eslint-disable no-control-regex -- the patterns below match control characters on purpose: they are what the text rules refuse */

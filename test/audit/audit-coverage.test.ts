@@ -308,6 +308,31 @@ const API_SCENARIOS: ApiScenario[] = [
       return [{ action: 'due_diligence_policy.updated', subject: { type: 'due_diligence_policy', id: null } }];
     },
   },
+  {
+    route: 'POST /v1/customers/:id/reviews',
+    run: async (org, key) => {
+      const customer = await verifiedCustomer(org);
+      await call(org, 'POST', `/v1/customers/${customer.id}/reviews`, 201, { outcome: 'NO_CHANGE', reviewer: 'Sam Officer' }, key);
+      return [{ action: 'customer.review_recorded', subject: { type: 'customer', id: customer.id } }];
+    },
+  },
+  {
+    route: 'POST /v1/entities/:id/reviews',
+    run: async (org, key) => {
+      const entity = await createEntity(org);
+      await call(org, 'POST', `/v1/entities/${entity.id}/kyb`, 200, { method: 'manual' });
+      await svc('kyc', 'verdict', '--org', org.id, '--customer', entity.id, '--result', 'VERIFIED');
+      await call(
+        org,
+        'POST',
+        `/v1/entities/${entity.id}/reviews`,
+        201,
+        { outcome: 'UPDATED', reviewer: 'Sam Officer', notes: 'Owners confirmed.' },
+        key,
+      );
+      return [{ action: 'entity.review_recorded', subject: { type: 'entity', id: entity.id } }];
+    },
+  },
 ];
 
 describe('coverage of the API', () => {
@@ -431,6 +456,7 @@ const READ_ONLY_COMMANDS = new Set([
   'webhook list',
   'webhook deliveries',
   'emails',
+  'review due',
   'audit head',
   'audit verify',
   'audit export',
@@ -467,6 +493,14 @@ function templateFile(): string {
 async function startedCustomer(org: TestOrg) {
   const customer = await createCustomer(org);
   await call(org, 'POST', `/v1/customers/${customer.id}/kyc`, 200);
+  return customer;
+}
+
+/** A customer whose KYC reached VERIFIED (its review is SCHEDULED). */
+async function verifiedCustomer(org: TestOrg) {
+  const customer = await startedCustomer(org);
+  await svc('kyc', 'submit', '--org', org.id, '--customer', customer.id);
+  await svc('kyc', 'verdict', '--org', org.id, '--customer', customer.id, '--result', 'VERIFIED');
   return customer;
 }
 
@@ -619,6 +653,14 @@ const CLI_SCENARIOS: CliScenario[] = [
       await svc('aml', 'set', '--org', org.id, '--customer', customer.id, '--status', 'NEEDS_REVIEW', '--pep');
       await svc('aml', 'resolve', '--org', org.id, '--customer', customer.id);
       return { expected: [{ action: 'aml.review_completed', subject: { type: 'customer', id: customer.id } }] };
+    },
+  },
+  {
+    command: 'review simulate-due',
+    run: async (org) => {
+      const customer = await verifiedCustomer(org);
+      await svc('review', 'simulate-due', '--org', org.id, '--customer', customer.id);
+      return { expected: [{ action: 'customer.review_due_simulated', subject: { type: 'customer', id: customer.id } }] };
     },
   },
   {

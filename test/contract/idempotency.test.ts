@@ -169,6 +169,8 @@ describe('replay', () => {
     'PUT /v1/customers/:id/designated-services': { service_codes: [] },
     'POST /v1/entities/:id/ubos': { owners: [{ fullName: 'Idem Owner', email: 'idem.owner@example.com', roleTypes: ['DIRECTOR'] }] },
     'POST /v1/entities/:id/document-requests': { types: ['OTHER'] },
+    'POST /v1/customers/:id/reviews': { outcome: 'NO_CHANGE', reviewer: 'Idem Reviewer' },
+    'POST /v1/entities/:id/reviews': { outcome: 'NO_CHANGE', reviewer: 'Idem Reviewer' },
   };
   const writeRoutes = Object.keys(ROUTE_SCOPES)
     .map((key) => key.split(' ') as [string, string])

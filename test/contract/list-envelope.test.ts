@@ -69,7 +69,16 @@ describe('one list envelope', () => {
   it('when the document describes a cursor list, it is the one envelope: next_cursor string or null, has_more boolean; a feed adds resume_cursor, never null', async () => {
     const lists = await cursorLists();
     expect([...lists.keys()].sort()).toEqual(
-      ['/audit-events', '/customers', '/entities', '/events', '/webhook-endpoints', '/webhook-endpoints/{id}/deliveries'].sort(),
+      [
+        '/audit-events',
+        '/customers',
+        '/customers/{id}/reviews',
+        '/entities',
+        '/entities/{id}/reviews',
+        '/events',
+        '/webhook-endpoints',
+        '/webhook-endpoints/{id}/deliveries',
+      ].sort(),
     );
     for (const [path, schema] of lists) {
       const properties = schema.properties!;

@@ -44,6 +44,8 @@ const VALID_BODIES: Record<string, unknown> = {
   'POST /v1/groups': { name: 'Scope probe group' },
   'POST /v1/webhook-endpoints': { url: 'https://93.184.215.14/hooks' },
   'PATCH /v1/webhook-endpoints/:id': { description: 'scope probe' },
+  'POST /v1/customers/:id/reviews': { outcome: 'NO_CHANGE', reviewer: 'Scope Probe' },
+  'POST /v1/entities/:id/reviews': { outcome: 'NO_CHANGE', reviewer: 'Scope Probe' },
 };
 
 function isRegistered(app: FastifyInstance, route: RouteEntry): boolean {

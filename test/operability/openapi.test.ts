@@ -198,7 +198,9 @@ describe('committed OpenAPI document for integrators', () => {
     expect(limits.map(([where]) => where).sort()).toEqual([
       'GET /audit-events',
       'GET /customers',
+      'GET /customers/{id}/reviews',
       'GET /entities',
+      'GET /entities/{id}/reviews',
       'GET /events',
       'GET /webhook-endpoints',
       'GET /webhook-endpoints/{id}/deliveries',

@@ -12,6 +12,7 @@ export const RETENTION_TABLES = [
   'entity_documents',
   'document_chunks',
   'document_requests',
+  'customer_reviews',
 ] as const;
 export type RetentionTable = (typeof RETENTION_TABLES)[number];
 
@@ -170,6 +171,19 @@ export function createRetentionRepository() {
            WHERE l.org_id = ${orgId} AND l.document_request_id = chosen.id
           RETURNING 1)
         DELETE FROM document_requests r USING chosen
+         WHERE r.org_id = ${orgId} AND r.id = chosen.id`);
+      return result.rowCount ?? 0;
+    },
+
+    /** Reviews recorded longer ago than retention (the record's own review columns keep its latest one). */
+    async purgeCustomerReviews(orgId: string, years: number, limit: number, tx: Executor): Promise<number> {
+      const result = await tx.execute(sql`
+        WITH chosen AS (
+          SELECT id FROM customer_reviews
+           WHERE org_id = ${orgId} AND created_at < clock_timestamp() - make_interval(years => ${years}::int)
+           LIMIT ${limit}
+           FOR UPDATE SKIP LOCKED)
+        DELETE FROM customer_reviews r USING chosen
          WHERE r.org_id = ${orgId} AND r.id = chosen.id`);
       return result.rowCount ?? 0;
     },

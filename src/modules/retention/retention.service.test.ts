@@ -130,6 +130,16 @@ const seed = {
     await query(`UPDATE entity_documents SET created_at = now() - $2::interval WHERE id = $1`, [row!.id, interval]);
     return row!.id;
   },
+  /** A review recorded on `customerId`, aged by `interval`. */
+  async review(orgId: string, customerId: string, interval: string): Promise<string> {
+    const [row] = await query<{ id: string }>(
+      `INSERT INTO customer_reviews (org_id, customer_id, outcome, reviewer, reasons, status_before, next_review_at)
+       VALUES ($1, $2, 'NO_CHANGE', 'Sam Officer', '{SCHEDULED_DATE}', 'DUE', now() + interval '1 year') RETURNING id`,
+      [orgId, customerId],
+    );
+    await age('customer_reviews', 'id', row!.id, interval);
+    return row!.id;
+  },
   async email(orgId: string, status: 'queued' | 'sent' | 'recorded' | 'failed', interval?: string): Promise<string> {
     const [row] = await query<{ id: string }>(
       `INSERT INTO emails (org_id, recipient, subject, body, status) VALUES ($1, 'person@example.test', 'Subject', 'Body', $2) RETURNING id`,
@@ -161,13 +171,14 @@ const service = (options: { batchSize?: number; onPurged?: (table: RetentionTabl
 };
 
 describe('retention settings', () => {
-  it('when nothing is set, it keeps events and deliveries 30 days, emails 90, audit 7 years and idempotency keys 24 hours', () => {
+  it('when nothing is set, it keeps events and deliveries 30 days, emails 90, audit, documents and reviews 7 years and idempotency keys 24 hours', () => {
     expect(loadConfig({}).retention).toEqual({
       eventDays: 30,
       webhookDeliveryDays: 30,
       emailDays: 90,
       auditYears: 7,
       documentYears: 7,
+      reviewYears: 7,
       idempotencyHours: 24,
     });
   });
@@ -179,6 +190,7 @@ describe('retention settings', () => {
       EMAIL_RETENTION_DAYS: '60',
       AUDIT_RETENTION_YEARS: '10',
       DOCUMENT_RETENTION_YEARS: '12',
+      REVIEW_RETENTION_YEARS: '9',
       IDEMPOTENCY_RETENTION_HOURS: '48',
     }).retention;
     expect(retention).toEqual({
@@ -187,6 +199,7 @@ describe('retention settings', () => {
       emailDays: 60,
       auditYears: 10,
       documentYears: 12,
+      reviewYears: 9,
       idempotencyHours: 48,
     });
   });
@@ -200,6 +213,9 @@ describe('retention settings', () => {
     ['AUDIT_RETENTION_YEARS', '0', /greater than zero/],
     ['AUDIT_RETENTION_YEARS', '1000', /at most 100 years/],
     ['DOCUMENT_RETENTION_YEARS', '0', /greater than zero/],
+    ['REVIEW_RETENTION_YEARS', '0', /greater than zero/],
+    ['REVIEW_RETENTION_YEARS', '101', /at most 100 years/],
+    ['REVIEW_RETENTION_YEARS', '7.5', /whole number of years/],
     ['IDEMPOTENCY_RETENTION_HOURS', '23', /at least 24 \(the spec's replay window\)/],
     ['IDEMPOTENCY_RETENTION_HOURS', '1.5', /whole number of hours/],
   ])('when %s=%s, it refuses to start and names the variable', (variable, value, problem) => {
@@ -330,6 +346,45 @@ describe('the batched purge, table by table', () => {
     expect(await existing('entity_documents', 'id', [keptDocument])).toEqual([keptDocument]);
   });
 
+  it('when reviews were recorded more than 7 years ago, it deletes them and keeps younger ones and the record itself', async () => {
+    const org = await ctx.createOrg();
+    const entity = await seed.entity(org.id);
+    const old = await seed.review(org.id, entity, '7 years 1 day');
+    const older = await seed.review(org.id, entity, '12 years');
+    const young = await seed.review(org.id, entity, '6 years 360 days');
+    const purged = await service().purgeOrganisation(org.id);
+    expect(purged.customer_reviews).toBe(2);
+    expect(await existing('customer_reviews', 'id', [old, older, young])).toEqual([young]);
+    expect(await existing('customers', 'id', [entity])).toEqual([entity]);
+  });
+
+  it('when REVIEW_RETENTION_YEARS is set, reviews are kept that many years', async () => {
+    const org = await ctx.createOrg();
+    const entity = await seed.entity(org.id);
+    const past = await seed.review(org.id, entity, '3 years 1 day');
+    const within = await seed.review(org.id, entity, '2 years 360 days');
+    const retention = testServices(ctx.database, {
+      config: { ...ctx.config, retention: { ...ctx.config.retention, reviewYears: 3 } },
+    }).retention();
+    expect((await retention.purgeOrganisation(org.id)).customer_reviews).toBe(1);
+    expect(await existing('customer_reviews', 'id', [past, within])).toEqual([within]);
+  });
+
+  it('when expired reviews outnumber a batch, it deletes them all in successive batches', async () => {
+    const org = await ctx.createOrg();
+    const entity = await seed.entity(org.id);
+    const ids: string[] = [];
+    for (let i = 0; i < 7; i += 1) ids.push(await seed.review(org.id, entity, '8 years'));
+    const batches: number[] = [];
+    const purged = await service({
+      batchSize: 3,
+      onPurged: (table, rows) => table === 'customer_reviews' && batches.push(rows),
+    }).purgeOrganisation(org.id);
+    expect(purged.customer_reviews).toBe(7);
+    expect(batches).toEqual([3, 3, 1]);
+    expect(await existing('customer_reviews', 'id', ids)).toEqual([]);
+  });
+
   it('when the expired rows outnumber a batch, it deletes them all in successive batches, each committed on its own', async () => {
     const org = await ctx.createOrg();
     const ids: number[] = [];
@@ -442,6 +497,13 @@ describe('writers are never waited on', () => {
     {
       table: 'outbox_events',
       seedTwo: async (org) => ({ locked: await seed.event(org.id, '31 days'), other: await seed.event(org.id, '31 days'), column: 'id' }),
+    },
+    {
+      table: 'customer_reviews',
+      seedTwo: async (org) => {
+        const entity = await seed.entity(org.id);
+        return { locked: await seed.review(org.id, entity, '8 years'), other: await seed.review(org.id, entity, '8 years'), column: 'id' };
+      },
     },
   ];
 

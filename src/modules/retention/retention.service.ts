@@ -98,6 +98,11 @@ export function createRetentionService(
       record(counts, 'document_requests', rows);
       return rows;
     });
+    await drain(signal, async () => {
+      const rows = await repository.purgeCustomerReviews(orgId, settings.reviewYears, batchSize, database.db);
+      record(counts, 'customer_reviews', rows);
+      return rows;
+    });
     if (!signal?.aborted) {
       // Last: a chain the purge refuses (broken) fails the organisation after its other tables are done.
       // Whole days only: at most one checkpoint (and one audit_log.purged row) per organisation a day.
