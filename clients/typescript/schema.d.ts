@@ -676,6 +676,62 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/customers/{id}/reviews": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the reviews of an individual
+         * @description The reviews recorded on the individual, newest first by (created_at, id), with an opaque cursor.
+         *
+         *     Required scope: `customers:read`.
+         */
+        get: operations["listCustomerReviews"];
+        put?: never;
+        /**
+         * Record a review of an individual
+         * @description Records a completed review of the individual: `review.last_completed_at` becomes now, `review.reasons` clear and the next review is scheduled from now at the organisation's policy interval (`review.status` SCHEDULED). A review may be recorded ahead of its date. Fires `customer.review_completed` with the individual's DTO; audited. A individual never verified has no review to record (409). Send an `Idempotency-Key` to retry safely.
+         *
+         *     Required scope: `verification:write`.
+         */
+        post: operations["recordCustomerReview"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/entities/{id}/reviews": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the reviews of an entity
+         * @description The reviews recorded on the entity, newest first by (created_at, id), with an opaque cursor.
+         *
+         *     Required scope: `customers:read`.
+         */
+        get: operations["listEntityReviews"];
+        put?: never;
+        /**
+         * Record a review of an entity
+         * @description Records a completed review of the entity: `review.last_completed_at` becomes now, `review.reasons` clear and the next review is scheduled from now at the organisation's policy interval (`review.status` SCHEDULED). A review may be recorded ahead of its date. Fires `customer.review_completed` with the entity's DTO; audited. A entity never verified has no review to record (409). Send an `Idempotency-Key` to retry safely.
+         *
+         *     Required scope: `verification:write`.
+         */
+        post: operations["recordEntityReview"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -896,6 +952,12 @@ export interface operations {
                 updated_since?: string;
                 /** @description Only the record with this external_id. */
                 external_id?: string;
+                /** @description Only records whose review.status is one of these, comma-separated. Valid statuses: NOT_SCHEDULED, SCHEDULED, DUE, OVERDUE. */
+                review_status?: string;
+                /** @description Only records whose review.next_review_at is before this instant (a record without a review date never matches; years 0001 to 9999, also once converted to UTC). */
+                review_due_before?: string;
+                /** @description true: only records that need enhanced due diligence (edd.required); false: only those that do not. */
+                edd_required?: "true" | "false";
                 /** @description total_count adds the number of matching records (an extra count query; avoid on hot polling loops). */
                 include?: string;
                 /** @description Filter by kyc_status. */
@@ -987,6 +1049,53 @@ export interface operations {
                                     /** @description Terrorism list match. */
                                     terrorism: boolean;
                                 };
+                            };
+                            /**
+                             * @description Ongoing due diligence: when this record is next reviewed, and why it is due now.
+                             * @example {
+                             *       "status": "SCHEDULED",
+                             *       "next_review_at": "2027-01-31T09:00:00.000Z",
+                             *       "last_completed_at": null,
+                             *       "reasons": []
+                             *     }
+                             */
+                            review: {
+                                /**
+                                 * @description NOT_SCHEDULED until verification reaches VERIFIED; SCHEDULED until next_review_at; DUE from then (or from a trigger); OVERDUE once due for the policy's overdue_after_days.
+                                 * @enum {string}
+                                 */
+                                status: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                                /** @description When the review falls (or fell) due: its scheduled date, or when a trigger brought it forward. */
+                                next_review_at: string | null;
+                                /** @description When a review was last recorded (POST …/reviews). */
+                                last_completed_at: string | null;
+                                /**
+                                 * @description Why the review is due now; empty unless status is DUE or OVERDUE.
+                                 * @example [
+                                 *       "RISK_INCREASED"
+                                 *     ]
+                                 */
+                                reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                            };
+                            /**
+                             * @description Enhanced due diligence, derived from the rating, the AML flags, the decisive risk answers and the countries on record.
+                             * @example {
+                             *       "required": true,
+                             *       "reasons": [
+                             *         "PEP"
+                             *       ]
+                             *     }
+                             */
+                            edd: {
+                                /** @description Whether enhanced due diligence applies (docs/risk-model.md). */
+                                required: boolean;
+                                /**
+                                 * @description Why, in a fixed order; empty when not required.
+                                 * @example [
+                                 *       "PEP"
+                                 *     ]
+                                 */
+                                reasons: ("HIGH_RISK" | "PEP" | "SANCTIONS" | "TERRORISM" | "COMPLEX_STRUCTURE" | "UNEXPLAINED_WEALTH" | "FALSE_IDENTITY_INDICATORS" | "HIGH_RISK_JURISDICTION")[];
                             };
                             /**
                              * @description How the record was created; INTEGRATION for this API.
@@ -1277,6 +1386,53 @@ export interface operations {
                             };
                         };
                         /**
+                         * @description Ongoing due diligence: when this record is next reviewed, and why it is due now.
+                         * @example {
+                         *       "status": "SCHEDULED",
+                         *       "next_review_at": "2027-01-31T09:00:00.000Z",
+                         *       "last_completed_at": null,
+                         *       "reasons": []
+                         *     }
+                         */
+                        review: {
+                            /**
+                             * @description NOT_SCHEDULED until verification reaches VERIFIED; SCHEDULED until next_review_at; DUE from then (or from a trigger); OVERDUE once due for the policy's overdue_after_days.
+                             * @enum {string}
+                             */
+                            status: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                            /** @description When the review falls (or fell) due: its scheduled date, or when a trigger brought it forward. */
+                            next_review_at: string | null;
+                            /** @description When a review was last recorded (POST …/reviews). */
+                            last_completed_at: string | null;
+                            /**
+                             * @description Why the review is due now; empty unless status is DUE or OVERDUE.
+                             * @example [
+                             *       "RISK_INCREASED"
+                             *     ]
+                             */
+                            reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                        };
+                        /**
+                         * @description Enhanced due diligence, derived from the rating, the AML flags, the decisive risk answers and the countries on record.
+                         * @example {
+                         *       "required": true,
+                         *       "reasons": [
+                         *         "PEP"
+                         *       ]
+                         *     }
+                         */
+                        edd: {
+                            /** @description Whether enhanced due diligence applies (docs/risk-model.md). */
+                            required: boolean;
+                            /**
+                             * @description Why, in a fixed order; empty when not required.
+                             * @example [
+                             *       "PEP"
+                             *     ]
+                             */
+                            reasons: ("HIGH_RISK" | "PEP" | "SANCTIONS" | "TERRORISM" | "COMPLEX_STRUCTURE" | "UNEXPLAINED_WEALTH" | "FALSE_IDENTITY_INDICATORS" | "HIGH_RISK_JURISDICTION")[];
+                        };
+                        /**
                          * @description How the record was created; INTEGRATION for this API.
                          * @enum {string}
                          */
@@ -1370,6 +1526,53 @@ export interface operations {
                                 /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
+                        };
+                        /**
+                         * @description Ongoing due diligence: when this record is next reviewed, and why it is due now.
+                         * @example {
+                         *       "status": "SCHEDULED",
+                         *       "next_review_at": "2027-01-31T09:00:00.000Z",
+                         *       "last_completed_at": null,
+                         *       "reasons": []
+                         *     }
+                         */
+                        review: {
+                            /**
+                             * @description NOT_SCHEDULED until verification reaches VERIFIED; SCHEDULED until next_review_at; DUE from then (or from a trigger); OVERDUE once due for the policy's overdue_after_days.
+                             * @enum {string}
+                             */
+                            status: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                            /** @description When the review falls (or fell) due: its scheduled date, or when a trigger brought it forward. */
+                            next_review_at: string | null;
+                            /** @description When a review was last recorded (POST …/reviews). */
+                            last_completed_at: string | null;
+                            /**
+                             * @description Why the review is due now; empty unless status is DUE or OVERDUE.
+                             * @example [
+                             *       "RISK_INCREASED"
+                             *     ]
+                             */
+                            reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                        };
+                        /**
+                         * @description Enhanced due diligence, derived from the rating, the AML flags, the decisive risk answers and the countries on record.
+                         * @example {
+                         *       "required": true,
+                         *       "reasons": [
+                         *         "PEP"
+                         *       ]
+                         *     }
+                         */
+                        edd: {
+                            /** @description Whether enhanced due diligence applies (docs/risk-model.md). */
+                            required: boolean;
+                            /**
+                             * @description Why, in a fixed order; empty when not required.
+                             * @example [
+                             *       "PEP"
+                             *     ]
+                             */
+                            reasons: ("HIGH_RISK" | "PEP" | "SANCTIONS" | "TERRORISM" | "COMPLEX_STRUCTURE" | "UNEXPLAINED_WEALTH" | "FALSE_IDENTITY_INDICATORS" | "HIGH_RISK_JURISDICTION")[];
                         };
                         /**
                          * @description How the record was created; INTEGRATION for this API.
@@ -1544,6 +1747,53 @@ export interface operations {
                                 /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
+                        };
+                        /**
+                         * @description Ongoing due diligence: when this record is next reviewed, and why it is due now.
+                         * @example {
+                         *       "status": "SCHEDULED",
+                         *       "next_review_at": "2027-01-31T09:00:00.000Z",
+                         *       "last_completed_at": null,
+                         *       "reasons": []
+                         *     }
+                         */
+                        review: {
+                            /**
+                             * @description NOT_SCHEDULED until verification reaches VERIFIED; SCHEDULED until next_review_at; DUE from then (or from a trigger); OVERDUE once due for the policy's overdue_after_days.
+                             * @enum {string}
+                             */
+                            status: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                            /** @description When the review falls (or fell) due: its scheduled date, or when a trigger brought it forward. */
+                            next_review_at: string | null;
+                            /** @description When a review was last recorded (POST …/reviews). */
+                            last_completed_at: string | null;
+                            /**
+                             * @description Why the review is due now; empty unless status is DUE or OVERDUE.
+                             * @example [
+                             *       "RISK_INCREASED"
+                             *     ]
+                             */
+                            reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                        };
+                        /**
+                         * @description Enhanced due diligence, derived from the rating, the AML flags, the decisive risk answers and the countries on record.
+                         * @example {
+                         *       "required": true,
+                         *       "reasons": [
+                         *         "PEP"
+                         *       ]
+                         *     }
+                         */
+                        edd: {
+                            /** @description Whether enhanced due diligence applies (docs/risk-model.md). */
+                            required: boolean;
+                            /**
+                             * @description Why, in a fixed order; empty when not required.
+                             * @example [
+                             *       "PEP"
+                             *     ]
+                             */
+                            reasons: ("HIGH_RISK" | "PEP" | "SANCTIONS" | "TERRORISM" | "COMPLEX_STRUCTURE" | "UNEXPLAINED_WEALTH" | "FALSE_IDENTITY_INDICATORS" | "HIGH_RISK_JURISDICTION")[];
                         };
                         /**
                          * @description How the record was created; INTEGRATION for this API.
@@ -1751,6 +2001,53 @@ export interface operations {
                             };
                         };
                         /**
+                         * @description Ongoing due diligence: when this record is next reviewed, and why it is due now.
+                         * @example {
+                         *       "status": "SCHEDULED",
+                         *       "next_review_at": "2027-01-31T09:00:00.000Z",
+                         *       "last_completed_at": null,
+                         *       "reasons": []
+                         *     }
+                         */
+                        review: {
+                            /**
+                             * @description NOT_SCHEDULED until verification reaches VERIFIED; SCHEDULED until next_review_at; DUE from then (or from a trigger); OVERDUE once due for the policy's overdue_after_days.
+                             * @enum {string}
+                             */
+                            status: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                            /** @description When the review falls (or fell) due: its scheduled date, or when a trigger brought it forward. */
+                            next_review_at: string | null;
+                            /** @description When a review was last recorded (POST …/reviews). */
+                            last_completed_at: string | null;
+                            /**
+                             * @description Why the review is due now; empty unless status is DUE or OVERDUE.
+                             * @example [
+                             *       "RISK_INCREASED"
+                             *     ]
+                             */
+                            reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                        };
+                        /**
+                         * @description Enhanced due diligence, derived from the rating, the AML flags, the decisive risk answers and the countries on record.
+                         * @example {
+                         *       "required": true,
+                         *       "reasons": [
+                         *         "PEP"
+                         *       ]
+                         *     }
+                         */
+                        edd: {
+                            /** @description Whether enhanced due diligence applies (docs/risk-model.md). */
+                            required: boolean;
+                            /**
+                             * @description Why, in a fixed order; empty when not required.
+                             * @example [
+                             *       "PEP"
+                             *     ]
+                             */
+                            reasons: ("HIGH_RISK" | "PEP" | "SANCTIONS" | "TERRORISM" | "COMPLEX_STRUCTURE" | "UNEXPLAINED_WEALTH" | "FALSE_IDENTITY_INDICATORS" | "HIGH_RISK_JURISDICTION")[];
+                        };
+                        /**
                          * @description How the record was created; INTEGRATION for this API.
                          * @enum {string}
                          */
@@ -1956,6 +2253,53 @@ export interface operations {
                             };
                         };
                         /**
+                         * @description Ongoing due diligence: when this record is next reviewed, and why it is due now.
+                         * @example {
+                         *       "status": "SCHEDULED",
+                         *       "next_review_at": "2027-01-31T09:00:00.000Z",
+                         *       "last_completed_at": null,
+                         *       "reasons": []
+                         *     }
+                         */
+                        review: {
+                            /**
+                             * @description NOT_SCHEDULED until verification reaches VERIFIED; SCHEDULED until next_review_at; DUE from then (or from a trigger); OVERDUE once due for the policy's overdue_after_days.
+                             * @enum {string}
+                             */
+                            status: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                            /** @description When the review falls (or fell) due: its scheduled date, or when a trigger brought it forward. */
+                            next_review_at: string | null;
+                            /** @description When a review was last recorded (POST …/reviews). */
+                            last_completed_at: string | null;
+                            /**
+                             * @description Why the review is due now; empty unless status is DUE or OVERDUE.
+                             * @example [
+                             *       "RISK_INCREASED"
+                             *     ]
+                             */
+                            reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                        };
+                        /**
+                         * @description Enhanced due diligence, derived from the rating, the AML flags, the decisive risk answers and the countries on record.
+                         * @example {
+                         *       "required": true,
+                         *       "reasons": [
+                         *         "PEP"
+                         *       ]
+                         *     }
+                         */
+                        edd: {
+                            /** @description Whether enhanced due diligence applies (docs/risk-model.md). */
+                            required: boolean;
+                            /**
+                             * @description Why, in a fixed order; empty when not required.
+                             * @example [
+                             *       "PEP"
+                             *     ]
+                             */
+                            reasons: ("HIGH_RISK" | "PEP" | "SANCTIONS" | "TERRORISM" | "COMPLEX_STRUCTURE" | "UNEXPLAINED_WEALTH" | "FALSE_IDENTITY_INDICATORS" | "HIGH_RISK_JURISDICTION")[];
+                        };
+                        /**
                          * @description How the record was created; INTEGRATION for this API.
                          * @enum {string}
                          */
@@ -2154,6 +2498,12 @@ export interface operations {
                 updated_since?: string;
                 /** @description Only the record with this external_id. */
                 external_id?: string;
+                /** @description Only records whose review.status is one of these, comma-separated. Valid statuses: NOT_SCHEDULED, SCHEDULED, DUE, OVERDUE. */
+                review_status?: string;
+                /** @description Only records whose review.next_review_at is before this instant (a record without a review date never matches; years 0001 to 9999, also once converted to UTC). */
+                review_due_before?: string;
+                /** @description true: only records that need enhanced due diligence (edd.required); false: only those that do not. */
+                edd_required?: "true" | "false";
                 /** @description total_count adds the number of matching records (an extra count query; avoid on hot polling loops). */
                 include?: string;
                 /** @description Filter by kyb_status. */
@@ -2268,6 +2618,53 @@ export interface operations {
                                     /** @description Terrorism list match. */
                                     terrorism: boolean;
                                 };
+                            };
+                            /**
+                             * @description Ongoing due diligence: when this record is next reviewed, and why it is due now.
+                             * @example {
+                             *       "status": "SCHEDULED",
+                             *       "next_review_at": "2027-01-31T09:00:00.000Z",
+                             *       "last_completed_at": null,
+                             *       "reasons": []
+                             *     }
+                             */
+                            review: {
+                                /**
+                                 * @description NOT_SCHEDULED until verification reaches VERIFIED; SCHEDULED until next_review_at; DUE from then (or from a trigger); OVERDUE once due for the policy's overdue_after_days.
+                                 * @enum {string}
+                                 */
+                                status: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                                /** @description When the review falls (or fell) due: its scheduled date, or when a trigger brought it forward. */
+                                next_review_at: string | null;
+                                /** @description When a review was last recorded (POST …/reviews). */
+                                last_completed_at: string | null;
+                                /**
+                                 * @description Why the review is due now; empty unless status is DUE or OVERDUE.
+                                 * @example [
+                                 *       "RISK_INCREASED"
+                                 *     ]
+                                 */
+                                reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                            };
+                            /**
+                             * @description Enhanced due diligence, derived from the rating, the AML flags, the decisive risk answers and the countries on record.
+                             * @example {
+                             *       "required": true,
+                             *       "reasons": [
+                             *         "PEP"
+                             *       ]
+                             *     }
+                             */
+                            edd: {
+                                /** @description Whether enhanced due diligence applies (docs/risk-model.md). */
+                                required: boolean;
+                                /**
+                                 * @description Why, in a fixed order; empty when not required.
+                                 * @example [
+                                 *       "PEP"
+                                 *     ]
+                                 */
+                                reasons: ("HIGH_RISK" | "PEP" | "SANCTIONS" | "TERRORISM" | "COMPLEX_STRUCTURE" | "UNEXPLAINED_WEALTH" | "FALSE_IDENTITY_INDICATORS" | "HIGH_RISK_JURISDICTION")[];
                             };
                             /**
                              * @description How the record was created; INTEGRATION for this API.
@@ -2585,6 +2982,53 @@ export interface operations {
                             };
                         };
                         /**
+                         * @description Ongoing due diligence: when this record is next reviewed, and why it is due now.
+                         * @example {
+                         *       "status": "SCHEDULED",
+                         *       "next_review_at": "2027-01-31T09:00:00.000Z",
+                         *       "last_completed_at": null,
+                         *       "reasons": []
+                         *     }
+                         */
+                        review: {
+                            /**
+                             * @description NOT_SCHEDULED until verification reaches VERIFIED; SCHEDULED until next_review_at; DUE from then (or from a trigger); OVERDUE once due for the policy's overdue_after_days.
+                             * @enum {string}
+                             */
+                            status: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                            /** @description When the review falls (or fell) due: its scheduled date, or when a trigger brought it forward. */
+                            next_review_at: string | null;
+                            /** @description When a review was last recorded (POST …/reviews). */
+                            last_completed_at: string | null;
+                            /**
+                             * @description Why the review is due now; empty unless status is DUE or OVERDUE.
+                             * @example [
+                             *       "RISK_INCREASED"
+                             *     ]
+                             */
+                            reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                        };
+                        /**
+                         * @description Enhanced due diligence, derived from the rating, the AML flags, the decisive risk answers and the countries on record.
+                         * @example {
+                         *       "required": true,
+                         *       "reasons": [
+                         *         "PEP"
+                         *       ]
+                         *     }
+                         */
+                        edd: {
+                            /** @description Whether enhanced due diligence applies (docs/risk-model.md). */
+                            required: boolean;
+                            /**
+                             * @description Why, in a fixed order; empty when not required.
+                             * @example [
+                             *       "PEP"
+                             *     ]
+                             */
+                            reasons: ("HIGH_RISK" | "PEP" | "SANCTIONS" | "TERRORISM" | "COMPLEX_STRUCTURE" | "UNEXPLAINED_WEALTH" | "FALSE_IDENTITY_INDICATORS" | "HIGH_RISK_JURISDICTION")[];
+                        };
+                        /**
                          * @description How the record was created; INTEGRATION for this API.
                          * @enum {string}
                          */
@@ -2691,6 +3135,53 @@ export interface operations {
                                 /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
+                        };
+                        /**
+                         * @description Ongoing due diligence: when this record is next reviewed, and why it is due now.
+                         * @example {
+                         *       "status": "SCHEDULED",
+                         *       "next_review_at": "2027-01-31T09:00:00.000Z",
+                         *       "last_completed_at": null,
+                         *       "reasons": []
+                         *     }
+                         */
+                        review: {
+                            /**
+                             * @description NOT_SCHEDULED until verification reaches VERIFIED; SCHEDULED until next_review_at; DUE from then (or from a trigger); OVERDUE once due for the policy's overdue_after_days.
+                             * @enum {string}
+                             */
+                            status: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                            /** @description When the review falls (or fell) due: its scheduled date, or when a trigger brought it forward. */
+                            next_review_at: string | null;
+                            /** @description When a review was last recorded (POST …/reviews). */
+                            last_completed_at: string | null;
+                            /**
+                             * @description Why the review is due now; empty unless status is DUE or OVERDUE.
+                             * @example [
+                             *       "RISK_INCREASED"
+                             *     ]
+                             */
+                            reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                        };
+                        /**
+                         * @description Enhanced due diligence, derived from the rating, the AML flags, the decisive risk answers and the countries on record.
+                         * @example {
+                         *       "required": true,
+                         *       "reasons": [
+                         *         "PEP"
+                         *       ]
+                         *     }
+                         */
+                        edd: {
+                            /** @description Whether enhanced due diligence applies (docs/risk-model.md). */
+                            required: boolean;
+                            /**
+                             * @description Why, in a fixed order; empty when not required.
+                             * @example [
+                             *       "PEP"
+                             *     ]
+                             */
+                            reasons: ("HIGH_RISK" | "PEP" | "SANCTIONS" | "TERRORISM" | "COMPLEX_STRUCTURE" | "UNEXPLAINED_WEALTH" | "FALSE_IDENTITY_INDICATORS" | "HIGH_RISK_JURISDICTION")[];
                         };
                         /**
                          * @description How the record was created; INTEGRATION for this API.
@@ -2878,6 +3369,53 @@ export interface operations {
                                 /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
+                        };
+                        /**
+                         * @description Ongoing due diligence: when this record is next reviewed, and why it is due now.
+                         * @example {
+                         *       "status": "SCHEDULED",
+                         *       "next_review_at": "2027-01-31T09:00:00.000Z",
+                         *       "last_completed_at": null,
+                         *       "reasons": []
+                         *     }
+                         */
+                        review: {
+                            /**
+                             * @description NOT_SCHEDULED until verification reaches VERIFIED; SCHEDULED until next_review_at; DUE from then (or from a trigger); OVERDUE once due for the policy's overdue_after_days.
+                             * @enum {string}
+                             */
+                            status: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                            /** @description When the review falls (or fell) due: its scheduled date, or when a trigger brought it forward. */
+                            next_review_at: string | null;
+                            /** @description When a review was last recorded (POST …/reviews). */
+                            last_completed_at: string | null;
+                            /**
+                             * @description Why the review is due now; empty unless status is DUE or OVERDUE.
+                             * @example [
+                             *       "RISK_INCREASED"
+                             *     ]
+                             */
+                            reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                        };
+                        /**
+                         * @description Enhanced due diligence, derived from the rating, the AML flags, the decisive risk answers and the countries on record.
+                         * @example {
+                         *       "required": true,
+                         *       "reasons": [
+                         *         "PEP"
+                         *       ]
+                         *     }
+                         */
+                        edd: {
+                            /** @description Whether enhanced due diligence applies (docs/risk-model.md). */
+                            required: boolean;
+                            /**
+                             * @description Why, in a fixed order; empty when not required.
+                             * @example [
+                             *       "PEP"
+                             *     ]
+                             */
+                            reasons: ("HIGH_RISK" | "PEP" | "SANCTIONS" | "TERRORISM" | "COMPLEX_STRUCTURE" | "UNEXPLAINED_WEALTH" | "FALSE_IDENTITY_INDICATORS" | "HIGH_RISK_JURISDICTION")[];
                         };
                         /**
                          * @description How the record was created; INTEGRATION for this API.
@@ -3114,6 +3652,53 @@ export interface operations {
                                 /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
+                        };
+                        /**
+                         * @description Ongoing due diligence: when this record is next reviewed, and why it is due now.
+                         * @example {
+                         *       "status": "SCHEDULED",
+                         *       "next_review_at": "2027-01-31T09:00:00.000Z",
+                         *       "last_completed_at": null,
+                         *       "reasons": []
+                         *     }
+                         */
+                        review: {
+                            /**
+                             * @description NOT_SCHEDULED until verification reaches VERIFIED; SCHEDULED until next_review_at; DUE from then (or from a trigger); OVERDUE once due for the policy's overdue_after_days.
+                             * @enum {string}
+                             */
+                            status: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                            /** @description When the review falls (or fell) due: its scheduled date, or when a trigger brought it forward. */
+                            next_review_at: string | null;
+                            /** @description When a review was last recorded (POST …/reviews). */
+                            last_completed_at: string | null;
+                            /**
+                             * @description Why the review is due now; empty unless status is DUE or OVERDUE.
+                             * @example [
+                             *       "RISK_INCREASED"
+                             *     ]
+                             */
+                            reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                        };
+                        /**
+                         * @description Enhanced due diligence, derived from the rating, the AML flags, the decisive risk answers and the countries on record.
+                         * @example {
+                         *       "required": true,
+                         *       "reasons": [
+                         *         "PEP"
+                         *       ]
+                         *     }
+                         */
+                        edd: {
+                            /** @description Whether enhanced due diligence applies (docs/risk-model.md). */
+                            required: boolean;
+                            /**
+                             * @description Why, in a fixed order; empty when not required.
+                             * @example [
+                             *       "PEP"
+                             *     ]
+                             */
+                            reasons: ("HIGH_RISK" | "PEP" | "SANCTIONS" | "TERRORISM" | "COMPLEX_STRUCTURE" | "UNEXPLAINED_WEALTH" | "FALSE_IDENTITY_INDICATORS" | "HIGH_RISK_JURISDICTION")[];
                         };
                         /**
                          * @description How the record was created; INTEGRATION for this API.
@@ -4150,6 +4735,53 @@ export interface operations {
                             };
                         };
                         /**
+                         * @description Ongoing due diligence: when this record is next reviewed, and why it is due now.
+                         * @example {
+                         *       "status": "SCHEDULED",
+                         *       "next_review_at": "2027-01-31T09:00:00.000Z",
+                         *       "last_completed_at": null,
+                         *       "reasons": []
+                         *     }
+                         */
+                        review: {
+                            /**
+                             * @description NOT_SCHEDULED until verification reaches VERIFIED; SCHEDULED until next_review_at; DUE from then (or from a trigger); OVERDUE once due for the policy's overdue_after_days.
+                             * @enum {string}
+                             */
+                            status: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                            /** @description When the review falls (or fell) due: its scheduled date, or when a trigger brought it forward. */
+                            next_review_at: string | null;
+                            /** @description When a review was last recorded (POST …/reviews). */
+                            last_completed_at: string | null;
+                            /**
+                             * @description Why the review is due now; empty unless status is DUE or OVERDUE.
+                             * @example [
+                             *       "RISK_INCREASED"
+                             *     ]
+                             */
+                            reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                        };
+                        /**
+                         * @description Enhanced due diligence, derived from the rating, the AML flags, the decisive risk answers and the countries on record.
+                         * @example {
+                         *       "required": true,
+                         *       "reasons": [
+                         *         "PEP"
+                         *       ]
+                         *     }
+                         */
+                        edd: {
+                            /** @description Whether enhanced due diligence applies (docs/risk-model.md). */
+                            required: boolean;
+                            /**
+                             * @description Why, in a fixed order; empty when not required.
+                             * @example [
+                             *       "PEP"
+                             *     ]
+                             */
+                            reasons: ("HIGH_RISK" | "PEP" | "SANCTIONS" | "TERRORISM" | "COMPLEX_STRUCTURE" | "UNEXPLAINED_WEALTH" | "FALSE_IDENTITY_INDICATORS" | "HIGH_RISK_JURISDICTION")[];
+                        };
+                        /**
                          * @description How the record was created; INTEGRATION for this API.
                          * @enum {string}
                          */
@@ -4372,6 +5004,53 @@ export interface operations {
                                 /** @description Terrorism list match. */
                                 terrorism: boolean;
                             };
+                        };
+                        /**
+                         * @description Ongoing due diligence: when this record is next reviewed, and why it is due now.
+                         * @example {
+                         *       "status": "SCHEDULED",
+                         *       "next_review_at": "2027-01-31T09:00:00.000Z",
+                         *       "last_completed_at": null,
+                         *       "reasons": []
+                         *     }
+                         */
+                        review: {
+                            /**
+                             * @description NOT_SCHEDULED until verification reaches VERIFIED; SCHEDULED until next_review_at; DUE from then (or from a trigger); OVERDUE once due for the policy's overdue_after_days.
+                             * @enum {string}
+                             */
+                            status: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                            /** @description When the review falls (or fell) due: its scheduled date, or when a trigger brought it forward. */
+                            next_review_at: string | null;
+                            /** @description When a review was last recorded (POST …/reviews). */
+                            last_completed_at: string | null;
+                            /**
+                             * @description Why the review is due now; empty unless status is DUE or OVERDUE.
+                             * @example [
+                             *       "RISK_INCREASED"
+                             *     ]
+                             */
+                            reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                        };
+                        /**
+                         * @description Enhanced due diligence, derived from the rating, the AML flags, the decisive risk answers and the countries on record.
+                         * @example {
+                         *       "required": true,
+                         *       "reasons": [
+                         *         "PEP"
+                         *       ]
+                         *     }
+                         */
+                        edd: {
+                            /** @description Whether enhanced due diligence applies (docs/risk-model.md). */
+                            required: boolean;
+                            /**
+                             * @description Why, in a fixed order; empty when not required.
+                             * @example [
+                             *       "PEP"
+                             *     ]
+                             */
+                            reasons: ("HIGH_RISK" | "PEP" | "SANCTIONS" | "TERRORISM" | "COMPLEX_STRUCTURE" | "UNEXPLAINED_WEALTH" | "FALSE_IDENTITY_INDICATORS" | "HIGH_RISK_JURISDICTION")[];
                         };
                         /**
                          * @description How the record was created; INTEGRATION for this API.
@@ -5623,7 +6302,7 @@ export interface operations {
                 limit?: number;
                 /** @description The resume_cursor (or next_cursor) of the previous page, with the same filters. Keep the last resume_cursor durably: it is where your next poll resumes. */
                 cursor?: string;
-                /** @description Only events of these types, comma-separated. Valid types: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, webhook.test. */
+                /** @description Only events of these types, comma-separated. Valid types: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, customer.review_due, customer.review_completed, webhook.test. */
                 type?: string;
                 /** @description Only events about this customer or entity: its UUID or your external_id. Unknown → 404. */
                 customer_id?: string;
@@ -5661,7 +6340,7 @@ export interface operations {
                              */
                             id: string;
                             /**
-                             * @description The event type: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, webhook.test; later versions may add types, so ignore the ones you do not know.
+                             * @description The event type: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, customer.review_due, customer.review_completed, webhook.test; later versions may add types, so ignore the ones you do not know.
                              * @example customer.updated
                              */
                             type: string;
@@ -5787,7 +6466,7 @@ export interface operations {
                          */
                         id: string;
                         /**
-                         * @description The event type: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, webhook.test; later versions may add types, so ignore the ones you do not know.
+                         * @description The event type: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, customer.review_due, customer.review_completed, webhook.test; later versions may add types, so ignore the ones you do not know.
                          * @example customer.updated
                          */
                         type: string;
@@ -6020,13 +6699,13 @@ export interface operations {
                      */
                     url: string;
                     /**
-                     * @description Event types the endpoint receives (customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated); empty or absent means every type.
+                     * @description Event types the endpoint receives (customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, customer.review_due, customer.review_completed); empty or absent means every type.
                      * @example [
                      *       "customer.kyc_completed",
                      *       "customer.updated"
                      *     ]
                      */
-                    events?: ("customer.kyc_completed" | "aml.review_completed" | "customer.updated" | "endpoint.disabled" | "document_request.updated")[];
+                    events?: ("customer.kyc_completed" | "aml.review_completed" | "customer.updated" | "endpoint.disabled" | "document_request.updated" | "customer.review_due" | "customer.review_completed")[];
                     /**
                      * @description Your note about the endpoint.
                      * @example CRM production
@@ -6433,7 +7112,7 @@ export interface operations {
                      *       "customer.updated"
                      *     ]
                      */
-                    events?: ("customer.kyc_completed" | "aml.review_completed" | "customer.updated" | "endpoint.disabled" | "document_request.updated")[];
+                    events?: ("customer.kyc_completed" | "aml.review_completed" | "customer.updated" | "endpoint.disabled" | "document_request.updated" | "customer.review_due" | "customer.review_completed")[];
                     /** @description false disables the endpoint (its queued deliveries fail); true enables it again and clears disabled_reason. */
                     enabled?: boolean;
                     /**
@@ -7588,6 +8267,23 @@ export interface operations {
                         overdue_after_days: number;
                         /** @description When the policy was last set; null while the defaults apply. */
                         updated_at: string | null;
+                        redating: {
+                            /**
+                             * @description QUEUED until the background re-dating starts, RUNNING while it works through the records in batches, DONE once all were checked.
+                             * @enum {string}
+                             */
+                            status: "QUEUED" | "RUNNING" | "DONE";
+                            /** @description Scheduled reviews when the policy was set: the reviews whose date the re-dating recomputes (those due already keep theirs). */
+                            scheduled_reviews: number;
+                            /** @description Records of the organisation to check (their EDD follows the high-risk jurisdictions too). */
+                            records_total: number;
+                            /** @description Records checked so far. */
+                            records_checked: number;
+                            /** @description Records whose review date or EDD changed so far. */
+                            reviews_moved: number;
+                            /** @description When the re-dating finished; null until then. */
+                            finished_at: string | null;
+                        } | null;
                     };
                 };
             };
@@ -7734,6 +8430,23 @@ export interface operations {
                         overdue_after_days: number;
                         /** @description When the policy was last set; null while the defaults apply. */
                         updated_at: string | null;
+                        redating: {
+                            /**
+                             * @description QUEUED until the background re-dating starts, RUNNING while it works through the records in batches, DONE once all were checked.
+                             * @enum {string}
+                             */
+                            status: "QUEUED" | "RUNNING" | "DONE";
+                            /** @description Scheduled reviews when the policy was set: the reviews whose date the re-dating recomputes (those due already keep theirs). */
+                            scheduled_reviews: number;
+                            /** @description Records of the organisation to check (their EDD follows the high-risk jurisdictions too). */
+                            records_total: number;
+                            /** @description Records checked so far. */
+                            records_checked: number;
+                            /** @description Records whose review date or EDD changed so far. */
+                            reviews_moved: number;
+                            /** @description When the re-dating finished; null until then. */
+                            finished_at: string | null;
+                        } | null;
                     };
                 };
             };
@@ -7751,6 +8464,674 @@ export interface operations {
             };
             /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
             403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listCustomerReviews: {
+        parameters: {
+            query?: {
+                /** @description Page size 1 to 100, default 50; a whole number outside the range is clamped to it. */
+                limit?: number;
+                /** @description Opaque next_cursor of the previous page. */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always list.
+                         * @enum {string}
+                         */
+                        object: "list";
+                        /** @description This page, newest first (created_at, then id, descending). Never null; empty when nothing matches. */
+                        data: {
+                            /**
+                             * @description Always review.
+                             * @enum {string}
+                             */
+                            object: "review";
+                            /**
+                             * Format: uuid
+                             * @description The review id.
+                             */
+                            id: string;
+                            /**
+                             * Format: uuid
+                             * @description The customer or entity reviewed.
+                             */
+                            customer_id: string;
+                            /**
+                             * @description What the review concluded.
+                             * @enum {string}
+                             */
+                            outcome: "NO_CHANGE" | "UPDATED" | "ESCALATED" | "EXITED";
+                            /** @description What was reviewed and found; null when none were given. */
+                            notes: string | null;
+                            /** @description Who did the review. */
+                            reviewer: string;
+                            /**
+                             * @description Why the review was due when it was recorded; empty when it was recorded ahead of its date.
+                             * @example [
+                             *       "SCHEDULED_DATE"
+                             *     ]
+                             */
+                            reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                            /**
+                             * @description The record's review status when the review was recorded: SCHEDULED (ahead of its date), DUE or OVERDUE.
+                             * @enum {string}
+                             */
+                            status_before: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                            /** @description The next review this one scheduled, from the policy. */
+                            next_review_at: string | null;
+                            /**
+                             * @description When the review was recorded: the record's review.last_completed_at then.
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            created_at: string;
+                        }[];
+                        /** @description True only when another page exists; then next_cursor fetches it. */
+                        has_more: boolean;
+                        /**
+                         * @description Pass as cursor, with the same filters, for the next page; null on the last page.
+                         * @example eyJwIjo0MiwiZiI6IjNmOWMifQ.Tm90LWEtcmVhbC1tYWM
+                         */
+                        next_cursor: string | null;
+                        /**
+                         * @description The page size applied.
+                         * @example 50
+                         */
+                        limit: number;
+                    };
+                };
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    recordCustomerReview: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description A completed review of the record. */
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description What the review concluded: NO_CHANGE (nothing to update), UPDATED (the information on record was brought up to date), ESCALATED (referred for enhanced due diligence or to the compliance officer), EXITED (the relationship is being ended).
+                     * @example NO_CHANGE
+                     * @enum {string}
+                     */
+                    outcome: "NO_CHANGE" | "UPDATED" | "ESCALATED" | "EXITED";
+                    /**
+                     * @description What was reviewed and found; up to 5000 characters, line breaks allowed.
+                     * @example Confirmed address and occupation; no change in risk.
+                     */
+                    notes?: string;
+                    /**
+                     * @description The name of the person who did the review.
+                     * @example Sam Officer
+                     */
+                    reviewer: string;
+                };
+            };
+        };
+        responses: {
+            /** @description A review recorded on a customer or entity (ongoing due diligence). */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always review.
+                         * @enum {string}
+                         */
+                        object: "review";
+                        /**
+                         * Format: uuid
+                         * @description The review id.
+                         */
+                        id: string;
+                        /**
+                         * Format: uuid
+                         * @description The customer or entity reviewed.
+                         */
+                        customer_id: string;
+                        /**
+                         * @description What the review concluded.
+                         * @enum {string}
+                         */
+                        outcome: "NO_CHANGE" | "UPDATED" | "ESCALATED" | "EXITED";
+                        /** @description What was reviewed and found; null when none were given. */
+                        notes: string | null;
+                        /** @description Who did the review. */
+                        reviewer: string;
+                        /**
+                         * @description Why the review was due when it was recorded; empty when it was recorded ahead of its date.
+                         * @example [
+                         *       "SCHEDULED_DATE"
+                         *     ]
+                         */
+                        reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                        /**
+                         * @description The record's review status when the review was recorded: SCHEDULED (ahead of its date), DUE or OVERDUE.
+                         * @enum {string}
+                         */
+                        status_before: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                        /** @description The next review this one scheduled, from the policy. */
+                        next_review_at: string | null;
+                        /**
+                         * @description When the review was recorded: the record's review.last_completed_at then.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listEntityReviews: {
+        parameters: {
+            query?: {
+                /** @description Page size 1 to 100, default 50; a whole number outside the range is clamped to it. */
+                limit?: number;
+                /** @description Opaque next_cursor of the previous page. */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always list.
+                         * @enum {string}
+                         */
+                        object: "list";
+                        /** @description This page, newest first (created_at, then id, descending). Never null; empty when nothing matches. */
+                        data: {
+                            /**
+                             * @description Always review.
+                             * @enum {string}
+                             */
+                            object: "review";
+                            /**
+                             * Format: uuid
+                             * @description The review id.
+                             */
+                            id: string;
+                            /**
+                             * Format: uuid
+                             * @description The customer or entity reviewed.
+                             */
+                            customer_id: string;
+                            /**
+                             * @description What the review concluded.
+                             * @enum {string}
+                             */
+                            outcome: "NO_CHANGE" | "UPDATED" | "ESCALATED" | "EXITED";
+                            /** @description What was reviewed and found; null when none were given. */
+                            notes: string | null;
+                            /** @description Who did the review. */
+                            reviewer: string;
+                            /**
+                             * @description Why the review was due when it was recorded; empty when it was recorded ahead of its date.
+                             * @example [
+                             *       "SCHEDULED_DATE"
+                             *     ]
+                             */
+                            reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                            /**
+                             * @description The record's review status when the review was recorded: SCHEDULED (ahead of its date), DUE or OVERDUE.
+                             * @enum {string}
+                             */
+                            status_before: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                            /** @description The next review this one scheduled, from the policy. */
+                            next_review_at: string | null;
+                            /**
+                             * @description When the review was recorded: the record's review.last_completed_at then.
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            created_at: string;
+                        }[];
+                        /** @description True only when another page exists; then next_cursor fetches it. */
+                        has_more: boolean;
+                        /**
+                         * @description Pass as cursor, with the same filters, for the next page; null on the last page.
+                         * @example eyJwIjo0MiwiZiI6IjNmOWMifQ.Tm90LWEtcmVhbC1tYWM
+                         */
+                        next_cursor: string | null;
+                        /**
+                         * @description The page size applied.
+                         * @example 50
+                         */
+                        limit: number;
+                    };
+                };
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    recordEntityReview: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The customer UUID or your external_id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description A completed review of the record. */
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description What the review concluded: NO_CHANGE (nothing to update), UPDATED (the information on record was brought up to date), ESCALATED (referred for enhanced due diligence or to the compliance officer), EXITED (the relationship is being ended).
+                     * @example NO_CHANGE
+                     * @enum {string}
+                     */
+                    outcome: "NO_CHANGE" | "UPDATED" | "ESCALATED" | "EXITED";
+                    /**
+                     * @description What was reviewed and found; up to 5000 characters, line breaks allowed.
+                     * @example Confirmed address and occupation; no change in risk.
+                     */
+                    notes?: string;
+                    /**
+                     * @description The name of the person who did the review.
+                     * @example Sam Officer
+                     */
+                    reviewer: string;
+                };
+            };
+        };
+        responses: {
+            /** @description A review recorded on a customer or entity (ongoing due diligence). */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always review.
+                         * @enum {string}
+                         */
+                        object: "review";
+                        /**
+                         * Format: uuid
+                         * @description The review id.
+                         */
+                        id: string;
+                        /**
+                         * Format: uuid
+                         * @description The customer or entity reviewed.
+                         */
+                        customer_id: string;
+                        /**
+                         * @description What the review concluded.
+                         * @enum {string}
+                         */
+                        outcome: "NO_CHANGE" | "UPDATED" | "ESCALATED" | "EXITED";
+                        /** @description What was reviewed and found; null when none were given. */
+                        notes: string | null;
+                        /** @description Who did the review. */
+                        reviewer: string;
+                        /**
+                         * @description Why the review was due when it was recorded; empty when it was recorded ahead of its date.
+                         * @example [
+                         *       "SCHEDULED_DATE"
+                         *     ]
+                         */
+                        reasons: ("SCHEDULED_DATE" | "RISK_INCREASED" | "AML_REVIEW" | "SERVICES_CHANGED" | "OWNERS_CHANGED" | "CONTACT_CHANGED")[];
+                        /**
+                         * @description The record's review status when the review was recorded: SCHEDULED (ahead of its date), DUE or OVERDUE.
+                         * @enum {string}
+                         */
+                        status_before: "NOT_SCHEDULED" | "SCHEDULED" | "DUE" | "OVERDUE";
+                        /** @description The next review this one scheduled, from the policy. */
+                        next_review_at: string | null;
+                        /**
+                         * @description When the review was recorded: the record's review.last_completed_at then.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     RateLimit: components["headers"]["RateLimit"];

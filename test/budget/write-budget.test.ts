@@ -58,6 +58,7 @@ let app: FastifyInstance;
 let monitor: pg.Client;
 let appDbOid: number;
 let apiKey: string;
+let orgId: string;
 let sequence = 0;
 
 /** Fixed-width, so the WAL of every request carries values of the same lengths. */
@@ -109,6 +110,22 @@ const createEndpoint = async () => send({ method: 'POST', url: '/v1/webhook-endp
 const owners = (tag: string) => ({
   owners: [{ fullName: `Olive Owner ${tag}`, email: `owner.${tag}@example.com`, roleTypes: ['SHAREHOLDER'], percentageHeld: 60 }],
 });
+
+const OPERATOR = { type: 'operator' as const, id: 'cli:budget' };
+/** A record verified through the back office whose review was then made due, as `svc review simulate-due` does. */
+async function withDueReview(record: { id: string }, kind: 'individual' | 'entity'): Promise<{ id: string }> {
+  const services = testServices(database);
+  if (kind === 'individual') {
+    await send({ method: 'POST', url: `/v1/customers/${record.id}/kyc`, status: 200 });
+    await services.backOffice.submit(orgId, record.id, OPERATOR);
+  } else {
+    await send({ method: 'POST', url: `/v1/entities/${record.id}/kyb`, body: { method: 'manual' }, status: 200 });
+  }
+  await services.backOffice.verdict(orgId, record.id, { result: 'VERIFIED' }, OPERATOR);
+  await services.reviews.simulateDue(orgId, record.id, OPERATOR);
+  return record;
+}
+const reviewBody = () => ({ outcome: 'NO_CHANGE', reviewer: 'Budget Reviewer', notes: `Budget review ${next()}` });
 
 /** Every route measured; the names are the keys of write-budget.json. Writes carry an Idempotency-Key, as clients are told to send. */
 const SCENARIOS: Scenario[] = [
@@ -298,6 +315,22 @@ const SCENARIOS: Scenario[] = [
       };
     },
   },
+  {
+    name: 'POST /v1/customers/:id/reviews',
+    route: 'POST /v1/customers/:id/reviews',
+    prepare: async () => {
+      const customer = await withDueReview(await createCustomer(), 'individual');
+      return { method: 'POST', url: `/v1/customers/${customer.id}/reviews`, body: reviewBody(), headers: idem(), status: 201 };
+    },
+  },
+  {
+    name: 'POST /v1/entities/:id/reviews',
+    route: 'POST /v1/entities/:id/reviews',
+    prepare: async () => {
+      const entity = await withDueReview(await createEntity(), 'entity');
+      return { method: 'POST', url: `/v1/entities/${entity.id}/reviews`, body: reviewBody(), headers: idem(), status: 201 };
+    },
+  },
   // Last: the endpoints these leave enabled would otherwise add deliveries to the events of the routes above.
   {
     name: 'POST /v1/webhook-endpoints',
@@ -460,6 +493,7 @@ beforeAll(async () => {
     defaultPayer: 'organization',
   });
   apiKey = (await testServices(database).apiKeys.create({ orgId: org.id, scopes: ALL_SCOPES })).key;
+  orgId = org.id;
 }, 120_000);
 
 afterAll(async () => {

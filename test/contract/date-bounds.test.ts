@@ -166,6 +166,19 @@ describe('updated_since', () => {
   });
 });
 
+describe('review_due_before', () => {
+  describe.each(RESOURCES)('GET /%s', (resource) => {
+    it('when review_due_before lies outside years 0001 to 9999 or is not ISO 8601, it answers 422 naming it; at the bounds, 200', async () => {
+      const list = (value: string) => ctx.request('GET', `/v1/${resource}`, { key: org.key, query: { review_due_before: value } });
+      for (const value of ['0000-01-01T00:00:00Z', '0001-01-01T00:00:00+00:01', '9999-12-31T23:59:59-14:00']) {
+        expectRefused(await list(value), 'review_due_before', /0001-01-01T00:00:00Z and 9999-12-31T23:59:59\.999Z.*UTC/);
+      }
+      expectRefused(await list('2026-02-30T00:00:00Z'), 'review_due_before', /ISO 8601/);
+      for (const value of ['0001-01-01T00:00:00Z', '9999-12-31T23:59:59.999Z']) expect((await list(value)).statusCode).toBe(200);
+    });
+  });
+});
+
 /** The feeds' time filters (the events feed, the audit trail): the same bounds as updated_since. */
 const FEEDS = ['events', 'audit-events'] as const;
 const FEED_FILTERS = ['created_after', 'created_before'] as const;
@@ -254,6 +267,7 @@ describe('coverage', () => {
     const proven = [
       ...RESOURCES.flatMap((resource) => CALENDAR_FIELDS.map((field) => `POST /${resource} ${field}`)),
       ...RESOURCES.map((resource) => `GET /${resource} ?updated_since`),
+      ...RESOURCES.map((resource) => `GET /${resource} ?review_due_before`),
       ...FEEDS.flatMap((path) => FEED_FILTERS.map((filter) => `GET /${path} ?${filter}`)),
       'POST /entities/{id}/document-requests dueAt',
     ];

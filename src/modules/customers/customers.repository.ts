@@ -1,10 +1,11 @@
 import { createHash } from 'node:crypto';
-import { and, asc, eq, getTableColumns, gt, inArray, is, lte, Param, sql, SQL } from 'drizzle-orm';
+import { and, asc, eq, getTableColumns, gt, inArray, is, lte, Param, sql, SQL, type Subquery } from 'drizzle-orm';
 import { unionAll } from 'drizzle-orm/pg-core';
 import { prepared, type Executor } from '../../db/client.js';
 import { customerCounts, customers, LATE_CHANGE, type CustomerRow, type NewCustomerRow } from '../../db/schema.js';
 import { EARLIEST_INSTANT } from '../../shared/dates.schema.js';
 import { isUuid } from '../../shared/ids.js';
+import { REVIEW_STATUSES, type ReviewStatus } from './review-model.js';
 
 export type CustomerKind = 'individual' | 'entity';
 
@@ -15,6 +16,11 @@ export type ListFilters = {
   updatedSince?: Date;
   externalId?: string;
   type?: string;
+  /** review_status is any of these. */
+  reviewStatuses?: readonly ReviewStatus[];
+  /** next_review_at is before this instant (a record without a date never matches). */
+  reviewDueBefore?: Date;
+  eddRequired?: boolean;
   after?: { createdAt: Date; id: string };
 };
 
@@ -24,15 +30,44 @@ const customerColumns = getTableColumns(customers);
 /** Distinct column sets an UPDATE is prepared for; others are built per call (never seen in practice). */
 const MAX_UPDATE_SHAPES = 200;
 
-/** The filters other than updated_since: each is an equality on a column of every list index. */
+/**
+ * The equality filters other than review_status (reviewStatusCondition): each has an index that
+ * yields its rows in list order (edd_required=true: the partial customers_edd_list_idx), or is a
+ * column of every list index.
+ */
 function equalityConditions(orgId: string, filters: ListFilters): SQL[] {
   const conditions: SQL[] = [eq(customers.orgId, orgId), eq(customers.kind, filters.kind)];
   if (filters.kycStatus) conditions.push(eq(customers.kycStatus, filters.kycStatus));
   if (filters.amlStatus) conditions.push(eq(customers.amlStatus, filters.amlStatus));
   if (filters.externalId) conditions.push(eq(customers.externalId, filters.externalId));
   if (filters.type) conditions.push(eq(customers.type, filters.type));
+  // As the partial index's predicate itself, so the planner matches it whatever the plan's parameters.
+  if (filters.eddRequired !== undefined)
+    conditions.push(filters.eddRequired ? sql`${customers.eddRequired}` : sql`NOT ${customers.eddRequired}`);
   return conditions;
 }
+
+/**
+ * The review statuses a list is narrowed to, without duplicates; undefined when it is not narrowed
+ * (none given, or all four: every record has one).
+ */
+function reviewStatusesOf(filters: ListFilters): ReviewStatus[] | undefined {
+  if (!filters.reviewStatuses) return undefined;
+  const statuses = [...new Set(filters.reviewStatuses)];
+  return REVIEW_STATUSES.every((status) => statuses.includes(status)) ? undefined : statuses;
+}
+
+/**
+ * review_status as one condition: an equality on customers_review_list_idx for one status; for several,
+ * `IN`, which no index yields in list order, so list pages read one part per status (list).
+ */
+function reviewStatusCondition(statuses: ReviewStatus[] | undefined): SQL | undefined {
+  if (!statuses) return undefined;
+  return statuses.length === 1 ? eq(customers.reviewStatus, statuses[0]!) : inArray(customers.reviewStatus, statuses);
+}
+
+/** review_due_before: a range on next_review_at, which only customers_review_due_idx (by date) and customers_review_list_idx (by status) hold. */
+const dueBefore = (before: Date): SQL => sql`${customers.nextReviewAt} < ${before.toISOString()}::timestamptz`;
 
 type Position = { createdAt: Date; id: string };
 /** The greatest id: a part starting after (t, MAX_ID) starts after every row created at t. */
@@ -86,6 +121,127 @@ const hasPartsBefore = (since: Date) => since.getTime() - LATE_AFTER_MS >= EARLI
 
 /** Counted up to this many rows before the other side of `created_at = since` is counted instead. */
 const COUNT_PROBE = 1_000;
+
+/**
+ * review_due_before: below this many rows dated before it, a page reads them all from
+ * customers_review_due_idx (by date) and keeps the first in list order; from this many on, it first
+ * tries the next DUE_WINDOW rows in list order (listDueBefore). Either costs about √(page × records)
+ * index entries where they cost the same (10,000 at a million records); set above that point, so
+ * that when it is reached the window holds a page with room to spare.
+ */
+const DUE_PROBE = 20_000;
+/** How many rows in list order a page of review_due_before reads before it reads by date instead. */
+const DUE_WINDOW = 20_000;
+
+const listOrder = [asc(customers.createdAt), asc(customers.id)];
+
+/** The first `limit` rows of parts that are each an index range in list order, merged (a Merge Append): their positions. */
+function firstInOrder(tx: Executor, parts: SQL[], limit: number) {
+  const [first, second, ...rest] = parts.map((part) =>
+    tx
+      .select({ createdAt: customers.createdAt, id: customers.id })
+      .from(customers)
+      .where(part)
+      .orderBy(...listOrder)
+      .limit(limit),
+  );
+  return unionAll(first!, second!, ...rest)
+    .orderBy(asc(sql`created_at`), asc(sql`id`))
+    .limit(limit)
+    .as('page');
+}
+
+/** A subquery named `page` of the positions (created_at, id) of a page's rows. */
+type PagePositions = Subquery<'page', Record<string, unknown>>;
+/** A column of the page's positions, named in full (a field of a raw subquery would be named bare, and clash with the table's). */
+const position = (column: 'created_at' | 'id') => sql`${sql.identifier('page')}.${sql.identifier(column)}`;
+
+/** The rows at a page's positions, in list order: only the page's rows are read from the table. */
+function pageRows(tx: Executor, orgId: string, page: PagePositions): Promise<CustomerRow[]> {
+  return tx
+    .select(customerColumns)
+    .from(customers)
+    .innerJoin(page, and(eq(customers.orgId, orgId), sql`${customers.id} = ${position('id')}`))
+    .orderBy(asc(position('created_at')), asc(position('id')));
+}
+
+/**
+ * A page of review_due_before. No index yields the rows dated before a time in list order: the due
+ * index is in date order and the review list index in date order only within a status. So:
+ *  - up to DUE_PROBE rows dated before it (counted first, index-only on customers_review_due_idx):
+ *    they are all read from that index and the first in list order kept; the read is fenced
+ *    (OFFSET 0) so the planner cannot prefer walking a list index in order and checking each row's
+ *    date instead, which reads every row after the cursor when the dated rows are bunched before it
+ *    (review dates follow creation dates);
+ *  - from DUE_PROBE on, the next DUE_WINDOW rows in list order (of the statuses asked, merged from
+ *    customers_review_list_idx, dates checked in the index), if that holds a full page; else as above.
+ * So a page reads at most about DUE_PROBE + DUE_WINDOW index entries plus, when the rows dated before
+ * the time are many yet sparse in list order, those rows: bounded by the rows that match the date, not
+ * by the organisation's size. Filters that customers_review_list_idx does not hold (edd_required,
+ * updated_since) always read by date.
+ */
+async function listDueBefore(
+  orgId: string,
+  filters: ListFilters,
+  before: Date,
+  statuses: ReviewStatus[] | undefined,
+  limit: number,
+  tx: Executor,
+): Promise<CustomerRow[]> {
+  const conditions = equalityConditions(orgId, filters);
+  const cursor = filters.after ? after(filters.after) : undefined;
+  const dated = dueBefore(before);
+  const [probed] = await tx.select({ count: sql<number>`count(*)::int` }).from(
+    tx
+      .select({ one: sql`1` })
+      .from(customers)
+      .where(and(eq(customers.orgId, orgId), eq(customers.kind, filters.kind), reviewStatusCondition(statuses), dated))
+      .limit(DUE_PROBE)
+      .as('probed'),
+  );
+  if ((probed?.count ?? 0) >= DUE_PROBE && !filters.updatedSince && filters.eddRequired === undefined) {
+    const [first, ...others] = (statuses ?? REVIEW_STATUSES).map((status) =>
+      tx
+        .select({ createdAt: customers.createdAt, id: customers.id, nextReviewAt: customers.nextReviewAt })
+        .from(customers)
+        .where(and(...conditions, eq(customers.reviewStatus, status), cursor))
+        .orderBy(...listOrder)
+        .limit(DUE_WINDOW),
+    );
+    const scanned = (
+      others.length === 0
+        ? first!
+        : unionAll(first!, others[0]!, ...others.slice(1))
+            .orderBy(asc(sql`created_at`), asc(sql`id`))
+            .limit(DUE_WINDOW)
+    ).as('scanned');
+    const page = tx
+      .select({ createdAt: scanned.createdAt, id: scanned.id })
+      .from(scanned)
+      .where(sql`${scanned.nextReviewAt} < ${before.toISOString()}::timestamptz`)
+      .orderBy(asc(scanned.createdAt), asc(scanned.id))
+      .limit(limit)
+      .as('page');
+    const rows = await pageRows(tx, orgId, page);
+    // A full page within the window is the page: every row before its last one in list order was in the window.
+    if (rows.length === limit) return rows;
+  }
+  const where = and(
+    ...conditions,
+    reviewStatusCondition(statuses),
+    dated,
+    cursor,
+    filters.updatedSince ? gt(customers.updatedAt, filters.updatedSince) : undefined,
+  );
+  const matched = sql`(SELECT ${customers.createdAt}, ${customers.id} FROM ${customers} WHERE ${where} OFFSET 0) AS matched`;
+  const page = tx
+    .select({ createdAt: sql<Date>`matched.created_at`.as('created_at'), id: sql<string>`matched.id`.as('id') })
+    .from(matched)
+    .orderBy(asc(sql`matched.created_at`), asc(sql`matched.id`))
+    .limit(limit)
+    .as('page');
+  return pageRows(tx, orgId, page);
+}
 
 export function createCustomersRepository(db: Executor) {
   const placeholder = {
@@ -259,58 +415,72 @@ export function createCustomersRepository(db: Executor) {
 
     /**
      * One page in (created_at, id) order. Without updated_since, one index range (the list index, or
-     * the status, AML or entity type index) in that order; the planner picks it per call (unnamed
-     * statements, planned with their values: a generic plan could not tell a status a handful of
-     * rows hold from one half of them hold). With updated_since, the page's ids come from the three parts
-     * of changedSinceParts, each its own index-only range, merged, and only the page's rows are read.
+     * the status, AML, review status, EDD or entity type index) in that order; the planner picks it per
+     * call (unnamed statements, planned with their values: a generic plan could not tell a status a
+     * handful of rows hold from one half of them hold). Parts that are each their own index range in
+     * that order, merged, with only the page's rows read: the three parts of changedSinceParts with
+     * updated_since, one part per status when review_status names several, and both together (each
+     * part of one times each of the other). review_due_before: see listDueBefore.
      */
     async list(orgId: string, filters: ListFilters, limit: number, tx: Executor): Promise<CustomerRow[]> {
+      const statuses = reviewStatusesOf(filters);
+      if (statuses?.length === 0) return [];
+      if (filters.reviewDueBefore && !filters.externalId)
+        return listDueBefore(orgId, filters, filters.reviewDueBefore, statuses, limit, tx);
       const conditions = equalityConditions(orgId, filters);
-      const order = [asc(customers.createdAt), asc(customers.id)];
-      if (!filters.updatedSince || filters.externalId || !hasPartsBefore(filters.updatedSince)) {
-        if (filters.after) conditions.push(after(filters.after));
-        if (filters.updatedSince) conditions.push(gt(customers.updatedAt, filters.updatedSince));
+      if (filters.reviewDueBefore) conditions.push(dueBefore(filters.reviewDueBefore));
+      const since = filters.updatedSince;
+      // external_id is one row at most: one plain read, whatever the other filters.
+      const inParts = !filters.externalId;
+      const sinceParts: Array<SQL | undefined> =
+        since && inParts && hasPartsBefore(since)
+          ? changedSinceParts(since, filters.after)
+          : [and(filters.after ? after(filters.after) : undefined, since ? gt(customers.updatedAt, since) : undefined)];
+      const statusParts =
+        statuses && statuses.length > 1 && inParts
+          ? statuses.map((status) => eq(customers.reviewStatus, status))
+          : [reviewStatusCondition(statuses)];
+      const parts = statusParts.flatMap((status) => sinceParts.map((part) => and(...conditions, status, part)!));
+      if (parts.length === 1) {
         return tx
           .select()
           .from(customers)
-          .where(and(...conditions))
-          .orderBy(...order)
+          .where(parts[0])
+          .orderBy(...listOrder)
           .limit(limit);
       }
-      const [createdAfter, createdJustBefore, changedLate] = changedSinceParts(filters.updatedSince, filters.after).map((part) =>
-        tx
-          .select({ createdAt: customers.createdAt, id: customers.id })
-          .from(customers)
-          .where(and(...conditions, part))
-          .orderBy(...order)
-          .limit(limit),
-      );
-      const page = unionAll(createdAfter!, createdJustBefore!, changedLate!)
-        .orderBy(asc(sql`created_at`), asc(sql`id`))
-        .limit(limit)
-        .as('page');
-      return tx
-        .select(customerColumns)
-        .from(customers)
-        .innerJoin(page, and(eq(customers.orgId, orgId), eq(customers.id, page.id)))
-        .orderBy(asc(page.createdAt), asc(page.id));
+      return pageRows(tx, orgId, firstInOrder(tx, parts, limit));
     },
 
     /**
      * `include=total_count`. Without updated_since (or with external_id, one row at most), the sum of
-     * the counters that migration 0011 keeps per status (customer_counts): a fixed number of rows
-     * whatever the organisation's size. With updated_since, rows are counted in the parts of
-     * changedSinceParts; those created after `since` by whichever side of `since` is the smaller
-     * (the counters give the whole), so the cost is bounded by the rows changed since `since` and by
-     * the rows created before it, never by the organisation's size alone (docs/decisions.md).
+     * the counters that migrations 0011 and 0019 keep per status, review status and EDD flag
+     * (customer_counts): a fixed number of rows whatever the organisation's size. With
+     * review_due_before, the rows dated before it, counted index-only (bounded by those rows). With
+     * updated_since, rows are counted in the parts of changedSinceParts; those created after `since`
+     * by whichever side of `since` is the smaller (the counters give the whole), so the cost is
+     * bounded by the rows changed since `since` and by the rows created before it, never by the
+     * organisation's size alone (docs/decisions.md).
      */
     async count(orgId: string, filters: ListFilters, tx: Executor): Promise<number> {
+      const statuses = reviewStatusesOf(filters);
+      if (statuses?.length === 0) return 0;
       const equality = equalityConditions(orgId, filters);
-      if (filters.externalId) {
+      const status = reviewStatusCondition(statuses);
+      if (status) equality.push(status);
+      if (filters.externalId || filters.reviewDueBefore) {
+        // external_id: one row at most. review_due_before: the rows dated before it, index-only on
+        // customers_review_due_idx (its columns hold review_status too): bounded by those rows.
         const [row] = await tx
           .select({ count: sql<number>`count(*)::int` })
           .from(customers)
-          .where(and(...equality, filters.updatedSince ? gt(customers.updatedAt, filters.updatedSince) : undefined));
+          .where(
+            and(
+              ...equality,
+              filters.reviewDueBefore ? dueBefore(filters.reviewDueBefore) : undefined,
+              filters.updatedSince ? gt(customers.updatedAt, filters.updatedSince) : undefined,
+            ),
+          );
         return row?.count ?? 0;
       }
       const total = async () => {
@@ -318,6 +488,8 @@ export function createCustomersRepository(db: Executor) {
         if (filters.kycStatus) counted.push(eq(customerCounts.kycStatus, filters.kycStatus));
         if (filters.amlStatus) counted.push(eq(customerCounts.amlStatus, filters.amlStatus));
         if (filters.type) counted.push(eq(customerCounts.type, filters.type));
+        if (statuses) counted.push(inArray(customerCounts.reviewStatus, statuses));
+        if (filters.eddRequired !== undefined) counted.push(eq(customerCounts.eddRequired, filters.eddRequired));
         const [row] = await tx
           .select({ count: sql<number>`coalesce(sum(${customerCounts.records}), 0)::bigint` })
           .from(customerCounts)
@@ -352,6 +524,50 @@ export function createCustomersRepository(db: Executor) {
       const before = await countOf(createdUpTo, COUNT_PROBE);
       if (before < COUNT_PROBE) return count + (await total()) - before;
       return count + (await countOf(createdAfter!));
+    },
+
+    /**
+     * The review sweep's claim: up to `limit` of the organisation's SCHEDULED reviews whose date is
+     * not after `now` become DUE (reason SCHEDULED_DATE), oldest date first. SKIP LOCKED: a row another
+     * sweep or a writer holds is left to the next claim, and once claimed a row no longer matches, so
+     * each review is made due once, however many instances sweep.
+     */
+    async claimDueReviews(orgId: string, now: Date, limit: number, tx: Executor): Promise<CustomerRow[]> {
+      return tx
+        .update(customers)
+        .set({ reviewStatus: 'DUE', reviewReasons: ['SCHEDULED_DATE'] })
+        .where(
+          sql`(${customers.orgId}, ${customers.id}) IN (
+            SELECT org_id, id FROM customers
+             WHERE org_id = ${orgId} AND review_status = 'SCHEDULED' AND next_review_at <= ${now.toISOString()}::timestamptz
+             ORDER BY next_review_at LIMIT ${limit} FOR UPDATE SKIP LOCKED)`,
+        )
+        .returning();
+    },
+
+    /** Up to `limit` of the organisation's DUE reviews due since `dueBy` or earlier become OVERDUE (as claimDueReviews). */
+    async claimOverdueReviews(orgId: string, dueBy: Date, limit: number, tx: Executor): Promise<CustomerRow[]> {
+      return tx
+        .update(customers)
+        .set({ reviewStatus: 'OVERDUE' })
+        .where(
+          sql`(${customers.orgId}, ${customers.id}) IN (
+            SELECT org_id, id FROM customers
+             WHERE org_id = ${orgId} AND review_status = 'DUE' AND next_review_at <= ${dueBy.toISOString()}::timestamptz
+             ORDER BY next_review_at LIMIT ${limit} FOR UPDATE SKIP LOCKED)`,
+        )
+        .returning();
+    },
+
+    /** The next `limit` records of the organisation after `afterId` in id order, locked (a policy's re-dating batch). */
+    async lockBatchAfter(orgId: string, afterId: string | null, limit: number, tx: Executor): Promise<CustomerRow[]> {
+      return tx
+        .select()
+        .from(customers)
+        .where(and(eq(customers.orgId, orgId), afterId ? gt(customers.id, afterId) : undefined))
+        .orderBy(asc(customers.id))
+        .limit(limit)
+        .for('update');
     },
 
     async findManyByIds(orgId: string, ids: string[], tx: Executor): Promise<CustomerRow[]> {

@@ -4,6 +4,7 @@ import { calendarDateSchema, dateTimeSchema } from '../../shared/dates.schema.js
 import { listEnvelope } from '../../shared/list-envelope.js';
 import { isDesignatedServiceCode } from '../designated-services/catalog.js';
 import { KYC_STATUSES } from './due-diligence.js';
+import { EDD_REASONS, REVIEW_REASONS, REVIEW_STATUSES } from './review-model.js';
 
 export const AML_STATUSES = ['NOT_SCREENED', 'IN_PROGRESS', 'CLEAR', 'NEEDS_REVIEW', 'RESOLVED'] as const;
 export type AmlStatus = (typeof AML_STATUSES)[number];
@@ -118,6 +119,26 @@ export const replaceServicesBody = z
   .object({ service_codes: serviceCodeList.describe('The complete new set; an empty array removes every assignment.') })
   .strict();
 
+const KNOWN_REVIEW_STATUSES: ReadonlySet<string> = new Set(REVIEW_STATUSES);
+const VALID_REVIEW_STATUSES = `Valid statuses: ${REVIEW_STATUSES.join(', ')}.`;
+
+/** `review_status`: a comma list of review statuses, as a set in REVIEW_STATUSES order (so `DUE,OVERDUE` and `OVERDUE,DUE,DUE` are one walk). */
+const reviewStatusList = z
+  .string()
+  .max(200)
+  .transform((value, context) => {
+    const given = new Set(value.split(',').map((part) => part.trim()));
+    const unknown = [...given].filter((status) => !KNOWN_REVIEW_STATUSES.has(status));
+    if (unknown.length > 0) {
+      const named = unknown.map((status) => (status === '' ? '(empty)' : JSON.stringify(status))).join(', ');
+      context.issues.push({ code: 'custom', message: `Unknown review status ${named}. ${VALID_REVIEW_STATUSES}`, input: value });
+      return z.NEVER;
+    }
+    return REVIEW_STATUSES.filter((status) => given.has(status));
+  })
+  .describe(`Only records whose review.status is one of these, comma-separated. ${VALID_REVIEW_STATUSES}`)
+  .meta({ example: 'DUE,OVERDUE' });
+
 export const listQueryBase = z
   .object({
     limit: limitParam,
@@ -127,6 +148,18 @@ export const listQueryBase = z
       .optional()
       .describe('Only records updated after this instant (years 0001 to 9999, also once converted to UTC).'),
     external_id: z.string().min(1).max(255).optional().describe('Only the record with this external_id.'),
+    review_status: reviewStatusList.optional(),
+    review_due_before: dateTimeSchema()
+      .optional()
+      .describe(
+        'Only records whose review.next_review_at is before this instant (a record without a review date never matches; years 0001 to 9999, also once converted to UTC).',
+      )
+      .meta({ example: '2026-03-01T00:00:00Z' }),
+    edd_required: z
+      .enum(['true', 'false'], { error: 'Must be true or false.' })
+      .transform((value) => value === 'true')
+      .optional()
+      .describe('true: only records that need enhanced due diligence (edd.required); false: only those that do not.'),
     include: z
       .string()
       .refine((value) => value.split(',').every((part) => part.trim() === 'total_count'), {
@@ -163,6 +196,36 @@ export const amlBlockSchema = z
   })
   .describe('AML screening status and flags.');
 
+export const reviewBlockSchema = z
+  .object({
+    status: z
+      .enum(REVIEW_STATUSES)
+      .describe(
+        "NOT_SCHEDULED until verification reaches VERIFIED; SCHEDULED until next_review_at; DUE from then (or from a trigger); OVERDUE once due for the policy's overdue_after_days.",
+      ),
+    next_review_at: dateTime
+      .nullable()
+      .describe('When the review falls (or fell) due: its scheduled date, or when a trigger brought it forward.'),
+    last_completed_at: dateTime.nullable().describe('When a review was last recorded (POST …/reviews).'),
+    reasons: z
+      .array(z.enum(REVIEW_REASONS))
+      .describe('Why the review is due now; empty unless status is DUE or OVERDUE.')
+      .meta({ example: ['RISK_INCREASED'] }),
+  })
+  .describe('Ongoing due diligence: when this record is next reviewed, and why it is due now.')
+  .meta({ example: { status: 'SCHEDULED', next_review_at: '2027-01-31T09:00:00.000Z', last_completed_at: null, reasons: [] } });
+
+export const eddBlockSchema = z
+  .object({
+    required: z.boolean().describe('Whether enhanced due diligence applies (docs/risk-model.md).'),
+    reasons: z
+      .array(z.enum(EDD_REASONS))
+      .describe('Why, in a fixed order; empty when not required.')
+      .meta({ example: ['PEP'] }),
+  })
+  .describe('Enhanced due diligence, derived from the rating, the AML flags, the decisive risk answers and the countries on record.')
+  .meta({ example: { required: true, reasons: ['PEP'] } });
+
 export const individualSchema = z
   .object({
     id: z.uuid().describe('The customer id.'),
@@ -181,6 +244,8 @@ export const individualSchema = z
       .nullable()
       .describe('Populated only when kyc_status is VERIFIED.'),
     aml: amlBlockSchema,
+    review: reviewBlockSchema,
+    edd: eddBlockSchema,
     added_via: z.enum(ADDED_VIA).describe('How the record was created; INTEGRATION for this API.'),
     designated_services: z.array(z.string()).optional().describe('Present in the designated-services replace response.'),
     created_at: dateTime.describe('When the record was created.'),

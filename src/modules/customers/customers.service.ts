@@ -21,6 +21,8 @@ import {
   type PreCommencementAssessment,
 } from './due-diligence.js';
 import { decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from '../../shared/list-cursor.js';
+import type { ReviewColumnsWriter } from './review-columns.js';
+import type { ReviewStatus } from './review-model.js';
 import { classifyClient, rateRisk, type RiskAnswers } from './risk-model.js';
 
 /** Provenance ranks of structured name parts: a correction from a higher rank is never overwritten. */
@@ -39,6 +41,10 @@ export type ListQuery = {
   external_id?: string;
   include?: string;
   type?: string;
+  /** A set, in REVIEW_STATUSES order (the query schema's output). */
+  review_status?: readonly ReviewStatus[];
+  review_due_before?: Date;
+  edd_required?: boolean;
 };
 
 export type ListResult<T> = ListPage<T> & { total_count?: number };
@@ -79,6 +85,9 @@ export async function listCustomerRecords<T>(
     updatedSince: query.updated_since,
     externalId: query.external_id,
     type: query.type,
+    reviewStatuses: query.review_status,
+    reviewDueBefore: query.review_due_before,
+    eddRequired: query.edd_required,
   };
   const fingerprint = filterFingerprint({
     kind,
@@ -87,6 +96,10 @@ export async function listCustomerRecords<T>(
     updated_since: filters.updatedSince?.toISOString() ?? null,
     external_id: query.external_id ?? null,
     type: query.type ?? null,
+    // Only when given: a walk without them keeps the fingerprint (and cursors) it had before they existed.
+    ...(query.review_status ? { review_status: query.review_status.join(',') } : {}),
+    ...(query.review_due_before ? { review_due_before: query.review_due_before.toISOString() } : {}),
+    ...(query.edd_required !== undefined ? { edd_required: query.edd_required } : {}),
   });
   if (query.cursor) filters.after = decodeCursor(query.cursor, fingerprint, await cursorKey());
   const drainedAt = filters.after ? undefined : await drainChanges(repository, orgId);
@@ -272,8 +285,9 @@ export function createCustomersService(deps: {
   cursorKey: CursorKey;
   customers: CustomersRepository;
   changes: CustomerChangeRecorder;
+  reviewColumns: ReviewColumnsWriter;
 }) {
-  const { database, pageReads, clock, cursorKey, customers: repository, changes } = deps;
+  const { database, pageReads, clock, cursorKey, customers: repository, changes, reviewColumns } = deps;
 
   async function requireIndividual(ctx: RequestContext, ref: string, tx: Executor, forUpdate = false): Promise<CustomerRow> {
     const row = await repository.findByRef(ctx.orgId, 'individual', ref, tx, { forUpdate });
@@ -387,8 +401,9 @@ export function createCustomersService(deps: {
             if (match) {
               const values = upsertColumns(ctx, match.row, body, registerStatus);
               if (match.adopt) values.externalId = body.externalId;
-              const diff = changedColumns(match.row, values);
-              if (Object.keys(diff).length === 0) return { created: false, customer: toIndividualDto(match.row) };
+              const changed = changedColumns(match.row, values);
+              if (Object.keys(changed).length === 0) return { created: false, customer: toIndividualDto(match.row) };
+              const diff = await reviewColumns.withReview(match.row, changed, tx);
               const { dto } = await changes.writeChange(
                 { actor: ctx.actor, action: 'customer.upserted', before: match.row, diff, toDto: toIndividualDto },
                 () => repository.updateLocked(ctx.orgId, match.row.id, diff, tx),
@@ -396,7 +411,8 @@ export function createCustomersService(deps: {
               );
               return { created: false, customer: dto };
             }
-            const inserted = await repository.insertIfAbsent(upsertColumns(ctx, undefined, body, registerStatus) as NewCustomerRow, tx);
+            const values = await reviewColumns.forNewRecord(upsertColumns(ctx, undefined, body, registerStatus) as NewCustomerRow, tx);
+            const inserted = await repository.insertIfAbsent(values, tx);
             if (inserted) {
               const dto = toIndividualDto(inserted);
               const created = { actor: ctx.actor, action: 'customer.created', before: undefined, after: inserted, dto };
@@ -447,8 +463,9 @@ export function createCustomersService(deps: {
             riskAnswers: answers,
             ...(body.risk ? servicesUpdate(row, { risk: body.risk }, answers) : {}),
           };
-          const diff = changedColumns(row, values);
-          if (Object.keys(diff).length === 0) return toIndividualDto(row);
+          const changed = changedColumns(row, values);
+          if (Object.keys(changed).length === 0) return toIndividualDto(row);
+          const diff = await reviewColumns.withReview(row, changed, tx);
           const { dto } = await changes.writeChange(
             { actor: ctx.actor, action: 'customer.patched', before: row, diff, toDto: toIndividualDto },
             () => repository.updateLocked(ctx.orgId, row.id, diff, tx),
@@ -467,8 +484,9 @@ export function createCustomersService(deps: {
       return ctx.transaction(async (tx) => {
         const row = await requireIndividual(ctx, ref, tx, true);
         const answers = row.riskAnswers as RiskAnswers;
-        const diff = changedColumns(row, servicesUpdate(row, { designatedServices: codes }, answers));
-        if (Object.keys(diff).length === 0) return { ...toIndividualDto(row), designated_services: row.designatedServices };
+        const changed = changedColumns(row, servicesUpdate(row, { designatedServices: codes }, answers));
+        if (Object.keys(changed).length === 0) return { ...toIndividualDto(row), designated_services: row.designatedServices };
+        const diff = await reviewColumns.withReview(row, changed, tx);
         const { row: updated, dto } = await changes.writeChange(
           { actor: ctx.actor, action: 'customer.designated_services_replaced', before: row, diff, toDto: toIndividualDto },
           () => repository.updateLocked(ctx.orgId, row.id, diff, tx),
