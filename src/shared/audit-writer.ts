@@ -97,6 +97,24 @@ export function createAuditWriter() {
       wakeAfterCommit(tx, AUDIT_CHANNEL);
     },
 
+    /**
+     * Records many changes in one statement, each as `recordChange` would (a background batch: the
+     * review sweep, a policy's re-dating). `after` is made in the database from `before` and the changes.
+     */
+    async recordChanges(entries: AuditChangeEntry[], tx: Executor): Promise<void> {
+      if (entries.length === 0) return;
+      const column = <T>(pick: (entry: ReturnType<typeof whoAndWhat>) => T) => entries.map((entry) => pick(whoAndWhat(entry)));
+      await tx.execute(sql`
+        INSERT INTO ${auditLog} (org_id, actor_type, actor_id, action, subject_type, subject_id, before, after, request_id, idempotency_key)
+        SELECT org_id, actor_type, actor_id, action, subject_type, subject_id, before::jsonb, before::jsonb || changes::jsonb, request_id, idempotency_key
+          FROM unnest(${sql.param(column((entry) => entry.orgId))}::uuid[], ${sql.param(column((entry) => entry.actorType))}::text[], ${sql.param(column((entry) => entry.actorId))}::text[],
+                      ${sql.param(column((entry) => entry.action))}::text[], ${sql.param(column((entry) => entry.subjectType))}::text[], ${sql.param(column((entry) => entry.subjectId))}::uuid[],
+                      ${sql.param(entries.map((entry) => JSON.stringify(entry.before)))}::text[], ${sql.param(entries.map((entry) => JSON.stringify(entry.changes)))}::text[],
+                      ${sql.param(column((entry) => entry.requestId))}::text[], ${sql.param(column((entry) => entry.idempotencyKey))}::text[])
+            AS entry (org_id, actor_type, actor_id, action, subject_type, subject_id, before, changes, request_id, idempotency_key)`);
+      wakeAfterCommit(tx, AUDIT_CHANNEL);
+    },
+
     /** Records a change as `record` would with `after: { ...entry.before, ...entry.changes }`. */
     async recordChange(entry: AuditChangeEntry, tx: Executor): Promise<void> {
       await insertChange(

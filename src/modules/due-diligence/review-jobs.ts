@@ -2,11 +2,12 @@ import type { DataAccess, Executor } from '../../db/client.js';
 import type { CustomerRow } from '../../db/schema.js';
 import type { Actor } from '../../shared/actor.js';
 import type { Clock } from '../../shared/clock.js';
-import type { CustomerChangeRecorder } from '../customers/customer-changes.js';
-import { toIndividualDto } from '../customers/customer-dto.js';
+import type { AuditWriter } from '../../shared/audit-writer.js';
+import type { OutboxRepository } from '../../shared/outbox.js';
+import { auditChanges, auditSnapshot, toIndividualDto } from '../customers/customer-dto.js';
 import type { CustomersRepository } from '../customers/customers.repository.js';
 import { deriveReview, reviewDiff } from '../customers/review-model.js';
-import type { EntitiesService } from '../entities/entities.service.js';
+import { toEntityDto } from '../entities/entity-dto.js';
 import { reviewPolicyOf, type DueDiligenceRepository } from './due-diligence.repository.js';
 
 const SYSTEM: Actor = { type: 'system', id: null };
@@ -25,31 +26,65 @@ export function createReviewJobs(deps: {
   clock: Clock;
   customers: CustomersRepository;
   dueDiligence: DueDiligenceRepository;
-  changes: CustomerChangeRecorder;
-  entities: Pick<EntitiesService, 'dtoOf'>;
+  audit: AuditWriter;
+  outbox: OutboxRepository;
   batchSize?: number;
 }) {
-  const { database, clock, customers, dueDiligence, changes, entities } = deps;
+  const { database, clock, customers, dueDiligence, audit, outbox } = deps;
   const batchSize = deps.batchSize ?? REVIEW_BATCH;
-  const dtoOf = (row: CustomerRow, tx: Executor) => (row.kind === 'entity' ? entities.dtoOf(row, tx) : toIndividualDto(row));
 
-  /** Audit rows (and the review_due events) of a claimed batch, in its transaction. */
-  async function recordClaimed(rows: CustomerRow[], before: Partial<CustomerRow>, action: string, tx: Executor) {
-    for (const after of rows) {
-      const dto = await dtoOf(after, tx);
-      const diff = { reviewStatus: after.reviewStatus, reviewReasons: after.reviewReasons };
-      // The review_due event carries the DTO; a customer.updated beside it would say the same twice.
-      await changes.record({ actor: SYSTEM, action, before: { ...after, ...before }, after, dto, diff, fireUpdated: false }, tx);
-    }
+  /** The public DTOs of a batch of one organisation's records: the entities' contacts read in one statement. */
+  async function dtosOf(orgId: string, rows: CustomerRow[], tx: Executor): Promise<unknown[]> {
+    const contactIds = [...new Set(rows.flatMap((row) => (row.kind === 'entity' && row.contactCustomerId ? [row.contactCustomerId] : [])))];
+    const contacts = new Map((await customers.findManyByIds(orgId, contactIds, tx)).map((contact) => [contact.id, contact]));
+    return rows.map((row) =>
+      row.kind === 'entity'
+        ? toEntityDto(row, row.contactCustomerId ? contacts.get(row.contactCustomerId) : undefined)
+        : toIndividualDto(row),
+    );
   }
 
-  /** Claims batches until one comes back short: each batch its own transaction. */
-  async function drain(claim: (tx: Executor) => Promise<CustomerRow[]>, before: Partial<CustomerRow>, action: string) {
+  /** One audit row per record of a batch, each with the record before and the changed columns, in one statement. */
+  function auditBatch(action: string, changes: Array<{ before: CustomerRow; diff: Partial<CustomerRow> }>, tx: Executor) {
+    return audit.recordChanges(
+      changes.map(({ before, diff }) => ({
+        orgId: before.orgId,
+        actor: SYSTEM,
+        action,
+        subjectType: before.kind === 'entity' ? 'entity' : 'customer',
+        subjectId: before.id,
+        before: auditSnapshot(before),
+        changes: auditChanges(diff),
+      })),
+      tx,
+    );
+  }
+
+  /** Claims batches until one comes back short: each batch its own transaction, with its audit rows (and events). */
+  async function drain(
+    orgId: string,
+    claim: (tx: Executor) => Promise<CustomerRow[]>,
+    before: Partial<CustomerRow>,
+    action: string,
+    fire: boolean,
+  ) {
     let total = 0;
     for (;;) {
       const claimed = await database.transaction(async (tx) => {
         const rows = await claim(tx);
-        await recordClaimed(rows, before, action, tx);
+        const changes = rows.map((after) => ({
+          before: { ...after, ...before },
+          diff: { reviewStatus: after.reviewStatus, reviewReasons: after.reviewReasons },
+        }));
+        await auditBatch(action, changes, tx);
+        if (fire) {
+          // The review_due event carries the DTO; a customer.updated beside it would say the same twice.
+          const dtos = await dtosOf(orgId, rows, tx);
+          await outbox.recordMany(
+            rows.map((row, index) => ({ orgId, type: 'customer.review_due' as const, customerId: row.id, customer: dtos[index] })),
+            tx,
+          );
+        }
         return rows.length;
       });
       total += claimed;
@@ -65,14 +100,18 @@ export function createReviewJobs(deps: {
       let overdue = 0;
       for (const { orgId, overdueAfterDays } of await dueDiligence.organisationsWithReviewWork(now, database.db)) {
         due += await drain(
+          orgId,
           (tx) => customers.claimDueReviews(orgId, now, batchSize, tx),
           { reviewStatus: 'SCHEDULED', reviewReasons: [] },
           'customer.review_due',
+          true,
         );
         overdue += await drain(
+          orgId,
           (tx) => customers.claimOverdueReviews(orgId, new Date(now.getTime() - overdueAfterDays * DAY_MS), batchSize, tx),
           { reviewStatus: 'DUE' },
           'customer.review_overdue',
+          false,
         );
       }
       return { due, overdue };
@@ -80,10 +119,15 @@ export function createReviewJobs(deps: {
 
     /**
      * Applies the organisation's policy of `generation` to each of its records, in id order, a batch
-     * per transaction; stops when a newer PUT replaced the generation (its own job takes over). Each
-     * moved record is audited; no customer.updated fires (the policy's own audit row says why).
+     * per transaction (its locks last one batch); stops when a newer PUT replaced the generation (its
+     * own job takes over). Each moved record is audited; no customer.updated fires (the policy's own
+     * audit row says why). `onBatch` (tests) runs after each batch committed.
      */
-    async redate(orgId: string, generation: number): Promise<{ checked: number; moved: number } | undefined> {
+    async redate(
+      orgId: string,
+      generation: number,
+      onBatch?: (progress: { checked: number; moved: number }) => Promise<void>,
+    ): Promise<{ checked: number; moved: number } | undefined> {
       const started = await database.transaction((tx) => dueDiligence.restartRedate(orgId, generation, tx));
       if (!started) return undefined;
       let afterId: string | null = null;
@@ -96,31 +140,31 @@ export function createReviewJobs(deps: {
           const policy = reviewPolicyOf(policyRow);
           const rows = await customers.lockBatchAfter(orgId, afterId, batchSize, tx);
           const now = clock.now();
-          let movedHere = 0;
-          for (const row of rows) {
-            const diff = reviewDiff(row, deriveReview({ before: row, after: row, policy, now }));
-            if (Object.keys(diff).length === 0) continue;
-            movedHere += 1;
-            const updated = await customers.update(orgId, row.id, diff, tx);
-            const dto = await dtoOf(updated, tx);
-            await changes.record(
-              { actor: SYSTEM, action: 'customer.review_redated', before: row, after: updated, dto, diff, fireUpdated: false },
-              tx,
-            );
-          }
+          const changes = rows.flatMap((row) => {
+            const derived = deriveReview({ before: row, after: row, policy, now });
+            const diff = reviewDiff(row, derived);
+            return Object.keys(diff).length === 0 ? [] : [{ before: row, diff, derived }];
+          });
+          await customers.setReviewColumns(
+            orgId,
+            changes.map(({ before, derived }) => ({ id: before.id, ...derived })),
+            tx,
+          );
+          await auditBatch('customer.review_redated', changes, tx);
           const finished = rows.length < batchSize;
           const current = await dueDiligence.recordRedateProgress(
             orgId,
             generation,
-            { checked: rows.length, moved: movedHere, finished },
+            { checked: rows.length, moved: changes.length, finished },
             tx,
           );
           if (!current) return undefined;
-          return { rows, moved: movedHere, finished };
+          return { rows, moved: changes.length, finished };
         });
         if (!batch) return undefined;
         checked += batch.rows.length;
         moved += batch.moved;
+        await onBatch?.({ checked, moved });
         if (batch.finished) return { checked, moved };
         afterId = batch.rows[batch.rows.length - 1]!.id;
       }
