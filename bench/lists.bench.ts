@@ -15,6 +15,8 @@
  *    of records NEEDS_REVIEW).
  *  - `bulk`: the shape the issue measured: created one per millisecond 30 days ago, never changed
  *    since, except 50 records changed now.
+ * Both carry review columns as a book would (issue 45, item 7; reviewColumns): 1% of records DUE or
+ * OVERDUE, 70% SCHEDULED over the next three years, the rest NOT_SCHEDULED, 5% needing EDD.
  * Each request is sent BENCH_REQUESTS times, one at a time on one connection, and timed at the
  * client (so the figures include HTTP, authentication and the DTOs of 100 rows).
  */
@@ -29,6 +31,23 @@ const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 500);
 const RESULTS = process.env.BENCH_RESULTS ?? join(root, 'bench', 'results', 'lists.md');
 type Shape = 'lifetime' | 'bulk';
 
+/**
+ * The review columns of record `g`, from hashes of its number rather than random(), so the other
+ * columns keep the values they had before these existed: 0.6% DUE (dated in the last 30 days), 0.4%
+ * OVERDUE (dated 30 to 330 days ago), 70% SCHEDULED (dated within three years from now), the rest
+ * NOT_SCHEDULED without a date; 5% need enhanced due diligence.
+ */
+const reviewColumns = `
+  CASE WHEN rs < 0.006 THEN 'DUE' WHEN rs < 0.01 THEN 'OVERDUE' WHEN rs < 0.71 THEN 'SCHEDULED' ELSE 'NOT_SCHEDULED' END,
+  date_trunc('milliseconds', CASE WHEN rs < 0.006 THEN now() - rd * interval '30 days'
+                                  WHEN rs < 0.01 THEN now() - interval '30 days' - rd * interval '300 days'
+                                  WHEN rs < 0.71 THEN now() + interval '1 minute' + rd * interval '1095 days' END),
+  re < 0.05`;
+/** Three uniform numbers in [0, 1) per record `g`, for reviewColumns. */
+const reviewDraws = `(hashtext('status' || g)::bigint + 2147483648) / 4294967296.0 AS rs,
+                     (hashtext('date' || g)::bigint + 2147483648) / 4294967296.0 AS rd,
+                     (hashtext('edd' || g)::bigint + 2147483648) / 4294967296.0 AS re`;
+
 async function seedShape(pool: pg.Pool, orgId: string, total: number, shape: Shape) {
   const client = await pool.connect();
   try {
@@ -37,25 +56,29 @@ async function seedShape(pool: pg.Pool, orgId: string, total: number, shape: Sha
     if (shape === 'lifetime') {
       await client.query('SELECT setseed(0.29)');
       await client.query(
-        `INSERT INTO customers (org_id, kind, external_id, type, name, email, kyc_status, aml_status, added_via, created_at, updated_at)
+        `INSERT INTO customers (org_id, kind, external_id, type, name, email, kyc_status, aml_status, added_via, created_at, updated_at,
+                                review_status, next_review_at, edd_required)
          SELECT $1, 'individual', 'seed-' || g, 'INDIVIDUAL', 'Seeded Person ' || g, 'seed' || g || '@bench.test',
            (ARRAY['VERIFIED','NOT_REQUIRED','PENDING','IN_PROGRESS','NOT_STARTED','FAILED','AWAITING_RESUBMISSION'])[
               CASE WHEN r1 < 0.45 THEN 1 WHEN r1 < 0.75 THEN 2 WHEN r1 < 0.85 THEN 3 WHEN r1 < 0.90 THEN 4 WHEN r1 < 0.95 THEN 5 WHEN r1 < 0.99 THEN 6 ELSE 7 END],
            (ARRAY['CLEAR','NOT_SCREENED','IN_PROGRESS','NEEDS_REVIEW','RESOLVED'])[
               CASE WHEN r2 < 0.60 THEN 1 WHEN r2 < 0.95 THEN 2 WHEN r2 < 0.989 THEN 3 WHEN r2 < 0.990 THEN 4 ELSE 5 END],
            'BULK_IMPORT', c,
-           CASE WHEN r3 < 0.7 THEN c + r4 * interval '10 seconds' ELSE c + r4 * (now() - c) END
+           CASE WHEN r3 < 0.7 THEN c + r4 * interval '10 seconds' ELSE c + r4 * (now() - c) END,
+           ${reviewColumns}
          FROM (SELECT g, date_trunc('milliseconds', now() - interval '730 days' + (g::float8 / $2) * interval '730 days') AS c,
-                      random() r1, random() r2, random() r3, random() r4
+                      random() r1, random() r2, random() r3, random() r4, ${reviewDraws}
                  FROM generate_series(1, $2::int) g) s`,
         [orgId, total],
       );
     } else {
       await client.query(
-        `INSERT INTO customers (org_id, kind, external_id, type, name, email, kyc_status, added_via, created_at, updated_at)
+        `INSERT INTO customers (org_id, kind, external_id, type, name, email, kyc_status, added_via, created_at, updated_at,
+                                review_status, next_review_at, edd_required)
          SELECT $1, 'individual', 'seed-' || g, 'INDIVIDUAL', 'Seeded Person ' || g, 'seed' || g || '@bench.test', 'NOT_REQUIRED', 'BULK_IMPORT',
-                now() - interval '30 days' + g * interval '1 millisecond', now() - interval '30 days' + g * interval '1 millisecond'
-           FROM generate_series(1, $2::int) AS g`,
+                now() - interval '30 days' + g * interval '1 millisecond', now() - interval '30 days' + g * interval '1 millisecond',
+                ${reviewColumns}
+           FROM (SELECT g, ${reviewDraws} FROM generate_series(1, $2::int) AS g) s`,
         [orgId, total],
       );
       await client.query(
@@ -63,10 +86,11 @@ async function seedShape(pool: pg.Pool, orgId: string, total: number, shape: Sha
         [orgId],
       );
     }
-    // The counters the triggers would have kept (migration 0011's backfill, for this organisation).
+    // The counters the triggers would have kept (migration 0019's backfill, for this organisation).
     await client.query(
-      `INSERT INTO customer_counts (org_id, kind, type, kyc_status, aml_status, slot, records)
-       SELECT org_id, kind, type, kyc_status, aml_status, 0, count(*) FROM customers WHERE org_id = $1 GROUP BY 1, 2, 3, 4, 5`,
+      `INSERT INTO customer_counts (org_id, kind, type, kyc_status, aml_status, review_status, edd_required, slot, records)
+       SELECT org_id, kind, type, kyc_status, aml_status, review_status, edd_required, 0, count(*)
+         FROM customers WHERE org_id = $1 GROUP BY 1, 2, 3, 4, 5, 6, 7`,
       [orgId],
     );
     await client.query('COMMIT');
@@ -182,17 +206,33 @@ async function main() {
               )
             ).rows[0].at as Date
           ).toISOString();
+        /** The review date before which `fraction` of the organisation's records fall. */
+        const reviewQuantile = async (orgId: string, fraction: number) =>
+          (
+            (
+              await pool.query(
+                `SELECT next_review_at AS at FROM customers WHERE org_id = $1 AND next_review_at IS NOT NULL
+                  ORDER BY next_review_at OFFSET (SELECT floor(count(*) * $2::float8) FROM customers WHERE org_id = $1) LIMIT 1`,
+                [orgId, fraction],
+              )
+            ).rows[0].at as Date
+          ).toISOString();
+        // [label, query, also measured with include=total_count]
         const requests = async (org: { id: string }) => {
           const day = new Date(Date.now() - 86_400_000).toISOString();
-          const list: Array<[string, string]> = [
-            ['walk, no filter', 'limit=100'],
-            ['walk, updated_since long ago', `limit=100&updated_since=2000-01-01T00:00:00Z`],
-            ['updated_since matching 5%', `limit=100&updated_since=${await quantile(org.id, 0.05)}`],
-            ['updated_since matching 50%', `limit=100&updated_since=${await quantile(org.id, 0.5)}`],
-            ['updated_since one day ago (a daily poll)', `limit=100&updated_since=${day}`],
-            ['aml_status=NEEDS_REVIEW', 'limit=100&aml_status=NEEDS_REVIEW'],
-            ['status=FAILED', 'limit=100&status=FAILED'],
-            ['status=FAILED&aml_status=NEEDS_REVIEW', 'limit=100&status=FAILED&aml_status=NEEDS_REVIEW'],
+          const list: Array<[string, string, boolean]> = [
+            ['walk, no filter', 'limit=100', true],
+            ['walk, updated_since long ago', `limit=100&updated_since=2000-01-01T00:00:00Z`, true],
+            ['updated_since matching 5%', `limit=100&updated_since=${await quantile(org.id, 0.05)}`, true],
+            ['updated_since matching 50%', `limit=100&updated_since=${await quantile(org.id, 0.5)}`, false],
+            ['updated_since one day ago (a daily poll)', `limit=100&updated_since=${day}`, false],
+            ['aml_status=NEEDS_REVIEW', 'limit=100&aml_status=NEEDS_REVIEW', true],
+            ['status=FAILED', 'limit=100&status=FAILED', true],
+            ['status=FAILED&aml_status=NEEDS_REVIEW', 'limit=100&status=FAILED&aml_status=NEEDS_REVIEW', false],
+            ['review_status=DUE,OVERDUE', 'limit=100&review_status=DUE,OVERDUE', true],
+            ['review_status=SCHEDULED', 'limit=100&review_status=SCHEDULED', true],
+            ['review_due_before matching 1%', `limit=100&review_due_before=${await reviewQuantile(org.id, 0.01)}`, true],
+            ['edd_required=true', 'limit=100&edd_required=true', true],
           ];
           return list;
         };
@@ -205,7 +245,7 @@ async function main() {
             results.push({ request, ...measured }),
           );
         for (let index = 0; index < smallRequests.length; index++) {
-          const [label, smallQuery] = smallRequests[index]!;
+          const [label, smallQuery, counted] = smallRequests[index]!;
           const largeQuery = largeRequests[index]![1];
           await pair(`${label}, first page`, `/v1/customers?${smallQuery}`, `/v1/customers?${largeQuery}`);
           const first = results[results.length - 1]!;
@@ -226,7 +266,7 @@ async function main() {
               `/v1/customers?${smallQuery}&cursor=${smallCursor}`,
               `/v1/customers?${largeQuery}&cursor=${largeCursor}`,
             );
-          if ([0, 1, 2, 5, 6].includes(index)) {
+          if (counted) {
             await pair(
               `${label}, include=total_count`,
               `/v1/customers?${smallQuery}&include=total_count`,

@@ -269,9 +269,7 @@ describe('review_due_before', () => {
     for (const query of [
       { review_due_before: CUTOFF },
       { review_due_before: CUTOFF, review_status: 'DUE,OVERDUE' },
-      { review_due_before: CUTOFF, review_status: 'OVERDUE' },
       { review_due_before: CUTOFF, aml_status: 'CLEAR' },
-      { review_due_before: CUTOFF, edd_required: 'true' },
     ] as Array<Record<string, string>>) {
       const ids = expected(large.id, 'individual', query);
       {

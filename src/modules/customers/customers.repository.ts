@@ -25,6 +25,8 @@ export type ListFilters = {
 };
 
 type LockOption = { forUpdate?: boolean };
+/** What a list read learnt of its whole filtered set besides the page: its exact size, when it counted it. */
+export type KnownCount = { total?: number };
 
 const customerColumns = getTableColumns(customers);
 /** Distinct column sets an UPDATE is prepared for; others are built per call (never seen in practice). */
@@ -123,9 +125,9 @@ const hasPartsBefore = (since: Date) => since.getTime() - LATE_AFTER_MS >= EARLI
 const COUNT_PROBE = 1_000;
 
 /**
- * review_due_before: below this many rows dated before it, a page reads them all from
- * customers_review_due_idx (by date) and keeps the first in list order; from this many on, it first
- * tries the next DUE_WINDOW rows in list order (listDueBefore). Either costs about √(page × records)
+ * review_due_before: up to this many rows dated before it, a page reads them all from
+ * customers_review_due_idx (by date) and keeps the first in list order; beyond, it first tries the
+ * next DUE_WINDOW rows in list order (listDueBefore). Either costs about √(page × records)
  * index entries where they cost the same (10,000 at a million records); set above that point, so
  * that when it is reached the window holds a page with room to spare.
  */
@@ -168,17 +170,19 @@ function pageRows(tx: Executor, orgId: string, page: PagePositions): Promise<Cus
 /**
  * A page of review_due_before. No index yields the rows dated before a time in list order: the due
  * index is in date order and the review list index in date order only within a status. So:
- *  - up to DUE_PROBE rows dated before it (counted first, index-only on customers_review_due_idx):
- *    they are all read from that index and the first in list order kept; the read is fenced
- *    (OFFSET 0) so the planner cannot prefer walking a list index in order and checking each row's
- *    date instead, which reads every row after the cursor when the dated rows are bunched before it
- *    (review dates follow creation dates);
- *  - from DUE_PROBE on, the next DUE_WINDOW rows in list order (of the statuses asked, merged from
+ *  - the rows dated before it (of the statuses asked) are counted first, up to DUE_PROBE + 1, index-only
+ *    on customers_review_due_idx;
+ *  - up to DUE_PROBE, they are all read from that index and the first after the cursor in list order
+ *    kept. The read is fenced (OFFSET 0), so the planner cannot prefer walking a list index in order
+ *    and checking each row's date instead, which reads every row after the cursor when the dated rows
+ *    are bunched before it (review dates follow creation dates). Without other filters, the count is
+ *    the list's total_count too (`known`);
+ *  - beyond, the next DUE_WINDOW rows in list order (of the statuses asked, merged from
  *    customers_review_list_idx, dates checked in the index), if that holds a full page; else as above.
- * So a page reads at most about DUE_PROBE + DUE_WINDOW index entries plus, when the rows dated before
+ * So a page reads about DUE_PROBE + DUE_WINDOW index entries at most, plus, when the rows dated before
  * the time are many yet sparse in list order, those rows: bounded by the rows that match the date, not
- * by the organisation's size. Filters that customers_review_list_idx does not hold (edd_required,
- * updated_since) always read by date.
+ * by the organisation's size. With filters that customers_review_list_idx does not hold (edd_required,
+ * updated_since), a page always reads by date.
  */
 async function listDueBefore(
   orgId: string,
@@ -187,19 +191,24 @@ async function listDueBefore(
   statuses: ReviewStatus[] | undefined,
   limit: number,
   tx: Executor,
+  known: KnownCount,
 ): Promise<CustomerRow[]> {
   const conditions = equalityConditions(orgId, filters);
   const cursor = filters.after ? after(filters.after) : undefined;
-  const dated = dueBefore(before);
+  const dated = and(eq(customers.orgId, orgId), eq(customers.kind, filters.kind), reviewStatusCondition(statuses), dueBefore(before))!;
   const [probed] = await tx.select({ count: sql<number>`count(*)::int` }).from(
     tx
       .select({ one: sql`1` })
       .from(customers)
-      .where(and(eq(customers.orgId, orgId), eq(customers.kind, filters.kind), reviewStatusCondition(statuses), dated))
-      .limit(DUE_PROBE)
+      .where(dated)
+      .limit(DUE_PROBE + 1)
       .as('probed'),
   );
-  if ((probed?.count ?? 0) >= DUE_PROBE && !filters.updatedSince && filters.eddRequired === undefined) {
+  const count = probed?.count ?? 0;
+  const onlyDated = !filters.kycStatus && !filters.amlStatus && !filters.type && filters.eddRequired === undefined && !filters.updatedSince;
+  if (count <= DUE_PROBE && onlyDated) known.total = count;
+
+  if (count > DUE_PROBE && !filters.updatedSince && filters.eddRequired === undefined) {
     const [first, ...others] = (statuses ?? REVIEW_STATUSES).map((status) =>
       tx
         .select({ createdAt: customers.createdAt, id: customers.id, nextReviewAt: customers.nextReviewAt })
@@ -229,7 +238,7 @@ async function listDueBefore(
   const where = and(
     ...conditions,
     reviewStatusCondition(statuses),
-    dated,
+    dueBefore(before),
     cursor,
     filters.updatedSince ? gt(customers.updatedAt, filters.updatedSince) : undefined,
   );
@@ -420,13 +429,14 @@ export function createCustomersRepository(db: Executor) {
      * handful of rows hold from one half of them hold). Parts that are each their own index range in
      * that order, merged, with only the page's rows read: the three parts of changedSinceParts with
      * updated_since, one part per status when review_status names several, and both together (each
-     * part of one times each of the other). review_due_before: see listDueBefore.
+     * part of one times each of the other). review_due_before: see listDueBefore. `known.total` is set
+     * when the page's read also counted the whole filtered set (so count() need not run).
      */
-    async list(orgId: string, filters: ListFilters, limit: number, tx: Executor): Promise<CustomerRow[]> {
+    async list(orgId: string, filters: ListFilters, limit: number, tx: Executor, known: KnownCount = {}): Promise<CustomerRow[]> {
       const statuses = reviewStatusesOf(filters);
       if (statuses?.length === 0) return [];
       if (filters.reviewDueBefore && !filters.externalId)
-        return listDueBefore(orgId, filters, filters.reviewDueBefore, statuses, limit, tx);
+        return listDueBefore(orgId, filters, filters.reviewDueBefore, statuses, limit, tx, known);
       const conditions = equalityConditions(orgId, filters);
       if (filters.reviewDueBefore) conditions.push(dueBefore(filters.reviewDueBefore));
       const since = filters.updatedSince;
@@ -557,6 +567,29 @@ export function createCustomersRepository(db: Executor) {
              ORDER BY next_review_at LIMIT ${limit} FOR UPDATE SKIP LOCKED)`,
         )
         .returning();
+    },
+
+    /** Writes the review and EDD columns of many records in one statement (a policy's re-dating batch). */
+    async setReviewColumns(
+      orgId: string,
+      rows: Array<Pick<CustomerRow, 'id' | 'reviewStatus' | 'nextReviewAt' | 'reviewReasons' | 'eddRequired' | 'eddReasons'>>,
+      tx: Executor,
+    ): Promise<void> {
+      if (rows.length === 0) return;
+      await tx.execute(sql`
+        UPDATE customers AS c
+           SET review_status = v.review_status,
+               next_review_at = v.next_review_at,
+               review_reasons = ARRAY(SELECT jsonb_array_elements_text(v.review_reasons::jsonb)),
+               edd_required = v.edd_required,
+               edd_reasons = ARRAY(SELECT jsonb_array_elements_text(v.edd_reasons::jsonb))
+          FROM unnest(${sql.param(rows.map((row) => row.id))}::uuid[], ${sql.param(rows.map((row) => row.reviewStatus))}::text[],
+                      ${sql.param(rows.map((row) => row.nextReviewAt?.toISOString() ?? null))}::timestamptz[],
+                      ${sql.param(rows.map((row) => JSON.stringify(row.reviewReasons)))}::text[],
+                      ${sql.param(rows.map((row) => row.eddRequired))}::boolean[],
+                      ${sql.param(rows.map((row) => JSON.stringify(row.eddReasons)))}::text[])
+            AS v (id, review_status, next_review_at, review_reasons, edd_required, edd_reasons)
+         WHERE c.org_id = ${orgId} AND c.id = v.id`);
     },
 
     /** The next `limit` records of the organisation after `afterId` in id order, locked (a policy's re-dating batch). */
