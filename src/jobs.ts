@@ -31,6 +31,11 @@ export const REVIEW_SWEEP_SCHEDULE = '* * * * *';
  * a time in the deployment, so the other worker's poll passes over a large backlog to the others'.
  */
 export const EMAIL_WORK = { batchSize: 10, localConcurrency: 2, groupConcurrency: 5 };
+/**
+ * Imports: two at a time per instance, at most one of an organisation at a time in the deployment,
+ * so another organisation's import is taken by the other worker while a large one runs.
+ */
+export const IMPORT_WORK = { batchSize: 1, localConcurrency: 2, groupConcurrency: 1 };
 
 export async function startBackgroundJobs(deps: {
   config: Config;
@@ -48,7 +53,7 @@ export async function startBackgroundJobs(deps: {
   const stopping = new AbortController();
   const linkSealer = linkSealerFor(deps.config);
   const services = createServices({ config: deps.config, database, sealer: linkSealer, jobs: runner });
-  const { documentRequests, reviewJobs } = services;
+  const { documentRequests, reviewJobs, imports } = services;
   const retention = services.retention({
     onPurged: (table, rows) => deps.metrics?.retentionPurged(table, rows),
     onOrganisationFailed: (orgId, error) => logger.warn({ err: error, orgId }, 'retention purge of an organisation failed'),
@@ -83,6 +88,26 @@ export async function startBackgroundJobs(deps: {
       const redated = await reviewJobs.redate(job.data.orgId, job.data.generation);
       if (redated) logger.info({ orgId: job.data.orgId, ...redated }, `reviews: re-dated ${redated.moved} of ${redated.checked} records`);
     });
+    // An import's rows, in batches; a run stopped by shutdown (or a dead instance's, after its heartbeat
+    // lapsed) is retried and resumes at its first row without an outcome.
+    await runner.work<{ orgId: string; importId: string }>(QUEUES.importRun.name, IMPORT_WORK, async (batch) =>
+      Promise.all(
+        batch.map(async (job) => {
+          const { orgId, importId } = job.data;
+          try {
+            const ended = await imports.run(orgId, importId, {
+              signal: stopping.signal,
+              onFailed: (error) => logger.error({ err: error, orgId, importId }, 'import failed'),
+            });
+            if (ended) logger.info({ orgId, importId, status: ended.status, rows: ended.rowsDone }, `import ${ended.status.toLowerCase()}`);
+            return { id: job.id, status: 'completed' as const };
+          } catch (error) {
+            logger.warn({ err: error, orgId, importId }, 'import interrupted; it resumes on retry');
+            return { id: job.id, status: 'failed' as const, output: { message: error instanceof Error ? error.message : String(error) } };
+          }
+        }),
+      ),
+    );
     if (deps.webhookWorker) {
       // Queued emails go out after their transaction committed (their job commits with them); a failed
       // send fails its job, which pg-boss retries with backoff.

@@ -27,6 +27,8 @@ import { createEventsService } from './modules/events/events.service.js';
 import type { CuratedTemplate } from './modules/groups/curated-templates.js';
 import { createGroupsRepository } from './modules/groups/groups.repository.js';
 import { createGroupsService } from './modules/groups/groups.service.js';
+import { createImportsRepository } from './modules/imports/imports.repository.js';
+import { createImportsService } from './modules/imports/imports.service.js';
 import { createCreditCharger, createPayerResolver } from './modules/organisations/credits.service.js';
 import { createOrganisationsRepository } from './modules/organisations/organisations.repository.js';
 import { createOrganisationsService } from './modules/organisations/organisations.service.js';
@@ -64,6 +66,8 @@ export type ServiceDeps = {
   reviewBatchSize?: number;
   /** Tests only: another curated template set, to simulate a deploy. */
   curatedTemplates?: readonly CuratedTemplate[];
+  /** Tests only: rows per batch of an import's worker (default IMPORT_BATCH). */
+  importBatchSize?: number;
 };
 
 /**
@@ -99,10 +103,11 @@ export function createServices(deps: ServiceDeps) {
   };
   const entities = createEntitiesService({ ...shared, entities: shared.entityOwners });
   const documents = createDocumentsService({ ...shared, documents: createDocumentsRepository() });
+  const customers = createCustomersService({ ...shared, businessRegister: deps.businessRegister });
   return {
     organisations: createOrganisationsService(shared),
     apiKeys: createApiKeysService(shared),
-    customers: createCustomersService({ ...shared, businessRegister: deps.businessRegister }),
+    customers,
     entities,
     documents,
     verification: createVerificationService({ ...shared, entities }),
@@ -119,9 +124,17 @@ export function createServices(deps: ServiceDeps) {
     }),
     audit: createAuditService({ ...shared, audit: createAuditRepository(), auditPurge: createAuditPurge(shared) }),
     dueDiligence: createDueDiligenceService({ ...shared, jobs: deps.jobs }),
-    reviewJobs: createReviewJobs({ ...shared, entities, batchSize: deps.reviewBatchSize }),
+    reviewJobs: createReviewJobs({ ...shared, batchSize: deps.reviewBatchSize }),
     groups: createGroupsService({ ...shared, groups: createGroupsRepository(), curatedTemplates: deps.curatedTemplates }),
     reviews: createReviewsService({ ...shared, entities, reviews: createReviewsRepository() }),
+    imports: createImportsService({
+      ...shared,
+      jobs: deps.jobs,
+      customers,
+      entities,
+      imports: createImportsRepository(),
+      importBatchSize: deps.importBatchSize,
+    }),
     /** The retention purge, with a run's batch size and hooks (the job's metrics and log). */
     retention: (options: RetentionOptions = {}) =>
       createRetentionService({

@@ -732,6 +732,122 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/imports": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List imports
+         * @description The organisation’s imports, newest first by (created_at, id), with an opaque cursor. Imports are kept IMPORT_RETENTION_DAYS (30 by default) after they finish.
+         *
+         *     Required scope: `imports:read`.
+         */
+        get: operations["listImports"];
+        put?: never;
+        /**
+         * Import a file of individuals or entities
+         * @description Uploads a file of individuals or entities to create or update in the background, and answers 202 at once with the QUEUED import (poll GET /v1/imports/{id}). Send it as multipart/form-data (a `file` part, and `kind` and `dry_run` fields) or as the raw body with Content-Type `text/csv` or `application/x-ndjson` and `kind` and `dry_run` in the query string. CSV: a header row of the request fields of POST /v1/customers (kind individuals) or POST /v1/entities (kind entities), dotted for nested ones (`risk.isNewCustomer`, `contact.fullName`), `;` between list items (`designatedServices`), `true`/`false` for booleans, an empty cell for a field left out (templates: GET /v1/imports/templates/{kind}.csv). NDJSON: one request body per line. At most 100000 rows and 52428800 bytes (50 MiB), UTF-8, a cell at most 65536 characters. The file is checked as it streams: one that is binary, not UTF-8, has no header, unknown columns, a ragged row or an oversized cell is refused with 422 naming the line, row and column (`details.line`, `details.row`, `details.column`), and nothing is stored. Each row is then applied exactly as its single request would be (the same validation, matching, status derivation, 409 and 422 conditions; audited per record; `added_via` BULK_IMPORT; never starts verification nor charges), in batches each committed on its own; a refused row ends FAILED with the error its request would have had. A dry run validates and matches every row and reports the outcomes it would have, writing no record. One `import.completed` event fires when every row is done. With an Idempotency-Key, a retry carrying the same file replays the first answer; the same key with another file is a 409.
+         *
+         *     Required scope: `imports:write`.
+         */
+        post: operations["createImport"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/imports/templates/{file}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The CSV template of a kind
+         * @description The header row of every column an import of the kind takes (the request fields of POST /v1/customers or /v1/entities, dotted for nested ones), and one example row.
+         *
+         *     Required scope: `imports:read`.
+         */
+        get: operations["getImportTemplate"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/imports/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get an import
+         * @description Its status, rows_done of rows_total, counts per outcome and its times: poll it while it runs.
+         *
+         *     Required scope: `imports:read`.
+         */
+        get: operations["getImport"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/imports/{id}/rows": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the rows of an import and their outcomes
+         * @description In row order with an opaque cursor; `outcome=FAILED` gives the rows to fix. With `Accept: text/csv` or `format=csv`, every matching row as one CSV download: row_number, outcome, customer_id, error_code, error_message, then the file’s own columns, every cell neutralised against spreadsheet formulas. A corrected download can be imported again as it is (its first five columns are ignored).
+         *
+         *     Required scope: `imports:read`.
+         */
+        get: operations["listImportRows"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/imports/{id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel an import
+         * @description A QUEUED import is CANCELLED at once; a RUNNING one stops between batches (cancel_requested_at is set now, status CANCELLED once its worker stops). The rows applied so far stay. An import that already finished is a 409.
+         *
+         *     Required scope: `imports:write`.
+         */
+        post: operations["cancelImport"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -6302,7 +6418,7 @@ export interface operations {
                 limit?: number;
                 /** @description The resume_cursor (or next_cursor) of the previous page, with the same filters. Keep the last resume_cursor durably: it is where your next poll resumes. */
                 cursor?: string;
-                /** @description Only events of these types, comma-separated. Valid types: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, customer.review_due, customer.review_completed, webhook.test. */
+                /** @description Only events of these types, comma-separated. Valid types: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, customer.review_due, customer.review_completed, import.completed, webhook.test. */
                 type?: string;
                 /** @description Only events about this customer or entity: its UUID or your external_id. Unknown → 404. */
                 customer_id?: string;
@@ -6340,7 +6456,7 @@ export interface operations {
                              */
                             id: string;
                             /**
-                             * @description The event type: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, customer.review_due, customer.review_completed, webhook.test; later versions may add types, so ignore the ones you do not know.
+                             * @description The event type: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, customer.review_due, customer.review_completed, import.completed, webhook.test; later versions may add types, so ignore the ones you do not know.
                              * @example customer.updated
                              */
                             type: string;
@@ -6466,7 +6582,7 @@ export interface operations {
                          */
                         id: string;
                         /**
-                         * @description The event type: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, customer.review_due, customer.review_completed, webhook.test; later versions may add types, so ignore the ones you do not know.
+                         * @description The event type: customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, customer.review_due, customer.review_completed, import.completed, webhook.test; later versions may add types, so ignore the ones you do not know.
                          * @example customer.updated
                          */
                         type: string;
@@ -6597,6 +6713,8 @@ export interface operations {
                             enabled: boolean;
                             /** @description Why it was disabled (by you, an operator, a 410 answer or 3 days of failures). */
                             disabled_reason: string | null;
+                            /** @description true: no deliveries of the events a bulk import's rows cause (import.completed still comes); the events feed still has them. */
+                            skip_import_rows: boolean;
                             /** @description After a rotation: until when deliveries also carry a signature made with the previous secret; null when only the current secret signs. */
                             previous_secret_expires_at: string | null;
                             /**
@@ -6699,13 +6817,13 @@ export interface operations {
                      */
                     url: string;
                     /**
-                     * @description Event types the endpoint receives (customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, customer.review_due, customer.review_completed); empty or absent means every type.
+                     * @description Event types the endpoint receives (customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, customer.review_due, customer.review_completed, import.completed); empty or absent means every type.
                      * @example [
                      *       "customer.kyc_completed",
                      *       "customer.updated"
                      *     ]
                      */
-                    events?: ("customer.kyc_completed" | "aml.review_completed" | "customer.updated" | "endpoint.disabled" | "document_request.updated" | "customer.review_due" | "customer.review_completed")[];
+                    events?: ("customer.kyc_completed" | "aml.review_completed" | "customer.updated" | "endpoint.disabled" | "document_request.updated" | "customer.review_due" | "customer.review_completed" | "import.completed")[];
                     /**
                      * @description Your note about the endpoint.
                      * @example CRM production
@@ -6713,6 +6831,8 @@ export interface operations {
                     description?: string;
                     /** @description Default true; false registers it without receiving events yet. */
                     enabled?: boolean;
+                    /** @description true: events caused by a bulk import's rows (customer.updated, …) are not delivered to this endpoint (import.completed still is); the events feed still has them. Default false. */
+                    skipImportRows?: boolean;
                 };
             };
         };
@@ -6759,6 +6879,8 @@ export interface operations {
                         enabled: boolean;
                         /** @description Why it was disabled (by you, an operator, a 410 answer or 3 days of failures). */
                         disabled_reason: string | null;
+                        /** @description true: no deliveries of the events a bulk import's rows cause (import.completed still comes); the events feed still has them. */
+                        skip_import_rows: boolean;
                         /** @description After a rotation: until when deliveries also carry a signature made with the previous secret; null when only the current secret signs. */
                         previous_secret_expires_at: string | null;
                         /**
@@ -6900,6 +7022,8 @@ export interface operations {
                         enabled: boolean;
                         /** @description Why it was disabled (by you, an operator, a 410 answer or 3 days of failures). */
                         disabled_reason: string | null;
+                        /** @description true: no deliveries of the events a bulk import's rows cause (import.completed still comes); the events feed still has them. */
+                        skip_import_rows: boolean;
                         /** @description After a rotation: until when deliveries also carry a signature made with the previous secret; null when only the current secret signs. */
                         previous_secret_expires_at: string | null;
                         /**
@@ -7112,7 +7236,7 @@ export interface operations {
                      *       "customer.updated"
                      *     ]
                      */
-                    events?: ("customer.kyc_completed" | "aml.review_completed" | "customer.updated" | "endpoint.disabled" | "document_request.updated" | "customer.review_due" | "customer.review_completed")[];
+                    events?: ("customer.kyc_completed" | "aml.review_completed" | "customer.updated" | "endpoint.disabled" | "document_request.updated" | "customer.review_due" | "customer.review_completed" | "import.completed")[];
                     /** @description false disables the endpoint (its queued deliveries fail); true enables it again and clears disabled_reason. */
                     enabled?: boolean;
                     /**
@@ -7120,6 +7244,8 @@ export interface operations {
                      * @example CRM staging
                      */
                     description?: string | null;
+                    /** @description true: events caused by a bulk import's rows (customer.updated, …) are not delivered to this endpoint (import.completed still is); the events feed still has them. Default false. */
+                    skipImportRows?: boolean;
                 };
             };
         };
@@ -7166,6 +7292,8 @@ export interface operations {
                         enabled: boolean;
                         /** @description Why it was disabled (by you, an operator, a 410 answer or 3 days of failures). */
                         disabled_reason: string | null;
+                        /** @description true: no deliveries of the events a bulk import's rows cause (import.completed still comes); the events feed still has them. */
+                        skip_import_rows: boolean;
                         /** @description After a rotation: until when deliveries also carry a signature made with the previous secret; null when only the current secret signs. */
                         previous_secret_expires_at: string | null;
                         /**
@@ -7331,6 +7459,8 @@ export interface operations {
                         enabled: boolean;
                         /** @description Why it was disabled (by you, an operator, a 410 answer or 3 days of failures). */
                         disabled_reason: string | null;
+                        /** @description true: no deliveries of the events a bulk import's rows cause (import.completed still comes); the events feed still has them. */
+                        skip_import_rows: boolean;
                         /** @description After a rotation: until when deliveries also carry a signature made with the previous secret; null when only the current secret signs. */
                         previous_secret_expires_at: string | null;
                         /**
@@ -9169,6 +9299,916 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listImports: {
+        parameters: {
+            query?: {
+                /** @description Page size 1 to 100, default 50; a whole number outside the range is clamped to it. */
+                limit?: number;
+                /** @description Opaque next_cursor of the previous page. */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always list.
+                         * @enum {string}
+                         */
+                        object: "list";
+                        /** @description This page, newest first (created_at, then id, descending). Never null; empty when nothing matches. */
+                        data: {
+                            /**
+                             * @description Always import.
+                             * @enum {string}
+                             */
+                            object: "import";
+                            /**
+                             * Format: uuid
+                             * @description The import id.
+                             */
+                            id: string;
+                            /**
+                             * @description individuals or entities.
+                             * @enum {string}
+                             */
+                            kind: "individuals" | "entities";
+                            /**
+                             * @description csv or ndjson.
+                             * @enum {string}
+                             */
+                            format: "csv" | "ndjson";
+                            /**
+                             * @description QUEUED (accepted, waiting for a worker), RUNNING, COMPLETED (every row has its outcome), FAILED (stopped by an internal error: see error), CANCELLED (stopped between batches by POST …/cancel).
+                             * @enum {string}
+                             */
+                            status: "QUEUED" | "RUNNING" | "COMPLETED" | "FAILED" | "CANCELLED";
+                            /** @description A dry run writes no record; its rows report the outcomes they would have. */
+                            dry_run: boolean;
+                            /** @description The uploaded file name; null for a raw body. */
+                            file_name: string | null;
+                            /** @description The size of the file in bytes. */
+                            file_bytes: number;
+                            /** @description Data rows in the file (the header not counted). */
+                            rows_total: number;
+                            /** @description Rows applied so far (each has its outcome). */
+                            rows_done: number;
+                            /** @description Rows applied so far, by outcome (in a dry run: the outcomes they would have). */
+                            counts: {
+                                /** @description Rows that created a record. */
+                                created: number;
+                                /** @description Rows that changed the record they matched. */
+                                updated: number;
+                                /** @description Rows that matched a record and changed nothing. */
+                                unchanged: number;
+                                /** @description Rows refused, each with the error its single-record request would have had. */
+                                failed: number;
+                            };
+                            /** @description Why a FAILED import stopped; null otherwise. */
+                            error: {
+                                /** @description Error code. */
+                                code: string;
+                                /** @description What stopped it. */
+                                message: string;
+                            } | null;
+                            /**
+                             * @description When the file was accepted.
+                             * @example 2026-01-31T09:00:00.000Z
+                             */
+                            created_at: string;
+                            /** @description When a worker started it. */
+                            started_at: string | null;
+                            /** @description When it reached COMPLETED, FAILED or CANCELLED. */
+                            finished_at: string | null;
+                            /** @description When a cancel was requested. */
+                            cancel_requested_at: string | null;
+                        }[];
+                        /** @description True only when another page exists; then next_cursor fetches it. */
+                        has_more: boolean;
+                        /**
+                         * @description Pass as cursor, with the same filters, for the next page; null on the last page.
+                         * @example eyJwIjo0MiwiZiI6IjNmOWMifQ.Tm90LWEtcmVhbC1tYWM
+                         */
+                        next_cursor: string | null;
+                        /**
+                         * @description The page size applied.
+                         * @example 50
+                         */
+                        limit: number;
+                    };
+                };
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createImport: {
+        parameters: {
+            query?: {
+                /** @description For a raw text/csv or application/x-ndjson body: individuals or entities. */
+                kind?: "individuals" | "entities";
+                /** @description For a raw body: true for a dry run. */
+                dry_run?: "true" | "false";
+            };
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "multipart/form-data": {
+                    /**
+                     * Format: binary
+                     * @description The CSV (with a header row) or NDJSON file: at most 100000 rows and 52428800 bytes (50 MiB), UTF-8. Its type is its part's Content-Type (text/csv or application/x-ndjson), else its name's extension (.csv, .ndjson or .jsonl).
+                     */
+                    file: string;
+                    /**
+                     * @description individuals (rows are POST /v1/customers bodies) or entities (rows are POST /v1/entities bodies).
+                     * @example individuals
+                     * @enum {string}
+                     */
+                    kind: "individuals" | "entities";
+                    /**
+                     * @description true: validate and match every row and report the outcomes it would have, writing no record. Default false.
+                     * @enum {string}
+                     */
+                    dry_run?: "true" | "false";
+                };
+            };
+        };
+        responses: {
+            /** @description A bulk import of individuals or entities, applied in the background in batches. */
+            202: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always import.
+                         * @enum {string}
+                         */
+                        object: "import";
+                        /**
+                         * Format: uuid
+                         * @description The import id.
+                         */
+                        id: string;
+                        /**
+                         * @description individuals or entities.
+                         * @enum {string}
+                         */
+                        kind: "individuals" | "entities";
+                        /**
+                         * @description csv or ndjson.
+                         * @enum {string}
+                         */
+                        format: "csv" | "ndjson";
+                        /**
+                         * @description QUEUED (accepted, waiting for a worker), RUNNING, COMPLETED (every row has its outcome), FAILED (stopped by an internal error: see error), CANCELLED (stopped between batches by POST …/cancel).
+                         * @enum {string}
+                         */
+                        status: "QUEUED" | "RUNNING" | "COMPLETED" | "FAILED" | "CANCELLED";
+                        /** @description A dry run writes no record; its rows report the outcomes they would have. */
+                        dry_run: boolean;
+                        /** @description The uploaded file name; null for a raw body. */
+                        file_name: string | null;
+                        /** @description The size of the file in bytes. */
+                        file_bytes: number;
+                        /** @description Data rows in the file (the header not counted). */
+                        rows_total: number;
+                        /** @description Rows applied so far (each has its outcome). */
+                        rows_done: number;
+                        /** @description Rows applied so far, by outcome (in a dry run: the outcomes they would have). */
+                        counts: {
+                            /** @description Rows that created a record. */
+                            created: number;
+                            /** @description Rows that changed the record they matched. */
+                            updated: number;
+                            /** @description Rows that matched a record and changed nothing. */
+                            unchanged: number;
+                            /** @description Rows refused, each with the error its single-record request would have had. */
+                            failed: number;
+                        };
+                        /** @description Why a FAILED import stopped; null otherwise. */
+                        error: {
+                            /** @description Error code. */
+                            code: string;
+                            /** @description What stopped it. */
+                            message: string;
+                        } | null;
+                        /**
+                         * @description When the file was accepted.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                        /** @description When a worker started it. */
+                        started_at: string | null;
+                        /** @description When it reached COMPLETED, FAILED or CANCELLED. */
+                        finished_at: string | null;
+                        /** @description When a cancel was requested. */
+                        cancel_requested_at: string | null;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Payload too large: `payload_too_large` — the file exceeds 52428800 bytes (50 MiB); nothing was stored. */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Unsupported media type: `unsupported_media_type` — not multipart/form-data, text/csv or application/x-ndjson, or not UTF-8; nothing was stored. */
+            415: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getImportTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description individuals.csv or entities.csv. */
+                file: "individuals.csv" | "entities.csv";
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The template. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/csv": string;
+                };
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getImport: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The import id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A bulk import of individuals or entities, applied in the background in batches. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always import.
+                         * @enum {string}
+                         */
+                        object: "import";
+                        /**
+                         * Format: uuid
+                         * @description The import id.
+                         */
+                        id: string;
+                        /**
+                         * @description individuals or entities.
+                         * @enum {string}
+                         */
+                        kind: "individuals" | "entities";
+                        /**
+                         * @description csv or ndjson.
+                         * @enum {string}
+                         */
+                        format: "csv" | "ndjson";
+                        /**
+                         * @description QUEUED (accepted, waiting for a worker), RUNNING, COMPLETED (every row has its outcome), FAILED (stopped by an internal error: see error), CANCELLED (stopped between batches by POST …/cancel).
+                         * @enum {string}
+                         */
+                        status: "QUEUED" | "RUNNING" | "COMPLETED" | "FAILED" | "CANCELLED";
+                        /** @description A dry run writes no record; its rows report the outcomes they would have. */
+                        dry_run: boolean;
+                        /** @description The uploaded file name; null for a raw body. */
+                        file_name: string | null;
+                        /** @description The size of the file in bytes. */
+                        file_bytes: number;
+                        /** @description Data rows in the file (the header not counted). */
+                        rows_total: number;
+                        /** @description Rows applied so far (each has its outcome). */
+                        rows_done: number;
+                        /** @description Rows applied so far, by outcome (in a dry run: the outcomes they would have). */
+                        counts: {
+                            /** @description Rows that created a record. */
+                            created: number;
+                            /** @description Rows that changed the record they matched. */
+                            updated: number;
+                            /** @description Rows that matched a record and changed nothing. */
+                            unchanged: number;
+                            /** @description Rows refused, each with the error its single-record request would have had. */
+                            failed: number;
+                        };
+                        /** @description Why a FAILED import stopped; null otherwise. */
+                        error: {
+                            /** @description Error code. */
+                            code: string;
+                            /** @description What stopped it. */
+                            message: string;
+                        } | null;
+                        /**
+                         * @description When the file was accepted.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                        /** @description When a worker started it. */
+                        started_at: string | null;
+                        /** @description When it reached COMPLETED, FAILED or CANCELLED. */
+                        finished_at: string | null;
+                        /** @description When a cancel was requested. */
+                        cancel_requested_at: string | null;
+                    };
+                };
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listImportRows: {
+        parameters: {
+            query?: {
+                /** @description Page size 1 to 100, default 50; a whole number outside the range is clamped to it. */
+                limit?: number;
+                /** @description Opaque next_cursor of the previous page (JSON pages only). */
+                cursor?: string;
+                /** @description Only rows with this outcome; PENDING: rows not applied yet. */
+                outcome?: "CREATED" | "UPDATED" | "UNCHANGED" | "FAILED" | "PENDING";
+                /** @description csv: every matching row as one CSV download (as `Accept: text/csv`); json (default): a page of the list. */
+                format?: "json" | "csv";
+            };
+            header?: never;
+            path: {
+                /** @description The import id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of rows (JSON), or the CSV download. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always list.
+                         * @enum {string}
+                         */
+                        object: "list";
+                        /** @description This page, in row order. Never null; empty when nothing matches. */
+                        data: {
+                            /**
+                             * @description Always import_row.
+                             * @enum {string}
+                             */
+                            object: "import_row";
+                            /** @description 1 for the first data row of the file (the header is not a row). */
+                            row_number: number;
+                            /** @description CREATED, UPDATED, UNCHANGED or FAILED; null until the row is applied. */
+                            outcome: ("CREATED" | "UPDATED" | "UNCHANGED" | "FAILED") | null;
+                            /** @description The record the row created, updated or matched; null when it failed. */
+                            customer_id: string | null;
+                            /** @description A FAILED row's error: the envelope body POST /v1/customers (or /v1/entities) would have answered for it. */
+                            error: {
+                                /** @description As the single-record route answers: validation_failed, conflict, … */
+                                code: string;
+                                /** @description Human-readable explanation. */
+                                message: string;
+                                /** @description `issues` (field path → messages) for validation_failed. */
+                                details?: {
+                                    [key: string]: unknown;
+                                };
+                            } | null;
+                            /** @description The row as read: a CSV row as its non-empty cells by column, an NDJSON line as its object. */
+                            data: {
+                                [key: string]: unknown;
+                            };
+                        }[];
+                        /** @description True only when another page exists; then next_cursor fetches it. */
+                        has_more: boolean;
+                        /**
+                         * @description Pass as cursor, with the same filters, for the next page; null on the last page.
+                         * @example eyJwIjo0MiwiZiI6IjNmOWMifQ.Tm90LWEtcmVhbC1tYWM
+                         */
+                        next_cursor: string | null;
+                        /**
+                         * @description The page size applied.
+                         * @example 50
+                         */
+                        limit: number;
+                    };
+                    "text/csv": string;
+                };
+            };
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Validation failed: `validation_failed` — the path, query or body is invalid; `details.issues` maps each field path to its messages. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    cancelImport: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry safe: a repeat with the same key within 24 hours replays the original response (with `Idempotent-Replayed: true`) instead of repeating the change. The same key with a different request answers 409 `idempotency_conflict`. Keys are scoped to the API key.
+                 * @example 5f0c7a52-8f1e-4a2b-9a43-1d7c2f0d9b10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The import id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A bulk import of individuals or entities, applied in the background in batches. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Always import.
+                         * @enum {string}
+                         */
+                        object: "import";
+                        /**
+                         * Format: uuid
+                         * @description The import id.
+                         */
+                        id: string;
+                        /**
+                         * @description individuals or entities.
+                         * @enum {string}
+                         */
+                        kind: "individuals" | "entities";
+                        /**
+                         * @description csv or ndjson.
+                         * @enum {string}
+                         */
+                        format: "csv" | "ndjson";
+                        /**
+                         * @description QUEUED (accepted, waiting for a worker), RUNNING, COMPLETED (every row has its outcome), FAILED (stopped by an internal error: see error), CANCELLED (stopped between batches by POST …/cancel).
+                         * @enum {string}
+                         */
+                        status: "QUEUED" | "RUNNING" | "COMPLETED" | "FAILED" | "CANCELLED";
+                        /** @description A dry run writes no record; its rows report the outcomes they would have. */
+                        dry_run: boolean;
+                        /** @description The uploaded file name; null for a raw body. */
+                        file_name: string | null;
+                        /** @description The size of the file in bytes. */
+                        file_bytes: number;
+                        /** @description Data rows in the file (the header not counted). */
+                        rows_total: number;
+                        /** @description Rows applied so far (each has its outcome). */
+                        rows_done: number;
+                        /** @description Rows applied so far, by outcome (in a dry run: the outcomes they would have). */
+                        counts: {
+                            /** @description Rows that created a record. */
+                            created: number;
+                            /** @description Rows that changed the record they matched. */
+                            updated: number;
+                            /** @description Rows that matched a record and changed nothing. */
+                            unchanged: number;
+                            /** @description Rows refused, each with the error its single-record request would have had. */
+                            failed: number;
+                        };
+                        /** @description Why a FAILED import stopped; null otherwise. */
+                        error: {
+                            /** @description Error code. */
+                            code: string;
+                            /** @description What stopped it. */
+                            message: string;
+                        } | null;
+                        /**
+                         * @description When the file was accepted.
+                         * @example 2026-01-31T09:00:00.000Z
+                         */
+                        created_at: string;
+                        /** @description When a worker started it. */
+                        started_at: string | null;
+                        /** @description When it reached COMPLETED, FAILED or CANCELLED. */
+                        finished_at: string | null;
+                        /** @description When a cancel was requested. */
+                        cancel_requested_at: string | null;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            /** @description Unauthorized: `unauthorized` — the API key is missing, malformed, unknown, expired or revoked, `Authorization` is repeated, or the caller's IP address is not on the key's allowlist. One message for all of them, so a caller cannot tell which. Carries `WWW-Authenticate: Bearer`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: `forbidden_scope` — the API key lacks the operation's scope (`details.required_scope` names it); `feature_disabled` — a feature the request needs is off for the organisation (`details.feature` names it, e.g. Groups, or `kyb_extra_methods` for the `contact_led` method). */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found: `not_found` — no such record in the API key's organisation (an id of another organisation answers the same), or an id longer than any record can have. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict: `conflict` — the record is not in a state the request can act on (e.g. KYB already started, an `external_id` clash on upsert, a stored `type` or `origin` that differs); `idempotency_conflict` — the `Idempotency-Key` was already used with a different request; `record_locked` — another request is changing the record right now, retry after `Retry-After` seconds. */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
             /** @description Rate limited: `rate_limited` — the API key's burst or daily limit is exhausted; `details.limit` and `details.window_seconds` name the window. Retry after `Retry-After` seconds. */
             429: {
                 headers: {

@@ -181,6 +181,8 @@ const environmentSchema = z.object({
   DOCUMENT_RETENTION_YEARS: retentionPeriod(7, 'years', 100),
   // The review history (customer_reviews): AML/CTF records of ongoing due diligence, kept 7 years by default.
   REVIEW_RETENTION_YEARS: retentionPeriod(7, 'years', 100),
+  // Bulk imports and their rows, from when each import finished (the records an import created stay).
+  IMPORT_RETENTION_DAYS: retentionPeriod(30, 'days', 36_500),
   // Diagnostic only (bench/audit-sealing.bench.ts measures the upsert without the sealer): off leaves
   // the chain unsealed on this instance, so the trail is not verifiable until some instance seals it.
   AUDIT_SEALING: booleanFlag(true),
@@ -264,6 +266,8 @@ export type RetentionSettings = {
   documentYears: number;
   /** customer_reviews (the review history), from when each review was recorded. */
   reviewYears: number;
+  /** imports (with their import_rows), from when each import finished. */
+  importDays: number;
   /** At least the spec's 24 h replay window. */
   idempotencyHours: number;
 };
@@ -351,6 +355,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       auditYears: env.AUDIT_RETENTION_YEARS,
       documentYears: env.DOCUMENT_RETENTION_YEARS,
       reviewYears: env.REVIEW_RETENTION_YEARS,
+      importDays: env.IMPORT_RETENTION_DAYS,
       idempotencyHours: env.IDEMPOTENCY_RETENTION_HOURS,
     },
     databaseReplicaUrl: env.DATABASE_REPLICA_URL,

@@ -806,6 +806,8 @@ export const webhookEndpoints = pgTable(
     previousSecretExpiresAt: timestamptz('previous_secret_expires_at'),
     /** Since when every attempt to this endpoint has failed (null after a success); 3 days of it disable the endpoint. */
     failingSince: timestamptz('failing_since'),
+    /** When true, events caused by an import's rows (customer.updated, …) are not delivered here; the feed still has them. */
+    skipImportRows: boolean('skip_import_rows').notNull().default(false),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
@@ -1046,6 +1048,83 @@ export const customerReviews = pgTable(
   ],
 );
 
+/**
+ * Bulk imports (POST /v1/imports): one row per uploaded file of individuals or entities, its progress
+ * and its counts per outcome. Grows with every upload: purged, with its rows, IMPORT_RETENTION_DAYS
+ * (30 by default) after it finished; the records it created stay.
+ */
+export const imports = pgTable(
+  'imports',
+  {
+    orgId: orgId(),
+    id: tenantId(),
+    kind: text('kind', { enum: ['individuals', 'entities'] }).notNull(),
+    format: text('format', { enum: ['csv', 'ndjson'] }).notNull(),
+    status: text('status', { enum: ['QUEUED', 'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED'] })
+      .notNull()
+      .default('QUEUED'),
+    dryRun: boolean('dry_run').notNull(),
+    fileName: text('file_name'),
+    fileBytes: bigint('file_bytes', { mode: 'number' }).notNull(),
+    fileSha256: text('file_sha256').notNull(),
+    /** The file's columns in its order (CSV: its header); what the rows download repeats. */
+    columns: text('columns').array().notNull(),
+    rowsTotal: integer('rows_total').notNull(),
+    rowsDone: integer('rows_done').notNull().default(0),
+    createdCount: integer('created_count').notNull().default(0),
+    updatedCount: integer('updated_count').notNull().default(0),
+    unchangedCount: integer('unchanged_count').notNull().default(0),
+    failedCount: integer('failed_count').notNull().default(0),
+    /** Why a FAILED import stopped: the error envelope's `{code, message}`. */
+    error: jsonb('error'),
+    /** Who uploaded it: the audit rows of the records it changes name them. */
+    actorType: text('actor_type', { enum: ['api_key', 'operator', 'system', 'contact'] }).notNull(),
+    actorId: text('actor_id'),
+    requestId: text('request_id'),
+    idempotencyKey: text('idempotency_key'),
+    createdAt: createdAt(),
+    startedAt: timestamptz('started_at'),
+    finishedAt: timestamptz('finished_at'),
+    cancelRequestedAt: timestamptz('cancel_requested_at'),
+  },
+  (table) => [
+    primaryKey({ name: 'imports_pkey', columns: [table.orgId, table.id] }),
+    // GET /v1/imports, newest first.
+    index('imports_list_idx').on(table.orgId, table.createdAt, table.id),
+    // The retention purge: finished imports only.
+    index('imports_finished_idx')
+      .on(table.orgId, table.finishedAt)
+      .where(sql`finished_at IS NOT NULL`),
+  ],
+);
+
+/**
+ * The rows of an import as parsed (CSV: column → cell text; NDJSON: the line's object), and each
+ * row's outcome once the worker applied it (null until then). Deleted with their import.
+ */
+export const importRows = pgTable(
+  'import_rows',
+  {
+    orgId: uuid('org_id').notNull(),
+    importId: uuid('import_id').notNull(),
+    /** 1 for the first data row (the header is not a row). */
+    rowNumber: integer('row_number').notNull(),
+    data: jsonb('data').notNull(),
+    outcome: text('outcome', { enum: ['CREATED', 'UPDATED', 'UNCHANGED', 'FAILED'] }),
+    customerId: uuid('customer_id'),
+    /** A FAILED row's error envelope body (`{code, message, details?}`), as the single-record route answers it. */
+    error: jsonb('error'),
+  },
+  (table) => [
+    primaryKey({ name: 'import_rows_pkey', columns: [table.orgId, table.importId, table.rowNumber] }),
+    foreignKey({
+      name: 'import_rows_import_fk',
+      columns: [table.orgId, table.importId],
+      foreignColumns: [imports.orgId, imports.id],
+    }).onDelete('cascade'),
+  ],
+);
+
 export type OrganisationRow = typeof organisations.$inferSelect;
 export type DueDiligencePolicyRow = typeof dueDiligencePolicies.$inferSelect;
 export type CustomerReviewRow = typeof customerReviews.$inferSelect;
@@ -1055,3 +1134,5 @@ export type BeneficialOwnerRow = typeof beneficialOwners.$inferSelect;
 export type NewCustomerRow = typeof customers.$inferInsert;
 export type EntityDocumentRow = typeof entityDocuments.$inferSelect;
 export type DocumentRequestRow = typeof documentRequests.$inferSelect;
+export type ImportRow = typeof imports.$inferSelect;
+export type ImportRowRow = typeof importRows.$inferSelect;

@@ -8,6 +8,7 @@ import { designatedServicesRoutes } from './designated-services/designated-servi
 import { entitiesRoutes } from './entities/entities.routes.js';
 import { eventsRoutes } from './events/events.routes.js';
 import { groupsRoutes } from './groups/groups.routes.js';
+import { importsRoutes } from './imports/imports.routes.js';
 import { reviewsRoutes } from './reviews/reviews.routes.js';
 import { verificationRoutes } from './verification/verification.routes.js';
 import { webhooksRoutes } from './webhooks/webhooks.routes.js';
@@ -26,4 +27,5 @@ export const apiModules: FastifyPluginAsync[] = [
   auditRoutes,
   dueDiligenceRoutes,
   reviewsRoutes,
+  importsRoutes,
 ];

@@ -18,9 +18,9 @@ export function formatFieldPath(segments: ReadonlyArray<PropertyKey>): string {
   return path;
 }
 
-type ValidationItem = { instancePath: string; message?: string; keyword?: string; params?: Record<string, unknown> };
+export type ValidationItem = { instancePath: string; message?: string; keyword?: string; params?: Record<string, unknown> };
 
-function issuesFromValidation(items: ValidationItem[], context: string | undefined): Record<string, string[]> {
+export function issuesFromValidation(items: ValidationItem[], context: string | undefined): Record<string, string[]> {
   // No prototype: a field named like an Object method ("constructor") must not collide with it.
   const issues: Record<string, string[]> = Object.create(null);
   const add = (path: string, message: string) => {

@@ -358,6 +358,11 @@ const TAGS: OpenAPIV3_1.TagObject[] = [
       "The organisation's review policy (scopes `policy:read` and `policy:write`): months between customer reviews per risk rating, whether customers who need enhanced due diligence are reviewed at the HIGH interval, the high-risk jurisdictions (by default the FATF call-for-action list) and when a due review becomes overdue.",
   },
   {
+    name: 'Imports',
+    description:
+      'Bulk imports of an existing client list (scopes `imports:write` to upload and cancel, `imports:read` to read): upload a CSV or NDJSON file of individuals or entities (up to 100,000 rows, 50 MiB), applied in the background in batches exactly as the single-record upserts would apply each row (`added_via` BULK_IMPORT, audited per record, never starting verification or charging), with a dry run, progress and counts per outcome, each row’s outcome and error (as JSON pages or a CSV download of the failed rows to fix and re-import), cancel between batches and one `import.completed` event. Imports are kept `IMPORT_RETENTION_DAYS` (30 by default) after they finish; the records they created stay.',
+  },
+  {
     name: 'Catalog',
     description:
       'The read-only catalogs: designated-service codes used in `designatedServices`, `preExistingServices` and `service_codes`, and entity document type codes. Any valid API key may read them.',

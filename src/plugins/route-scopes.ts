@@ -48,6 +48,12 @@ export const ROUTE_SCOPES: Readonly<Record<string, Scope | null>> = {
   'GET /v1/customers/:id/reviews': 'customers:read',
   'POST /v1/entities/:id/reviews': 'verification:write',
   'GET /v1/entities/:id/reviews': 'customers:read',
+  'POST /v1/imports': 'imports:write',
+  'GET /v1/imports': 'imports:read',
+  'GET /v1/imports/templates/:file': 'imports:read',
+  'GET /v1/imports/:id': 'imports:read',
+  'GET /v1/imports/:id/rows': 'imports:read',
+  'POST /v1/imports/:id/cancel': 'imports:write',
 };
 
 export function routeKey(method: string, url: string): string {

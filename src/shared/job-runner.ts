@@ -31,6 +31,20 @@ export const QUEUES = {
   reviewSweep: { name: 'review-sweep', policy: 'exclusive', retryLimit: 0, expireInSeconds: 600 },
   /** Re-dates an organisation's reviews after its policy changed, in batches; retried from the start if its instance died. */
   reviewRedate: { name: 'review-redate', retryLimit: 5, retryDelay: 10, retryBackoff: true, expireInSeconds: 3600 },
+  /**
+   * Applies an import's rows in batches (modules/imports/import-worker.ts), one job per import, grouped by
+   * organisation. A heartbeat: an attempt whose instance died is retried within a minute and resumes
+   * at the first row without an outcome.
+   */
+  importRun: {
+    name: 'import-run',
+    retryLimit: 10,
+    retryDelay: 5,
+    retryBackoff: true,
+    retryDelayMax: 300,
+    expireInSeconds: 4 * 3600,
+    heartbeatSeconds: 30,
+  },
 } as const satisfies Record<string, Queue>;
 
 export type QueueName = (typeof QUEUES)[keyof typeof QUEUES]['name'];

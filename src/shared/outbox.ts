@@ -22,6 +22,7 @@ export const EVENT_TYPES = [
   'document_request.updated',
   'customer.review_due',
   'customer.review_completed',
+  'import.completed',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 /** Every type the feed can hold: a `webhook.test` reaches every endpoint it is sent to, subscribed or not. */
@@ -43,6 +44,8 @@ export type OutboxEvent = {
   updatedAtFromRecord?: boolean;
   /** Queues the event for this endpoint only (when enabled), whatever its subscriptions: a test sent to one endpoint. */
   endpointId?: string;
+  /** A bulk import's row caused it: endpoints with skip_import_rows get no delivery of it (the feed still has it). */
+  fromImport?: boolean;
 };
 
 /** Stands for a customer's updated_at in an event built before the database stamped it. */
@@ -60,6 +63,7 @@ type EventValues = {
   created: string;
   endpointId?: string;
   marker?: string;
+  fromImport: boolean;
 };
 const value = (name: keyof EventValues) => sql.placeholder(name);
 
@@ -76,7 +80,8 @@ function recordEvent(name: string, payload: SQL, options: { oneEndpoint?: boolea
     const endpointFilter = options.oneEndpoint
       ? sql`AND endpoint.id = ${value('endpointId')}::uuid`
       : sql`AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types)
-              OR event.type = 'webhook.test')`;
+              OR event.type = 'webhook.test')
+            AND NOT (endpoint.skip_import_rows AND ${value('fromImport')}::boolean)`;
     const event = executor.$with('event', { id: sql`id` }).as(sql`
       INSERT INTO outbox_events (id, org_id, type, customer_id, payload, created_at)
       VALUES (${value('id')}, ${value('orgId')}, ${value('type')}, ${value('customerId')}, ${payload}, ${value('created')})
@@ -122,7 +127,15 @@ export function createOutboxRepository() {
       const id = randomUUID();
       const created = new Date().toISOString();
       const payload = JSON.stringify({ id, type: event.type, created, data: event.data ?? { customer: event.customer } });
-      const values: EventValues = { id, orgId: event.orgId, type: event.type, customerId: event.customerId, payload, created };
+      const values: EventValues = {
+        id,
+        orgId: event.orgId,
+        type: event.type,
+        customerId: event.customerId,
+        payload,
+        created,
+        fromImport: event.fromImport === true,
+      };
       const rows =
         event.endpointId !== undefined
           ? await statements.toOneEndpoint(tx, { ...values, endpointId: event.endpointId })
@@ -132,6 +145,40 @@ export function createOutboxRepository() {
       wakeAfterCommit(tx, FEED_CHANNEL);
       if (rows.length > 0) wakeAfterCommit(tx, 'webhook_deliveries');
       return id;
+    },
+
+    /**
+     * Writes many events of one organisation in one statement, each with its deliveries as `record`
+     * would (a background batch: the review sweep). The DTOs carry their own updated_at.
+     */
+    async recordMany(events: Array<Omit<OutboxEvent, 'endpointId' | 'updatedAtFromRecord'>>, tx: Executor): Promise<void> {
+      if (events.length === 0) return;
+      const created = new Date().toISOString();
+      const ids = events.map(() => randomUUID());
+      const payloads = events.map((event, index) =>
+        JSON.stringify({ id: ids[index], type: event.type, created, data: event.data ?? { customer: event.customer } }),
+      );
+      const { rows } = await tx.execute(sql`
+        WITH event AS (
+          INSERT INTO outbox_events (id, org_id, type, customer_id, payload, created_at)
+          SELECT id, org_id, type, customer_id, payload, ${created}::timestamptz
+            FROM unnest(${sql.param(ids)}::uuid[], ${sql.param(events.map((event) => event.orgId))}::uuid[], ${sql.param(events.map((event) => event.type))}::text[],
+                        ${sql.param(events.map((event) => event.customerId))}::uuid[], ${sql.param(payloads)}::text[])
+              AS event (id, org_id, type, customer_id, payload)
+          RETURNING id, org_id, type
+        ), queued AS (
+          INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id)
+          SELECT event.org_id, event.id, endpoint.id
+            FROM event
+            JOIN webhook_endpoints endpoint
+              ON endpoint.org_id = event.org_id
+             AND endpoint.enabled
+             AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types))
+          RETURNING 1
+        )
+        SELECT 1 FROM queued LIMIT 1`);
+      wakeAfterCommit(tx, FEED_CHANNEL);
+      if (rows.length > 0) wakeAfterCommit(tx, 'webhook_deliveries');
     },
   };
 }

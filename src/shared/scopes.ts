@@ -15,5 +15,7 @@ export const SCOPES = [
   'audit:read',
   'policy:read',
   'policy:write',
+  'imports:read',
+  'imports:write',
 ] as const;
 export type Scope = (typeof SCOPES)[number];

@@ -99,6 +99,17 @@ const createEndpoint = async (org: TestOrg) => {
   return endpoint;
 };
 
+/** POST /v1/imports with a small CSV as the raw body (the worker is not run here). */
+async function uploadImport(org: TestOrg, idempotencyKey?: string): Promise<{ id: string }> {
+  const response = await ctx.request('POST', '/v1/imports?kind=individuals', {
+    key: org.key,
+    body: `externalId,fullName,email\ncrm-${suffix()},Ivy Imported,ivy.${suffix()}@example.com\n`,
+    headers: { 'content-type': 'text/csv', ...(idempotencyKey ? { 'idempotency-key': idempotencyKey } : {}) },
+  });
+  expect(response.statusCode, response.body).toBe(202);
+  return response.json();
+}
+
 /** One mutating request: `run` makes its fixtures, sends the request with the Idempotency-Key, and names the rows it must leave. */
 type ApiScenario = { route: string; name?: string; run(org: TestOrg, idempotencyKey: string): Promise<Expected[]> };
 
@@ -331,6 +342,21 @@ const API_SCENARIOS: ApiScenario[] = [
         key,
       );
       return [{ action: 'entity.review_recorded', subject: { type: 'entity', id: entity.id } }];
+    },
+  },
+  {
+    route: 'POST /v1/imports',
+    run: async (org, key) => {
+      const created = await uploadImport(org, key);
+      return [{ action: 'import.created', subject: { type: 'import', id: created.id } }];
+    },
+  },
+  {
+    route: 'POST /v1/imports/:id/cancel',
+    run: async (org, key) => {
+      const created = await uploadImport(org);
+      await call(org, 'POST', `/v1/imports/${created.id}/cancel`, 200, undefined, key);
+      return [{ action: 'import.cancel_requested', subject: { type: 'import', id: created.id } }];
     },
   },
 ];
@@ -661,6 +687,32 @@ const CLI_SCENARIOS: CliScenario[] = [
       const customer = await verifiedCustomer(org);
       await svc('review', 'simulate-due', '--org', org.id, '--customer', customer.id);
       return { expected: [{ action: 'customer.review_due_simulated', subject: { type: 'customer', id: customer.id } }] };
+    },
+  },
+  {
+    command: 'import',
+    run: async (org) => {
+      const externalId = `crm-${suffix()}`;
+      const file = join(mkdtempSync(join(tmpdir(), 'coverage-')), 'clients.csv');
+      writeFileSync(file, `externalId,fullName,email\n${externalId},Ivy Imported,ivy.${suffix()}@example.com\n`);
+      const finished = await svc('import', '--org', org.id, '--kind', 'individuals', '--file', file);
+      const customer = await call(org, 'GET', `/v1/customers/${externalId}`, 200);
+      return {
+        expected: [
+          { action: 'import.created', subject: { type: 'import', id: finished.id } },
+          { action: 'customer.created', subject: { type: 'customer', id: customer.id } },
+        ],
+      };
+    },
+  },
+  {
+    command: 'import',
+    run: async (org) => {
+      const file = join(mkdtempSync(join(tmpdir(), 'import-coverage-')), 'clients.csv');
+      writeFileSync(file, 'externalId,fullName,email\ncov-import-1,Imported Person,imported@example.test\n');
+      const imported = await svc('import', '--org', org.id, '--kind', 'individuals', '--file', file);
+      expect(imported).toMatchObject({ status: 'COMPLETED', counts: { created: 1 } });
+      return { expected: [{ action: 'import.created', subject: { type: 'import', id: imported.id } }] };
     },
   },
   {

@@ -125,6 +125,16 @@ async function withDueReview(record: { id: string }, kind: 'individual' | 'entit
   await services.reviews.simulateDue(orgId, record.id, OPERATOR);
   return record;
 }
+/** A 10-row CSV of new individuals, the same length every time (fixed-width tags). */
+function importFile(): string {
+  const lines = ['externalId,fullName,email,risk.isNewCustomer,designatedServices'];
+  for (let row = 0; row < 10; row += 1) {
+    const tag = next();
+    lines.push(`crm-imp-${tag},Imported Person ${tag},imported.${tag}@example.com,false,PRO-REAL-ESTATE`);
+  }
+  return `${lines.join('\n')}\n`;
+}
+const csvHeaders = () => ({ ...idem(), 'content-type': 'text/csv' });
 const reviewBody = () => ({ outcome: 'NO_CHANGE', reviewer: 'Budget Reviewer', notes: `Budget review ${next()}` });
 
 /** Every route measured; the names are the keys of write-budget.json. Writes carry an Idempotency-Key, as clients are told to send. */
@@ -329,6 +339,25 @@ const SCENARIOS: Scenario[] = [
     prepare: async () => {
       const entity = await withDueReview(await createEntity(), 'entity');
       return { method: 'POST', url: `/v1/entities/${entity.id}/reviews`, body: reviewBody(), headers: idem(), status: 201 };
+    },
+  },
+  {
+    name: 'POST /v1/imports (10-row CSV)',
+    route: 'POST /v1/imports',
+    prepare: async () => ({ method: 'POST', url: '/v1/imports?kind=individuals', body: importFile(), headers: csvHeaders(), status: 202 }),
+  },
+  {
+    name: 'POST /v1/imports/:id/cancel',
+    route: 'POST /v1/imports/:id/cancel',
+    prepare: async () => {
+      const created = await send({
+        method: 'POST',
+        url: '/v1/imports?kind=individuals',
+        body: importFile(),
+        headers: csvHeaders(),
+        status: 202,
+      });
+      return { method: 'POST', url: `/v1/imports/${created.id}/cancel`, headers: idem(), status: 200 };
     },
   },
   // Last: the endpoints these leave enabled would otherwise add deliveries to the events of the routes above.

@@ -76,6 +76,8 @@ describe('one list envelope', () => {
         '/entities',
         '/entities/{id}/reviews',
         '/events',
+        '/imports',
+        '/imports/{id}/rows',
         '/webhook-endpoints',
         '/webhook-endpoints/{id}/deliveries',
       ].sort(),

@@ -245,7 +245,7 @@ describe('GET /v1/events content and paging', () => {
     const message = (badType.json().error.details.issues.type as string[]).join(' ');
     expect(message).toContain('"customer.deleted"');
     expect(message).toContain(
-      'customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, customer.review_due, customer.review_completed, webhook.test',
+      'customer.kyc_completed, aml.review_completed, customer.updated, endpoint.disabled, document_request.updated, customer.review_due, customer.review_completed, import.completed, webhook.test',
     );
     for (const field of ['created_after', 'created_before']) {
       const response = await list(org, { [field]: 'yesterday' });

@@ -67,6 +67,9 @@ beforeAll(async () => {
       roles: [{ roleLabel: 'Executor', partyType: 'INDIVIDUAL', checkTrigger: 'ON_ADD' }],
     }),
   );
+  // The file `import` reads: one new individual (no external id the other examples use).
+  const clientsFile = join(folder, 'clients.csv');
+  writeFileSync(clientsFile, 'externalId,fullName,email,designatedServices\ncrm-import-1,Grace Hopper,grace@example.com,PRO-REAL-ESTATE\n');
   substitutions = [
     ['3f0c…', org.id],
     ['9b2e…', spareKey.id],
@@ -75,6 +78,7 @@ beforeAll(async () => {
     ['1d7a…', eventId],
     ['5c44…', live!.id],
     ['--file template.json', `--file ${templateFile}`],
+    ['--file clients.csv', `--file ${clientsFile}`],
     // `audit export --out` writes the file `audit verify --file` reads, the example after it.
     ['audit.ndjson', join(folder, 'audit.ndjson')],
     // The reader's own receiver; this one is on loopback, which WEBHOOK_ALLOW_PRIVATE_URLS allows.

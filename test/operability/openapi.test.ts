@@ -202,6 +202,8 @@ describe('committed OpenAPI document for integrators', () => {
       'GET /entities',
       'GET /entities/{id}/reviews',
       'GET /events',
+      'GET /imports',
+      'GET /imports/{id}/rows',
       'GET /webhook-endpoints',
       'GET /webhook-endpoints/{id}/deliveries',
     ]);

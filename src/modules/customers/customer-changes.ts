@@ -33,9 +33,12 @@ async function allInOrder<T extends readonly unknown[]>(statements: T): Promise<
   return outcomes.map((outcome) => (outcome as PromiseFulfilledResult<unknown>).value) as { -readonly [K in keyof T]: Awaited<T[K]> };
 }
 
+/** The records the integration owns: those its API calls or its bulk imports created. */
+const INTEGRATION_OWNED: ReadonlySet<string> = new Set(['INTEGRATION', 'BULK_IMPORT']);
+
 /** A record the integration owns that changed after its creation fires `customer.updated`. */
 function firesUpdated(change: { before: CustomerRow | undefined; after: CustomerRow; fireUpdated?: boolean }): boolean {
-  return change.before !== undefined && change.after.addedVia === 'INTEGRATION' && change.fireUpdated !== false;
+  return change.before !== undefined && INTEGRATION_OWNED.has(change.after.addedVia) && change.fireUpdated !== false;
 }
 
 /** Whether a change moved a review into DUE (a review already due or overdue does not fire again). */
@@ -128,6 +131,7 @@ export function createCustomerChangeRecorder() {
               customerId: after.id,
               customer: change.dto,
               updatedAtFromRecord: change.updatedAtFromRecord,
+              fromImport: change.actor.importId !== undefined,
             },
             tx,
           )
@@ -141,6 +145,7 @@ export function createCustomerChangeRecorder() {
               customerId: after.id,
               customer: change.dto,
               updatedAtFromRecord: change.updatedAtFromRecord,
+              fromImport: change.actor.importId !== undefined,
             },
             tx,
           )

@@ -7,10 +7,10 @@ import { Issues, todayIso } from '../../shared/issues.js';
 import type { ListPage } from '../../shared/list-envelope.js';
 import type { RequestContext } from '../../shared/request-context.js';
 import { normalizeServiceCodes } from '../designated-services/catalog.js';
-import { checkBusinessRegister, type BusinessRegister } from './business-register.js';
+import { checkBusinessRegister, type BusinessRegister, type BusinessRegisterStatus } from './business-register.js';
 import { changedColumns, type CustomerChangeRecorder } from './customer-changes.js';
 import { toAmlBlock, toIndividualDto } from './customer-dto.js';
-import type { CustomerKind, CustomersRepository, ListFilters } from './customers.repository.js';
+import type { CustomerKind, CustomersRepository, KnownCount, ListFilters } from './customers.repository.js';
 import type { IndividualDto, PatchCustomerBody, UpsertCustomerBody } from './customers.schemas.js';
 import {
   assessmentTriggers,
@@ -48,6 +48,13 @@ export type ListQuery = {
 };
 
 export type ListResult<T> = ListPage<T> & { total_count?: number };
+
+/**
+ * How an upsert that is not a plain API request runs (a bulk import's row): `addedVia` for a record it
+ * creates (default INTEGRATION), and the business-register status when it was looked up beforehand
+ * (a bulk import looks it up before its batch's transaction: no network I/O inside one).
+ */
+export type UpsertOptions = { addedVia?: 'INTEGRATION' | 'BULK_IMPORT'; registerStatus?: BusinessRegisterStatus };
 
 /**
  * A list page, and for the first page of a walk the time its read began: every change of the
@@ -105,7 +112,8 @@ export async function listCustomerRecords<T>(
   const drainedAt = filters.after ? undefined : await drainChanges(repository, orgId);
   const key = await cursorKey();
   const result = await pageReads.read(async (executor): Promise<ListResult<T>> => {
-    const rows = await repository.list(orgId, filters, limit + 1, executor);
+    const known: KnownCount = {};
+    const rows = await repository.list(orgId, filters, limit + 1, executor, known);
     const page = rows.slice(0, limit);
     const hasMore = rows.length > limit;
     const last = page[page.length - 1];
@@ -117,7 +125,7 @@ export async function listCustomerRecords<T>(
       limit,
     };
     if (query.include?.split(',').some((part) => part.trim() === 'total_count')) {
-      body.total_count = await repository.count(orgId, filters, executor);
+      body.total_count = known.total ?? (await repository.count(orgId, filters, executor));
     }
     return body;
   });
@@ -328,6 +336,7 @@ export function createCustomersService(deps: {
     existing: CustomerRow | undefined,
     body: UpsertCustomerBody,
     registerStatus: string | undefined,
+    addedVia: NonNullable<UpsertOptions['addedVia']> = 'INTEGRATION',
   ) {
     const issues = new Issues();
     const now = clock.now();
@@ -384,40 +393,56 @@ export function createCustomersService(deps: {
       Object.assign(values, { businessName: null, abn: null, businessRegisterStatus: null });
     }
     if (!existing) {
-      Object.assign(values, { orgId: ctx.orgId, kind: 'individual', externalId: body.externalId ?? null, addedVia: 'INTEGRATION' });
+      Object.assign(values, { orgId: ctx.orgId, kind: 'individual', externalId: body.externalId ?? null, addedVia });
     }
     return values;
   }
 
+  /** The business-register status an upsert of `body` records, looked up now (undefined: the body has no sole trader's ABN). */
+  async function registerStatusOf(body: UpsertCustomerBody): Promise<BusinessRegisterStatus | undefined> {
+    return body.abn !== undefined && body.type !== 'INDIVIDUAL' ? checkBusinessRegister(deps.businessRegister, body.abn) : undefined;
+  }
+
   return {
-    /** POST /customers: create or update per the matching table; never starts KYC, emails or charges. */
-    async upsert(ctx: RequestContext, body: UpsertCustomerBody): Promise<{ created: boolean; customer: IndividualDto }> {
-      const registerStatus =
-        body.abn !== undefined && body.type !== 'INDIVIDUAL' ? await checkBusinessRegister(deps.businessRegister, body.abn) : undefined;
+    registerStatusOf,
+
+    /**
+     * POST /customers: create or update per the matching table; never starts KYC, emails or charges.
+     * `changed` tells an update from a match that changed nothing.
+     */
+    async upsert(
+      ctx: RequestContext,
+      body: UpsertCustomerBody,
+      options: UpsertOptions = {},
+    ): Promise<{ created: boolean; changed: boolean; customer: IndividualDto }> {
+      const registerStatus = options.registerStatus ?? (await registerStatusOf(body));
       try {
         return await ctx.transaction(async (tx) => {
           for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
             const match = await matchForUpsert(ctx, body, tx);
             if (match) {
-              const values = upsertColumns(ctx, match.row, body, registerStatus);
+              const values = upsertColumns(ctx, match.row, body, registerStatus, options.addedVia);
               if (match.adopt) values.externalId = body.externalId;
               const changed = changedColumns(match.row, values);
-              if (Object.keys(changed).length === 0) return { created: false, customer: toIndividualDto(match.row) };
+              if (Object.keys(changed).length === 0) return { created: false, changed: false, customer: toIndividualDto(match.row) };
               const diff = await reviewColumns.withReview(match.row, changed, tx);
               const { dto } = await changes.writeChange(
                 { actor: ctx.actor, action: 'customer.upserted', before: match.row, diff, toDto: toIndividualDto },
                 () => repository.updateLocked(ctx.orgId, match.row.id, diff, tx),
                 tx,
               );
-              return { created: false, customer: dto };
+              return { created: false, changed: true, customer: dto };
             }
-            const values = await reviewColumns.forNewRecord(upsertColumns(ctx, undefined, body, registerStatus) as NewCustomerRow, tx);
+            const values = await reviewColumns.forNewRecord(
+              upsertColumns(ctx, undefined, body, registerStatus, options.addedVia) as NewCustomerRow,
+              tx,
+            );
             const inserted = await repository.insertIfAbsent(values, tx);
             if (inserted) {
               const dto = toIndividualDto(inserted);
               const created = { actor: ctx.actor, action: 'customer.created', before: undefined, after: inserted, dto };
               await changes.record(created, tx);
-              return { created: true, customer: dto };
+              return { created: true, changed: true, customer: dto };
             }
             // A concurrent request inserted a matching record first; match again and update it.
           }

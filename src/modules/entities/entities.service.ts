@@ -15,6 +15,7 @@ import {
   servicesUpdate,
   type ListQuery,
   type ListRead,
+  type UpsertOptions,
 } from '../customers/customers.service.js';
 import type { RequestContext } from '../../shared/request-context.js';
 import type { ReviewColumnsWriter } from '../customers/review-columns.js';
@@ -24,6 +25,7 @@ import type { AddOwnersBody, ContactInput, EntityDto, PatchEntityBody, UpsertEnt
 import { toBeneficialOwnerDto, toEntityDto } from './entity-dto.js';
 
 const UPSERT_ATTEMPTS = 5;
+type AddedVia = NonNullable<UpsertOptions['addedVia']>;
 const FROZEN_MESSAGE = 'Frozen after KYB verification.';
 const UNIQUE_CONFLICT_MESSAGE = 'Another entity already has this ABN, ACN or legal name and type.';
 
@@ -71,7 +73,12 @@ export function createEntitiesService(deps: {
    * An individual by exact (case-insensitive) name + email, or a new one created for the role
    * (contact person or beneficial owner). Concurrency-safe through the name+email unique index.
    */
-  async function findOrCreatePerson(ctx: RequestContext, person: { fullName: string; email: string; kycRequired: boolean }, tx: Executor) {
+  async function findOrCreatePerson(
+    ctx: RequestContext,
+    person: { fullName: string; email: string; kycRequired: boolean },
+    tx: Executor,
+    addedVia: AddedVia = 'INTEGRATION',
+  ) {
     for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
       const existing = await customers.findIndividualByNameAndEmail(ctx.orgId, person.fullName, person.email, tx);
       if (existing) return existing;
@@ -83,7 +90,7 @@ export function createEntitiesService(deps: {
           name: person.fullName,
           email: person.email,
           isContactOnly: true,
-          addedVia: 'INTEGRATION',
+          addedVia,
           // The person's own KYC is intended (kycRequired) but nothing is started or charged.
           kycStatus: person.kycRequired ? 'NOT_STARTED' : 'NOT_REQUIRED',
         },
@@ -100,7 +107,7 @@ export function createEntitiesService(deps: {
     throw AppError.conflict('The person changed concurrently; retry the request.');
   }
 
-  async function resolveContact(ctx: RequestContext, contact: ContactInput, tx: Executor) {
+  async function resolveContact(ctx: RequestContext, contact: ContactInput, tx: Executor, addedVia: AddedVia = 'INTEGRATION') {
     const issues = new Issues();
     const inline = contact.fullName !== undefined || contact.email !== undefined;
     if (contact.customerId !== undefined && inline) issues.add('contact', 'Send either customerId or fullName plus email, not both.');
@@ -116,7 +123,7 @@ export function createEntitiesService(deps: {
       if (!person) throw AppError.field('contact.customerId', 'No individual customer with this id or external_id.');
       return { contactCustomerId: person.id, contactKycRequired: kycRequired };
     }
-    const person = await findOrCreatePerson(ctx, { fullName: contact.fullName!, email: contact.email!, kycRequired }, tx);
+    const person = await findOrCreatePerson(ctx, { fullName: contact.fullName!, email: contact.email!, kycRequired }, tx, addedVia);
     return { contactCustomerId: person.id, contactKycRequired: kycRequired };
   }
 
@@ -171,7 +178,13 @@ export function createEntitiesService(deps: {
     }
   }
 
-  async function upsertColumns(ctx: RequestContext, existing: CustomerRow | undefined, body: UpsertEntityBody, tx: Executor) {
+  async function upsertColumns(
+    ctx: RequestContext,
+    existing: CustomerRow | undefined,
+    body: UpsertEntityBody,
+    tx: Executor,
+    addedVia: AddedVia = 'INTEGRATION',
+  ) {
     const issues = new Issues();
     const origin = body.origin ?? existing?.origin ?? 'AUSTRALIAN';
     const answers: RiskAnswers = { ...((existing?.riskAnswers as RiskAnswers | undefined) ?? {}), ...(body.risk ?? {}) };
@@ -209,7 +222,7 @@ export function createEntitiesService(deps: {
       // The assessment only decides the status of a new record.
       preCommencementAssessment: existing ? undefined : body.preCommencementAssessment,
       ...servicesUpdate(existing, existing ? { ...body, preCommencementAssessment: undefined } : body, answers),
-      ...(body.contact ? await resolveContact(ctx, body.contact, tx) : {}),
+      ...(body.contact ? await resolveContact(ctx, body.contact, tx, addedVia) : {}),
     };
     if (!existing) {
       Object.assign(values, {
@@ -218,12 +231,30 @@ export function createEntitiesService(deps: {
         type: body.type,
         origin,
         externalId: body.externalId ?? null,
-        addedVia: 'INTEGRATION',
+        addedVia,
       });
     } else if (body.externalId && existing.externalId === null) {
       values.externalId = body.externalId;
     }
     return values;
+  }
+
+  /** Writes what changed of `values` and records the change; `changed` false when nothing did. */
+  async function saveChange(
+    ctx: RequestContext,
+    action: string,
+    row: CustomerRow,
+    values: Partial<NewCustomerRow>,
+    tx: Executor,
+    ownersChanged = false,
+  ): Promise<{ dto: EntityDto; changed: boolean }> {
+    const changed = changedColumns(row, values);
+    const diff = await reviewColumns.withReview(row, changed, tx, { ownersChanged });
+    if (Object.keys(diff).length === 0) return { dto: await dtoOf(row, tx), changed: false };
+    const updated = await customers.update(ctx.orgId, row.id, diff, tx);
+    const dto = await dtoOf(updated, tx);
+    await changes.record({ actor: ctx.actor, action, before: row, after: updated, dto }, tx);
+    return { dto, changed: true };
   }
 
   async function save(
@@ -234,18 +265,19 @@ export function createEntitiesService(deps: {
     tx: Executor,
     ownersChanged = false,
   ): Promise<EntityDto> {
-    const changed = changedColumns(row, values);
-    const diff = await reviewColumns.withReview(row, changed, tx, { ownersChanged });
-    if (Object.keys(diff).length === 0) return dtoOf(row, tx);
-    const updated = await customers.update(ctx.orgId, row.id, diff, tx);
-    const dto = await dtoOf(updated, tx);
-    await changes.record({ actor: ctx.actor, action, before: row, after: updated, dto }, tx);
-    return dto;
+    return (await saveChange(ctx, action, row, values, tx, ownersChanged)).dto;
   }
 
   return {
-    /** POST /entities: create or update per the matching order; never starts KYB, emails or charges. */
-    async upsert(ctx: RequestContext, body: UpsertEntityBody): Promise<{ created: boolean; entity: EntityDto }> {
+    /**
+     * POST /entities: create or update per the matching order; never starts KYB, emails or charges.
+     * `changed` tells an update from a match that changed nothing; `options.addedVia` marks what it creates.
+     */
+    async upsert(
+      ctx: RequestContext,
+      body: UpsertEntityBody,
+      options: Pick<UpsertOptions, 'addedVia'> = {},
+    ): Promise<{ created: boolean; changed: boolean; entity: EntityDto }> {
       if (body.origin !== undefined) {
         // A payload that contradicts itself (e.g. INTERNATIONAL with an ABN) is invalid whatever is stored.
         const issues = new Issues();
@@ -256,14 +288,20 @@ export function createEntitiesService(deps: {
         return await ctx.transaction(async (tx) => {
           for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
             const match = await matchForUpsert(ctx, body, tx);
-            if (match)
-              return { created: false, entity: await save(ctx, 'entity.upserted', match, await upsertColumns(ctx, match, body, tx), tx) };
-            const values = await reviewColumns.forNewRecord((await upsertColumns(ctx, undefined, body, tx)) as NewCustomerRow, tx);
+            if (match) {
+              const values = await upsertColumns(ctx, match, body, tx, options.addedVia);
+              const { dto, changed } = await saveChange(ctx, 'entity.upserted', match, values, tx);
+              return { created: false, changed, entity: dto };
+            }
+            const values = await reviewColumns.forNewRecord(
+              (await upsertColumns(ctx, undefined, body, tx, options.addedVia)) as NewCustomerRow,
+              tx,
+            );
             const inserted = await customers.insertIfAbsent(values, tx);
             if (inserted) {
               const dto = await dtoOf(inserted, tx);
               await changes.record({ actor: ctx.actor, action: 'entity.created', before: undefined, after: inserted, dto }, tx);
-              return { created: true, entity: dto };
+              return { created: true, changed: true, entity: dto };
             }
             // A concurrent request created a matching entity first; match again.
           }

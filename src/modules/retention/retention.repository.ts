@@ -13,6 +13,8 @@ export const RETENTION_TABLES = [
   'document_chunks',
   'document_requests',
   'customer_reviews',
+  'import_rows',
+  'imports',
 ] as const;
 export type RetentionTable = (typeof RETENTION_TABLES)[number];
 
@@ -172,6 +174,38 @@ export function createRetentionRepository() {
           RETURNING 1)
         DELETE FROM document_requests r USING chosen
          WHERE r.org_id = ${orgId} AND r.id = chosen.id`);
+      return result.rowCount ?? 0;
+    },
+
+    /**
+     * Rows of imports that finished longer ago than retention, a batch at a time (an import may hold
+     * 100,000 of them: its own delete would be one long transaction); the import goes once it has none.
+     */
+    async purgeImportRows(orgId: string, days: number, limit: number, tx: Executor): Promise<number> {
+      const result = await tx.execute(sql`
+        WITH chosen AS (
+          SELECT r.import_id, r.row_number
+            FROM imports i
+            JOIN import_rows r ON r.org_id = i.org_id AND r.import_id = i.id
+           WHERE i.org_id = ${orgId} AND i.finished_at < clock_timestamp() - make_interval(days => ${days}::int)
+           LIMIT ${limit}
+           FOR UPDATE OF r SKIP LOCKED)
+        DELETE FROM import_rows r USING chosen
+         WHERE r.org_id = ${orgId} AND r.import_id = chosen.import_id AND r.row_number = chosen.row_number`);
+      return result.rowCount ?? 0;
+    },
+
+    /** Imports that finished longer ago than retention and whose rows are gone (purgeImportRows first). */
+    async purgeImports(orgId: string, days: number, limit: number, tx: Executor): Promise<number> {
+      const result = await tx.execute(sql`
+        WITH chosen AS (
+          SELECT id FROM imports i
+           WHERE org_id = ${orgId} AND finished_at < clock_timestamp() - make_interval(days => ${days}::int)
+             AND NOT EXISTS (SELECT 1 FROM import_rows r WHERE r.org_id = i.org_id AND r.import_id = i.id)
+           LIMIT ${limit}
+           FOR UPDATE SKIP LOCKED)
+        DELETE FROM imports i USING chosen
+         WHERE i.org_id = ${orgId} AND i.id = chosen.id`);
       return result.rowCount ?? 0;
     },
 

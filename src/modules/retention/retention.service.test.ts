@@ -171,7 +171,7 @@ const service = (options: { batchSize?: number; onPurged?: (table: RetentionTabl
 };
 
 describe('retention settings', () => {
-  it('when nothing is set, it keeps events and deliveries 30 days, emails 90, audit, documents and reviews 7 years and idempotency keys 24 hours', () => {
+  it('when nothing is set, it keeps events, deliveries and finished imports 30 days, emails 90, audit, documents and reviews 7 years and idempotency keys 24 hours', () => {
     expect(loadConfig({}).retention).toEqual({
       eventDays: 30,
       webhookDeliveryDays: 30,
@@ -179,6 +179,7 @@ describe('retention settings', () => {
       auditYears: 7,
       documentYears: 7,
       reviewYears: 7,
+      importDays: 30,
       idempotencyHours: 24,
     });
   });
@@ -191,6 +192,7 @@ describe('retention settings', () => {
       AUDIT_RETENTION_YEARS: '10',
       DOCUMENT_RETENTION_YEARS: '12',
       REVIEW_RETENTION_YEARS: '9',
+      IMPORT_RETENTION_DAYS: '5',
       IDEMPOTENCY_RETENTION_HOURS: '48',
     }).retention;
     expect(retention).toEqual({
@@ -200,6 +202,7 @@ describe('retention settings', () => {
       auditYears: 10,
       documentYears: 12,
       reviewYears: 9,
+      importDays: 5,
       idempotencyHours: 48,
     });
   });
@@ -216,6 +219,7 @@ describe('retention settings', () => {
     ['REVIEW_RETENTION_YEARS', '0', /greater than zero/],
     ['REVIEW_RETENTION_YEARS', '101', /at most 100 years/],
     ['REVIEW_RETENTION_YEARS', '7.5', /whole number of years/],
+    ['IMPORT_RETENTION_DAYS', '0', /greater than zero/],
     ['IDEMPOTENCY_RETENTION_HOURS', '23', /at least 24 \(the spec's replay window\)/],
     ['IDEMPOTENCY_RETENTION_HOURS', '1.5', /whole number of hours/],
   ])('when %s=%s, it refuses to start and names the variable', (variable, value, problem) => {

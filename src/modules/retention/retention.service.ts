@@ -103,6 +103,17 @@ export function createRetentionService(
       record(counts, 'customer_reviews', rows);
       return rows;
     });
+    // An import's rows before the import: its cascade would delete up to 100,000 rows in one go.
+    await drain(signal, async () => {
+      const rows = await repository.purgeImportRows(orgId, settings.importDays, batchSize, database.db);
+      record(counts, 'import_rows', rows);
+      return rows;
+    });
+    await drain(signal, async () => {
+      const rows = await repository.purgeImports(orgId, settings.importDays, batchSize, database.db);
+      record(counts, 'imports', rows);
+      return rows;
+    });
     if (!signal?.aborted) {
       // Last: a chain the purge refuses (broken) fails the organisation after its other tables are done.
       // Whole days only: at most one checkpoint (and one audit_log.purged row) per organisation a day.

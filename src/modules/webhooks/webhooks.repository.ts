@@ -16,6 +16,7 @@ const endpointColumns = {
   description: webhookEndpoints.description,
   enabled: webhookEndpoints.enabled,
   disabledReason: webhookEndpoints.disabledReason,
+  skipImportRows: webhookEndpoints.skipImportRows,
   previousSecretExpiresAt:
     sql<Date | null>`CASE WHEN ${webhookEndpoints.previousSecretExpiresAt} > clock_timestamp() THEN ${webhookEndpoints.previousSecretExpiresAt} END`.mapWith(
       webhookEndpoints.previousSecretExpiresAt,
@@ -31,6 +32,7 @@ export type WebhookEndpointRecord = {
   description: string | null;
   enabled: boolean;
   disabledReason: string | null;
+  skipImportRows: boolean;
   previousSecretExpiresAt: Date | null;
   createdAt: Date;
   updatedAt: Date;
@@ -43,6 +45,7 @@ export type EndpointChanges = Partial<{
   enabled: boolean;
   disabledReason: string | null;
   failingSince: Date | null;
+  skipImportRows: boolean;
 }>;
 /** A page position: the last row of the previous page, by (created_at, id). */
 export type PagePosition = { createdAt: Date; id: string };

@@ -13,6 +13,8 @@ export const addEndpointInput = z
     events: z.array(z.enum(EVENT_TYPES, { error: `Unknown event type. Valid: ${EVENT_TYPES.join(', ')}.` })).optional(),
     enabled: z.boolean().optional(),
     description: z.string().trim().max(500, 'At most 500 characters.').optional(),
+    /** No deliveries of the events a bulk import's rows cause. */
+    skipImportRows: z.boolean().optional(),
   })
   .strict();
 export type AddEndpointInput = z.input<typeof addEndpointInput>;
@@ -36,6 +38,8 @@ export type WebhookEndpointDto = {
   description: string | null;
   enabled: boolean;
   disabled_reason: string | null;
+  /** No deliveries of the events a bulk import's rows cause (the feed keeps them). */
+  skip_import_rows: boolean;
   /** Until when deliveries also carry the previous secret's signature (after a rotation); never the secret itself. */
   previous_secret_expires_at: string | null;
   created_at: string;
@@ -94,6 +98,12 @@ export const createEndpointBody = z
       .meta({ example: ['customer.kyc_completed', 'customer.updated'] }),
     description: descriptionField.optional().describe('Your note about the endpoint.').meta({ example: 'CRM production' }),
     enabled: z.boolean().optional().describe('Default true; false registers it without receiving events yet.'),
+    skipImportRows: z
+      .boolean()
+      .optional()
+      .describe(
+        "true: events caused by a bulk import's rows (customer.updated, …) are not delivered to this endpoint (import.completed still is); the events feed still has them. Default false.",
+      ),
   })
   .strict();
 export const updateEndpointInput = z
@@ -108,6 +118,12 @@ export const updateEndpointInput = z
       .optional()
       .describe('false disables the endpoint (its queued deliveries fail); true enables it again and clears disabled_reason.'),
     description: descriptionField.nullable().optional().describe('Your note; null clears it.').meta({ example: 'CRM staging' }),
+    skipImportRows: z
+      .boolean()
+      .optional()
+      .describe(
+        "true: events caused by a bulk import's rows (customer.updated, …) are not delivered to this endpoint (import.completed still is); the events feed still has them. Default false.",
+      ),
   })
   .strict();
 export type UpdateEndpointInput = z.infer<typeof updateEndpointInput>;
@@ -167,6 +183,11 @@ export const endpointSchema = z
     description: z.string().nullable().describe('Your note about the endpoint.').meta({ example: 'CRM production' }),
     enabled: z.boolean().describe('Whether events are delivered to it.'),
     disabled_reason: z.string().nullable().describe('Why it was disabled (by you, an operator, a 410 answer or 3 days of failures).'),
+    skip_import_rows: z
+      .boolean()
+      .describe(
+        "true: no deliveries of the events a bulk import's rows cause (import.completed still comes); the events feed still has them.",
+      ),
     previous_secret_expires_at: dateTime
       .nullable()
       .describe(
@@ -185,6 +206,7 @@ export const endpointSchema = z
       description: 'CRM production',
       enabled: true,
       disabled_reason: null,
+      skip_import_rows: false,
       previous_secret_expires_at: null,
       created_at: '2026-01-31T09:00:00.000Z',
       updated_at: '2026-01-31T09:00:00.000Z',

@@ -63,6 +63,7 @@ function toEndpointDto(row: WebhookEndpointRecord): WebhookEndpointDto {
     description: row.description,
     enabled: row.enabled,
     disabled_reason: row.disabledReason,
+    skip_import_rows: row.skipImportRows,
     previous_secret_expires_at: row.previousSecretExpiresAt?.toISOString() ?? null,
     created_at: row.createdAt.toISOString(),
     updated_at: row.updatedAt.toISOString(),
@@ -269,6 +270,7 @@ export function createWebhooksService(deps: {
             eventTypes: [...new Set(parsed.data.events ?? [])],
             description: note(parsed.data.description),
             enabled: parsed.data.enabled ?? true,
+            skipImportRows: parsed.data.skipImportRows ?? false,
           },
           tx,
         );
@@ -345,6 +347,8 @@ export function createWebhooksService(deps: {
           if (!sameSet(events, existing.eventTypes)) changes.eventTypes = events;
         }
         if (body.description !== undefined && note(body.description) !== existing.description) changes.description = note(body.description);
+        if (body.skipImportRows !== undefined && body.skipImportRows !== existing.skipImportRows)
+          changes.skipImportRows = body.skipImportRows;
         if (body.enabled === true && !existing.enabled) Object.assign(changes, { enabled: true, disabledReason: null, failingSince: null });
 
         let current = existing;
