@@ -46,6 +46,17 @@ export const feedEnvelope = <T extends z.ZodType>(item: T, order: string) =>
       .meta({ example: CURSOR_EXAMPLE }),
   });
 
+/**
+ * A list page from `limit + 1` rows read in list order: the extra row only says there is more, and
+ * next_cursor is the cursor after the page's last row.
+ */
+export function listPage<Row, T>(rows: Row[], limit: number, toDto: (row: Row) => T, cursorAfter: (row: Row) => string): ListPage<T> {
+  const page = rows.slice(0, limit);
+  const hasMore = rows.length > limit;
+  const last = page.at(-1);
+  return { object: 'list', data: page.map(toDto), has_more: hasMore, next_cursor: hasMore && last ? cursorAfter(last) : null, limit };
+}
+
 /** A feed page: next_cursor follows the envelope's rule, resume_cursor is where the next poll starts. */
 export function feedPage<T>(data: T[], limit: number, hasMore: boolean, resumeCursor: string): FeedPage<T> {
   return { object: 'list', data, has_more: hasMore, next_cursor: hasMore ? resumeCursor : null, resume_cursor: resumeCursor, limit };

@@ -706,16 +706,6 @@ const CLI_SCENARIOS: CliScenario[] = [
     },
   },
   {
-    command: 'import',
-    run: async (org) => {
-      const file = join(mkdtempSync(join(tmpdir(), 'import-coverage-')), 'clients.csv');
-      writeFileSync(file, 'externalId,fullName,email\ncov-import-1,Imported Person,imported@example.test\n');
-      const imported = await svc('import', '--org', org.id, '--kind', 'individuals', '--file', file);
-      expect(imported).toMatchObject({ status: 'COMPLETED', counts: { created: 1 } });
-      return { expected: [{ action: 'import.created', subject: { type: 'import', id: imported.id } }] };
-    },
-  },
-  {
     command: 'audit purge',
     run: async () => {
       // An organisation whose chain starts with rows from 8 years ago (written straight into the

@@ -14,7 +14,7 @@ import {
   signCursor,
   type CursorKey,
 } from '../../shared/list-cursor.js';
-import type { ListPage } from '../../shared/list-envelope.js';
+import { listPage, type ListPage } from '../../shared/list-envelope.js';
 import type { OutboxRepository } from '../../shared/outbox.js';
 import type { RequestContext } from '../../shared/request-context.js';
 import { bodyToCells, DOWNLOAD_COLUMNS, importColumns, TEMPLATE_EXAMPLES, type ImportKind } from './import-columns.js';
@@ -132,16 +132,7 @@ export function createImportsService(
       const key = await cursorKey();
       const before = query.cursor ? decodeCursor(query.cursor, fingerprint, key) : undefined;
       const rows = await imports.list(ctx.orgId, { before, limit: limit + 1 }, database.db);
-      const page = rows.slice(0, limit);
-      const hasMore = rows.length > limit;
-      const last = page.at(-1);
-      return {
-        object: 'list',
-        data: page.map(toImportDto),
-        has_more: hasMore,
-        next_cursor: hasMore && last ? encodeCursor(last, fingerprint, key) : null,
-        limit,
-      };
+      return listPage(rows, limit, toImportDto, (last) => encodeCursor(last, fingerprint, key));
     },
 
     /** A page of the import's rows in row order, optionally of one outcome. */

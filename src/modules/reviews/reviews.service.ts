@@ -5,7 +5,7 @@ import { AppError } from '../../shared/app-error.js';
 import type { Clock } from '../../shared/clock.js';
 import { isUuid } from '../../shared/ids.js';
 import { decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from '../../shared/list-cursor.js';
-import type { ListPage } from '../../shared/list-envelope.js';
+import { listPage, type ListPage } from '../../shared/list-envelope.js';
 import type { OutboxRepository } from '../../shared/outbox.js';
 import type { RequestContext } from '../../shared/request-context.js';
 import type { CustomerChangeRecorder } from '../customers/customer-changes.js';
@@ -137,16 +137,7 @@ export function createReviewsService(deps: {
       const key = await cursorKey();
       const before = query.cursor ? decodeCursor(query.cursor, fingerprint, key) : undefined;
       const rows = await reviews.history(ctx.orgId, record.id, { before, limit: limit + 1 }, database.db);
-      const page = rows.slice(0, limit);
-      const hasMore = rows.length > limit;
-      const last = page.at(-1);
-      return {
-        object: 'list',
-        data: page.map(toReviewDto),
-        has_more: hasMore,
-        next_cursor: hasMore && last ? encodeCursor(last, fingerprint, key) : null,
-        limit,
-      };
+      return listPage(rows, limit, toReviewDto, (last) => encodeCursor(last, fingerprint, key));
     },
 
     /**
