@@ -98,6 +98,8 @@ export async function startBackgroundJobs(deps: {
             const ended = await imports.run(orgId, importId, {
               signal: stopping.signal,
               onFailed: (error) => logger.error({ err: error, orgId, importId }, 'import failed'),
+              onStatisticsFailed: (error) =>
+                logger.warn({ err: error, orgId, importId }, 'import: ANALYZE failed; lookups may plan poorly'),
             });
             if (ended) logger.info({ orgId, importId, status: ended.status, rows: ended.rowsDone }, `import ${ended.status.toLowerCase()}`);
             return { id: job.id, status: 'completed' as const };

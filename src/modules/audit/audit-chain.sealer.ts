@@ -1,9 +1,13 @@
+import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import { createCommitOrderSealer, type CommitOrderSealer, type CommitOrderSealerOptions } from '../../shared/commit-order-sealer.js';
 import { chainHash, GENESIS_HASH } from './audit-chain.js';
 import { AUDIT_CHANNEL } from '../../shared/audit-writer.js';
 import { createAuditRepository } from './audit.repository.js';
 
 export type AuditChainSealer = CommitOrderSealer;
+
+/** Rows hashed between two turns of the event loop. */
+const HASHES_PER_TURN = 100;
 
 /**
  * Chains audit rows after they commit: gives each its sequence and hash (audit-chain.ts), in the
@@ -32,11 +36,14 @@ export function createAuditChainSealer(options: CommitOrderSealerOptions): Audit
       const rows = await audit.unsealedRows(orgId, batchSize, tx);
       let previous = head.lastHash ?? GENESIS_HASH;
       let sequence = head.lastSequence;
-      const sealed = rows.map((row) => {
+      const sealed: Array<{ id: number; sequence: number; hash: string }> = [];
+      for (const row of rows) {
+        // Hashing a batch is CPU work: in slices, so requests served by this process are not held behind it.
+        if (sealed.length % HASHES_PER_TURN === HASHES_PER_TURN - 1) await yieldToEventLoop();
         sequence += 1;
         previous = chainHash(previous, { ...row, sequence });
-        return { id: row.id as number, sequence, hash: previous };
-      });
+        sealed.push({ id: row.id as number, sequence, hash: previous });
+      }
       const written = await audit.seal(orgId, sealed, tx);
       // Under the head lock nobody else seals these rows; should one have been, the batch would leave
       // a hole in the chain, so it is rolled back and read again on the next pass.

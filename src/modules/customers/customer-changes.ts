@@ -88,6 +88,28 @@ export function createCustomerChangeRecorder() {
       return { row, dto: change.toDto(row) };
     },
 
+    /**
+     * Records the creation of many records (a bulk import's batch) as `record` would each: their audit
+     * rows in one statement; the events a creation fires, if any, one by one.
+     */
+    async recordCreated(created: Array<{ actor: Actor; action: string; after: CustomerRow; dto: unknown }>, tx: Executor): Promise<void> {
+      await audit.recordMany(
+        created.map(({ actor, action, after }) => ({
+          orgId: after.orgId,
+          actor,
+          action,
+          subjectType: after.kind === 'entity' ? 'entity' : 'customer',
+          subjectId: after.id,
+          before: null,
+          after: auditSnapshot(after),
+        })),
+        tx,
+      );
+      for (const change of created) {
+        if (becameDue(undefined, change.after)) await this.record({ ...change, before: undefined, eventsOnly: true }, tx);
+      }
+    },
+
     async record(
       change: {
         actor: Actor;
@@ -100,6 +122,8 @@ export function createCustomerChangeRecorder() {
         updatedAtFromRecord?: boolean;
         /** `after` is `before` with these columns: the audit row's `after` is made from them (see recordChange in shared/audit-writer.ts). */
         diff?: Partial<NewCustomerRow>;
+        /** Its audit row is written already (recordCreated): only the events. */
+        eventsOnly?: boolean;
       },
       tx: Executor,
     ): Promise<void> {
@@ -113,8 +137,9 @@ export function createCustomerChangeRecorder() {
         subjectId: after.id,
       };
       // Independent of each other: sent together, they share a round trip (pg's pipeline mode).
-      const auditRow =
-        change.before && change.diff
+      const auditRow = change.eventsOnly
+        ? undefined
+        : change.before && change.diff
           ? audit.recordChange(
               Object.assign(entry, { before: auditSnapshot(change.before), changes: auditChanges(change.diff as Partial<CustomerRow>) }),
               tx,

@@ -7,6 +7,20 @@ import { EARLIEST_INSTANT } from '../../shared/dates.schema.js';
 import { isUuid } from '../../shared/ids.js';
 import { REVIEW_STATUSES, type ReviewStatus } from './review-model.js';
 
+/** The customers table's columns by property name (bulk inserts name them). */
+const CUSTOMER_COLUMNS = getTableColumns(customers);
+const CUSTOMER_COLUMN_ENTRIES = Object.entries(CUSTOMER_COLUMNS);
+
+/** A customers row as a raw statement returns it (column names, driver values), as the query builder maps it. */
+function toCustomerRow(raw: Record<string, unknown>): CustomerRow {
+  const row: Record<string, unknown> = {};
+  for (const [key, column] of CUSTOMER_COLUMN_ENTRIES) {
+    const value = raw[column.name];
+    row[key] = value === null || value === undefined ? null : column.mapFromDriverValue(value);
+  }
+  return row as CustomerRow;
+}
+
 export type CustomerKind = 'individual' | 'entity';
 
 export type ListFilters = {
@@ -381,6 +395,81 @@ export function createCustomersRepository(db: Executor) {
     async insertIfAbsent(values: NewCustomerRow, tx: Executor): Promise<CustomerRow | undefined> {
       const [row] = await tx.insert(customers).values(values).onConflictDoNothing().returning();
       return row;
+    },
+
+    /**
+     * Inserts each record of `orgId` unless one of its unique keys is taken (as insertIfAbsent); returns
+     * those inserted. The rows travel as one JSON document read by jsonb_populate_recordset: a query
+     * builder's multi-row VALUES binds every cell as its own parameter, which costs more to build than
+     * the insert costs to run. Rows are grouped by the columns they set, so a column a row leaves out
+     * takes its default, as in a single insert.
+     */
+    async insertManyIfAbsent(orgId: string, values: NewCustomerRow[], tx: Executor): Promise<CustomerRow[]> {
+      const groups = new Map<string, NewCustomerRow[]>();
+      for (const row of values) {
+        const keys = (Object.keys(row) as Array<keyof NewCustomerRow>).filter((key) => row[key] !== undefined).sort();
+        const signature = keys.join(',');
+        const group = groups.get(signature);
+        if (group) group.push(row);
+        else groups.set(signature, [row]);
+      }
+      const created: CustomerRow[] = [];
+      for (const [signature, rows] of groups) {
+        const keys = signature.split(',') as Array<keyof NewCustomerRow>;
+        const names = keys.map((key) => CUSTOMER_COLUMNS[key].name);
+        const document = rows.map((row) => {
+          const record: Record<string, unknown> = {};
+          keys.forEach((key, index) => {
+            const value = row[key];
+            record[names[index]!] = value instanceof Date ? value.toISOString() : value;
+          });
+          if (record.org_id !== orgId) throw new Error('insertManyIfAbsent: every row must be of the organisation given');
+          return record;
+        });
+        const columns = sql.join(
+          names.map((name) => sql.identifier(name)),
+          sql`, `,
+        );
+        const { rows: inserted } = await tx.execute<Record<string, unknown>>(sql`
+          INSERT INTO ${customers} (${columns})
+          SELECT ${columns} FROM jsonb_populate_recordset(NULL::customers, ${JSON.stringify(document)}::jsonb)
+          ON CONFLICT DO NOTHING
+          RETURNING *`);
+        for (const row of inserted) created.push(toCustomerRow(row));
+      }
+      return created;
+    },
+
+    /**
+     * The records a batch of upserts may match, locked: those holding one of `externalIds` (any kind),
+     * and the individuals with one of the name + email pairs (case-insensitive, the unique index's
+     * expression). Two index lookups per key at most, whatever the organisation's size.
+     */
+    async lockUpsertCandidates(
+      orgId: string,
+      externalIds: string[],
+      pairs: Array<{ name: string; email: string }>,
+      tx: Executor,
+    ): Promise<CustomerRow[]> {
+      // One index probe per key (LATERAL): a filter over the organisation's records is what the planner
+      // picks for `= ANY` while an import grows the table faster than its statistics follow.
+      const { rows } = await tx.execute<Record<string, unknown>>(sql`
+        SELECT found.* FROM unnest(${sql.param(externalIds)}::text[]) AS wanted (external_id)
+        CROSS JOIN LATERAL (
+          SELECT * FROM ${customers}
+           WHERE org_id = ${orgId} AND external_id = wanted.external_id
+             FOR UPDATE
+        ) AS found
+        UNION ALL
+        SELECT found.* FROM unnest(${sql.param(pairs.map((pair) => pair.email))}::text[], ${sql.param(pairs.map((pair) => pair.name))}::text[])
+                       AS wanted (email, name)
+        CROSS JOIN LATERAL (
+          SELECT * FROM ${customers}
+           WHERE org_id = ${orgId} AND kind = 'individual' AND email IS NOT NULL
+             AND lower(email) = lower(wanted.email) AND lower(name) = lower(wanted.name)
+             FOR UPDATE
+        ) AS found`);
+      return rows.map(toCustomerRow);
     },
 
     async update(orgId: string, id: string, values: Partial<NewCustomerRow>, tx: Executor): Promise<CustomerRow> {

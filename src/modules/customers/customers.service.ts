@@ -1,7 +1,9 @@
+import { randomUUID } from 'node:crypto';
+import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import { isLockTimeout, type Executor, type DataAccess } from '../../db/client.js';
 import type { PageReads } from '../../db/page-reads.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
-import { AppError } from '../../shared/app-error.js';
+import { AppError, isAppError } from '../../shared/app-error.js';
 import type { Clock } from '../../shared/clock.js';
 import { Issues, todayIso } from '../../shared/issues.js';
 import type { ListPage } from '../../shared/list-envelope.js';
@@ -28,6 +30,8 @@ import { classifyClient, rateRisk, type RiskAnswers } from './risk-model.js';
 /** Provenance ranks of structured name parts: a correction from a higher rank is never overwritten. */
 export const NAME_PROVENANCE = { INTEGRATION: 10, OFFICER: 20, VERIFICATION_PROVIDER: 30 } as const;
 const UPSERT_ATTEMPTS = 5;
+/** Rows a bulk upsert judges between two turns of the event loop. */
+const YIELD_EVERY_ROWS = 50;
 /** The latest calendar date anywhere on Earth (UTC+14): "not in the future" for every caller. */
 const LATEST_OFFSET_MS = 14 * 3_600_000;
 
@@ -285,6 +289,40 @@ function isUniqueViolation(error: unknown): boolean {
   );
 }
 
+/** The records matching may pick for an upsert body: the record holding its externalId, and the individual with its full name and email. */
+type UpsertCandidates = { byExternalId?: CustomerRow; byNameAndEmail?: CustomerRow };
+/** The record an upsert applies to and whether it adopts the body's externalId; undefined: a new record. */
+type UpsertMatch = { row: CustomerRow; adopt: boolean };
+
+/** The spec's matching table over the candidates found (locked) for `body`; a refused match is a 409. */
+function matchAmong(body: UpsertCustomerBody, found: UpsertCandidates): UpsertMatch | undefined {
+  const { byExternalId, byNameAndEmail } = found;
+  if (body.externalId && byExternalId) {
+    if (byExternalId.kind !== 'individual') {
+      throw AppError.conflict('This externalId belongs to an entity; use POST /v1/entities for it.', { field: 'externalId' });
+    }
+    return { row: byExternalId, adopt: false };
+  }
+  if (body.fullName && body.email && byNameAndEmail) {
+    // Same externalId: a concurrent request inserted it after our externalId lookup; it is a hit.
+    if (body.externalId && byNameAndEmail.externalId === body.externalId) return { row: byNameAndEmail, adopt: false };
+    if (body.externalId && byNameAndEmail.externalId !== null) {
+      throw AppError.conflict('A customer with this full name and email already exists under another externalId.', {
+        field: 'externalId',
+      });
+    }
+    return { row: byNameAndEmail, adopt: body.externalId !== undefined };
+  }
+  return undefined;
+}
+
+const nameAndEmailKey = (name: string, email: string) => `${name.toLowerCase()}\u0000${email.toLowerCase()}`;
+
+/** A row of a bulk upsert: its body and the business-register status looked up for it. */
+export type BulkUpsertItem = { body: UpsertCustomerBody; registerStatus?: BusinessRegisterStatus };
+/** A bulk upsert row's result: what `upsert` answers (the record's id, or null for a dry run's new record), or the error it would throw. */
+export type BulkUpsertResult = { created: boolean; changed: boolean; id: string | null } | { error: AppError };
+
 export function createCustomersService(deps: {
   database: DataAccess;
   pageReads: PageReads;
@@ -305,29 +343,14 @@ export function createCustomersService(deps: {
 
   /** Finds the record an upsert applies to, per the spec's matching table. */
   async function matchForUpsert(ctx: RequestContext, body: UpsertCustomerBody, tx: Executor) {
-    if (body.externalId) {
-      const byExternalId = await repository.findByExternalId(ctx.orgId, body.externalId, tx, { forUpdate: true });
-      if (byExternalId) {
-        if (byExternalId.kind !== 'individual') {
-          throw AppError.conflict('This externalId belongs to an entity; use POST /v1/entities for it.', { field: 'externalId' });
-        }
-        return { row: byExternalId, adopt: false };
-      }
-    }
-    if (body.fullName && body.email) {
-      const byNameAndEmail = await repository.findIndividualByNameAndEmail(ctx.orgId, body.fullName, body.email, tx, { forUpdate: true });
-      if (byNameAndEmail) {
-        // Same externalId: a concurrent request inserted it after our externalId lookup; it is a hit.
-        if (body.externalId && byNameAndEmail.externalId === body.externalId) return { row: byNameAndEmail, adopt: false };
-        if (body.externalId && byNameAndEmail.externalId !== null) {
-          throw AppError.conflict('A customer with this full name and email already exists under another externalId.', {
-            field: 'externalId',
-          });
-        }
-        return { row: byNameAndEmail, adopt: body.externalId !== undefined };
-      }
-    }
-    return undefined;
+    const byExternalId = body.externalId
+      ? await repository.findByExternalId(ctx.orgId, body.externalId, tx, { forUpdate: true })
+      : undefined;
+    const byNameAndEmail =
+      !byExternalId && body.fullName && body.email
+        ? await repository.findIndividualByNameAndEmail(ctx.orgId, body.fullName, body.email, tx, { forUpdate: true })
+        : undefined;
+    return matchAmong(body, { byExternalId, byNameAndEmail });
   }
 
   /** Column values for a create (existing undefined) or an update of `existing` from the upsert body. */
@@ -398,12 +421,42 @@ export function createCustomersService(deps: {
     return values;
   }
 
+  /** The columns an upsert of `body` changes on the matched record (undefined: none, the upsert is a no-op), or its 422. */
+  function updateOf(
+    ctx: RequestContext,
+    match: UpsertMatch,
+    body: UpsertCustomerBody,
+    registerStatus: string | undefined,
+    addedVia: UpsertOptions['addedVia'],
+  ): { row: CustomerRow; changed: Partial<NewCustomerRow> } | undefined {
+    const values = upsertColumns(ctx, match.row, body, registerStatus, addedVia);
+    if (match.adopt) values.externalId = body.externalId;
+    const changed = changedColumns(match.row, values);
+    return Object.keys(changed).length === 0 ? undefined : { row: match.row, changed };
+  }
+
+  /** Writes an upsert's change to its locked record with its review columns, audit row and events. */
+  async function writeUpdate(ctx: RequestContext, update: { row: CustomerRow; changed: Partial<NewCustomerRow> }, tx: Executor) {
+    const diff = await reviewColumns.withReview(update.row, update.changed, tx);
+    const { dto } = await changes.writeChange(
+      { actor: ctx.actor, action: 'customer.upserted', before: update.row, diff, toDto: toIndividualDto },
+      () => repository.updateLocked(ctx.orgId, update.row.id, diff, tx),
+      tx,
+    );
+    return dto;
+  }
+
+  /** An upsert's error as its route answers it: a taken name and email is a 409. */
+  function asUpsertError(error: unknown): unknown {
+    return isUniqueViolation(error) ? AppError.conflict('Another customer already has this full name and email.') : error;
+  }
+
   /** The business-register status an upsert of `body` records, looked up now (undefined: the body has no sole trader's ABN). */
   async function registerStatusOf(body: UpsertCustomerBody): Promise<BusinessRegisterStatus | undefined> {
     return body.abn !== undefined && body.type !== 'INDIVIDUAL' ? checkBusinessRegister(deps.businessRegister, body.abn) : undefined;
   }
 
-  return {
+  const service = {
     registerStatusOf,
 
     /**
@@ -421,17 +474,9 @@ export function createCustomersService(deps: {
           for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
             const match = await matchForUpsert(ctx, body, tx);
             if (match) {
-              const values = upsertColumns(ctx, match.row, body, registerStatus, options.addedVia);
-              if (match.adopt) values.externalId = body.externalId;
-              const changed = changedColumns(match.row, values);
-              if (Object.keys(changed).length === 0) return { created: false, changed: false, customer: toIndividualDto(match.row) };
-              const diff = await reviewColumns.withReview(match.row, changed, tx);
-              const { dto } = await changes.writeChange(
-                { actor: ctx.actor, action: 'customer.upserted', before: match.row, diff, toDto: toIndividualDto },
-                () => repository.updateLocked(ctx.orgId, match.row.id, diff, tx),
-                tx,
-              );
-              return { created: false, changed: true, customer: dto };
+              const update = updateOf(ctx, match, body, registerStatus, options.addedVia);
+              if (!update) return { created: false, changed: false, customer: toIndividualDto(match.row) };
+              return { created: false, changed: true, customer: await writeUpdate(ctx, update, tx) };
             }
             const values = await reviewColumns.forNewRecord(
               upsertColumns(ctx, undefined, body, registerStatus, options.addedVia) as NewCustomerRow,
@@ -449,9 +494,132 @@ export function createCustomersService(deps: {
           throw AppError.conflict('The customer changed concurrently; retry the request.');
         });
       } catch (error) {
-        if (isUniqueViolation(error)) throw AppError.conflict('Another customer already has this full name and email.');
-        throw error;
+        throw asUpsertError(error);
       }
+    },
+
+    /**
+     * A bulk import's batch: each body upserted, in order, with the result `upsert` would have given
+     * one after another, in the batch's transaction `tx`; `ctx.transaction` opens each row's savepoint.
+     * The candidates of every row are found and locked in two statements. A row that shares no key
+     * (externalId, full name + email, matched record) with an earlier row of the batch is judged on
+     * them: a no-op or a refusal writes nothing, a change is written in its savepoint, and the new
+     * records are inserted in one statement with their audit rows in another. A row that shares a key
+     * with an earlier one, or whose insert finds its key taken, depends on what came before it: it
+     * runs through `upsert` itself, after the others. Rows sharing no key commute, so the results are
+     * those of the rows in file order. With `dryRun`, new records are only judged, never inserted.
+     */
+    async upsertMany(
+      ctx: RequestContext,
+      items: BulkUpsertItem[],
+      options: { addedVia: 'BULK_IMPORT'; dryRun: boolean },
+      tx: Executor,
+    ): Promise<BulkUpsertResult[]> {
+      const results = new Array<BulkUpsertResult | undefined>(items.length);
+      const refused = (index: number, error: unknown) => {
+        // A refusal of the row (what its request would answer 4xx); anything else stops the batch.
+        if (!isAppError(error) || error.status >= 500) throw error;
+        results[index] = { error };
+      };
+      const candidates = await repository.lockUpsertCandidates(
+        ctx.orgId,
+        items.flatMap(({ body }) => (body.externalId ? [body.externalId] : [])),
+        items.flatMap(({ body }) => (body.fullName && body.email ? [{ name: body.fullName, email: body.email }] : [])),
+        tx,
+      );
+      const byExternalId = new Map<string, CustomerRow>();
+      const byNameAndEmail = new Map<string, CustomerRow>();
+      for (const row of candidates) {
+        if (row.externalId !== null) byExternalId.set(row.externalId, row);
+        if (row.kind === 'individual' && row.email !== null) byNameAndEmail.set(nameAndEmailKey(row.name, row.email), row);
+      }
+
+      const seen = new Set<string>();
+      const afterOthers: number[] = [];
+      const updates: Array<{ index: number; update: { row: CustomerRow; changed: Partial<NewCustomerRow> } }> = [];
+      const creates: Array<{ index: number; values: NewCustomerRow }> = [];
+      const classify = ({ body, registerStatus }: BulkUpsertItem, index: number) => {
+        const pair = body.fullName && body.email ? nameAndEmailKey(body.fullName, body.email) : undefined;
+        const found: UpsertCandidates = {
+          byExternalId: body.externalId ? byExternalId.get(body.externalId) : undefined,
+          byNameAndEmail: pair ? byNameAndEmail.get(pair) : undefined,
+        };
+        const keys = [
+          body.externalId === undefined ? undefined : `externalId:${body.externalId}`,
+          pair && `name+email:${pair}`,
+          found.byExternalId && `record:${found.byExternalId.id}`,
+          found.byNameAndEmail && `record:${found.byNameAndEmail.id}`,
+        ].filter((key): key is string => key !== undefined);
+        const shared = keys.some((key) => seen.has(key));
+        for (const key of keys) seen.add(key);
+        if (shared) return void afterOthers.push(index);
+        try {
+          const match = matchAmong(body, found);
+          if (!match) {
+            const values = upsertColumns(ctx, undefined, body, registerStatus, options.addedVia) as NewCustomerRow;
+            return void creates.push({ index, values });
+          }
+          const update = updateOf(ctx, match, body, registerStatus, options.addedVia);
+          if (!update) return void (results[index] = { created: false, changed: false, id: match.row.id });
+          // The name and email the record ends with: a later row may match (or collide with) them.
+          const next = { ...match.row, ...update.changed };
+          const nextPair = next.email === null ? undefined : `name+email:${nameAndEmailKey(next.name, next.email)}`;
+          if (nextPair && nextPair !== (pair && `name+email:${pair}`)) {
+            const collides = seen.has(nextPair);
+            seen.add(nextPair);
+            if (collides) return void afterOthers.push(index);
+          }
+          updates.push({ index, update });
+        } catch (error) {
+          refused(index, error);
+        }
+      };
+      for (const [index, item] of items.entries()) {
+        // The batch is judged in slices, so requests served by this process are not held behind it.
+        if (index % YIELD_EVERY_ROWS === YIELD_EVERY_ROWS - 1) await yieldToEventLoop();
+        classify(item, index);
+      }
+
+      for (const { index, update } of updates) {
+        try {
+          await ctx.transaction((savepoint) => writeUpdate(ctx, update, savepoint));
+          results[index] = { created: false, changed: true, id: update.row.id };
+        } catch (error) {
+          refused(index, asUpsertError(error));
+        }
+      }
+
+      if (options.dryRun) {
+        for (const { index } of creates) results[index] = { created: true, changed: true, id: null };
+      } else if (creates.length > 0) {
+        const rows: NewCustomerRow[] = [];
+        for (const create of creates) rows.push(await reviewColumns.forNewRecord({ ...create.values, id: randomUUID() }, tx));
+        const inserted = new Map((await repository.insertManyIfAbsent(ctx.orgId, rows, tx)).map((row) => [row.id, row]));
+        const recorded: Array<{ actor: RequestContext['actor']; action: string; after: CustomerRow; dto: IndividualDto }> = [];
+        creates.forEach(({ index }, position) => {
+          const row = inserted.get(rows[position]!.id!);
+          // Its key was taken since the candidates were read (a concurrent request): decided by upsert, after the others.
+          if (!row) return void afterOthers.push(index);
+          recorded.push({ actor: ctx.actor, action: 'customer.created', after: row, dto: toIndividualDto(row) });
+          results[index] = { created: true, changed: true, id: row.id };
+        });
+        await changes.recordCreated(recorded, tx);
+      }
+
+      for (const index of afterOthers.sort((a, b) => a - b)) {
+        const { body, registerStatus } = items[index]!;
+        try {
+          const upserted = await service.upsert(ctx, body, { addedVia: options.addedVia, registerStatus });
+          results[index] = {
+            created: upserted.created,
+            changed: upserted.changed,
+            id: options.dryRun && upserted.created ? null : upserted.customer.id,
+          };
+        } catch (error) {
+          refused(index, error);
+        }
+      }
+      return results as BulkUpsertResult[];
     },
 
     async get(ctx: RequestContext, ref: string): Promise<IndividualDto> {
@@ -525,4 +693,5 @@ export function createCustomersService(deps: {
       return listCustomerRecords(repository, pageReads, cursorKey, ctx.orgId, 'individual', query, (rows) => rows.map(toIndividualDto));
     },
   };
+  return service;
 }

@@ -1,3 +1,4 @@
+import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import type { FastifySchemaCompiler } from 'fastify';
 import { validatorCompiler } from 'fastify-type-provider-zod';
 import type { z } from 'zod';
@@ -11,7 +12,7 @@ import type { AuditWriter } from '../../shared/audit-writer.js';
 import type { OpenTransaction, RequestContext } from '../../shared/request-context.js';
 import type { OutboxRepository } from '../../shared/outbox.js';
 import type { BusinessRegisterStatus } from '../customers/business-register.js';
-import type { UpsertOptions } from '../customers/customers.service.js';
+import type { BulkUpsertItem, BulkUpsertResult, UpsertOptions } from '../customers/customers.service.js';
 import type { UpsertCustomerBody } from '../customers/customers.schemas.js';
 import type { UpsertEntityBody } from '../entities/entities.schemas.js';
 import { BODY_SCHEMAS, csvRowToBody, type ImportKind } from './import-columns.js';
@@ -20,6 +21,10 @@ import { toImportDto } from './import-dto.js';
 
 /** Rows one batch applies in one transaction: its record locks last one batch. */
 export const IMPORT_BATCH = 500;
+/** Rows applied before an import first refreshes the planner's statistics again (then each time they double). */
+const STATISTICS_MIN_ROWS = 1_000;
+/** Rows checked between two turns of the event loop. */
+const YIELD_EVERY_ROWS = 50;
 /** Business-register lookups in flight at once while a batch is prepared. */
 const LOOKUP_CONCURRENCY = 8;
 const SYSTEM: Actor = { type: 'system', id: null };
@@ -33,6 +38,12 @@ export type ImportUpserts = {
       options: UpsertOptions,
     ): Promise<{ created: boolean; changed: boolean; customer: { id: string } }>;
     registerStatusOf(body: UpsertCustomerBody): Promise<BusinessRegisterStatus | undefined>;
+    upsertMany(
+      ctx: RequestContext,
+      items: BulkUpsertItem[],
+      options: { addedVia: 'BULK_IMPORT'; dryRun: boolean },
+      tx: Tx,
+    ): Promise<BulkUpsertResult[]>;
   };
   entities: {
     upsert(
@@ -48,6 +59,8 @@ export type RunOptions = {
   signal?: AbortSignal;
   /** Called after each batch committed (tests, the CLI's progress). */
   onBatch?: (progress: { rowsDone: number; rowsTotal: number }) => Promise<void> | void;
+  /** Called when refreshing the planner's statistics failed (the job's log); the import goes on. */
+  onStatisticsFailed?: (error: unknown) => void;
   /** Called with the error that stopped the import FAILED (the job's log). */
   onFailed?: (error: unknown) => void;
 };
@@ -110,6 +123,8 @@ async function mapLimited<T, R>(items: T[], limit: number, work: (item: T) => Pr
   const lane = async () => {
     while (next < items.length) {
       const index = next++;
+      // Checking rows is CPU work: in slices, so requests served by this process are not held behind it.
+      if (index % YIELD_EVERY_ROWS === YIELD_EVERY_ROWS - 1) await yieldToEventLoop();
       results[index] = await work(items[index]!);
     }
   };
@@ -168,13 +183,35 @@ export function createImportWorker(
     };
   }
 
-  async function applyRow(row: ImportRow, actor: Actor, prepared: PreparedRow, tx: Tx): Promise<RowResult> {
-    const failed = (error: AppError): RowResult => ({
-      rowNumber: prepared.rowNumber,
-      outcome: 'FAILED',
-      customerId: null,
-      error: errorEnvelope(error).error,
+  const failedRow = (rowNumber: number, error: AppError): RowResult => ({
+    rowNumber,
+    outcome: 'FAILED',
+    customerId: null,
+    error: errorEnvelope(error).error,
+  });
+
+  /** A batch of individuals: the customers service's bulk upsert, each row with the result its single request would have. */
+  async function applyIndividuals(row: ImportRow, actor: Actor, batch: PreparedRow[], tx: Tx): Promise<RowResult[]> {
+    const valid = batch.filter((prepared) => prepared.body && !prepared.error);
+    const ctx: RequestContext = { orgId: row.orgId, actor, transaction: rowTransaction(tx, row.dryRun) };
+    const upserted = await customers.upsertMany(
+      ctx,
+      valid.map((prepared) => ({ body: prepared.body as UpsertCustomerBody, registerStatus: prepared.registerStatus })),
+      { addedVia: 'BULK_IMPORT', dryRun: row.dryRun },
+      tx,
+    );
+    const byRow = new Map(valid.map((prepared, index) => [prepared.rowNumber, upserted[index]!]));
+    return batch.map((prepared): RowResult => {
+      const result = byRow.get(prepared.rowNumber);
+      if (!result) return failedRow(prepared.rowNumber, prepared.error ?? AppError.validation({ body: ['Invalid row.'] }));
+      if ('error' in result) return failedRow(prepared.rowNumber, result.error);
+      const outcome = result.created ? 'CREATED' : result.changed ? 'UPDATED' : 'UNCHANGED';
+      return { rowNumber: prepared.rowNumber, outcome, customerId: result.id, error: null };
     });
+  }
+
+  async function applyRow(row: ImportRow, actor: Actor, prepared: PreparedRow, tx: Tx): Promise<RowResult> {
+    const failed = (error: AppError): RowResult => failedRow(prepared.rowNumber, error);
     if (prepared.error || !prepared.body) return failed(prepared.error ?? AppError.validation({ body: ['Invalid row.'] }));
     const ctx: RequestContext = { orgId: row.orgId, actor, transaction: rowTransaction(tx, row.dryRun) };
     try {
@@ -233,17 +270,37 @@ export function createImportWorker(
       ...(claimed.idempotencyKey ? { idempotencyKey: claimed.idempotencyKey } : {}),
       importId: claimed.id,
     };
-    let afterRow = 0;
+    // Statistics are refreshed at the start and each time the rows applied since double (1,000 at least).
+    let appliedAtRefresh = 0;
+    let applied = 0;
+    const refreshStatistics = async () => {
+      appliedAtRefresh = applied;
+      await imports.refreshStatistics(database.db).catch((error: unknown) => options.onStatisticsFailed?.(error));
+    };
+    await refreshStatistics();
+    const readAhead = (after: number) => {
+      const read = (async () => {
+        const pending = await imports.rows(orgId, id, { afterRow: after, limit: batchSize, outcome: 'PENDING' }, database.db);
+        return { pending, prepared: await prepare(claimed, pending) };
+      })();
+      // Awaited by the next batch; a run that ends first leaves it unread, and its failure with it.
+      read.catch(() => undefined);
+      return read;
+    };
+    let next = readAhead(0);
     for (;;) {
+      if (applied - appliedAtRefresh >= Math.max(STATISTICS_MIN_ROWS, appliedAtRefresh)) await refreshStatistics();
       if (options.signal?.aborted) throw new ImportInterrupted();
-      const pending = await imports.rows(orgId, id, { afterRow, limit: batchSize, outcome: 'PENDING' }, database.db);
-      const prepared = await prepare(claimed, pending);
+      const { pending, prepared } = await next;
+      // The next batch is read and checked while this one's transaction runs: its rows are after this
+      // batch's, which this transaction does not touch.
+      if (pending.length > 0) next = readAhead(pending.at(-1)!.rowNumber);
       type Step = { ended: ImportRow } | { progress: { rowsDone: number; rowsTotal: number } };
       const step = await database.transaction(async (tx): Promise<Step> => {
         const current = await imports.lockForBatch(orgId, id, tx);
         if (!current || current.status !== 'RUNNING') return { ended: current ?? claimed };
         if (current.cancelRequestedAt) return { ended: await finish(current, 'CANCELLED', null, tx) };
-        // Rows are taken in order, each batch once under the lock: none after afterRow pending means none at all.
+        // Rows are taken in order, each batch once under the lock: none pending after the last batch means none at all.
         if (pending.length === 0) return { ended: await finish(current, 'COMPLETED', null, tx) };
         const still = await imports.stillPending(
           orgId,
@@ -251,15 +308,15 @@ export function createImportWorker(
           pending.map((row) => row.rowNumber),
           tx,
         );
+        const batch = prepared.filter((row) => still.has(row.rowNumber));
         const results: RowResult[] = [];
-        for (const row of prepared) {
-          if (still.has(row.rowNumber)) results.push(await applyRow(current, actor, row, tx));
-        }
+        if (current.kind === 'individuals') results.push(...(await applyIndividuals(current, actor, batch, tx)));
+        else for (const row of batch) results.push(await applyRow(current, actor, row, tx));
         await imports.recordBatch(orgId, id, results, tx);
         return { progress: { rowsDone: current.rowsDone + results.length, rowsTotal: current.rowsTotal } };
       });
       if ('ended' in step) return step.ended;
-      afterRow = pending.at(-1)!.rowNumber;
+      applied += pending.length;
       await options.onBatch?.(step.progress);
     }
   }
