@@ -33,8 +33,9 @@ export const QUEUES = {
   reviewRedate: { name: 'review-redate', retryLimit: 5, retryDelay: 10, retryBackoff: true, expireInSeconds: 3600 },
   /**
    * Applies an import's rows in batches (modules/imports/import-worker.ts), one job per import, grouped by
-   * organisation. A heartbeat: an attempt whose instance died is retried within a minute and resumes
-   * at the first row without an outcome.
+   * organisation. A heartbeat: an attempt whose instance died is failed by the supervisor's next pass
+   * (every 60 s) once its heartbeat lapsed, retried after the retry delay (so within about 95 s), and
+   * resumes at the first row without an outcome.
    */
   importRun: {
     name: 'import-run',

@@ -84,11 +84,13 @@ describe('batches, resume and cancel', () => {
       entities: services.entities,
       customers: {
         registerStatusOf: services.customers.registerStatusOf,
-        async upsert(...args) {
+        upsert: services.customers.upsert,
+        async upsertMany(...args) {
           calls += 1;
-          // The fourth row's connection dies after the batch (rows 3 and 4) has written row 3.
-          if (calls === 4) throw Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' });
-          return services.customers.upsert(...args);
+          const results = await services.customers.upsertMany(...args);
+          // The second batch's connection dies after it has written its rows (3 and 4).
+          if (calls === 2) throw Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' });
+          return results;
         },
       },
       importBatchSize: 2,
@@ -162,6 +164,51 @@ describe('imports run in the background', () => {
     expect(await getImport(ctx, small, smallImport.id)).toMatchObject({ rows_done: 3, counts: { created: 3 } });
     expect(await records(big)).toBe(285);
     expect(await records(small)).toBe(3);
+  });
+
+  it("when one organisation's large import is running, a second organisation's small import and its API requests proceed", async () => {
+    const [large, small] = await Promise.all([ctx.createOrg(), ctx.createOrg()]);
+    // Twenty of the worker's batches (500 rows each): it runs for many seconds, and the test stops it midway.
+    const largeImport = await upload(ctx, large, people(10_000, 'big'));
+    const jobs = await startBackgroundJobs({
+      config: ctx.config,
+      database: ctx.database,
+      logger: pino({ level: 'silent' }),
+      webhookWorker: false,
+    });
+    try {
+      await expect
+        .poll(async () => (await getImport(ctx, large, largeImport.id)).status, { timeout: 20_000, interval: 20 })
+        .toBe('RUNNING');
+
+      const smallImport = await upload(ctx, small, people(10, 'few'));
+      // The small organisation's own requests while the large import runs.
+      const posted = await ctx.request('POST', '/v1/customers', {
+        key: small.key,
+        body: { externalId: 'few-api', fullName: 'Few Api', email: 'few.api@example.com' },
+      });
+      expect(posted.statusCode, posted.body).toBe(201);
+      const read = await ctx.request('GET', `/v1/customers/${posted.json<{ id: string }>().id}`, { key: small.key });
+      expect(read.statusCode, read.body).toBe(200);
+      const listed = await ctx.request('GET', '/v1/customers', { key: small.key });
+      expect(listed.statusCode, listed.body).toBe(200);
+      const importsListed = await ctx.request('GET', '/v1/imports', { key: small.key });
+      expect(importsListed.statusCode, importsListed.body).toBe(200);
+
+      await expect
+        .poll(async () => (await getImport(ctx, small, smallImport.id)).status, { timeout: 20_000, interval: 50 })
+        .toBe('COMPLETED');
+      // Read after the small one completed: the large one had not finished.
+      const largeThen = await getImport(ctx, large, largeImport.id);
+      expect(largeThen).toMatchObject({ status: 'RUNNING', finished_at: null });
+      expect(largeThen.rows_done).toBeLessThan(largeThen.rows_total);
+      const smallDone = await getImport(ctx, small, smallImport.id);
+      expect(smallDone).toMatchObject({ rows_done: 10, counts: { created: 10, updated: 0, unchanged: 0, failed: 0 } });
+      expect(await records(small)).toBe(11);
+    } finally {
+      // Stops the large import between batches; it stays RUNNING, to resume on its job's retry.
+      await jobs.stop();
+    }
   });
 });
 
