@@ -140,7 +140,7 @@ export function createAuditWriter() {
       );
       await tx.execute(sql`
         INSERT INTO ${auditLog} (org_id, actor_type, actor_id, action, subject_type, subject_id, before, after, request_id, idempotency_key)
-        SELECT org_id, actor_type, actor_id, action, subject_type, subject_id, nullif(before, 'null'), nullif(after, 'null'), request_id, idempotency_key
+        SELECT org_id, actor_type, actor_id, action, subject_type, subject_id, before, after, request_id, idempotency_key
           FROM jsonb_to_recordset(${document}::jsonb)
             AS entry (org_id uuid, actor_type text, actor_id text, action text, subject_type text, subject_id uuid, before jsonb, after jsonb,
                       request_id text, idempotency_key text)`);
