@@ -54,6 +54,23 @@ const TARGET_ROWS_PER_SECOND = 2_000;
 const TARGET_RSS_MB = 250;
 const TICK_MS = 10; // USER_HZ is 100 on Linux
 
+/** The server's event-loop delay since the previous scrape and its garbage-collection time so far, from GET /metrics. */
+async function scrapeMetrics(base: string): Promise<{ lagP50: number; lagP99: number; lagMax: number; gcSeconds: number }> {
+  const text = await fetch(`${base}/metrics`).then((response) => response.text());
+  const value = (name: string) => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? ([0-9.e+-]+)$`, 'm').exec(text)?.[1] ?? NaN);
+  const gcSeconds = [...text.matchAll(/^nodejs_gc_duration_seconds_sum\{[^}]*\} ([0-9.e+-]+)$/gm)].reduce(
+    (sum, match) => sum + Number(match[1]),
+    0,
+  );
+  return {
+    lagP50: value('nodejs_eventloop_lag_p50_seconds'),
+    lagP99: value('nodejs_eventloop_lag_p99_seconds'),
+    lagMax: value('nodejs_eventloop_lag_max_seconds'),
+    gcSeconds,
+  };
+}
+const ms = (seconds: number) => (seconds * 1000).toFixed(1);
+
 // --- the file ---------------------------------------------------------------------------------
 
 const COLUMNS = [
@@ -468,6 +485,8 @@ async function main() {
     const idleRss = rssMb(server.pid!);
 
     process.stderr.write('uploading…\n');
+    // The server's own measures (prom-client's defaults): a scrape resets the event-loop delay histogram.
+    const metricsBefore = await scrapeMetrics(base);
     const rss = sampleRss(server.pid!);
     const cpuSampler = sampleCpu(new URL(url).pathname.slice(1), server.pid!);
     const reader = startReader(base, customersKey, ids);
@@ -502,6 +521,7 @@ async function main() {
       }
     }
     const ended = performance.now();
+    const metricsAfter = await scrapeMetrics(base);
     const during = await reader.stop();
     const cpu = cpuSampler.stop();
     const memory = rss.stop();
@@ -575,6 +595,7 @@ async function main() {
       `| CPU over the import, in cores: server process / its PostgreSQL backends / the bench process (client, poller) | ${cores(cpu.server)} / ${cores(cpu.postgres)} / ${cores(cpu.bench)} | |`,
       `| CPU of everything else on the machine over the import (PostgreSQL's shared processes such as the WAL writer and checkpointer, other checkouts' tests), in cores of ${cpu.cores} | ${cores(cpu.others)} (machine busy: ${cores(cpu.machine)}) | 0 on a quiet machine |`,
       `| GET /v1/customers/{id} p99: without the import (before) / during | ${before.p99} ms / **${during.p99} ms** (×${p99Ratio}) | ≤ 2×: ${verdict(p99Ratio <= 2)} |`,
+      `| the server's event loop over the import (prom-client): delay p50 / p99 / max; time in garbage collection | ${ms(metricsAfter.lagP50)} / ${ms(metricsAfter.lagP99)} / ${ms(metricsAfter.lagMax)} ms; ${(metricsAfter.gcSeconds - metricsBefore.gcSeconds).toFixed(1)} s | |`,
       `| not yet sealed (audit rows without a sequence / events without a feed position): peak sampled / at COMPLETED / ${BASELINE_SECONDS} s later | ${backlogPeak.audit} / ${backlogAtEnd.audit} / ${backlogAfter.audit} audit rows; ${backlogPeak.events} / ${backlogAtEnd.events} / ${backlogAfter.events} events | |`,
       `| status, counts | ${current.status}, ${JSON.stringify(current.counts)} | expected ${JSON.stringify(expectedCounts)}: ${countsMatch ? 'exact' : '**differs**'} |`,
       `| failed rows download (CSV) | ${failedLines.toLocaleString('en')} rows in ${Math.round(downloadMs)} ms | |`,
