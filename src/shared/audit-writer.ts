@@ -90,6 +90,39 @@ export function createAuditWriter() {
     idempotencyKey: entry.actor.idempotencyKey ?? null,
   });
 
+  /** An entry's columns besides before and after, as the many-rows document names them. */
+  const documentEntry = (entry: Omit<AuditEntry, 'before' | 'after'>) => {
+    const who = whoAndWhat(entry);
+    return {
+      org_id: who.orgId,
+      actor_type: who.actorType,
+      actor_id: who.actorId,
+      action: who.action,
+      subject_type: who.subjectType,
+      subject_id: who.subjectId,
+      request_id: who.requestId,
+      idempotency_key: who.idempotencyKey,
+    };
+  };
+
+  /**
+   * Many rows in one statement. They travel as one JSON document (an array parameter would escape
+   * every character of every snapshot); a row with `changes` has `before || changes` as its `after`.
+   */
+  async function insertMany(
+    rows: Array<ReturnType<typeof documentEntry> & { before: unknown; after?: unknown; changes?: Record<string, unknown> }>,
+    tx: Executor,
+  ): Promise<void> {
+    if (rows.length === 0) return;
+    await tx.execute(sql`
+      INSERT INTO ${auditLog} (org_id, actor_type, actor_id, action, subject_type, subject_id, before, after, request_id, idempotency_key)
+      SELECT org_id, actor_type, actor_id, action, subject_type, subject_id, before, coalesce(after, before || changes), request_id, idempotency_key
+        FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb)
+          AS entry (org_id uuid, actor_type text, actor_id text, action text, subject_type text, subject_id uuid, before jsonb, after jsonb,
+                    changes jsonb, request_id text, idempotency_key text)`);
+    wakeAfterCommit(tx, AUDIT_CHANNEL);
+  }
+
   return {
     async record(entry: AuditEntry, tx: Executor): Promise<void> {
       await insertEntry(tx, Object.assign(whoAndWhat(entry), { before: json(entry.before), after: json(entry.after) }));
@@ -102,49 +135,18 @@ export function createAuditWriter() {
      * review sweep, a policy's re-dating). `after` is made in the database from `before` and the changes.
      */
     async recordChanges(entries: AuditChangeEntry[], tx: Executor): Promise<void> {
-      if (entries.length === 0) return;
-      const column = <T>(pick: (entry: ReturnType<typeof whoAndWhat>) => T) => entries.map((entry) => pick(whoAndWhat(entry)));
-      await tx.execute(sql`
-        INSERT INTO ${auditLog} (org_id, actor_type, actor_id, action, subject_type, subject_id, before, after, request_id, idempotency_key)
-        SELECT org_id, actor_type, actor_id, action, subject_type, subject_id, before::jsonb, before::jsonb || changes::jsonb, request_id, idempotency_key
-          FROM unnest(${sql.param(column((entry) => entry.orgId))}::uuid[], ${sql.param(column((entry) => entry.actorType))}::text[], ${sql.param(column((entry) => entry.actorId))}::text[],
-                      ${sql.param(column((entry) => entry.action))}::text[], ${sql.param(column((entry) => entry.subjectType))}::text[], ${sql.param(column((entry) => entry.subjectId))}::uuid[],
-                      ${sql.param(entries.map((entry) => JSON.stringify(entry.before)))}::text[], ${sql.param(entries.map((entry) => JSON.stringify(entry.changes)))}::text[],
-                      ${sql.param(column((entry) => entry.requestId))}::text[], ${sql.param(column((entry) => entry.idempotencyKey))}::text[])
-            AS entry (org_id, actor_type, actor_id, action, subject_type, subject_id, before, changes, request_id, idempotency_key)`);
-      wakeAfterCommit(tx, AUDIT_CHANNEL);
+      await insertMany(
+        entries.map((entry) => ({ ...documentEntry(entry), before: entry.before, changes: entry.changes })),
+        tx,
+      );
     },
 
-    /**
-     * Records many entries in one statement, each as `record` would (a bulk import's batch). They travel
-     * as one JSON document: an array parameter would escape every character of every snapshot.
-     */
+    /** Records many entries in one statement, each as `record` would (a bulk import's batch). */
     async recordMany(entries: AuditEntry[], tx: Executor): Promise<void> {
-      if (entries.length === 0) return;
-      const document = JSON.stringify(
-        entries.map((entry) => {
-          const who = whoAndWhat(entry);
-          return {
-            org_id: who.orgId,
-            actor_type: who.actorType,
-            actor_id: who.actorId,
-            action: who.action,
-            subject_type: who.subjectType,
-            subject_id: who.subjectId,
-            before: entry.before ?? null,
-            after: entry.after ?? null,
-            request_id: who.requestId,
-            idempotency_key: who.idempotencyKey,
-          };
-        }),
+      await insertMany(
+        entries.map((entry) => ({ ...documentEntry(entry), before: entry.before ?? null, after: entry.after ?? null })),
+        tx,
       );
-      await tx.execute(sql`
-        INSERT INTO ${auditLog} (org_id, actor_type, actor_id, action, subject_type, subject_id, before, after, request_id, idempotency_key)
-        SELECT org_id, actor_type, actor_id, action, subject_type, subject_id, before, after, request_id, idempotency_key
-          FROM jsonb_to_recordset(${document}::jsonb)
-            AS entry (org_id uuid, actor_type text, actor_id text, action text, subject_type text, subject_id uuid, before jsonb, after jsonb,
-                      request_id text, idempotency_key text)`);
-      wakeAfterCommit(tx, AUDIT_CHANNEL);
     },
 
     /** Records a change as `record` would with `after: { ...entry.before, ...entry.changes }`. */

@@ -141,17 +141,16 @@ describe('batches, resume and cancel', () => {
   });
 });
 
+/** The job runner and workers of `svc serve`, on the test database. */
+const backgroundJobs = () =>
+  startBackgroundJobs({ config: ctx.config, database: ctx.database, logger: pino({ level: 'silent' }), webhookWorker: false });
+
 describe('imports run in the background', () => {
   it('when two organisations upload, the job runner completes both imports', async () => {
     const [big, small] = await Promise.all([ctx.createOrg(), ctx.createOrg()]);
     const bigImport = await upload(ctx, big, people(300, 'b', { failEvery: 20 }));
     const smallImport = await upload(ctx, small, people(3, 's'));
-    const jobs = await startBackgroundJobs({
-      config: ctx.config,
-      database: ctx.database,
-      logger: pino({ level: 'silent' }),
-      webhookWorker: false,
-    });
+    const jobs = await backgroundJobs();
     try {
       await expect
         .poll(async () => (await getImport(ctx, small, smallImport.id)).status, { timeout: 30_000, interval: 100 })
@@ -170,12 +169,7 @@ describe('imports run in the background', () => {
     const [large, small] = await Promise.all([ctx.createOrg(), ctx.createOrg()]);
     // Twenty of the worker's batches (500 rows each): it runs for many seconds, and the test stops it midway.
     const largeImport = await upload(ctx, large, people(10_000, 'big'));
-    const jobs = await startBackgroundJobs({
-      config: ctx.config,
-      database: ctx.database,
-      logger: pino({ level: 'silent' }),
-      webhookWorker: false,
-    });
+    const jobs = await backgroundJobs();
     try {
       await expect
         .poll(async () => (await getImport(ctx, large, largeImport.id)).status, { timeout: 20_000, interval: 20 })

@@ -7,14 +7,14 @@ import { EARLIEST_INSTANT } from '../../shared/dates.schema.js';
 import { isUuid } from '../../shared/ids.js';
 import { REVIEW_STATUSES, type ReviewStatus } from './review-model.js';
 
-/** The customers table's columns by property name (bulk inserts name them). */
-const CUSTOMER_COLUMNS = getTableColumns(customers);
-const CUSTOMER_COLUMN_ENTRIES = Object.entries(CUSTOMER_COLUMNS);
+/** The customers table's columns by property name: statements built by hand name and encode values with them. */
+const customerColumns = getTableColumns(customers);
+const customerColumnEntries = Object.entries(customerColumns);
 
 /** A customers row as a raw statement returns it (column names, driver values), as the query builder maps it. */
 function toCustomerRow(raw: Record<string, unknown>): CustomerRow {
   const row: Record<string, unknown> = {};
-  for (const [key, column] of CUSTOMER_COLUMN_ENTRIES) {
+  for (const [key, column] of customerColumnEntries) {
     const value = raw[column.name];
     row[key] = value === null || value === undefined ? null : column.mapFromDriverValue(value);
   }
@@ -42,7 +42,6 @@ type LockOption = { forUpdate?: boolean };
 /** What a list read learnt of its whole filtered set besides the page: its exact size, when it counted it. */
 export type KnownCount = { total?: number };
 
-const customerColumns = getTableColumns(customers);
 /** Distinct column sets an UPDATE is prepared for; others are built per call (never seen in practice). */
 const MAX_UPDATE_SHAPES = 200;
 
@@ -416,7 +415,7 @@ export function createCustomersRepository(db: Executor) {
       const created: CustomerRow[] = [];
       for (const [signature, rows] of groups) {
         const keys = signature.split(',') as Array<keyof NewCustomerRow>;
-        const names = keys.map((key) => CUSTOMER_COLUMNS[key].name);
+        const names = keys.map((key) => customerColumns[key].name);
         const document = rows.map((row) => {
           const record: Record<string, unknown> = {};
           keys.forEach((key, index) => {
