@@ -34,8 +34,8 @@ export const QUEUES = {
   /**
    * Applies an import's rows in batches (modules/imports/import-worker.ts), one job per import, grouped by
    * organisation. A heartbeat: an attempt whose instance died is failed by the supervisor's next pass
-   * (every 60 s) once its heartbeat lapsed, retried after the retry delay (so within about 95 s), and
-   * resumes at the first row without an outcome.
+   * (SUPERVISE_INTERVAL_SECONDS) once its heartbeat lapsed, retried after the retry delay (so within
+   * about 50 s), and resumes at the first row without an outcome.
    */
   importRun: {
     name: 'import-run',
@@ -82,6 +82,13 @@ const STOP_TIMEOUT_MS = 20_000;
  * process sends wakes its workers after the commit (Database.onWake, as every background loop).
  */
 const POLLING_INTERVAL_SECONDS = 1;
+
+/**
+ * How often a runner's supervisor looks for jobs whose instance died (a lapsed heartbeat, an expired
+ * attempt) and refreshes the queues' counts: what bounds how long an interrupted import waits to resume.
+ * pg-boss's default is a minute; each pass is a few indexed statements per queue.
+ */
+const SUPERVISE_INTERVAL_SECONDS = 15;
 
 /** pg-boss's own pool on the connection settings of `database`'s pool (client.ts). */
 function connectionOptions(database: Database): ConstructorOptions {
@@ -139,6 +146,8 @@ export async function startJobRunner(
       max: options.connections ?? 3,
       schedule: options.schedule ?? true,
       supervise: options.supervise ?? true,
+      superviseIntervalSeconds: SUPERVISE_INTERVAL_SECONDS,
+      monitorIntervalSeconds: SUPERVISE_INTERVAL_SECONDS,
       ...(options.cronMonitorIntervalSeconds
         ? { cronMonitorIntervalSeconds: options.cronMonitorIntervalSeconds, cronWorkerIntervalSeconds: 1 }
         : {}),
