@@ -266,6 +266,15 @@ export function imageNodeOptions(): string | undefined {
 }
 
 /**
+ * BENCH_CPU_PROFILE_DIR (a diagnostic): the server writes a V8 CPU profile there when it exits, to be
+ * opened in Chrome DevTools. Profiling slows the server, so such a run's figures are not headline ones.
+ */
+function cpuProfileOptions(): string | undefined {
+  const dir = process.env.BENCH_CPU_PROFILE_DIR;
+  return dir ? `--cpu-prof --cpu-prof-dir=${dir}` : undefined;
+}
+
+/**
  * The project's server as operators run it (README, docs/operations.md): the compiled build,
  * NODE_ENV=production, on `databaseUrl`, every other setting at its default (LOG_LEVEL info, pool of
  * 10, no rate-limit override), with the image's NODE_OPTIONS. The one setting given is
@@ -274,7 +283,7 @@ export function imageNodeOptions(): string | undefined {
  * be nothing to deliver anyway.
  */
 export function projectServerEnv(databaseUrl: string, port: number): NodeJS.ProcessEnv {
-  const nodeOptions = imageNodeOptions();
+  const nodeOptions = [imageNodeOptions(), cpuProfileOptions()].filter(Boolean).join(' ');
   return {
     ...cleanEnv(),
     ...(nodeOptions ? { NODE_OPTIONS: nodeOptions } : {}),

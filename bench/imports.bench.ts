@@ -273,6 +273,7 @@ function statOf(times: number[], errors: number): Stat {
 function startReader(base: string, key: string, ids: string[]) {
   let running = true;
   const times: number[] = [];
+  const startedAt: number[] = [];
   let errors = 0;
   const interval = 1000 / CLIENT_RPS;
   const done = (async () => {
@@ -285,8 +286,10 @@ function startReader(base: string, key: string, ids: string[]) {
       try {
         const response = await fetch(`${base}/v1/customers/${id}`, { headers: { authorization: `Bearer ${key}` } });
         await response.arrayBuffer();
-        if (response.ok) times.push(performance.now() - started);
-        else errors += 1;
+        if (response.ok) {
+          times.push(performance.now() - started);
+          startedAt.push(started);
+        } else errors += 1;
       } catch {
         errors += 1;
       }
@@ -301,6 +304,13 @@ function startReader(base: string, key: string, ids: string[]) {
       running = false;
       await done;
       return statOf(times, errors);
+    },
+    /** The latencies of the requests that started in [from, to) (performance.now()), errors not counted. */
+    between(from: number, to: number): Stat {
+      return statOf(
+        times.filter((_, index) => startedAt[index]! >= from && startedAt[index]! < to),
+        0,
+      );
     },
   };
 }
@@ -523,6 +533,8 @@ async function main() {
     const ended = performance.now();
     const metricsAfter = await scrapeMetrics(base);
     const during = await reader.stop();
+    const duringUpload = reader.between(started, accepted);
+    const duringBatches = reader.between(accepted, ended);
     const cpu = cpuSampler.stop();
     const memory = rss.stop();
     const backlogAtEnd = await backlog();
@@ -606,6 +618,8 @@ async function main() {
       '|---|---:|---:|---:|---:|---:|',
       `| before the import | ${before.requests} | ${before.errors} | ${before.p50} | ${before.p99} | ${before.max} |`,
       `| during the import | ${during.requests} | ${during.errors} | ${during.p50} | ${during.p99} | ${during.max} |`,
+      `| … of which during the upload (until the 202) | ${duringUpload.requests} | | ${duringUpload.p50} | ${duringUpload.p99} | ${duringUpload.max} |`,
+      `| … of which after the 202 (the batches) | ${duringBatches.requests} | | ${duringBatches.p50} | ${duringBatches.p99} | ${duringBatches.max} |`,
       `| after the import | ${after.requests} | ${after.errors} | ${after.p50} | ${after.p99} | ${after.max} |`,
       '',
       "Why the rows failed (each error's code and field messages, from GET /v1/imports/{id}/rows?outcome=FAILED; the ten most frequent):",
