@@ -1,6 +1,6 @@
 import fastifySwagger, { type SwaggerTransform, type SwaggerTransformObject } from '@fastify/swagger';
-import apiReference, { type FastifyApiReferenceOptions } from '@scalar/fastify-api-reference';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyApiReferenceOptions } from '@scalar/fastify-api-reference';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { jsonSchemaTransform, jsonSchemaTransformObject } from 'fastify-type-provider-zod';
 import type { OpenAPIV3_1 } from 'openapi-types';
@@ -437,11 +437,44 @@ export const openapiPlugin = fp(
       return app.swagger();
     });
 
-    await app.register(apiReference, {
-      routePrefix: DOCS_PATH,
-      logLevel: 'warn',
-      configuration: REFERENCE_CONFIGURATION,
-    });
+    const reference = referencePage();
+    // The app ignores trailing slashes: `/docs/` answers `/docs` too (the page redirects it to `/docs/`).
+    for (const url of [`${DOCS_PATH}/`, `${DOCS_PATH}/${REFERENCE_SCRIPT_PATH}`]) {
+      app.get(url, { schema: { hide: true }, logLevel: 'warn' }, reference);
+    }
   },
   { name: 'openapi' },
 );
+
+/** Where Scalar's plugin serves the page's script, relative to the page (the page's `<script src>`). */
+const REFERENCE_SCRIPT_PATH = 'js/scalar.js';
+
+/**
+ * The reference page and its script, as Scalar's fastify plugin serves them. The plugin's module holds
+ * its browser bundle as one string literal (about 20 MB of heap with the module's own source), so it
+ * is loaded on the first request for the page, into an app of its own that these routes hand the
+ * request to: an instance nobody opens the reference on never holds it.
+ */
+function referencePage(): (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply> {
+  let loaded: Promise<FastifyInstance> | undefined;
+  const load = async () => {
+    const { default: apiReference } = await import('@scalar/fastify-api-reference');
+    const reference = Fastify({ routerOptions: { ignoreTrailingSlash: true } });
+    await reference.register(apiReference, { routePrefix: DOCS_PATH, configuration: REFERENCE_CONFIGURATION });
+    await reference.ready();
+    return reference;
+  };
+  return async (request, reply) => {
+    loaded ??= load().catch((error: unknown) => {
+      loaded = undefined;
+      throw error;
+    });
+    const answer = await (await loaded).inject({ method: 'GET', url: request.url });
+    reply.code(answer.statusCode);
+    for (const name of ['content-type', 'location']) {
+      const value = answer.headers[name];
+      if (value !== undefined) reply.header(name, value);
+    }
+    return reply.send(answer.rawPayload);
+  };
+}
