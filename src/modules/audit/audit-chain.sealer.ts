@@ -1,13 +1,10 @@
-import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import { createCommitOrderSealer, type CommitOrderSealer, type CommitOrderSealerOptions } from '../../shared/commit-order-sealer.js';
 import { chainHash, GENESIS_HASH } from './audit-chain.js';
 import { AUDIT_CHANNEL } from '../../shared/audit-writer.js';
+import { timeSlicer } from '../../shared/time-slice.js';
 import { createAuditRepository } from './audit.repository.js';
 
 export type AuditChainSealer = CommitOrderSealer;
-
-/** Rows hashed between two turns of the event loop. */
-const HASHES_PER_TURN = 100;
 
 /**
  * Chains audit rows after they commit: gives each its sequence and hash (audit-chain.ts), in the
@@ -37,9 +34,10 @@ export function createAuditChainSealer(options: CommitOrderSealerOptions): Audit
       let previous = head.lastHash ?? GENESIS_HASH;
       let sequence = head.lastSequence;
       const sealed: Array<{ id: number; sequence: number; hash: string }> = [];
+      const slice = timeSlicer();
       for (const row of rows) {
         // Hashing a batch is CPU work: in slices, so requests served by this process are not held behind it.
-        if (sealed.length % HASHES_PER_TURN === HASHES_PER_TURN - 1) await yieldToEventLoop();
+        await slice();
         sequence += 1;
         previous = chainHash(previous, { ...row, sequence });
         sealed.push({ id: row.id as number, sequence, hash: previous });

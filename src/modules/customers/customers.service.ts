@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import { isLockTimeout, type Executor, type DataAccess } from '../../db/client.js';
 import type { PageReads } from '../../db/page-reads.js';
 import type { CustomerRow, NewCustomerRow } from '../../db/schema.js';
@@ -26,12 +25,11 @@ import { decodeCursor, encodeCursor, filterFingerprint, type CursorKey } from '.
 import type { ReviewColumnsWriter } from './review-columns.js';
 import type { ReviewStatus } from './review-model.js';
 import { classifyClient, rateRisk, type RiskAnswers } from './risk-model.js';
+import { timeSlicer } from '../../shared/time-slice.js';
 
 /** Provenance ranks of structured name parts: a correction from a higher rank is never overwritten. */
 export const NAME_PROVENANCE = { INTEGRATION: 10, OFFICER: 20, VERIFICATION_PROVIDER: 30 } as const;
 const UPSERT_ATTEMPTS = 5;
-/** Rows a bulk upsert judges between two turns of the event loop. */
-const YIELD_EVERY_ROWS = 50;
 /** The latest calendar date anywhere on Earth (UTC+14): "not in the future" for every caller. */
 const LATEST_OFFSET_MS = 14 * 3_600_000;
 
@@ -574,9 +572,10 @@ export function createCustomersService(deps: {
           refused(index, error);
         }
       };
+      const slice = timeSlicer();
       for (const [index, item] of items.entries()) {
         // The batch is judged in slices, so requests served by this process are not held behind it.
-        if (index % YIELD_EVERY_ROWS === YIELD_EVERY_ROWS - 1) await yieldToEventLoop();
+        await slice();
         classify(item, index);
       }
 

@@ -1,4 +1,3 @@
-import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import type { FastifySchemaCompiler } from 'fastify';
 import { validatorCompiler } from 'fastify-type-provider-zod';
 import type { z } from 'zod';
@@ -11,6 +10,7 @@ import { AppError, isAppError } from '../../shared/app-error.js';
 import type { AuditWriter } from '../../shared/audit-writer.js';
 import type { OpenTransaction, RequestContext } from '../../shared/request-context.js';
 import type { OutboxRepository } from '../../shared/outbox.js';
+import { timeSlicer } from '../../shared/time-slice.js';
 import type { BusinessRegisterStatus } from '../customers/business-register.js';
 import type { BulkUpsertItem, BulkUpsertResult, UpsertOptions } from '../customers/customers.service.js';
 import type { UpsertCustomerBody } from '../customers/customers.schemas.js';
@@ -23,8 +23,6 @@ import { toImportDto } from './import-dto.js';
 export const IMPORT_BATCH = 500;
 /** Rows applied before an import first refreshes the planner's statistics again (then each time they double). */
 const STATISTICS_MIN_ROWS = 1_000;
-/** Rows checked between two turns of the event loop. */
-const YIELD_EVERY_ROWS = 50;
 /** Business-register lookups in flight at once while a batch is prepared. */
 const LOOKUP_CONCURRENCY = 8;
 const SYSTEM: Actor = { type: 'system', id: null };
@@ -116,20 +114,13 @@ function isTransient(error: unknown): boolean {
   return false;
 }
 
-/** Runs `work` with `limit` of them in flight at once, keeping the order of `items`. */
-async function mapLimited<T, R>(items: T[], limit: number, work: (item: T) => Promise<R>): Promise<R[]> {
-  const results: R[] = new Array<R>(items.length);
+/** Runs `work` on each of `items`, `limit` of them in flight at once. */
+async function forEachLimited<T>(items: T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
   let next = 0;
   const lane = async () => {
-    while (next < items.length) {
-      const index = next++;
-      // Checking rows is CPU work: in slices, so requests served by this process are not held behind it.
-      if (index % YIELD_EVERY_ROWS === YIELD_EVERY_ROWS - 1) await yieldToEventLoop();
-      results[index] = await work(items[index]!);
-    }
+    while (next < items.length) await work(items[next++]!);
   };
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
-  return results;
 }
 
 /**
@@ -157,14 +148,28 @@ export function createImportWorker(
 
   async function prepare(row: ImportRow, pending: ImportRowRow[]): Promise<PreparedRow[]> {
     const kind = row.kind;
-    return mapLimited(pending, LOOKUP_CONCURRENCY, async (item): Promise<PreparedRow> => {
+    const prepared: PreparedRow[] = [];
+    const slice = timeSlicer();
+    for (const item of pending) {
+      // Checking rows is CPU work: in slices, so requests served by this process are not held behind it.
+      await slice();
       const raw = row.format === 'csv' ? csvRowToBody(kind, item.data as Record<string, string>) : (item.data as Record<string, unknown>);
       const checked = validateRowBody(kind, raw);
-      if ('error' in checked) return { rowNumber: item.rowNumber, error: checked.error };
-      // The lookup is network I/O: done here, before the batch's transaction opens.
-      const registerStatus = kind === 'individuals' ? await customers.registerStatusOf(checked.body) : undefined;
-      return { rowNumber: item.rowNumber, body: checked.body, registerStatus };
-    });
+      prepared.push(
+        'error' in checked ? { rowNumber: item.rowNumber, error: checked.error } : { rowNumber: item.rowNumber, body: checked.body },
+      );
+    }
+    // The lookups are network I/O: done here, before the batch's transaction opens, a few at a time.
+    if (kind === 'individuals') {
+      await forEachLimited(
+        prepared.filter((checked) => checked.body),
+        LOOKUP_CONCURRENCY,
+        async (checked) => {
+          checked.registerStatus = await customers.registerStatusOf(checked.body as UpsertCustomerBody);
+        },
+      );
+    }
+    return prepared;
   }
 
   /** The savepoint a row's upsert opens: released (kept) in a real run, always rolled back in a dry run. */
