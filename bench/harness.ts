@@ -266,12 +266,12 @@ export function imageNodeOptions(): string | undefined {
 }
 
 /**
- * BENCH_CPU_PROFILE_DIR (a diagnostic): the server writes a V8 CPU profile there when it exits, to be
- * opened in Chrome DevTools. Profiling slows the server, so such a run's figures are not headline ones.
+ * BENCH_SERVER_NODE_OPTIONS (a diagnostic): more NODE_OPTIONS for the server, after the image's, e.g.
+ * `--cpu-prof --cpu-prof-dir=/tmp/prof` for a CPU profile written when it exits. Profiling slows the
+ * server, so such a run's figures are not headline ones.
  */
-function cpuProfileOptions(): string | undefined {
-  const dir = process.env.BENCH_CPU_PROFILE_DIR;
-  return dir ? `--cpu-prof --cpu-prof-dir=${dir}` : undefined;
+function diagnosticNodeOptions(): string | undefined {
+  return process.env.BENCH_SERVER_NODE_OPTIONS || undefined;
 }
 
 /**
@@ -283,7 +283,7 @@ function cpuProfileOptions(): string | undefined {
  * be nothing to deliver anyway.
  */
 export function projectServerEnv(databaseUrl: string, port: number): NodeJS.ProcessEnv {
-  const nodeOptions = [imageNodeOptions(), cpuProfileOptions()].filter(Boolean).join(' ');
+  const nodeOptions = [imageNodeOptions(), diagnosticNodeOptions()].filter(Boolean).join(' ');
   return {
     ...cleanEnv(),
     ...(nodeOptions ? { NODE_OPTIONS: nodeOptions } : {}),
