@@ -266,13 +266,11 @@ export function imageNodeOptions(): string | undefined {
 }
 
 /**
- * BENCH_SERVER_NODE_OPTIONS (a diagnostic): more NODE_OPTIONS for the server, after the image's, e.g.
- * `--cpu-prof --cpu-prof-dir=/tmp/prof` for a CPU profile written when it exits. Profiling slows the
- * server, so such a run's figures are not headline ones.
+ * BENCH_CPU_PROF=DIR (a diagnostic): Node.js arguments that make the project's server write a V8 CPU
+ * profile there when it exits (open it in Chrome DevTools). Profiling slows the server, so such a
+ * run's figures are not headline ones.
  */
-function diagnosticNodeOptions(): string | undefined {
-  return process.env.BENCH_SERVER_NODE_OPTIONS || undefined;
-}
+export const CPU_PROFILE_ARGS = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
 
 /**
  * The project's server as operators run it (README, docs/operations.md): the compiled build,
@@ -283,7 +281,7 @@ function diagnosticNodeOptions(): string | undefined {
  * be nothing to deliver anyway.
  */
 export function projectServerEnv(databaseUrl: string, port: number): NodeJS.ProcessEnv {
-  const nodeOptions = [imageNodeOptions(), diagnosticNodeOptions()].filter(Boolean).join(' ');
+  const nodeOptions = imageNodeOptions();
   return {
     ...cleanEnv(),
     ...(nodeOptions ? { NODE_OPTIONS: nodeOptions } : {}),

@@ -7,7 +7,7 @@
  *
  * Options (environment): BENCH_IMPORT_ROWS (100000), BENCH_CLIENT_RPS (20: the reading client's
  * requests per second), BENCH_BASELINE_SECONDS (30: how long the client reads without an import,
- * before it and again after it), BENCH_RESULTS (bench/results/imports.md).
+ * before it and again after it), BENCH_RESULTS (bench/results/imports.md), BENCH_CPU_PROF (a directory for a CPU profile of the server: a diagnostic).
  *
  * The file is a realistic mix, from a fixed seed so every run imports the same bytes:
  *  - 10% duplicates of records that exist already (created first through POST /v1/customers, as the
@@ -35,6 +35,7 @@ import { parse as parseCsv } from 'csv-parse/sync';
 import {
   BENCH_KEY_LIMITS,
   build,
+  CPU_PROFILE_ARGS,
   cpuTicks,
   createScratchDatabase,
   freeLoopbackPort,
@@ -465,7 +466,7 @@ async function main() {
 
   const port = await freeLoopbackPort();
   const server = await startProcess(
-    ['bin/svc.js', 'serve'],
+    [...CPU_PROFILE_ARGS, 'bin/svc.js', 'serve'],
     projectServerEnv(url, port),
     `http://127.0.0.1:${port}/readyz`,
     'imports-project',

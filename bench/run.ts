@@ -21,6 +21,7 @@ import {
   buildBaseline,
   compare,
   CONNECTIONS,
+  CPU_PROFILE_ARGS,
   createScratchDatabase,
   DIAGNOSTIC_LOG_LEVEL,
   DURATION,
@@ -57,14 +58,12 @@ async function main() {
 
   const projectPort = await freeLoopbackPort();
   const baselinePort = await freeLoopbackPort();
-  // BENCH_CPU_PROF=DIR writes a V8 CPU profile of the project's server there (open it in Chrome DevTools).
-  const profile = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
   const servers: ChildProcess[] = [];
   const projectLog = 'project';
   const baselineLog = 'baseline';
   try {
     const project = await startProcess(
-      [...profile, 'bin/svc.js', 'serve'],
+      [...CPU_PROFILE_ARGS, 'bin/svc.js', 'serve'],
       projectServerEnv(url, projectPort),
       `http://127.0.0.1:${projectPort}/readyz`,
       projectLog,
