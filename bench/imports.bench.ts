@@ -46,6 +46,7 @@ import {
   startProcess,
   svc,
 } from './harness.js';
+import type { operations } from '../clients/typescript/schema.js';
 
 const ROWS = Number(process.env.BENCH_IMPORT_ROWS ?? 100_000);
 const CLIENT_RPS = Number(process.env.BENCH_CLIENT_RPS ?? 20);
@@ -412,18 +413,8 @@ async function inParallel<T>(items: T[], limit: number, work: (item: T, index: n
   );
 }
 
-type ImportDto = {
-  id: string;
-  status: string;
-  rows_total: number;
-  rows_done: number;
-  counts: { created: number; updated: number; unchanged: number; failed: number };
-  error: unknown;
-  created_at: string;
-  started_at: string | null;
-  finished_at: string | null;
-  file_bytes: number;
-};
+/** GET /v1/imports/{id}'s answer, as the committed typed client has it. */
+type ImportDto = operations['getImport']['responses'][200]['content']['application/json'];
 
 async function main() {
   const generated = performance.now();

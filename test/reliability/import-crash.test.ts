@@ -3,6 +3,7 @@ import { createDatabase, type Database } from '../../src/db/client.js';
 import { createTestDatabase } from '../helpers/database.js';
 import { ALL_SCOPES, testServices } from '../helpers/harness.js';
 import { call, pool, startServerProcess, type ServerProcess } from './processes.js';
+import type { operations } from '../../clients/typescript/schema.js';
 
 let database: Database;
 let drop: () => Promise<void>;
@@ -20,13 +21,8 @@ afterAll(async () => {
   await drop?.();
 });
 
-type ImportDto = {
-  id: string;
-  status: string;
-  rows_total: number;
-  rows_done: number;
-  counts: { created: number; updated: number; unchanged: number; failed: number };
-};
+/** GET /v1/imports/{id}'s answer, as the committed typed client has it. */
+type ImportDto = operations['getImport']['responses'][200]['content']['application/json'];
 
 /**
  * The file: ROWS rows, every hundredth of each kind spread evenly through it, so that every batch of

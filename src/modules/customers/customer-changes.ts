@@ -90,9 +90,13 @@ export function createCustomerChangeRecorder() {
 
     /**
      * Records the creation of many records (a bulk import's batch) as `record` would each: their audit
-     * rows in one statement; the events a creation fires, if any, one by one.
+     * rows in one statement; the events a creation fires, if any, one by one, with `toDto` of the record.
      */
-    async recordCreated(created: Array<{ actor: Actor; action: string; after: CustomerRow; dto: unknown }>, tx: Executor): Promise<void> {
+    async recordCreated(
+      created: Array<{ actor: Actor; action: string; after: CustomerRow }>,
+      toDto: (row: CustomerRow) => unknown,
+      tx: Executor,
+    ): Promise<void> {
       await audit.recordMany(
         created.map(({ actor, action, after }) => ({
           orgId: after.orgId,
@@ -106,7 +110,9 @@ export function createCustomerChangeRecorder() {
         tx,
       );
       for (const change of created) {
-        if (becameDue(undefined, change.after)) await this.record({ ...change, before: undefined, eventsOnly: true }, tx);
+        if (becameDue(undefined, change.after)) {
+          await this.record({ ...change, dto: toDto(change.after), before: undefined, eventsOnly: true }, tx);
+        }
       }
     },
 

@@ -594,15 +594,15 @@ export function createCustomersService(deps: {
         const rows: NewCustomerRow[] = [];
         for (const create of creates) rows.push(await reviewColumns.forNewRecord({ ...create.values, id: randomUUID() }, tx));
         const inserted = new Map((await repository.insertManyIfAbsent(ctx.orgId, rows, tx)).map((row) => [row.id, row]));
-        const recorded: Array<{ actor: RequestContext['actor']; action: string; after: CustomerRow; dto: IndividualDto }> = [];
+        const recorded: Array<{ actor: RequestContext['actor']; action: string; after: CustomerRow }> = [];
         creates.forEach(({ index }, position) => {
           const row = inserted.get(rows[position]!.id!);
           // Its key was taken since the candidates were read (a concurrent request): decided by upsert, after the others.
           if (!row) return void afterOthers.push(index);
-          recorded.push({ actor: ctx.actor, action: 'customer.created', after: row, dto: toIndividualDto(row) });
+          recorded.push({ actor: ctx.actor, action: 'customer.created', after: row });
           results[index] = { created: true, changed: true, id: row.id };
         });
-        await changes.recordCreated(recorded, tx);
+        await changes.recordCreated(recorded, toIndividualDto, tx);
       }
 
       for (const index of afterOthers.sort((a, b) => a - b)) {
