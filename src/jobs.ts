@@ -42,6 +42,11 @@ export async function startBackgroundJobs(deps: {
   database: Database;
   logger: Logger;
   webhookWorker: boolean;
+  /**
+   * Whether this process works imports' rows (default: it does). `svc serve` with IMPORT_WORKER=off
+   * leaves them to `svc worker` instances, so an import's batches never share the API's event loop.
+   */
+  importWorker?: boolean;
   /** The app's metrics, when this process serves them (`svc worker` has none). */
   metrics?: { retentionPurged(table: RetentionTable, rows: number): void } | undefined;
   /** The job runner to work on (stopped with the jobs); default: one started here. */
@@ -90,26 +95,29 @@ export async function startBackgroundJobs(deps: {
     });
     // An import's rows, in batches; a run stopped by shutdown (or a dead instance's, after its heartbeat
     // lapsed) is retried and resumes at its first row without an outcome.
-    await runner.work<{ orgId: string; importId: string }>(QUEUES.importRun.name, IMPORT_WORK, async (batch) =>
-      Promise.all(
-        batch.map(async (job) => {
-          const { orgId, importId } = job.data;
-          try {
-            const ended = await imports.run(orgId, importId, {
-              signal: stopping.signal,
-              onFailed: (error) => logger.error({ err: error, orgId, importId }, 'import failed'),
-              onStatisticsFailed: (error) =>
-                logger.warn({ err: error, orgId, importId }, 'import: ANALYZE failed; lookups may plan poorly'),
-            });
-            if (ended) logger.info({ orgId, importId, status: ended.status, rows: ended.rowsDone }, `import ${ended.status.toLowerCase()}`);
-            return { id: job.id, status: 'completed' as const };
-          } catch (error) {
-            logger.warn({ err: error, orgId, importId }, 'import interrupted; it resumes on retry');
-            return { id: job.id, status: 'failed' as const, output: { message: error instanceof Error ? error.message : String(error) } };
-          }
-        }),
-      ),
-    );
+    if (deps.importWorker ?? true) {
+      await runner.work<{ orgId: string; importId: string }>(QUEUES.importRun.name, IMPORT_WORK, async (batch) =>
+        Promise.all(
+          batch.map(async (job) => {
+            const { orgId, importId } = job.data;
+            try {
+              const ended = await imports.run(orgId, importId, {
+                signal: stopping.signal,
+                onFailed: (error) => logger.error({ err: error, orgId, importId }, 'import failed'),
+                onStatisticsFailed: (error) =>
+                  logger.warn({ err: error, orgId, importId }, 'import: ANALYZE failed; lookups may plan poorly'),
+              });
+              if (ended)
+                logger.info({ orgId, importId, status: ended.status, rows: ended.rowsDone }, `import ${ended.status.toLowerCase()}`);
+              return { id: job.id, status: 'completed' as const };
+            } catch (error) {
+              logger.warn({ err: error, orgId, importId }, 'import interrupted; it resumes on retry');
+              return { id: job.id, status: 'failed' as const, output: { message: error instanceof Error ? error.message : String(error) } };
+            }
+          }),
+        ),
+      );
+    }
     if (deps.webhookWorker) {
       // Queued emails go out after their transaction committed (their job commits with them); a failed
       // send fails its job, which pg-boss retries with backoff.

@@ -62,6 +62,7 @@ export async function startServer(config: Config, options: { worker?: boolean } 
       database,
       logger,
       webhookWorker: options.worker ?? config.webhookWorker,
+      importWorker: config.importWorker,
       metrics: app.metrics,
       runner,
     });
@@ -85,7 +86,7 @@ export async function startServer(config: Config, options: { worker?: boolean } 
   }
 }
 
-/** `svc worker`: background delivery only, no HTTP. */
+/** `svc worker`: background work only (deliveries, emails, imports, scheduled jobs), no HTTP. */
 export async function startWorker(config: Config): Promise<{ close(): Promise<void> }> {
   const logger = createLogger(config, 2);
   const connection = await connect(config, { info: (message) => logger.info(message) });

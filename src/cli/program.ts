@@ -26,7 +26,7 @@ export function createProgram(cli: CliRunner): Command {
 
   program
     .command('serve')
-    .description('Serve the API (and the in-process webhook/email worker unless WEBHOOK_WORKER=off)')
+    .description('Serve the API (and the in-process webhook/email worker unless WEBHOOK_WORKER=off, imports unless IMPORT_WORKER=off)')
     .action(async () => {
       const config = cli.config();
       const logger = cli.logger({ ...config, logLevel: config.logLevel });
@@ -43,7 +43,7 @@ export function createProgram(cli: CliRunner): Command {
 
   program
     .command('worker')
-    .description('Run only the background delivery worker (webhooks, emails)')
+    .description('Run only the background workers (webhooks, emails, imports, scheduled jobs)')
     .action(async () => {
       const config = cli.config();
       const logger = cli.logger(config);

@@ -145,6 +145,7 @@ const environmentSchema = z.object({
       return key;
     }),
   WEBHOOK_WORKER: booleanFlag(true),
+  IMPORT_WORKER: booleanFlag(true),
   WEBHOOK_ALLOW_PRIVATE_URLS: booleanFlag(false),
   WEBHOOK_ALLOWED_PORTS: portList,
   // At most a year: the period is compared with timestamps in SQL, and an endpoint failing for longer is long gone.
@@ -226,6 +227,8 @@ export type Config = {
    */
   linkEncryptionKey: Buffer | undefined;
   webhookWorker: boolean;
+  /** Whether `svc serve` also works imports' rows (IMPORT_WORKER); `svc worker` always does. */
+  importWorker: boolean;
   /** Development only: webhook endpoints may be http, on private addresses and on any port. */
   webhookAllowPrivateUrls: boolean;
   /** Webhook endpoint ports allowed besides 443 (WEBHOOK_ALLOWED_PORTS). */
@@ -333,6 +336,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     smtpFrom: env.SMTP_FROM,
     linkEncryptionKey: env.LINK_ENCRYPTION_KEY,
     webhookWorker: env.WEBHOOK_WORKER,
+    importWorker: env.IMPORT_WORKER,
     // Only the variable says so: the embedded database is no proof of a developer's machine.
     webhookAllowPrivateUrls: env.WEBHOOK_ALLOW_PRIVATE_URLS,
     webhookAllowedPorts: env.WEBHOOK_ALLOWED_PORTS,

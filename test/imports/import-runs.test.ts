@@ -1,6 +1,7 @@
 import pino from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startBackgroundJobs } from '../../src/jobs.js';
+import { QUEUES, startJobRunner } from '../../src/shared/job-runner.js';
 import { ImportInterrupted } from '../../src/modules/imports/import-worker.js';
 import { createImportsRepository } from '../../src/modules/imports/imports.repository.js';
 import { createImportsService } from '../../src/modules/imports/imports.service.js';
@@ -145,7 +146,46 @@ describe('batches, resume and cancel', () => {
 const backgroundJobs = () =>
   startBackgroundJobs({ config: ctx.config, database: ctx.database, logger: pino({ level: 'silent' }), webhookWorker: false });
 
+/** A logger whose lines (their messages) are kept in `lines`. */
+function recordingLogger() {
+  const lines: string[] = [];
+  const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push((JSON.parse(line) as { msg: string }).msg) });
+  return { logger, lines };
+}
+
 describe('imports run in the background', () => {
+  it('when an instance runs with IMPORT_WORKER=off, it never works an import: one with imports on completes it', async () => {
+    const org = await ctx.createOrg();
+    const apiOnly = recordingLogger();
+    const runner = await startJobRunner(ctx.database, { logger: apiOnly.logger });
+    const work = vi.spyOn(runner, 'work');
+    const api = await startBackgroundJobs({
+      config: ctx.config,
+      database: ctx.database,
+      logger: apiOnly.logger,
+      webhookWorker: false,
+      importWorker: false,
+      runner,
+    });
+    const worker = recordingLogger();
+    let workerJobs: Awaited<ReturnType<typeof startBackgroundJobs>> | undefined;
+    try {
+      // It works the other queues, but registers no worker for imports' rows.
+      const worked = work.mock.calls.map(([queue]) => queue);
+      expect(worked).toContain(QUEUES.reviewSweep.name);
+      expect(worked).not.toContain(QUEUES.importRun.name);
+
+      const created = await upload(ctx, org, people(5, 'w'));
+      workerJobs = await startBackgroundJobs({ config: ctx.config, database: ctx.database, logger: worker.logger, webhookWorker: false });
+      await expect.poll(async () => (await getImport(ctx, org, created.id)).status, { timeout: 30_000, interval: 100 }).toBe('COMPLETED');
+      expect(await records(org)).toBe(5);
+      expect(worker.lines).toContain('import completed');
+      expect(apiOnly.lines).not.toContain('import completed');
+    } finally {
+      await Promise.all([api.stop(), workerJobs?.stop()]);
+    }
+  });
+
   it('when two organisations upload, the job runner completes both imports', async () => {
     const [big, small] = await Promise.all([ctx.createOrg(), ctx.createOrg()]);
     const bigImport = await upload(ctx, big, people(300, 'b', { failEvery: 20 }));

@@ -99,6 +99,7 @@ describe('docker-compose.yml', () => {
   it("when configured, api runs no in-process worker and both configurations pass the service's own validation", () => {
     const api = loadConfig(environmentOf('api'));
     expect(api.webhookWorker).toBe(false);
+    expect(api.importWorker).toBe(false);
     expect(api.databaseUrl).toMatch(/^postgres:\/\/[^@]+@postgres:5432\//);
     const worker = loadConfig(environmentOf('worker'));
     expect(worker.databaseUrl).toBe(api.databaseUrl);
