@@ -99,7 +99,7 @@ export function createImportsRepository() {
      * many rows an organisation has; autovacuum's analyze follows a fast import too late.
      */
     async refreshStatistics(executor: Executor): Promise<void> {
-      await executor.execute(sql`ANALYZE customers, import_rows`);
+      await executor.execute(sql`ANALYZE customers, import_rows (org_id, import_id, row_number, outcome)`);
     },
 
     /** Which of `rowNumbers` have no outcome yet (under the batch lock). */
