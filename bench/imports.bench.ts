@@ -7,7 +7,9 @@
  *
  * Options (environment): BENCH_IMPORT_ROWS (100000), BENCH_CLIENT_RPS (20: the reading client's
  * requests per second), BENCH_BASELINE_SECONDS (30: how long the client reads without an import,
- * before it and again after it), BENCH_RESULTS (bench/results/imports.md), BENCH_CPU_PROF (a directory for a CPU profile of the server: a diagnostic).
+ * before it and again after it), BENCH_RESULTS (bench/results/imports.md, or imports-worker-process.md), BENCH_CPU_PROF (a directory for a CPU profile of the server: a diagnostic),
+ * BENCH_IMPORT_WORKER (`process`: the deployment of docker-compose.yml, where the API runs with
+ * IMPORT_WORKER=off and a `svc worker` process works the import; unset: the default, one `svc serve`).
  *
  * The file is a realistic mix, from a fixed seed so every run imports the same bytes:
  *  - 10% duplicates of records that exist already (created first through POST /v1/customers, as the
@@ -28,7 +30,8 @@
  * run (before the upload, and again after the import ended). The file and the counts are checked:
  * the run exits 1 when the counts differ from what the file must give.
  */
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse as parseCsv } from 'csv-parse/sync';
@@ -51,10 +54,30 @@ import type { operations } from '../clients/typescript/schema.js';
 const ROWS = Number(process.env.BENCH_IMPORT_ROWS ?? 100_000);
 const CLIENT_RPS = Number(process.env.BENCH_CLIENT_RPS ?? 20);
 const BASELINE_SECONDS = Number(process.env.BENCH_BASELINE_SECONDS ?? 30);
-const RESULTS = process.env.BENCH_RESULTS ?? join(root, 'bench', 'results', 'imports.md');
 const TARGET_ROWS_PER_SECOND = 2_000;
 const TARGET_RSS_MB = 250;
 const TICK_MS = 10; // USER_HZ is 100 on Linux
+/** The import worked by a `svc worker` process beside the API (IMPORT_WORKER=off), as docker-compose.yml deploys it. */
+const SEPARATE_WORKER = process.env.BENCH_IMPORT_WORKER === 'process';
+const RESULTS = process.env.BENCH_RESULTS ?? join(root, 'bench', 'results', SEPARATE_WORKER ? 'imports-worker-process.md' : 'imports.md');
+
+/** `svc worker` on `databaseUrl`, once its log says it started (it serves no HTTP to ask). */
+async function startWorkerProcess(databaseUrl: string): Promise<ChildProcess> {
+  const logFile = join(LOG_DIR, 'imports-worker.log');
+  const fd = openSync(logFile, 'a');
+  const env = { ...projectServerEnv(databaseUrl, 0) };
+  delete env.PORT;
+  const child = spawn(process.execPath, ['bin/svc.js', 'worker'], { cwd: root, env, stdio: ['ignore', fd, fd] });
+  closeSync(fd);
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`svc worker exited with ${child.exitCode}; see ${logFile}`);
+    if (readFileSync(logFile, 'utf8').includes('worker started')) return child;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  child.kill('SIGKILL');
+  throw new Error(`timeout waiting for svc worker; see ${logFile}`);
+}
 
 /** The server's event-loop delay since the previous scrape and its garbage-collection time so far, from GET /metrics. */
 async function scrapeMetrics(base: string): Promise<{ lagP50: number; lagP99: number; lagMax: number; gcSeconds: number }> {
@@ -354,7 +377,7 @@ function machineTicks(): { busy: number; total: number } {
  * every second while it runs, so a backend that starts meanwhile counts from zero; and of the whole
  * machine, so the load of anything else running on it (another checkout's tests) shows in the report.
  */
-function sampleCpu(database: string, serverPid: number) {
+function sampleCpu(database: string, serverPid: number, workerPid: number | undefined) {
   const backends = new Map<number, { from: number; last: number }>();
   const read = (first: boolean) => {
     for (const entry of readdirSync('/proc')) {
@@ -375,6 +398,7 @@ function sampleCpu(database: string, serverPid: number) {
   read(true);
   const machine = machineTicks();
   const server = cpuTicks(serverPid);
+  const worker = workerPid === undefined ? 0 : cpuTicks(workerPid);
   const bench = cpuTicks(process.pid);
   const started = performance.now();
   const timer = setInterval(() => read(false), 1000);
@@ -388,13 +412,18 @@ function sampleCpu(database: string, serverPid: number) {
       const now = machineTicks();
       const cores = (now.total - machine.total) / elapsedTicks;
       const share = (ticks: number) => ticks / elapsedTicks;
-      const used = { server: share(cpuTicks(serverPid) - server), postgres: share(postgres), bench: share(cpuTicks(process.pid) - bench) };
+      const used = {
+        server: share(cpuTicks(serverPid) - server),
+        worker: workerPid === undefined ? 0 : share(cpuTicks(workerPid) - worker),
+        postgres: share(postgres),
+        bench: share(cpuTicks(process.pid) - bench),
+      };
       const busy = share(now.busy - machine.busy) / cores;
       return {
         ...used,
         cores: Math.round(cores),
         machine: busy * Math.round(cores),
-        others: Math.max(0, busy * Math.round(cores) - used.server - used.postgres - used.bench),
+        others: Math.max(0, busy * Math.round(cores) - used.server - used.worker - used.postgres - used.bench),
       };
     },
   };
@@ -458,10 +487,11 @@ async function main() {
   const port = await freeLoopbackPort();
   const server = await startProcess(
     [...CPU_PROFILE_ARGS, 'bin/svc.js', 'serve'],
-    projectServerEnv(url, port),
+    { ...projectServerEnv(url, port), ...(SEPARATE_WORKER ? { IMPORT_WORKER: 'off' } : {}) },
     `http://127.0.0.1:${port}/readyz`,
     'imports-project',
   );
+  const worker = SEPARATE_WORKER ? await startWorkerProcess(url) : undefined;
   const base = `http://127.0.0.1:${port}`;
   try {
     // The records 10% of the rows duplicate, created as the API receives them.
@@ -485,12 +515,14 @@ async function main() {
     process.stderr.write(`reading without an import for ${BASELINE_SECONDS} s…\n`);
     const before = await readFor(base, customersKey, ids, BASELINE_SECONDS);
     const idleRss = rssMb(server.pid!);
+    const workerIdleRss = worker ? rssMb(worker.pid!) : 0;
 
     process.stderr.write('uploading…\n');
     // The server's own measures (prom-client's defaults): a scrape resets the event-loop delay histogram.
     const metricsBefore = await scrapeMetrics(base);
     const rss = sampleRss(server.pid!);
-    const cpuSampler = sampleCpu(new URL(url).pathname.slice(1), server.pid!);
+    const workerRss = worker ? sampleRss(worker.pid!) : undefined;
+    const cpuSampler = sampleCpu(new URL(url).pathname.slice(1), server.pid!, worker?.pid);
     const reader = startReader(base, customersKey, ids);
     const started = performance.now();
     const body = readFileSync(csvPath);
@@ -529,6 +561,7 @@ async function main() {
     const duringBatches = reader.between(accepted, ended);
     const cpu = cpuSampler.stop();
     const memory = rss.stop();
+    const workerMemory = workerRss?.stop();
     const backlogAtEnd = await backlog();
     process.stderr.write(`${current.status} after ${((ended - started) / 1000).toFixed(1)} s; reading without an import again…\n`);
     const after = await readFor(base, customersKey, ids, BASELINE_SECONDS);
@@ -582,7 +615,9 @@ async function main() {
       `# Importing ${ROWS.toLocaleString('en')} individuals (issue 46)`,
       '',
       `\`npm run bench:imports\` (BENCH_IMPORT_ROWS=${ROWS}, BENCH_CLIENT_RPS=${CLIENT_RPS}, BENCH_BASELINE_SECONDS=${BASELINE_SECONDS}), ${new Date().toISOString().slice(0, 10)}. ` +
-        `The production build (\`svc serve\`, NODE_ENV=production, default settings, WEBHOOK_WORKER=off) with its job worker in the same process, ` +
+        (SEPARATE_WORKER
+          ? `The production build as docker-compose.yml deploys it: \`svc serve\` (NODE_ENV=production, default settings, WEBHOOK_WORKER=off, IMPORT_WORKER=off) and a \`svc worker\` process that works the import, both on this machine, `
+          : `The production build (\`svc serve\`, NODE_ENV=production, default settings, WEBHOOK_WORKER=off) with its job worker in the same process, `) +
         `on PostgreSQL at DATABASE_URL, this machine (2 cores). One organisation; ${file.existing.length.toLocaleString('en')} existing records created first through POST /v1/customers.`,
       '',
       `The file: ${current.rows_total.toLocaleString('en')} rows, ${(current.file_bytes / 1048576).toFixed(1)} MiB of CSV (19 columns), uploaded as the raw body (text/csv). ` +
@@ -596,6 +631,11 @@ async function main() {
       `| queued (created_at → started_at) | ${queuedSeconds.toFixed(1)} s | |`,
       `| worker (started_at → finished_at) | ${workerSeconds.toFixed(1)} s: ${workerRowsPerSecond.toLocaleString('en')} rows/s | |`,
       `| server RSS: idle before / peak during | ${idleRss} MB / **${memory.peak} MB** | ≤ ${TARGET_RSS_MB} MB: ${verdict(memory.peak <= TARGET_RSS_MB)} |`,
+      ...(workerMemory
+        ? [
+            `| the \`svc worker\` process: RSS idle before / peak during; CPU over the import, in cores | ${workerIdleRss} MB / ${workerMemory.peak} MB; ${cores(cpu.worker)} | |`,
+          ]
+        : []),
       `| CPU over the import, in cores: server process / its PostgreSQL backends / the bench process (client, poller) | ${cores(cpu.server)} / ${cores(cpu.postgres)} / ${cores(cpu.bench)} | |`,
       `| CPU of everything else on the machine over the import (PostgreSQL's shared processes such as the WAL writer and checkpointer, other checkouts' tests), in cores of ${cpu.cores} | ${cores(cpu.others)} (machine busy: ${cores(cpu.machine)}) | 0 on a quiet machine |`,
       `| GET /v1/customers/{id} p99: without the import (before) / during | ${before.p99} ms / **${during.p99} ms** (×${p99Ratio}) | ≤ 2×: ${verdict(p99Ratio <= 2)} |`,
@@ -634,7 +674,10 @@ async function main() {
     if (!countsMatch) process.exitCode = 1;
   } finally {
     server.kill('SIGTERM');
-    await new Promise((resolve) => server.once('exit', resolve));
+    worker?.kill('SIGTERM');
+    const exited = (child: ChildProcess) =>
+      child.exitCode === null ? new Promise((resolve) => child.once('exit', resolve)) : Promise.resolve();
+    await Promise.all([exited(server), ...(worker ? [exited(worker)] : [])]);
     await scratch.drop();
     rmSync(folder, { recursive: true, force: true });
   }
