@@ -148,8 +148,8 @@ export function createOutboxRepository() {
     },
 
     /**
-     * Writes many events of one organisation in one statement, each with its deliveries as `record`
-     * would (a background batch: the review sweep). The DTOs carry their own updated_at.
+     * Writes many events in one statement, each with its deliveries as `record` would (a background
+     * batch: the review sweep, a bulk import's batch). The DTOs carry their own updated_at.
      */
     async recordMany(events: Array<Omit<OutboxEvent, 'endpointId' | 'updatedAtFromRecord'>>, tx: Executor): Promise<void> {
       if (events.length === 0) return;
@@ -159,21 +159,25 @@ export function createOutboxRepository() {
         JSON.stringify({ id: ids[index], type: event.type, created, data: event.data ?? { customer: event.customer } }),
       );
       const { rows } = await tx.execute(sql`
-        WITH event AS (
+        WITH given AS (
+          SELECT * FROM unnest(${sql.param(ids)}::uuid[], ${sql.param(events.map((event) => event.orgId))}::uuid[],
+                               ${sql.param(events.map((event) => event.type))}::text[], ${sql.param(events.map((event) => event.customerId))}::uuid[],
+                               ${sql.param(payloads)}::text[], ${sql.param(events.map((event) => event.fromImport === true))}::boolean[])
+            AS given (id, org_id, type, customer_id, payload, from_import)
+        ), event AS (
           INSERT INTO outbox_events (id, org_id, type, customer_id, payload, created_at)
-          SELECT id, org_id, type, customer_id, payload, ${created}::timestamptz
-            FROM unnest(${sql.param(ids)}::uuid[], ${sql.param(events.map((event) => event.orgId))}::uuid[], ${sql.param(events.map((event) => event.type))}::text[],
-                        ${sql.param(events.map((event) => event.customerId))}::uuid[], ${sql.param(payloads)}::text[])
-              AS event (id, org_id, type, customer_id, payload)
+          SELECT id, org_id, type, customer_id, payload, ${created}::timestamptz FROM given
           RETURNING id, org_id, type
         ), queued AS (
           INSERT INTO webhook_deliveries (org_id, event_id, endpoint_id)
           SELECT event.org_id, event.id, endpoint.id
             FROM event
+            JOIN given ON given.id = event.id
             JOIN webhook_endpoints endpoint
               ON endpoint.org_id = event.org_id
              AND endpoint.enabled
              AND (cardinality(endpoint.event_types) = 0 OR event.type = ANY (endpoint.event_types))
+             AND NOT (endpoint.skip_import_rows AND given.from_import)
           RETURNING 1
         )
         SELECT 1 FROM queued LIMIT 1`);

@@ -84,4 +84,71 @@ describe('the bulk statements of a bulk import read and write records as the que
       designatedServices: [],
     });
   });
+
+  it('when records are updated in bulk, each ends as updateLocked leaves its twin and the updated_at stamped on it is returned', async () => {
+    const org = await ctx.createOrg();
+    const repository = createCustomersRepository(ctx.database.db);
+    const base = { orgId: org.id, kind: 'individual' as const, type: 'SOLE_TRADER', kycStatus: 'NOT_REQUIRED', addedVia: 'BULK_IMPORT' };
+    const twins = (name: string) =>
+      (['bulk', 'single'] as const).map((way) => ({
+        ...base,
+        id: randomUUID(),
+        externalId: `${name}-${way}`,
+        name,
+        email: `${name}.${way}@example.com`,
+        businessName: 'Old Trading',
+        riskAnswers: { isNewCustomer: true },
+      }));
+    const [first, second] = [twins('gil'), twins('hal')];
+    await ctx.database.transaction((tx) => repository.insertManyIfAbsent(org.id, [...first, ...second], tx));
+    // Two sets of columns: one statement each.
+    const changes: Array<[string, Partial<NewCustomerRow>]> = [
+      [
+        'gil',
+        {
+          phone: '0400 999 000',
+          riskAnswers: { isNewCustomer: false, metFaceToFace: true },
+          designatedServices: ['FIN-LOANS'],
+          clientSinceDate: '2011-02-03',
+          nextReviewAt: new Date('2028-01-02T03:04:05.678Z'),
+          eddReasons: ['HIGH_RISK'],
+          businessName: null,
+        },
+      ],
+      ['hal', { name: 'Hal Renamed', phone: '0400 999 001' }],
+    ];
+    const idOf = (externalId: string) => [...first, ...second].find((row) => row.externalId === externalId)!.id;
+    const stamped = await ctx.database.transaction((tx) =>
+      repository.updateManyLocked(
+        org.id,
+        changes.map(([name, values]) => ({ id: idOf(`${name}-bulk`), values })),
+        tx,
+      ),
+    );
+    await ctx.database.transaction(async (tx) => {
+      for (const [name, values] of changes) await repository.updateLocked(org.id, idOf(`${name}-single`), values, tx);
+    });
+    const rows = await builderRows(org);
+    const without = (row: CustomerRow) => ({
+      ...row,
+      id: undefined,
+      externalId: undefined,
+      email: undefined,
+      createdAt: undefined,
+      updatedAt: undefined,
+    });
+    for (const [name] of changes) {
+      const bulk = rows.find((row) => row.externalId === `${name}-bulk`)!;
+      const single = rows.find((row) => row.externalId === `${name}-single`)!;
+      expect(without(bulk)).toEqual(without(single));
+      expect(stamped.get(bulk.id)).toEqual(bulk.updatedAt);
+    }
+    expect(rows.find((row) => row.externalId === 'gil-bulk')).toMatchObject({
+      businessName: null,
+      designatedServices: ['FIN-LOANS'],
+      riskAnswers: { isNewCustomer: false, metFaceToFace: true },
+      nextReviewAt: new Date('2028-01-02T03:04:05.678Z'),
+    });
+    expect(stamped.size).toBe(2);
+  });
 });

@@ -17,6 +17,8 @@ async function seed(org: TestOrg): Promise<void> {
     { externalId: 'crm-2', fullName: 'Bo Diddley', email: 'bo@example.com', phone: '0400 111 222' },
     { fullName: 'Cy Twombly', email: 'cy@example.com' },
     { externalId: 'crm-3', fullName: 'Di Prima', email: 'di@example.com' },
+    { fullName: 'Gus Grey', email: 'gus.b@example.com' },
+    { externalId: 'crm-4', fullName: 'Gus Grey', email: 'gus.a@example.com' },
   ]) {
     expect((await post(org, '/v1/customers', body)).statusCode).toBe(201);
   }
@@ -43,6 +45,8 @@ const BODIES: Array<Record<string, unknown>> = [
   { externalId: 'new-6', fullName: 'Fay Fine', email: 'fay@example.com', designatedServices: ['PRO-REAL-ESTATE'] },
   { externalId: 'new-7', fullName: 'Di Prima', email: 'di.new@example.com' },
   { externalId: 'crm-3', email: 'di.new@example.com' },
+  { externalId: 'crm-4', email: 'gus.b@example.com' },
+  { externalId: 'crm-2', phone: '0400 000 003' },
 ];
 
 const EXPECTED = [
@@ -64,6 +68,8 @@ const EXPECTED = [
   'UPDATED',
   'CREATED',
   'FAILED', // the name and email crm-3 would end with are row 17's
+  'FAILED', // the name and email crm-4 would end with are another record's, which no row names
+  'UPDATED',
 ];
 
 /** What an organisation's individuals hold, keyed by externalId or name, ids left out. */
@@ -93,6 +99,42 @@ async function createdAudit(org: TestOrg, since: Date) {
     [org.id, since],
   );
   return rows;
+}
+
+/** The records the customer.updated events carry, ids, times and added_via left out, in a stable order. */
+async function updatedEvents(org: TestOrg) {
+  const { rows } = await ctx.database.pool.query<{ customer: Record<string, unknown> }>(
+    `SELECT payload::jsonb->'data'->'customer' AS customer FROM outbox_events WHERE org_id = $1 AND type = 'customer.updated'`,
+    [org.id],
+  );
+  return rows
+    .map(({ customer }) =>
+      JSON.stringify({ ...customer, id: undefined, created_at: undefined, updated_at: undefined, added_via: undefined }),
+    )
+    .sort();
+}
+
+/** The records whose newest customer.updated event does not carry the updated_at they hold. */
+async function staleEvents(org: TestOrg) {
+  const { rows } = await ctx.database.pool.query<{ id: string }>(
+    `SELECT c.id FROM customers c
+       JOIN outbox_events e ON e.org_id = c.org_id AND e.customer_id = c.id AND e.type = 'customer.updated'
+      WHERE c.org_id = $1
+      GROUP BY c.id, c.updated_at
+     HAVING max(e.payload::jsonb->'data'->'customer'->>'updated_at') <> to_char(c.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`,
+    [org.id],
+  );
+  return rows;
+}
+
+/** The audit rows of the updates after `since`, without their ids and times. */
+async function upsertedAudit(org: TestOrg, since: Date) {
+  const { rows } = await ctx.database.pool.query<{ before: unknown; after: unknown }>(
+    `SELECT before - '{id,createdAt,updatedAt,addedVia}'::text[] AS before, after - '{id,createdAt,updatedAt,addedVia}'::text[] AS after
+       FROM audit_log WHERE org_id = $1 AND action = 'customer.upserted' AND created_at > $2`,
+    [org.id, since],
+  );
+  return rows.map((row) => JSON.stringify(row)).sort();
 }
 
 describe('rows of one batch that depend on each other', () => {
@@ -135,6 +177,16 @@ describe('rows of one batch that depend on each other', () => {
       expect(creations).toEqual(
         (await createdAudit(oneByOne, seeded)).map((row) => ({ ...row, after: { ...row.after, addedVia: 'BULK_IMPORT' } })),
       );
+      // Each update's audit row and customer.updated event hold what the single route's do, and each
+      // record's newest event carries the updated_at the record holds.
+      const updates = await upsertedAudit(imported, seeded);
+      expect(updates).toHaveLength(EXPECTED.filter((outcome) => outcome === 'UPDATED').length);
+      expect(updates).toEqual(await upsertedAudit(oneByOne, seeded));
+      const events = await updatedEvents(imported);
+      expect(events).toHaveLength(EXPECTED.filter((outcome) => outcome === 'UPDATED').length);
+      expect(events).toEqual(await updatedEvents(oneByOne));
+      expect(await staleEvents(imported)).toEqual([]);
+      expect(await staleEvents(oneByOne)).toEqual([]);
     },
   );
 
@@ -167,6 +219,8 @@ describe('rows of one batch that depend on each other', () => {
       'UNCHANGED',
       'CREATED',
       'CREATED',
+      'UPDATED',
+      'FAILED',
       'UPDATED',
     ]);
     expect(rows.filter((row) => row.outcome === 'CREATED').every((row) => row.customer_id === null)).toBe(true);

@@ -89,6 +89,49 @@ export function createCustomerChangeRecorder() {
     },
 
     /**
+     * Many changes written and recorded as writeChange would each (a bulk import's batch): `update`
+     * writes every diff in one go and returns the updated_at stamped on each record by id; their audit
+     * rows go in one statement sent with it, and the events they fire in one statement after it, their
+     * DTOs made from the rows with that updated_at. Returns each record's row after its change.
+     */
+    async writeChanges(
+      changes: Array<{ actor: Actor; action: string; before: CustomerRow; diff: Partial<NewCustomerRow> }>,
+      toDto: (row: CustomerRow) => unknown,
+      update: () => Promise<Map<string, Date>>,
+      tx: Executor,
+    ): Promise<CustomerRow[]> {
+      if (changes.length === 0) return [];
+      const entry = (change: (typeof changes)[number]) => ({
+        orgId: change.before.orgId,
+        actor: change.actor,
+        action: change.action,
+        subjectType: change.before.kind === 'entity' ? 'entity' : 'customer',
+        subjectId: change.before.id,
+        before: auditSnapshot(change.before),
+        changes: auditChanges(change.diff),
+      });
+      const [stamped] = await allInOrder([update(), audit.recordChanges(changes.map(entry), tx)] as const);
+      const rows = changes.map((change): CustomerRow => {
+        const updatedAt = stamped.get(change.before.id);
+        if (!updatedAt) throw new Error(`customer ${change.before.id} vanished under its lock`);
+        return Object.assign({}, change.before, change.diff, { updatedAt });
+      });
+      const events: Parameters<typeof outbox.recordMany>[0] = [];
+      changes.forEach((change, index) => {
+        const after = rows[index]!;
+        const fromImport = change.actor.importId !== undefined;
+        const updated = firesUpdated({ before: change.before, after });
+        const due = becameDue(change.before, after);
+        if (!updated && !due) return;
+        const event = { orgId: after.orgId, customerId: after.id, customer: toDto(after), fromImport };
+        if (updated) events.push({ ...event, type: 'customer.updated' });
+        if (due) events.push({ ...event, type: 'customer.review_due' });
+      });
+      await outbox.recordMany(events, tx);
+      return rows;
+    },
+
+    /**
      * Records the creation of many records (a bulk import's batch) as `record` would each: their audit
      * rows in one statement; the events a creation fires, if any, one by one, with `toDto` of the record.
      */

@@ -440,6 +440,53 @@ export function createCustomersRepository(db: Executor) {
     },
 
     /**
+     * Writes each change to its record of `orgId`, already locked by the caller (as updateLocked does
+     * one); returns the updated_at the database stamped on each, by id (a record not found is absent).
+     * The changes travel as one JSON document, grouped by the columns they set: one statement per group.
+     */
+    async updateManyLocked(
+      orgId: string,
+      changes: Array<{ id: string; values: Partial<NewCustomerRow> }>,
+      tx: Executor,
+    ): Promise<Map<string, Date>> {
+      const groups = new Map<string, typeof changes>();
+      for (const change of changes) {
+        const keys = (Object.keys(change.values) as Array<keyof NewCustomerRow>).filter((key) => change.values[key] !== undefined).sort();
+        const signature = keys.join(',');
+        const group = groups.get(signature);
+        if (group) group.push(change);
+        else groups.set(signature, [change]);
+      }
+      const stamped = new Map<string, Date>();
+      for (const [signature, group] of groups) {
+        const keys = signature.split(',').filter((key) => key !== '') as Array<keyof NewCustomerRow>;
+        if (keys.length === 0 || keys.some((key) => key === 'id' || key === 'orgId')) {
+          throw new Error('updateManyLocked: each change sets at least one column, never the id or the organisation');
+        }
+        const names = keys.map((key) => customerColumns[key].name);
+        const document = group.map(({ id, values }) => {
+          const record: Record<string, unknown> = { id };
+          keys.forEach((key, index) => {
+            const value = values[key];
+            record[names[index]!] = value instanceof Date ? value.toISOString() : value;
+          });
+          return record;
+        });
+        const { rows } = await tx.execute<{ id: string; updated_at: string | Date }>(sql`
+          UPDATE ${customers} AS record
+             SET ${sql.join(
+               names.map((name) => sql`${sql.identifier(name)} = change.${sql.identifier(name)}`),
+               sql`, `,
+             )}
+            FROM jsonb_populate_recordset(NULL::customers, ${JSON.stringify(document)}::jsonb) AS change
+           WHERE record.org_id = ${orgId} AND record.id = change.id
+          RETURNING record.id, record.updated_at`);
+        for (const row of rows) stamped.set(row.id, customerColumns.updatedAt.mapFromDriverValue(row.updated_at) as Date);
+      }
+      return stamped;
+    },
+
+    /**
      * The records a batch of upserts may match, locked: those holding one of `externalIds` (any kind),
      * and the individuals with one of the name + email pairs (case-insensitive, the unique index's
      * expression). Two index lookups per key at most, whatever the organisation's size.

@@ -444,6 +444,34 @@ export function createCustomersService(deps: {
     return dto;
   }
 
+  /** Writes many upserts' changes to their locked records as writeUpdate does each, in a few statements. */
+  async function writeUpdates(
+    ctx: RequestContext,
+    updates: Array<{ update: { row: CustomerRow; changed: Partial<NewCustomerRow> } }>,
+    tx: Executor,
+  ): Promise<void> {
+    const diffs: Array<{ actor: RequestContext['actor']; action: string; before: CustomerRow; diff: Partial<NewCustomerRow> }> = [];
+    for (const { update } of updates) {
+      diffs.push({
+        actor: ctx.actor,
+        action: 'customer.upserted',
+        before: update.row,
+        diff: await reviewColumns.withReview(update.row, update.changed, tx),
+      });
+    }
+    await changes.writeChanges(
+      diffs,
+      toIndividualDto,
+      () =>
+        repository.updateManyLocked(
+          ctx.orgId,
+          diffs.map(({ before, diff }) => ({ id: before.id, values: diff })),
+          tx,
+        ),
+      tx,
+    );
+  }
+
   /** An upsert's error as its route answers it: a taken name and email is a 409. */
   function asUpsertError(error: unknown): unknown {
     return isUniqueViolation(error) ? AppError.conflict('Another customer already has this full name and email.') : error;
@@ -579,9 +607,21 @@ export function createCustomersService(deps: {
         classify(item, index);
       }
 
+      // The changes together, in one savepoint. The only refusal one can meet is a name and email
+      // taken by a record outside the batch's candidates (its row gave one of the two): then that
+      // savepoint is rolled back and each change is written in its own, so only that row fails.
+      let together = updates.length > 0;
+      if (together) {
+        try {
+          await ctx.transaction((savepoint) => writeUpdates(ctx, updates, savepoint));
+        } catch (error) {
+          if (!isUniqueViolation(error)) throw error;
+          together = false;
+        }
+      }
       for (const { index, update } of updates) {
         try {
-          await ctx.transaction((savepoint) => writeUpdate(ctx, update, savepoint));
+          if (!together) await ctx.transaction((savepoint) => writeUpdate(ctx, update, savepoint));
           results[index] = { created: false, changed: true, id: update.row.id };
         } catch (error) {
           refused(index, asUpsertError(error));
