@@ -9,7 +9,8 @@
  * requests per second), BENCH_BASELINE_SECONDS (30: how long the client reads without an import,
  * before it and again after it), BENCH_RESULTS (bench/results/imports.md, or imports-worker-process.md), BENCH_CPU_PROF (a directory for a CPU profile of the server: a diagnostic),
  * BENCH_IMPORT_WORKER (`process`: the deployment of docker-compose.yml, where the API runs with
- * IMPORT_WORKER=off and a `svc worker` process works the import; unset: the default, one `svc serve`).
+ * IMPORT_WORKER=off and a `svc worker` process works the import, at the lower CPU weight the compose
+ * file gives it (as a niceness); unset: the default, one `svc serve`).
  *
  * The file is a realistic mix, from a fixed seed so every run imports the same bytes:
  *  - 10% duplicates of records that exist already (created first through POST /v1/customers, as the
@@ -32,9 +33,10 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { setPriority, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse as parseCsv } from 'csv-parse/sync';
+import { parse as parseYaml } from 'yaml';
 import {
   BENCH_KEY_LIMITS,
   build,
@@ -60,6 +62,15 @@ const TICK_MS = 10; // USER_HZ is 100 on Linux
 /** The import worked by a `svc worker` process beside the API (IMPORT_WORKER=off), as docker-compose.yml deploys it. */
 const SEPARATE_WORKER = process.env.BENCH_IMPORT_WORKER === 'process';
 const RESULTS = process.env.BENCH_RESULTS ?? join(root, 'bench', 'results', SEPARATE_WORKER ? 'imports-worker-process.md' : 'imports.md');
+/** docker-compose.yml's CPU weight for the worker (cpu_shares, of the default 1024), as a niceness. */
+const WORKER_CPU_SHARES = Number(
+  (
+    parseYaml(readFileSync(join(root, 'docker-compose.yml'), 'utf8'), { merge: true }) as {
+      services: Record<string, { cpu_shares?: number }>;
+    }
+  ).services.worker?.cpu_shares ?? 1024,
+);
+const WORKER_NICENESS = Math.round(Math.log(1024 / WORKER_CPU_SHARES) / Math.log(1.25));
 
 /** `svc worker` on `databaseUrl`, once its log says it started (it serves no HTTP to ask). */
 async function startWorkerProcess(databaseUrl: string): Promise<ChildProcess> {
@@ -69,6 +80,9 @@ async function startWorkerProcess(databaseUrl: string): Promise<ChildProcess> {
   delete env.PORT;
   const child = spawn(process.execPath, ['bin/svc.js', 'worker'], { cwd: root, env, stdio: ['ignore', fd, fd] });
   closeSync(fd);
+  // The compose file gives the worker a lower CPU weight than the api; here both are plain processes,
+  // so the same weight is given as niceness (each step is a factor of 1.25 in the kernel's weights).
+  setPriority(child.pid!, WORKER_NICENESS);
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
     if (child.exitCode !== null) throw new Error(`svc worker exited with ${child.exitCode}; see ${logFile}`);
@@ -616,7 +630,7 @@ async function main() {
       '',
       `\`npm run bench:imports\` (BENCH_IMPORT_ROWS=${ROWS}, BENCH_CLIENT_RPS=${CLIENT_RPS}, BENCH_BASELINE_SECONDS=${BASELINE_SECONDS}), ${new Date().toISOString().slice(0, 10)}. ` +
         (SEPARATE_WORKER
-          ? `The production build as docker-compose.yml deploys it: \`svc serve\` (NODE_ENV=production, default settings, WEBHOOK_WORKER=off, IMPORT_WORKER=off) and a \`svc worker\` process that works the import, both on this machine, `
+          ? `The production build as docker-compose.yml deploys it: \`svc serve\` (NODE_ENV=production, default settings, WEBHOOK_WORKER=off, IMPORT_WORKER=off) and a \`svc worker\` process that works the import at the compose file's CPU weight for it (cpu_shares ${WORKER_CPU_SHARES}, here niceness ${WORKER_NICENESS}), both on this machine, `
           : `The production build (\`svc serve\`, NODE_ENV=production, default settings, WEBHOOK_WORKER=off) with its job worker in the same process, `) +
         `on PostgreSQL at DATABASE_URL, this machine (2 cores). One organisation; ${file.existing.length.toLocaleString('en')} existing records created first through POST /v1/customers.`,
       '',

@@ -27,6 +27,7 @@ type Service = {
   volumes?: string[];
   depends_on?: Record<string, { condition: string }>;
   healthcheck?: { test?: string[]; disable?: boolean };
+  cpu_shares?: number;
 };
 type Compose = { services: Record<string, Service>; volumes: Record<string, unknown> };
 
@@ -59,6 +60,13 @@ describe('docker-compose.yml', () => {
     expect(compose.services.worker!.command).toEqual(['node', 'bin/svc.js', 'worker']);
     expect(compose.services.api!.command).toBeUndefined(); // the image's CMD: svc serve
     expect(compose.services.api!.ports).toEqual(['127.0.0.1:8080:8080', '127.0.0.1:9464:9464']);
+  });
+
+  it('when api and worker share a host, the worker has the lower CPU weight, so the api’s requests take the CPU before background work', () => {
+    // Docker's default weight is 1024 (cgroup v1 shares; v2 converts it): the api keeps it.
+    expect(compose.services.api!.cpu_shares).toBeUndefined();
+    expect(compose.services.worker!.cpu_shares).toBeGreaterThan(0);
+    expect(compose.services.worker!.cpu_shares).toBeLessThan(1024);
   });
 
   /** A service's environment as compose interpolates it, with LINK_ENCRYPTION_KEY exported as the README says. */
