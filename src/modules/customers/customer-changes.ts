@@ -92,15 +92,15 @@ export function createCustomerChangeRecorder() {
      * Many changes written and recorded as writeChange would each (a bulk import's batch): `update`
      * writes every diff in one go and returns the updated_at stamped on each record by id; their audit
      * rows go in one statement sent with it, and the events they fire in one statement after it, their
-     * DTOs made from the rows with that updated_at. Returns each record's row after its change.
+     * DTOs made from the rows with that updated_at.
      */
     async writeChanges(
       changes: Array<{ actor: Actor; action: string; before: CustomerRow; diff: Partial<NewCustomerRow> }>,
       toDto: (row: CustomerRow) => unknown,
       update: () => Promise<Map<string, Date>>,
       tx: Executor,
-    ): Promise<CustomerRow[]> {
-      if (changes.length === 0) return [];
+    ): Promise<void> {
+      if (changes.length === 0) return;
       const entry = (change: (typeof changes)[number]) => ({
         orgId: change.before.orgId,
         actor: change.actor,
@@ -128,7 +128,6 @@ export function createCustomerChangeRecorder() {
         if (due) events.push({ ...event, type: 'customer.review_due' });
       });
       await outbox.recordMany(events, tx);
-      return rows;
     },
 
     /**

@@ -21,6 +21,43 @@ function toCustomerRow(raw: Record<string, unknown>): CustomerRow {
   return row as CustomerRow;
 }
 
+/**
+ * Customers rows (or changes) grouped by the columns they set, each group with those columns' names
+ * and its rows as a JSON document for jsonb_populate_recordset (a column it leaves out is not in the
+ * group's statement). `extra` adds fields of a row's own to its document entry.
+ */
+function groupsBySetColumns<T>(
+  items: T[],
+  valuesOf: (item: T) => Partial<NewCustomerRow>,
+  extra: (item: T) => Record<string, unknown> = () => ({}),
+): Array<{ names: string[]; document: Array<Record<string, unknown>> }> {
+  const groups = new Map<string, T[]>();
+  for (const item of items) {
+    const values = valuesOf(item);
+    const signature = (Object.keys(values) as Array<keyof NewCustomerRow>)
+      .filter((key) => values[key] !== undefined)
+      .sort()
+      .join(',');
+    const group = groups.get(signature);
+    if (group) group.push(item);
+    else groups.set(signature, [item]);
+  }
+  return [...groups].map(([signature, group]) => {
+    const keys = signature.split(',').filter((key) => key !== '') as Array<keyof NewCustomerRow>;
+    const names = keys.map((key) => customerColumns[key].name);
+    const document = group.map((item) => {
+      const values = valuesOf(item);
+      const record: Record<string, unknown> = extra(item);
+      keys.forEach((key, index) => {
+        const value = values[key];
+        record[names[index]!] = value instanceof Date ? value.toISOString() : value;
+      });
+      return record;
+    });
+    return { names, document };
+  });
+}
+
 export type CustomerKind = 'individual' | 'entity';
 
 export type ListFilters = {
@@ -404,27 +441,9 @@ export function createCustomersRepository(db: Executor) {
      * takes its default, as in a single insert.
      */
     async insertManyIfAbsent(orgId: string, values: NewCustomerRow[], tx: Executor): Promise<CustomerRow[]> {
-      const groups = new Map<string, NewCustomerRow[]>();
-      for (const row of values) {
-        const keys = (Object.keys(row) as Array<keyof NewCustomerRow>).filter((key) => row[key] !== undefined).sort();
-        const signature = keys.join(',');
-        const group = groups.get(signature);
-        if (group) group.push(row);
-        else groups.set(signature, [row]);
-      }
+      if (values.some((row) => row.orgId !== orgId)) throw new Error('insertManyIfAbsent: every row must be of the organisation given');
       const created: CustomerRow[] = [];
-      for (const [signature, rows] of groups) {
-        const keys = signature.split(',') as Array<keyof NewCustomerRow>;
-        const names = keys.map((key) => customerColumns[key].name);
-        const document = rows.map((row) => {
-          const record: Record<string, unknown> = {};
-          keys.forEach((key, index) => {
-            const value = row[key];
-            record[names[index]!] = value instanceof Date ? value.toISOString() : value;
-          });
-          if (record.org_id !== orgId) throw new Error('insertManyIfAbsent: every row must be of the organisation given');
-          return record;
-        });
+      for (const { names, document } of groupsBySetColumns(values, (row) => row)) {
         const columns = sql.join(
           names.map((name) => sql.identifier(name)),
           sql`, `,
@@ -449,29 +468,15 @@ export function createCustomersRepository(db: Executor) {
       changes: Array<{ id: string; values: Partial<NewCustomerRow> }>,
       tx: Executor,
     ): Promise<Map<string, Date>> {
-      const groups = new Map<string, typeof changes>();
-      for (const change of changes) {
-        const keys = (Object.keys(change.values) as Array<keyof NewCustomerRow>).filter((key) => change.values[key] !== undefined).sort();
-        const signature = keys.join(',');
-        const group = groups.get(signature);
-        if (group) group.push(change);
-        else groups.set(signature, [change]);
-      }
       const stamped = new Map<string, Date>();
-      for (const [signature, group] of groups) {
-        const keys = signature.split(',').filter((key) => key !== '') as Array<keyof NewCustomerRow>;
-        if (keys.length === 0 || keys.some((key) => key === 'id' || key === 'orgId')) {
+      for (const { names, document } of groupsBySetColumns(
+        changes,
+        (change) => change.values,
+        (change) => ({ id: change.id }),
+      )) {
+        if (names.length === 0 || names.includes(customerColumns.id.name) || names.includes(customerColumns.orgId.name)) {
           throw new Error('updateManyLocked: each change sets at least one column, never the id or the organisation');
         }
-        const names = keys.map((key) => customerColumns[key].name);
-        const document = group.map(({ id, values }) => {
-          const record: Record<string, unknown> = { id };
-          keys.forEach((key, index) => {
-            const value = values[key];
-            record[names[index]!] = value instanceof Date ? value.toISOString() : value;
-          });
-          return record;
-        });
         const { rows } = await tx.execute<{ id: string; updated_at: string | Date }>(sql`
           UPDATE ${customers} AS record
              SET ${sql.join(
