@@ -1,6 +1,7 @@
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext, testServices } from '../helpers/harness.js';
+import { withinOneSecond } from '../helpers/one-second.js';
 
 /**
  * A key this process has already seen authenticate is "known". Its access check (revocation,
@@ -182,11 +183,14 @@ describe("features of a known key's organisation", () => {
 describe('a known key over its rate limit', () => {
   it('when a known key is over its burst limit, a POST /v1/customers answers 429 with Retry-After and creates nothing', async () => {
     const org = await ctx.createOrg();
-    const key = await ctx.createKey(org.id, { burstLimit: 1 });
     // The key becomes known and spends its one token of the second; the POST follows in the same second.
-    await startOfSecond();
-    await makeKnown(key.key);
-    const response = await ctx.request('POST', '/v1/customers', { key: key.key, body: person() });
+    const response = await withinOneSecond(
+      () => ctx.createKey(org.id, { burstLimit: 1 }),
+      async (key) => {
+        await makeKnown(key.key);
+        return ctx.request('POST', '/v1/customers', { key: key.key, body: person() });
+      },
+    );
 
     expect(response.statusCode).toBe(429);
     expect(response.json()).toEqual({
@@ -198,9 +202,3 @@ describe('a known key over its rate limit', () => {
     expect(await customerAuditRowsOf(org.id)).toBe(0);
   });
 });
-
-/** Waits for the start of the next wall-clock second (as rate-limits.test.ts does). */
-async function startOfSecond(): Promise<void> {
-  const next = (Math.floor(Date.now() / 1000) + 1) * 1000;
-  await new Promise((resolve) => setTimeout(resolve, next - Date.now() + 5));
-}

@@ -1,6 +1,7 @@
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
+import { startOfSecond, withinOneSecond } from '../helpers/one-second.js';
 
 /**
  * Rate limits through leases (access.service.ts, migration 0006): an instance takes a slice of a
@@ -28,13 +29,6 @@ async function usageOf(keyId: string): Promise<Usage | undefined> {
   return rows[0];
 }
 
-/** Waits for the start of the next wall-clock second (the database and the test share the clock). */
-async function startOfSecond(): Promise<number> {
-  const second = Math.floor(Date.now() / 1000) + 1;
-  await new Promise((resolve) => setTimeout(resolve, second * 1000 - Date.now() + 5));
-  return second;
-}
-
 const get = (key: string, app: FastifyInstance = ctx.app) => ctx.request('GET', '/v1/designated-services', { key }, app);
 
 function remaining(response: LightMyRequestResponse, window: 'burst' | 'daily'): number {
@@ -44,33 +38,32 @@ function remaining(response: LightMyRequestResponse, window: 'burst' | 'daily'):
 }
 
 /**
- * Sends `count` requests at once, on the given instances in turn, at the start of a second, and
- * returns their statuses. Repeated (BURST_ATTEMPTS times at most) until every check ran within that one
- * second, so a busy machine cannot spread one burst over two windows.
+ * Sends `count` requests of `key` at once, on the given instances in turn, at the start of a second,
+ * until every check ran within that one second, and returns their statuses. The key's burst window
+ * is fresh each second, so an attempt that spilled over spends nothing the next one needs.
  */
-const BURST_ATTEMPTS = 20;
 async function burstWithinOneSecond(key: string, count: number, apps: FastifyInstance[]): Promise<number[]> {
-  for (let attempt = 0; ; attempt += 1) {
-    const second = await startOfSecond();
-    const responses = await Promise.all(Array.from({ length: count }, (_, index) => get(key, apps[index % apps.length])));
-    if (process.env.LEASE_TEST_DEBUG)
-      console.log(`burst of ${count}: attempt ${attempt}, ${Date.now() - second * 1000} ms into the second`);
-    if (Math.floor(Date.now() / 1000) === second) return responses.map((response) => response.statusCode);
-    // A whole suite runs beside this file: a quiet second can take a while to come.
-    if (attempt >= BURST_ATTEMPTS - 1)
-      throw new Error(`the machine is too busy: ${count} requests did not fit in one second in ${attempt + 1} attempts`);
-  }
+  return withinOneSecond(
+    async () => key,
+    async () => {
+      const responses = await Promise.all(Array.from({ length: count }, (_, index) => get(key, apps[index % apps.length])));
+      return responses.map((response) => response.statusCode);
+    },
+  );
 }
 
 describe('leased windows', () => {
   it('when a key with large limits makes several requests within one second on one instance, api_key_usage is written once for that window (one slice, the day topped up to cover it), while the remaining daily count still goes down by one per request', async () => {
-    const key = await ctx.createKey(org.id, { burstLimit: 10_000, dailyLimit: 1_000_000 });
-    await startOfSecond();
-    const first = await get(key.key);
-    const afterFirst = await usageOf(key.id);
-    const rest: LightMyRequestResponse[] = [];
-    for (let index = 0; index < 4; index += 1) rest.push(await get(key.key));
-    const afterRest = await usageOf(key.id);
+    const { first, afterFirst, rest, afterRest } = await withinOneSecond(
+      () => ctx.createKey(org.id, { burstLimit: 10_000, dailyLimit: 1_000_000 }),
+      async (key) => {
+        const first = await get(key.key);
+        const afterFirst = await usageOf(key.id);
+        const rest: LightMyRequestResponse[] = [];
+        for (let index = 0; index < 4; index += 1) rest.push(await get(key.key));
+        return { first, afterFirst, rest, afterRest: await usageOf(key.id) };
+      },
+    );
 
     expect([first, ...rest].map((response) => response.statusCode)).toEqual([200, 200, 200, 200, 200]);
     // A new key: no demand known yet, so 1% of the burst limit; the day topped up to cover those
@@ -169,20 +162,28 @@ describe('leased windows', () => {
 describe('a request refused by one window takes nothing from the other', () => {
   it('when requests are refused by the burst window, the daily count in api_key_usage does not grow', async () => {
     // Limits under 200: slices of one token, so api_key_usage counts every admitted request.
-    const key = await ctx.createKey(org.id, { burstLimit: 1, dailyLimit: 100 });
-    await startOfSecond();
-    const statuses: number[] = [];
-    for (let index = 0; index < 4; index += 1) statuses.push((await get(key.key)).statusCode);
+    const { key, statuses } = await withinOneSecond(
+      () => ctx.createKey(org.id, { burstLimit: 1, dailyLimit: 100 }),
+      async (key) => {
+        const statuses: number[] = [];
+        for (let index = 0; index < 4; index += 1) statuses.push((await get(key.key)).statusCode);
+        return { key, statuses };
+      },
+    );
 
     expect(statuses).toEqual([200, 429, 429, 429]);
     expect((await usageOf(key.id))!.day_count).toBe(1);
   });
 
   it('when requests are refused by the burst window while the instance holds daily tokens, the tokens they reserved go back: the next admitted request sees the daily count of admitted requests only', async () => {
-    const key = await ctx.createKey(org.id, { burstLimit: 2, dailyLimit: 1_000 }); // day top-ups of up to 10
-    await startOfSecond();
-    const statuses: number[] = [];
-    for (let index = 0; index < 4; index += 1) statuses.push((await get(key.key)).statusCode);
+    const { key, statuses } = await withinOneSecond(
+      () => ctx.createKey(org.id, { burstLimit: 2, dailyLimit: 1_000 }), // day top-ups of up to 10
+      async (key) => {
+        const statuses: number[] = [];
+        for (let index = 0; index < 4; index += 1) statuses.push((await get(key.key)).statusCode);
+        return { key, statuses };
+      },
+    );
     expect(statuses).toEqual([200, 200, 429, 429]);
     // The second request asked for more burst than was left and topped up the day to match, so the
     // instance holds a day token the refused requests reserved and gave back.
@@ -195,10 +196,14 @@ describe('a request refused by one window takes nothing from the other', () => {
   });
 
   it('when a request is refused by the daily window, the burst count in api_key_usage does not grow', async () => {
-    const key = await ctx.createKey(org.id, { burstLimit: 100, dailyLimit: 1 }); // slices of one token
-    const second = await startOfSecond();
-    const statuses: number[] = [];
-    for (let index = 0; index < 3; index += 1) statuses.push((await get(key.key)).statusCode);
+    const { key, second, statuses } = await withinOneSecond(
+      () => ctx.createKey(org.id, { burstLimit: 100, dailyLimit: 1 }), // slices of one token
+      async (key, second) => {
+        const statuses: number[] = [];
+        for (let index = 0; index < 3; index += 1) statuses.push((await get(key.key)).statusCode);
+        return { key, second, statuses };
+      },
+    );
 
     expect(statuses).toEqual([200, 429, 429]);
     expect(await usageOf(key.id)).toMatchObject({ burst_window: second, burst_count: 1, day_count: 1 });
