@@ -85,7 +85,6 @@ describe('batches, resume and cancel', () => {
       entities: services.entities,
       customers: {
         registerStatusOf: services.customers.registerStatusOf,
-        upsert: services.customers.upsert,
         async upsertMany(...args) {
           calls += 1;
           const results = await services.customers.upsertMany(...args);

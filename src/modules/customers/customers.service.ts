@@ -314,7 +314,8 @@ function matchAmong(body: UpsertCustomerBody, found: UpsertCandidates): UpsertMa
   return undefined;
 }
 
-const nameAndEmailKey = (name: string, email: string) => `${name.toLowerCase()}\u0000${email.toLowerCase()}`;
+/** The case-insensitive key of a full name + email (the individuals' unique index's expression, as far as JavaScript lowercases alike). */
+export const nameAndEmailKey = (name: string, email: string) => `${name.toLowerCase()}\u0000${email.toLowerCase()}`;
 
 /** A row of a bulk upsert: its body and the business-register status looked up for it. */
 export type BulkUpsertItem = { body: UpsertCustomerBody; registerStatus?: BusinessRegisterStatus };
@@ -633,8 +634,10 @@ export function createCustomersService(deps: {
       if (options.dryRun) {
         for (const { index } of creates) results[index] = { created: true, changed: true, id: null };
       } else if (creates.length > 0) {
-        const rows: NewCustomerRow[] = [];
-        for (const create of creates) rows.push(await reviewColumns.forNewRecord({ ...create.values, id: randomUUID() }, tx));
+        const rows = await reviewColumns.forNewRecords(
+          creates.map((create) => ({ ...create.values, id: randomUUID() })),
+          tx,
+        );
         const inserted = new Map((await repository.insertManyIfAbsent(ctx.orgId, rows, tx)).map((row) => [row.id, row]));
         const recorded: Array<{ actor: RequestContext['actor']; action: string; after: CustomerRow }> = [];
         creates.forEach(({ index }, position) => {

@@ -12,6 +12,38 @@ export type ReviewPolicyReader = { reviewPolicy(orgId: string, tx: Executor): Pr
  */
 export function createReviewColumns(deps: { policies: ReviewPolicyReader; clock: Clock }) {
   const { policies, clock } = deps;
+
+  /** New records' EDD columns, the policy read once for all (they are of one organisation). */
+  async function forNewRecords(records: NewCustomerRow[], tx: Executor): Promise<NewCustomerRow[]> {
+    let policy: Pick<ReviewPolicy, 'highRiskJurisdictions'> | undefined;
+    const assessed: NewCustomerRow[] = [];
+    for (const values of records) {
+      const hasCountry = typeof values.countryOfFormation === 'string';
+      const answers = (values.riskAnswers ?? {}) as Record<string, unknown>;
+      const decisive = answers.complexStructure === true || answers.unexplainedWealth === true || answers.falseIdentityIndicators === true;
+      if (!hasCountry && !decisive && values.riskRating !== 'HIGH') {
+        assessed.push(values);
+        continue;
+      }
+      const recordPolicy = hasCountry
+        ? (policy ??= await policies.reviewPolicy(values.orgId, tx))
+        : { highRiskJurisdictions: [] as string[] };
+      const edd = assessEdd(
+        {
+          ...values,
+          kycStatus: values.kycStatus,
+          riskRating: values.riskRating ?? 'LOW',
+          riskAnswers: values.riskAnswers ?? {},
+          verifiedCountry: values.verifiedCountry ?? null,
+          countryOfFormation: values.countryOfFormation ?? null,
+        } as CustomerRow,
+        recordPolicy as ReviewPolicy,
+      );
+      assessed.push({ ...values, ...edd });
+    }
+    return assessed;
+  }
+
   return {
     /** `diff` with the review and EDD columns that `before` + `diff` implies. */
     async withReview(
@@ -29,24 +61,10 @@ export function createReviewColumns(deps: { policies: ReviewPolicyReader; clock:
 
     /** A new record's EDD columns (it has no review until it is verified). */
     async forNewRecord(values: NewCustomerRow, tx: Executor): Promise<NewCustomerRow> {
-      const hasCountry = typeof values.countryOfFormation === 'string';
-      const answers = (values.riskAnswers ?? {}) as Record<string, unknown>;
-      const decisive = answers.complexStructure === true || answers.unexplainedWealth === true || answers.falseIdentityIndicators === true;
-      if (!hasCountry && !decisive && values.riskRating !== 'HIGH') return values;
-      const policy = hasCountry ? await policies.reviewPolicy(values.orgId, tx) : { highRiskJurisdictions: [] as string[] };
-      const edd = assessEdd(
-        {
-          ...values,
-          kycStatus: values.kycStatus,
-          riskRating: values.riskRating ?? 'LOW',
-          riskAnswers: values.riskAnswers ?? {},
-          verifiedCountry: values.verifiedCountry ?? null,
-          countryOfFormation: values.countryOfFormation ?? null,
-        } as CustomerRow,
-        policy as ReviewPolicy,
-      );
-      return { ...values, ...edd };
+      return (await forNewRecords([values], tx))[0]!;
     },
+
+    forNewRecords,
   };
 }
 export type ReviewColumnsWriter = ReturnType<typeof createReviewColumns>;

@@ -1,7 +1,8 @@
+import { randomUUID } from 'node:crypto';
 import type { DataAccess, Executor } from '../../db/client.js';
 import type { PageReads } from '../../db/page-reads.js';
 import type { BeneficialOwnerRow, CustomerRow, NewCustomerRow } from '../../db/schema.js';
-import { AppError } from '../../shared/app-error.js';
+import { AppError, isAppError } from '../../shared/app-error.js';
 import type { Clock } from '../../shared/clock.js';
 import { Issues } from '../../shared/issues.js';
 import type { AuditWriter } from '../../shared/audit-writer.js';
@@ -12,12 +13,15 @@ import { type CursorKey } from '../../shared/list-cursor.js';
 import {
   checkDueDiligenceInputs,
   listCustomerRecords,
+  nameAndEmailKey,
+  type BulkUpsertResult,
   servicesUpdate,
   type ListQuery,
   type ListRead,
   type UpsertOptions,
 } from '../customers/customers.service.js';
 import type { RequestContext } from '../../shared/request-context.js';
+import { timeSlicer } from '../../shared/time-slice.js';
 import type { ReviewColumnsWriter } from '../customers/review-columns.js';
 import type { RiskAnswers } from '../customers/risk-model.js';
 import type { EntitiesRepository } from './entities.repository.js';
@@ -28,6 +32,12 @@ const UPSERT_ATTEMPTS = 5;
 type AddedVia = NonNullable<UpsertOptions['addedVia']>;
 const FROZEN_MESSAGE = 'Frozen after KYB verification.';
 const UNIQUE_CONFLICT_MESSAGE = 'Another entity already has this ABN, ACN or legal name and type.';
+
+/** The case-insensitive key of a legal name + type (the entities' unique index's expression, as far as JavaScript lowercases alike). */
+const nameTypeKey = (name: string, type: string) => `${name.toLowerCase()}\u0000${type}`;
+
+/** A row of an import's batch of entities. */
+export type EntityBulkUpsertItem = { body: UpsertEntityBody };
 
 function isUniqueViolation(error: unknown): boolean {
   const { code, cause } = error as { code?: string; cause?: { code?: string } };
@@ -178,13 +188,13 @@ export function createEntitiesService(deps: {
     }
   }
 
-  async function upsertColumns(
+  /** The columns an upsert writes, its contact aside (upsertColumns adds it); throws the body's 422. */
+  function columnsOf(
     ctx: RequestContext,
     existing: CustomerRow | undefined,
     body: UpsertEntityBody,
-    tx: Executor,
     addedVia: AddedVia = 'INTEGRATION',
-  ) {
+  ): Partial<NewCustomerRow> {
     const issues = new Issues();
     const origin = body.origin ?? existing?.origin ?? 'AUSTRALIAN';
     const answers: RiskAnswers = { ...((existing?.riskAnswers as RiskAnswers | undefined) ?? {}), ...(body.risk ?? {}) };
@@ -222,7 +232,6 @@ export function createEntitiesService(deps: {
       // The assessment only decides the status of a new record.
       preCommencementAssessment: existing ? undefined : body.preCommencementAssessment,
       ...servicesUpdate(existing, existing ? { ...body, preCommencementAssessment: undefined } : body, answers),
-      ...(body.contact ? await resolveContact(ctx, body.contact, tx, addedVia) : {}),
     };
     if (!existing) {
       Object.assign(values, {
@@ -237,6 +246,27 @@ export function createEntitiesService(deps: {
       values.externalId = body.externalId;
     }
     return values;
+  }
+
+  /** A new entity's columns, its contact aside, or undefined when its body is refused (the single upsert then answers it). */
+  function newEntityColumns(ctx: RequestContext, body: UpsertEntityBody, addedVia: AddedVia): NewCustomerRow | undefined {
+    try {
+      return columnsOf(ctx, undefined, body, addedVia) as NewCustomerRow;
+    } catch (error) {
+      if (isAppError(error)) return undefined;
+      throw error;
+    }
+  }
+
+  async function upsertColumns(
+    ctx: RequestContext,
+    existing: CustomerRow | undefined,
+    body: UpsertEntityBody,
+    tx: Executor,
+    addedVia: AddedVia = 'INTEGRATION',
+  ): Promise<Partial<NewCustomerRow>> {
+    const values = columnsOf(ctx, existing, body, addedVia);
+    return body.contact ? { ...values, ...(await resolveContact(ctx, body.contact, tx, addedVia)) } : values;
   }
 
   /** Writes what changed of `values` and records the change; `changed` false when nothing did. */
@@ -268,7 +298,7 @@ export function createEntitiesService(deps: {
     return (await saveChange(ctx, action, row, values, tx, ownersChanged)).dto;
   }
 
-  return {
+  const service = {
     /**
      * POST /entities: create or update per the matching order; never starts KYB, emails or charges.
      * `changed` tells an update from a match that changed nothing; `options.addedVia` marks what it creates.
@@ -312,6 +342,176 @@ export function createEntitiesService(deps: {
         if (isUniqueViolation(error)) throw AppError.conflict(UNIQUE_CONFLICT_MESSAGE);
         throw error;
       }
+    },
+
+    /**
+     * An import's batch of entity upserts, in `tx`: each row ends as its POST /v1/entities would have,
+     * sent one after another in the batch's order. A row that creates an entity (no stored entity and no
+     * earlier row holds one of its keys) with at most an inline contact person is written with the others
+     * like it: the new contact persons in one statement, the entities in another, their audit rows in one
+     * each. Every other row (a match, a key an earlier row holds, a refusal, a contact by id) goes through
+     * the single upsert afterwards, in order; so does a row whose key a concurrent request took meanwhile.
+     * A dry run writes none of the new entities and judges the other rows in savepoints it rolls back.
+     */
+    async upsertMany(
+      ctx: RequestContext,
+      items: EntityBulkUpsertItem[],
+      options: { addedVia: 'BULK_IMPORT'; dryRun: boolean },
+      tx: Executor,
+    ): Promise<BulkUpsertResult[]> {
+      const results = new Array<BulkUpsertResult | undefined>(items.length);
+      const refused = (index: number, error: unknown) => {
+        // A refusal of the row (what its request would answer 4xx); anything else stops the batch.
+        if (!isAppError(error) || error.status >= 500) throw error;
+        results[index] = { error };
+      };
+      const inlineContact = (body: UpsertEntityBody) => {
+        const contact = body.contact;
+        if (!contact || contact.customerId !== undefined || contact.fullName === undefined || contact.email === undefined) return undefined;
+        const kycRequired = contact.kycRequired ?? true;
+        return { key: nameAndEmailKey(contact.fullName, contact.email), fullName: contact.fullName, email: contact.email, kycRequired };
+      };
+
+      const abns = [...new Set(items.flatMap(({ body }) => (body.abn ? [body.abn] : [])))];
+      const acns = [...new Set(items.flatMap(({ body }) => (body.acn ? [body.acn] : [])))];
+      const nameTypes = items.flatMap(({ body }) => (body.name && body.type ? [{ name: body.name, type: body.type }] : []));
+      const taken = await entities.takenKeys(ctx.orgId, { abns, acns, nameTypes }, tx);
+      const takenAbns = new Set([...taken.abns].map((position) => abns[position]));
+      const takenAcns = new Set([...taken.acns].map((position) => acns[position]));
+      const takenNameTypes = new Set(
+        [...taken.nameTypes].map((position) => nameTypeKey(nameTypes[position]!.name, nameTypes[position]!.type)),
+      );
+      const candidates = await customers.lockUpsertCandidates(
+        ctx.orgId,
+        [...new Set(items.flatMap(({ body }) => (body.externalId ? [body.externalId] : [])))],
+        items.flatMap(({ body }) => {
+          const person = inlineContact(body);
+          return person ? [{ name: person.fullName, email: person.email }] : [];
+        }),
+        tx,
+      );
+      const byExternalId = new Map<string, CustomerRow>();
+      const persons = new Map<string, CustomerRow>();
+      for (const row of candidates) {
+        if (row.externalId !== null) byExternalId.set(row.externalId, row);
+        if (row.kind === 'individual' && row.email !== null) persons.set(nameAndEmailKey(row.name, row.email), row);
+      }
+
+      const single: number[] = [];
+      // Keys of earlier rows, and the contact persons of rows left to the single upsert: a later row
+      // naming one must run after them, as its request would have.
+      const seen = new Set<string>();
+      const personsOfSingle = new Set<string>();
+      const creates: Array<{ index: number; values: NewCustomerRow; person: ReturnType<typeof inlineContact> }> = [];
+      const slice = timeSlicer();
+      for (const [index, { body }] of items.entries()) {
+        // The batch is judged in slices, so requests served by this process are not held behind it.
+        await slice();
+        const matched = body.externalId ? byExternalId.get(body.externalId) : undefined;
+        const type = body.type ?? matched?.type;
+        const keys = [
+          body.externalId === undefined ? undefined : `externalId:${body.externalId}`,
+          body.abn ? `abn:${body.abn}` : undefined,
+          body.acn ? `acn:${body.acn}` : undefined,
+          body.name && type ? `name+type:${nameTypeKey(body.name, type)}` : undefined,
+          matched && `record:${matched.id}`,
+        ].filter((key): key is string => key !== undefined);
+        const shared = keys.some((key) => seen.has(key));
+        for (const key of keys) seen.add(key);
+        const person = inlineContact(body);
+        const stored =
+          matched !== undefined ||
+          (body.abn ? takenAbns.has(body.abn) : false) ||
+          (body.acn ? takenAcns.has(body.acn) : false) ||
+          (body.name && body.type ? takenNameTypes.has(nameTypeKey(body.name, body.type)) : false);
+        const values =
+          shared || stored || (body.contact && !person) || (person && personsOfSingle.has(person.key))
+            ? undefined
+            : newEntityColumns(ctx, body, options.addedVia);
+        if (values) {
+          creates.push({ index, values, person });
+        } else {
+          single.push(index);
+          if (person) personsOfSingle.add(person.key);
+        }
+      }
+
+      if (options.dryRun) {
+        for (const { index } of creates) results[index] = { created: true, changed: true, id: null };
+      } else if (creates.length > 0) {
+        // Contact persons found or created as findOrCreatePerson does: the first row naming one decides its KYC intent.
+        const newPersons = new Map<string, NewCustomerRow>();
+        for (const { person } of creates) {
+          if (!person || persons.has(person.key) || newPersons.has(person.key)) continue;
+          newPersons.set(person.key, {
+            id: randomUUID(),
+            orgId: ctx.orgId,
+            kind: 'individual',
+            type: 'INDIVIDUAL',
+            name: person.fullName,
+            email: person.email,
+            isContactOnly: true,
+            addedVia: options.addedVia,
+            kycStatus: person.kycRequired ? 'NOT_STARTED' : 'NOT_REQUIRED',
+          });
+        }
+        if (newPersons.size > 0) {
+          const inserted = new Map(
+            (await customers.insertManyIfAbsent(ctx.orgId, [...newPersons.values()], tx)).map((row) => [row.id, row]),
+          );
+          const created: CustomerRow[] = [];
+          for (const [key, values] of newPersons) {
+            const row = inserted.get(values.id!);
+            if (row) {
+              persons.set(key, row);
+              created.push(row);
+            }
+          }
+          await changes.recordCreated(
+            created.map((after) => ({ actor: ctx.actor, action: 'customer.created', after })),
+            toIndividualDto,
+            tx,
+          );
+        }
+        // A person another request created since the candidates were read: that row goes to the single upsert.
+        const ready = creates.filter(({ index, person }) => (person && !persons.has(person.key) ? void single.push(index) : true));
+        const rows = await reviewColumns.forNewRecords(
+          ready.map(({ values, person }) => {
+            const contact = person && { contactCustomerId: persons.get(person.key)!.id, contactKycRequired: person.kycRequired };
+            return { ...values, ...contact, id: randomUUID() };
+          }),
+          tx,
+        );
+        const inserted = new Map((await customers.insertManyIfAbsent(ctx.orgId, rows, tx)).map((row) => [row.id, row]));
+        const contacts = new Map([...persons.values()].map((row) => [row.id, row]));
+        const recorded: Array<{ actor: RequestContext['actor']; action: string; after: CustomerRow }> = [];
+        ready.forEach(({ index }, position) => {
+          const row = inserted.get(rows[position]!.id!);
+          // Its key was taken since it was read (a concurrent request): decided by the single upsert.
+          if (!row) return void single.push(index);
+          recorded.push({ actor: ctx.actor, action: 'entity.created', after: row });
+          results[index] = { created: true, changed: true, id: row.id };
+        });
+        await changes.recordCreated(
+          recorded,
+          (row) => toEntityDto(row, row.contactCustomerId ? contacts.get(row.contactCustomerId) : undefined),
+          tx,
+        );
+      }
+
+      for (const index of single.sort((a, b) => a - b)) {
+        try {
+          const upserted = await service.upsert(ctx, items[index]!.body, { addedVia: options.addedVia });
+          results[index] = {
+            created: upserted.created,
+            changed: upserted.changed,
+            id: options.dryRun && upserted.created ? null : upserted.entity.id,
+          };
+        } catch (error) {
+          refused(index, error);
+        }
+      }
+      return results as BulkUpsertResult[];
     },
 
     async get(ctx: RequestContext, ref: string): Promise<EntityDto> {
@@ -430,5 +630,6 @@ export function createEntitiesService(deps: {
 
     dtoOf,
   };
+  return service;
 }
 export type EntitiesService = ReturnType<typeof createEntitiesService>;

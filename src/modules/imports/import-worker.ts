@@ -6,15 +6,16 @@ import type { ImportRow, ImportRowRow } from '../../db/schema.js';
 import { errorEnvelope, issuesFromValidation, type ValidationItem } from '../../plugins/errors.plugin.js';
 import { cleanJsonTree } from '../../plugins/text-input.js';
 import type { Actor } from '../../shared/actor.js';
-import { AppError, isAppError } from '../../shared/app-error.js';
+import { AppError } from '../../shared/app-error.js';
 import type { AuditWriter } from '../../shared/audit-writer.js';
 import type { OpenTransaction, RequestContext } from '../../shared/request-context.js';
 import type { OutboxRepository } from '../../shared/outbox.js';
 import { timeSlicer } from '../../shared/time-slice.js';
 import type { BusinessRegisterStatus } from '../customers/business-register.js';
-import type { BulkUpsertItem, BulkUpsertResult, UpsertOptions } from '../customers/customers.service.js';
+import type { BulkUpsertItem, BulkUpsertResult } from '../customers/customers.service.js';
 import type { UpsertCustomerBody } from '../customers/customers.schemas.js';
 import type { UpsertEntityBody } from '../entities/entities.schemas.js';
+import type { EntityBulkUpsertItem } from '../entities/entities.service.js';
 import { BODY_SCHEMAS, csvRowToBody, type ImportKind } from './import-columns.js';
 import type { ImportsRepository, RowResult } from './imports.repository.js';
 import { toImportDto } from './import-dto.js';
@@ -27,14 +28,9 @@ const STATISTICS_MIN_ROWS = 1_000;
 const LOOKUP_CONCURRENCY = 8;
 const SYSTEM: Actor = { type: 'system', id: null };
 
-/** What the worker needs of the customers and entities services: their upserts, exactly as the single routes run them. */
+/** What the worker needs of the customers and entities services: their bulk upserts, each row as its single route runs it. */
 export type ImportUpserts = {
   customers: {
-    upsert(
-      ctx: RequestContext,
-      body: UpsertCustomerBody,
-      options: UpsertOptions,
-    ): Promise<{ created: boolean; changed: boolean; customer: { id: string } }>;
     registerStatusOf(body: UpsertCustomerBody): Promise<BusinessRegisterStatus | undefined>;
     upsertMany(
       ctx: RequestContext,
@@ -44,11 +40,12 @@ export type ImportUpserts = {
     ): Promise<BulkUpsertResult[]>;
   };
   entities: {
-    upsert(
+    upsertMany(
       ctx: RequestContext,
-      body: UpsertEntityBody,
-      options: Pick<UpsertOptions, 'addedVia'>,
-    ): Promise<{ created: boolean; changed: boolean; entity: { id: string } }>;
+      items: EntityBulkUpsertItem[],
+      options: { addedVia: 'BULK_IMPORT'; dryRun: boolean },
+      tx: Tx,
+    ): Promise<BulkUpsertResult[]>;
   };
 };
 
@@ -99,9 +96,6 @@ export function validateRowBody(kind: ImportKind, body: Record<string, unknown>)
   if (result.error) return { error: AppError.validation(issuesFromValidation(result.error, 'body')) };
   return { body: result.value as Record<string, unknown> };
 }
-
-/** A refusal of the row itself (what its request would have been answered 4xx), not of the run. */
-const isRowError = (error: unknown): error is AppError => isAppError(error) && error.status < 500;
 
 /** A failure worth retrying the batch for: the database unreachable, a lock wait, a deadlock or a serialisation failure. */
 function isTransient(error: unknown): boolean {
@@ -195,16 +189,25 @@ export function createImportWorker(
     error: errorEnvelope(error).error,
   });
 
-  /** A batch of individuals: the customers service's bulk upsert, each row with the result its single request would have. */
-  async function applyIndividuals(row: ImportRow, actor: Actor, batch: PreparedRow[], tx: Tx): Promise<RowResult[]> {
+  /** A batch: the customers or entities service's bulk upsert, each row with the result its single request would have. */
+  async function applyBatch(row: ImportRow, actor: Actor, batch: PreparedRow[], tx: Tx): Promise<RowResult[]> {
     const valid = batch.filter((prepared) => prepared.body && !prepared.error);
     const ctx: RequestContext = { orgId: row.orgId, actor, transaction: rowTransaction(tx, row.dryRun) };
-    const upserted = await customers.upsertMany(
-      ctx,
-      valid.map((prepared) => ({ body: prepared.body as UpsertCustomerBody, registerStatus: prepared.registerStatus })),
-      { addedVia: 'BULK_IMPORT', dryRun: row.dryRun },
-      tx,
-    );
+    const options = { addedVia: 'BULK_IMPORT', dryRun: row.dryRun } as const;
+    const upserted =
+      row.kind === 'individuals'
+        ? await customers.upsertMany(
+            ctx,
+            valid.map((prepared) => ({ body: prepared.body as UpsertCustomerBody, registerStatus: prepared.registerStatus })),
+            options,
+            tx,
+          )
+        : await entities.upsertMany(
+            ctx,
+            valid.map((prepared) => ({ body: prepared.body as UpsertEntityBody })),
+            options,
+            tx,
+          );
     const byRow = new Map(valid.map((prepared, index) => [prepared.rowNumber, upserted[index]!]));
     return batch.map((prepared): RowResult => {
       const result = byRow.get(prepared.rowNumber);
@@ -213,28 +216,6 @@ export function createImportWorker(
       const outcome = result.created ? 'CREATED' : result.changed ? 'UPDATED' : 'UNCHANGED';
       return { rowNumber: prepared.rowNumber, outcome, customerId: result.id, error: null };
     });
-  }
-
-  async function applyRow(row: ImportRow, actor: Actor, prepared: PreparedRow, tx: Tx): Promise<RowResult> {
-    const failed = (error: AppError): RowResult => failedRow(prepared.rowNumber, error);
-    if (prepared.error || !prepared.body) return failed(prepared.error ?? AppError.validation({ body: ['Invalid row.'] }));
-    const ctx: RequestContext = { orgId: row.orgId, actor, transaction: rowTransaction(tx, row.dryRun) };
-    try {
-      const result =
-        row.kind === 'individuals'
-          ? await customers
-              .upsert(ctx, prepared.body as UpsertCustomerBody, { addedVia: 'BULK_IMPORT', registerStatus: prepared.registerStatus })
-              .then((upserted) => ({ ...upserted, id: upserted.customer.id }))
-          : await entities
-              .upsert(ctx, prepared.body as UpsertEntityBody, { addedVia: 'BULK_IMPORT' })
-              .then((upserted) => ({ ...upserted, id: upserted.entity.id }));
-      const outcome = result.created ? 'CREATED' : result.changed ? 'UPDATED' : 'UNCHANGED';
-      // A dry run's new record was rolled back: there is no id to give.
-      return { rowNumber: prepared.rowNumber, outcome, customerId: row.dryRun && result.created ? null : result.id, error: null };
-    } catch (error) {
-      if (isRowError(error)) return failed(error);
-      throw error;
-    }
   }
 
   /** Ends the import in `tx` (under its batch lock): its audit row, and for COMPLETED the import.completed event. */
@@ -314,9 +295,7 @@ export function createImportWorker(
           tx,
         );
         const batch = prepared.filter((row) => still.has(row.rowNumber));
-        const results: RowResult[] = [];
-        if (current.kind === 'individuals') results.push(...(await applyIndividuals(current, actor, batch, tx)));
-        else for (const row of batch) results.push(await applyRow(current, actor, row, tx));
+        const results = await applyBatch(current, actor, batch, tx);
         await imports.recordBatch(orgId, id, results, tx);
         return { progress: { rowsDone: current.rowsDone + results.length, rowsTotal: current.rowsTotal } };
       });
