@@ -10,16 +10,25 @@ afterAll(async () => ctx?.close());
 
 const post = (org: TestOrg, path: string, body: unknown) => ctx.request('POST', path, { key: org.key, body });
 
-/** The records an organisation starts with, the same in both: three entities and an individual. */
+/** The records an organisation starts with, the same in both: five entities and an individual. */
 async function seed(org: TestOrg): Promise<void> {
+  expect((await post(org, '/v1/customers', { externalId: 'crm-p', fullName: 'Pat Person', email: 'pat@example.com' })).statusCode).toBe(
+    201,
+  );
   expect(
     (await post(org, '/v1/entities', { externalId: 'ent-a', type: 'COMPANY', name: 'Alpha Pty Ltd', abn: '51824753556' })).statusCode,
   ).toBe(201);
   expect((await post(org, '/v1/entities', { type: 'TRUST', name: 'Beta Trust' })).statusCode).toBe(201);
   expect((await post(org, '/v1/entities', { externalId: 'ent-c', type: 'COMPANY', name: 'Gamma Pty Ltd' })).statusCode).toBe(201);
-  expect((await post(org, '/v1/customers', { externalId: 'crm-p', fullName: 'Pat Person', email: 'pat@example.com' })).statusCode).toBe(
-    201,
-  );
+  const delta = { externalId: 'ent-d', type: 'COMPANY', name: 'Delta Pty Ltd', acn: '051775556', address: '1 Delta St' };
+  expect((await post(org, '/v1/entities', delta)).statusCode).toBe(201);
+  const epsilon = {
+    externalId: 'ent-e',
+    type: 'TRUST',
+    name: 'Epsilon Trust',
+    contact: { fullName: 'Pat Person', email: 'pat@example.com' },
+  };
+  expect((await post(org, '/v1/entities', epsilon)).statusCode).toBe(201);
 }
 
 /**
@@ -54,6 +63,10 @@ const BODIES: Array<Record<string, unknown>> = [
   { externalId: 'new-16', type: 'COMPANY', name: 'Sixteen Pty Ltd', acn: '004085616' },
   { externalId: 'ent-c', abn: '33051775556' },
   { externalId: 'new-17', type: 'COMPANY', name: 'Seventeen Pty Ltd', abn: '33051775556' },
+  { acn: '051775556', address: '4 Delta St' },
+  { externalId: 'ent-d', type: 'COMPANY', name: 'Delta Pty Ltd', address: '1 Delta St' },
+  { externalId: 'ent-e', type: 'TRUST', name: 'Epsilon Trust', contact: { fullName: 'pat person', email: 'pat@example.com' } },
+  { externalId: 'ent-e', contact: { fullName: 'Pat Person', email: 'pat@example.com', kycRequired: false } },
 ];
 
 const EXPECTED = [
@@ -79,6 +92,10 @@ const EXPECTED = [
   'FAILED', // row 19's record holds the ACN under another externalId
   'UPDATED', // ent-c takes an ABN no record held before the file
   'FAILED', // which row 21 gave ent-c, under another externalId
+  'UPDATED', // ent-d, matched by its ACN
+  'UPDATED', // ent-d's address as it was before row 23
+  'UNCHANGED', // ent-e as stored, its contact the same person
+  'UPDATED', // ent-e's contact no longer needs KYC
 ];
 
 /** What an organisation's records hold, entities with their contact's name and email, ids left out. */
@@ -180,7 +197,9 @@ describe('entity rows of one batch', () => {
       }
       const stored = await records(imported);
       const expected = (await records(oneByOne)).map((record) =>
-        record.added_via === 'INTEGRATION' && !['ent-a', 'ent-c', 'crm-p'].includes(record.external_id) && record.name !== 'Beta Trust'
+        record.added_via === 'INTEGRATION' &&
+        !['ent-a', 'ent-c', 'ent-d', 'ent-e', 'crm-p'].includes(record.external_id) &&
+        record.name !== 'Beta Trust'
           ? { ...record, added_via: 'BULK_IMPORT' }
           : record,
       );
@@ -226,6 +245,10 @@ describe('entity rows of one batch', () => {
       'CREATED', // nor row 19's
       'UPDATED',
       'CREATED', // ent-c never took the ABN
+      'UPDATED',
+      'UNCHANGED', // ent-d's address never moved
+      'UNCHANGED',
+      'UPDATED',
     ]);
     expect(rows.filter((row) => row.outcome === 'CREATED').every((row) => row.customer_id === null)).toBe(true);
     expect(await records(org)).toEqual(before.records);

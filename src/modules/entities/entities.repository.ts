@@ -20,32 +20,29 @@ export function createEntitiesRepository() {
 
   return {
     /**
-     * Which of the given ABNs, ACNs and legal name + type pairs an entity of `orgId` holds (the unique
-     * indexes' expressions), as positions in each list. Read without a lock: a batch of upserts leaves
-     * a row whose key is taken to the single upsert, which locks what it matches. One index probe per
-     * key (LATERAL), as for the customers' upsert candidates.
+     * The entities of `orgId` holding one of the given ABNs, ACNs or legal name + type pairs (the unique
+     * indexes' expressions): for each, which key and its position in its list. Read without a lock: a
+     * batch of upserts leaves a row whose key is taken to the single upsert, which locks what it
+     * matches. One index probe per key (LATERAL), as for the customers' upsert candidates.
      */
-    async takenKeys(
+    async holdersOfKeys(
       orgId: string,
       keys: { abns: string[]; acns: string[]; nameTypes: Array<{ name: string; type: string }> },
       tx: Executor,
-    ): Promise<{ abns: Set<number>; acns: Set<number>; nameTypes: Set<number> }> {
-      const { rows } = await tx.execute<{ key: 'abn' | 'acn' | 'name_type'; position: string | number }>(sql`
-        SELECT 'abn' AS key, wanted.position FROM unnest(${sql.param(keys.abns)}::text[]) WITH ORDINALITY AS wanted (abn, position)
-         WHERE EXISTS (SELECT 1 FROM ${customers} WHERE org_id = ${orgId} AND kind = 'entity' AND abn = wanted.abn)
+    ): Promise<Array<{ key: 'abn' | 'acn' | 'nameType'; position: number; id: string }>> {
+      const { rows } = await tx.execute<{ key: 'abn' | 'acn' | 'nameType'; position: string | number; id: string }>(sql`
+        SELECT 'abn' AS key, wanted.position, found.id FROM unnest(${sql.param(keys.abns)}::text[]) WITH ORDINALITY AS wanted (abn, position)
+        CROSS JOIN LATERAL (SELECT id FROM ${customers} WHERE org_id = ${orgId} AND kind = 'entity' AND abn = wanted.abn) AS found
         UNION ALL
-        SELECT 'acn', wanted.position FROM unnest(${sql.param(keys.acns)}::text[]) WITH ORDINALITY AS wanted (acn, position)
-         WHERE EXISTS (SELECT 1 FROM ${customers} WHERE org_id = ${orgId} AND kind = 'entity' AND acn = wanted.acn)
+        SELECT 'acn', wanted.position, found.id FROM unnest(${sql.param(keys.acns)}::text[]) WITH ORDINALITY AS wanted (acn, position)
+        CROSS JOIN LATERAL (SELECT id FROM ${customers} WHERE org_id = ${orgId} AND kind = 'entity' AND acn = wanted.acn) AS found
         UNION ALL
-        SELECT 'name_type', wanted.position
+        SELECT 'nameType', wanted.position, found.id
           FROM unnest(${sql.param(keys.nameTypes.map((key) => key.name))}::text[], ${sql.param(keys.nameTypes.map((key) => key.type))}::text[])
                WITH ORDINALITY AS wanted (name, type, position)
-         WHERE EXISTS (SELECT 1 FROM ${customers}
-                        WHERE org_id = ${orgId} AND kind = 'entity' AND lower(name) = lower(wanted.name) AND type = wanted.type)`);
-      const taken = { abns: new Set<number>(), acns: new Set<number>(), nameTypes: new Set<number>() };
-      const sets = { abn: taken.abns, acn: taken.acns, name_type: taken.nameTypes };
-      for (const row of rows) sets[row.key].add(Number(row.position) - 1);
-      return taken;
+        CROSS JOIN LATERAL (SELECT id FROM ${customers}
+                             WHERE org_id = ${orgId} AND kind = 'entity' AND lower(name) = lower(wanted.name) AND type = wanted.type) AS found`);
+      return rows.map((row) => ({ key: row.key, position: Number(row.position) - 1, id: row.id }));
     },
 
     findByAbn: (orgId: string, abn: string, tx: Executor) => firstEntity(tx, orgId, sql`${customers.abn} = ${abn}`),

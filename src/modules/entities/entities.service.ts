@@ -258,6 +258,32 @@ export function createEntitiesService(deps: {
     }
   }
 
+  /**
+   * Whether the single upsert of `body` onto `matched` (the entity its externalId names, locked) would
+   * change nothing, and so write nothing: no refusal, and every column it sets already holds its value.
+   * An inline contact counts only when its person is stored (`person`); a contact by id never does.
+   */
+  function changesNothing(
+    ctx: RequestContext,
+    matched: CustomerRow,
+    body: UpsertEntityBody,
+    person: CustomerRow | undefined,
+    addedVia: AddedVia,
+  ): boolean {
+    if ((body.type !== undefined && body.type !== matched.type) || (body.origin !== undefined && body.origin !== matched.origin))
+      return false;
+    if (body.contact && !person) return false;
+    let values: Partial<NewCustomerRow>;
+    try {
+      values = columnsOf(ctx, matched, body, addedVia);
+    } catch (error) {
+      if (isAppError(error)) return false;
+      throw error;
+    }
+    const contact = person && { contactCustomerId: person.id, contactKycRequired: body.contact?.kycRequired ?? true };
+    return Object.keys(changedColumns(matched, { ...values, ...contact })).length === 0;
+  }
+
   async function upsertColumns(
     ctx: RequestContext,
     existing: CustomerRow | undefined,
@@ -375,12 +401,19 @@ export function createEntitiesService(deps: {
       const abns = [...new Set(items.flatMap(({ body }) => (body.abn ? [body.abn] : [])))];
       const acns = [...new Set(items.flatMap(({ body }) => (body.acn ? [body.acn] : [])))];
       const nameTypes = items.flatMap(({ body }) => (body.name && body.type ? [{ name: body.name, type: body.type }] : []));
-      const taken = await entities.takenKeys(ctx.orgId, { abns, acns, nameTypes }, tx);
-      const takenAbns = new Set([...taken.abns].map((position) => abns[position]));
-      const takenAcns = new Set([...taken.acns].map((position) => acns[position]));
-      const takenNameTypes = new Set(
-        [...taken.nameTypes].map((position) => nameTypeKey(nameTypes[position]!.name, nameTypes[position]!.type)),
-      );
+      // The stored entity holding each of those keys, by key (as the rows' keys are written below).
+      const holders = new Map<string, string>();
+      for (const { key, position, id } of await entities.holdersOfKeys(ctx.orgId, { abns, acns, nameTypes }, tx)) {
+        const pair = nameTypes[position];
+        holders.set(
+          key === 'abn'
+            ? `abn:${abns[position]}`
+            : key === 'acn'
+              ? `acn:${acns[position]}`
+              : `name+type:${nameTypeKey(pair!.name, pair!.type)}`,
+          id,
+        );
+      }
       const candidates = await customers.lockUpsertCandidates(
         ctx.orgId,
         [...new Set(items.flatMap(({ body }) => (body.externalId ? [body.externalId] : [])))],
@@ -409,21 +442,27 @@ export function createEntitiesService(deps: {
         await slice();
         const matched = body.externalId ? byExternalId.get(body.externalId) : undefined;
         const type = body.type ?? matched?.type;
-        const keys = [
+        const bodyKeys = [
           body.externalId === undefined ? undefined : `externalId:${body.externalId}`,
           body.abn ? `abn:${body.abn}` : undefined,
           body.acn ? `acn:${body.acn}` : undefined,
           body.name && type ? `name+type:${nameTypeKey(body.name, type)}` : undefined,
-          matched && `record:${matched.id}`,
         ].filter((key): key is string => key !== undefined);
+        // Every stored record the row may match or collide with: an earlier row touching one goes first.
+        const records = new Set([matched?.id, ...bodyKeys.map((key) => holders.get(key))].filter((id): id is string => id !== undefined));
+        const keys = [...bodyKeys, ...[...records].map((id) => `record:${id}`)];
         const shared = keys.some((key) => seen.has(key));
         for (const key of keys) seen.add(key);
         const person = inlineContact(body);
-        const stored =
-          matched !== undefined ||
-          (body.abn ? takenAbns.has(body.abn) : false) ||
-          (body.acn ? takenAcns.has(body.acn) : false) ||
-          (body.name && body.type ? takenNameTypes.has(nameTypeKey(body.name, body.type)) : false);
+        if (
+          !shared &&
+          matched?.kind === 'entity' &&
+          changesNothing(ctx, matched, body, person && persons.get(person.key), options.addedVia)
+        ) {
+          results[index] = { created: false, changed: false, id: matched.id };
+          continue;
+        }
+        const stored = records.size > 0;
         const values =
           shared || stored || (body.contact && !person) || (person && personsOfSingle.has(person.key))
             ? undefined
