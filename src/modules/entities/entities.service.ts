@@ -375,7 +375,8 @@ export function createEntitiesService(deps: {
      * sent one after another in the batch's order. A row that creates an entity (no stored entity and no
      * earlier row holds one of its keys) with at most an inline contact person is written with the others
      * like it: the new contact persons in one statement, the entities in another, their audit rows in one
-     * each. Every other row (a match, a key an earlier row holds, a refusal, a contact by id) goes through
+     * each. A row its externalId matches that would change nothing is UNCHANGED without a write. Every
+     * other row (a change, a key or record an earlier row holds, a refusal, a contact by id) goes through
      * the single upsert afterwards, in order; so does a row whose key a concurrent request took meanwhile.
      * A dry run writes none of the new entities and judges the other rows in savepoints it rolls back.
      */
