@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
-import { allRows, getImport, importServices, upload } from './import-helpers.js';
+import { allRows, importAndSendOneByOne, importServices, upload } from './import-helpers.js';
 
 let ctx: TestContext;
 beforeAll(async () => {
@@ -150,25 +150,7 @@ describe('rows of one batch that depend on each other', () => {
       await seed(oneByOne);
       const seeded = new Date();
 
-      const created = await upload(ctx, imported, BODIES.map((body) => JSON.stringify(body)).join('\n') + '\n', {
-        contentType: 'application/x-ndjson',
-      });
-      await importServices(ctx, batchSize).imports.run(imported.id, created.id);
-      expect(await getImport(ctx, imported, created.id)).toMatchObject({ status: 'COMPLETED', rows_done: BODIES.length });
-      const rows = await allRows(ctx, imported, created.id);
-      expect(rows.map((row) => row.outcome)).toEqual(EXPECTED);
-
-      // The same bodies sent one by one to the single route, in the other organisation.
-      for (const [index, body] of BODIES.entries()) {
-        const response = await post(oneByOne, '/v1/customers', body);
-        const row = rows[index]!;
-        if (row.outcome === 'FAILED') {
-          expect(response.statusCode, `row ${index + 1}: ${response.body}`).toBeGreaterThanOrEqual(400);
-          expect(row.error, `row ${index + 1}`).toEqual(response.json<{ error: unknown }>().error);
-        } else {
-          expect(response.statusCode, `row ${index + 1}: ${response.body}`).toBe(row.outcome === 'CREATED' ? 201 : 200);
-        }
-      }
+      await importAndSendOneByOne(ctx, { imported, oneByOne }, { kind: 'individuals', bodies: BODIES, batchSize, expected: EXPECTED });
       expect(await individuals(imported)).toEqual(await individuals(oneByOne));
       expect(await auditActions(imported)).toEqual(await auditActions(oneByOne));
       // Each creation's audit row holds the record as the single route's does (ids and times aside).

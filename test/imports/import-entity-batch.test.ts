@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
-import { allRows, getImport, importServices, upload } from './import-helpers.js';
+import { allRows, importAndSendOneByOne, importServices, upload } from './import-helpers.js';
 
 let ctx: TestContext;
 beforeAll(async () => {
@@ -151,9 +151,9 @@ async function eventsSince(org: TestOrg, since: Date) {
 }
 
 /** An error envelope with the record it names (details.match, an id) named by its externalId, the same in both organisations. */
-async function withMatchByExternalId(org: TestOrg, error: { details?: { match?: string } }) {
+async function withMatchByExternalId(org: TestOrg, error: { details?: Record<string, unknown> }) {
   const match = error.details?.match;
-  if (!match) return error;
+  if (typeof match !== 'string') return error;
   const { rows } = await ctx.database.pool.query<{ external_id: string }>(
     'SELECT external_id FROM customers WHERE org_id = $1 AND id = $2',
     [org.id, match],
@@ -174,27 +174,12 @@ describe('entity rows of one batch', () => {
       await seed(oneByOne);
       const seeded = new Date();
 
-      const created = await upload(ctx, imported, BODIES.map((body) => JSON.stringify(body)).join('\n') + '\n', {
-        kind: 'entities',
-        contentType: 'application/x-ndjson',
-      });
-      await importServices(ctx, batchSize).imports.run(imported.id, created.id);
-      expect(await getImport(ctx, imported, created.id)).toMatchObject({ status: 'COMPLETED', rows_done: BODIES.length });
-      const rows = await allRows(ctx, imported, created.id);
-      expect(rows.map((row) => row.outcome)).toEqual(EXPECTED);
-
-      for (const [index, body] of BODIES.entries()) {
-        const response = await post(oneByOne, '/v1/entities', body);
-        const row = rows[index]!;
-        if (row.outcome === 'FAILED') {
-          expect(response.statusCode, `row ${index + 1}: ${response.body}`).toBeGreaterThanOrEqual(400);
-          expect(await withMatchByExternalId(imported, row.error as { details?: { match?: string } }), `row ${index + 1}`).toEqual(
-            await withMatchByExternalId(oneByOne, response.json<{ error: { details?: { match?: string } } }>().error),
-          );
-        } else {
-          expect(response.statusCode, `row ${index + 1}: ${response.body}`).toBe(row.outcome === 'CREATED' ? 201 : 200);
-        }
-      }
+      await importAndSendOneByOne(
+        ctx,
+        { imported, oneByOne },
+        { kind: 'entities', bodies: BODIES, batchSize, expected: EXPECTED },
+        withMatchByExternalId,
+      );
       const stored = await records(imported);
       const expected = (await records(oneByOne)).map((record) =>
         record.added_via === 'INTEGRATION' &&

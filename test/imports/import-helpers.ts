@@ -101,3 +101,43 @@ export async function count(ctx: TestContext, sql: string, values: unknown[]): P
 
 /** CSV text from a header and rows (cells given as they are: the tests quote what needs it). */
 export const csv = (lines: string[]) => lines.join('\n') + '\n';
+
+type ErrorBody = NonNullable<ImportRowDto['error']>;
+
+/**
+ * Imports `bodies` (NDJSON, `kind`) into `imported` in batches of `batchSize` and sends the same bodies
+ * one by one, in file order, to the single route in `oneByOne`; checks that the import completed with
+ * `expected` outcomes and that each row ended as its request did (the status, and a refusal's error,
+ * each error passed through `normalise` with its organisation first). Returns the import's rows.
+ */
+export async function importAndSendOneByOne(
+  ctx: TestContext,
+  orgs: { imported: TestOrg; oneByOne: TestOrg },
+  file: { kind: 'individuals' | 'entities'; bodies: Array<Record<string, unknown>>; batchSize: number; expected: string[] },
+  normalise: (org: TestOrg, error: ErrorBody) => Promise<unknown> | unknown = (_org, error) => error,
+): Promise<ImportRowDto[]> {
+  const { imported, oneByOne } = orgs;
+  const created = await upload(ctx, imported, file.bodies.map((body) => JSON.stringify(body)).join('\n') + '\n', {
+    kind: file.kind,
+    contentType: 'application/x-ndjson',
+  });
+  await importServices(ctx, file.batchSize).imports.run(imported.id, created.id);
+  expect(await getImport(ctx, imported, created.id)).toMatchObject({ status: 'COMPLETED', rows_done: file.bodies.length });
+  const rows = await allRows(ctx, imported, created.id);
+  expect(rows.map((row) => row.outcome)).toEqual(file.expected);
+
+  const route = file.kind === 'entities' ? '/v1/entities' : '/v1/customers';
+  for (const [index, body] of file.bodies.entries()) {
+    const response = await ctx.request('POST', route, { key: oneByOne.key, body });
+    const row = rows[index]!;
+    if (row.outcome === 'FAILED') {
+      expect(response.statusCode, `row ${index + 1}: ${response.body}`).toBeGreaterThanOrEqual(400);
+      expect(await normalise(imported, row.error!), `row ${index + 1}`).toEqual(
+        await normalise(oneByOne, response.json<{ error: ErrorBody }>().error),
+      );
+    } else {
+      expect(response.statusCode, `row ${index + 1}: ${response.body}`).toBe(row.outcome === 'CREATED' ? 201 : 200);
+    }
+  }
+  return rows;
+}

@@ -322,6 +322,39 @@ export type BulkUpsertItem = { body: UpsertCustomerBody; registerStatus?: Busine
 /** A bulk upsert row's result: what `upsert` answers (the record's id, or null for a dry run's new record), or the error it would throw. */
 export type BulkUpsertResult = { created: boolean; changed: boolean; id: string | null } | { error: AppError };
 
+/**
+ * The results of a bulk upsert's rows, set as each is decided. `refuse` records a row's refusal (what
+ * its request would answer 4xx) and rethrows anything else, which stops the batch. `upsertEach` runs
+ * the rows left to the single upsert, in file order, with the result their requests would have.
+ */
+export function bulkResults(count: number) {
+  const results = new Array<BulkUpsertResult | undefined>(count);
+  const refuse = (index: number, error: unknown) => {
+    if (!isAppError(error) || error.status >= 500) throw error;
+    results[index] = { error };
+  };
+  return {
+    set: (index: number, result: BulkUpsertResult) => void (results[index] = result),
+    refuse,
+    async upsertEach(
+      indices: number[],
+      dryRun: boolean,
+      upsert: (index: number) => Promise<{ created: boolean; changed: boolean; id: string }>,
+    ): Promise<void> {
+      for (const index of [...indices].sort((a, b) => a - b)) {
+        try {
+          const upserted = await upsert(index);
+          // A dry run's new record was rolled back: there is no id to give.
+          results[index] = { created: upserted.created, changed: upserted.changed, id: dryRun && upserted.created ? null : upserted.id };
+        } catch (error) {
+          refuse(index, error);
+        }
+      }
+    },
+    all: () => results as BulkUpsertResult[],
+  };
+}
+
 export function createCustomersService(deps: {
   database: DataAccess;
   pageReads: PageReads;
@@ -542,12 +575,7 @@ export function createCustomersService(deps: {
       options: { addedVia: 'BULK_IMPORT'; dryRun: boolean },
       tx: Executor,
     ): Promise<BulkUpsertResult[]> {
-      const results = new Array<BulkUpsertResult | undefined>(items.length);
-      const refused = (index: number, error: unknown) => {
-        // A refusal of the row (what its request would answer 4xx); anything else stops the batch.
-        if (!isAppError(error) || error.status >= 500) throw error;
-        results[index] = { error };
-      };
+      const results = bulkResults(items.length);
       const candidates = await repository.lockUpsertCandidates(
         ctx.orgId,
         items.flatMap(({ body }) => (body.externalId ? [body.externalId] : [])),
@@ -587,7 +615,7 @@ export function createCustomersService(deps: {
             return void creates.push({ index, values });
           }
           const update = updateOf(ctx, match, body, registerStatus, options.addedVia);
-          if (!update) return void (results[index] = { created: false, changed: false, id: match.row.id });
+          if (!update) return results.set(index, { created: false, changed: false, id: match.row.id });
           // The name and email the record ends with: a later row may match (or collide with) them.
           const next = { ...match.row, ...update.changed };
           const nextPair = next.email === null ? undefined : `name+email:${nameAndEmailKey(next.name, next.email)}`;
@@ -598,7 +626,7 @@ export function createCustomersService(deps: {
           }
           updates.push({ index, update });
         } catch (error) {
-          refused(index, error);
+          results.refuse(index, error);
         }
       };
       const slice = timeSlicer();
@@ -625,14 +653,14 @@ export function createCustomersService(deps: {
       for (const { index, update } of updates) {
         try {
           if (!together) await ctx.transaction((savepoint) => writeUpdate(ctx, update, savepoint));
-          results[index] = { created: false, changed: true, id: update.row.id };
+          results.set(index, { created: false, changed: true, id: update.row.id });
         } catch (error) {
-          refused(index, asUpsertError(error));
+          results.refuse(index, asUpsertError(error));
         }
       }
 
       if (options.dryRun) {
-        for (const { index } of creates) results[index] = { created: true, changed: true, id: null };
+        for (const { index } of creates) results.set(index, { created: true, changed: true, id: null });
       } else if (creates.length > 0) {
         const rows = await reviewColumns.forNewRecords(
           creates.map((create) => ({ ...create.values, id: randomUUID() })),
@@ -645,25 +673,17 @@ export function createCustomersService(deps: {
           // Its key was taken since the candidates were read (a concurrent request): decided by upsert, after the others.
           if (!row) return void afterOthers.push(index);
           recorded.push({ actor: ctx.actor, action: 'customer.created', after: row });
-          results[index] = { created: true, changed: true, id: row.id };
+          results.set(index, { created: true, changed: true, id: row.id });
         });
         await changes.recordCreated(recorded, toIndividualDto, tx);
       }
 
-      for (const index of afterOthers.sort((a, b) => a - b)) {
+      await results.upsertEach(afterOthers, options.dryRun, async (index) => {
         const { body, registerStatus } = items[index]!;
-        try {
-          const upserted = await service.upsert(ctx, body, { addedVia: options.addedVia, registerStatus });
-          results[index] = {
-            created: upserted.created,
-            changed: upserted.changed,
-            id: options.dryRun && upserted.created ? null : upserted.customer.id,
-          };
-        } catch (error) {
-          refused(index, error);
-        }
-      }
-      return results as BulkUpsertResult[];
+        const upserted = await service.upsert(ctx, body, { addedVia: options.addedVia, registerStatus });
+        return { ...upserted, id: upserted.customer.id };
+      });
+      return results.all();
     },
 
     async get(ctx: RequestContext, ref: string): Promise<IndividualDto> {

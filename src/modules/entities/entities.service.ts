@@ -11,6 +11,7 @@ import { toAmlBlock, toIndividualDto } from '../customers/customer-dto.js';
 import type { CustomersRepository } from '../customers/customers.repository.js';
 import { type CursorKey } from '../../shared/list-cursor.js';
 import {
+  bulkResults,
   checkDueDiligenceInputs,
   listCustomerRecords,
   nameAndEmailKey,
@@ -79,6 +80,24 @@ export function createEntitiesService(deps: {
     return row;
   }
 
+  /** A new individual for a role (contact person or beneficial owner): its own KYC intended (kycRequired) but nothing started or charged. */
+  function contactPersonColumns(
+    ctx: RequestContext,
+    person: { fullName: string; email: string; kycRequired: boolean },
+    addedVia: AddedVia,
+  ): NewCustomerRow {
+    return {
+      orgId: ctx.orgId,
+      kind: 'individual',
+      type: 'INDIVIDUAL',
+      name: person.fullName,
+      email: person.email,
+      isContactOnly: true,
+      addedVia,
+      kycStatus: person.kycRequired ? 'NOT_STARTED' : 'NOT_REQUIRED',
+    };
+  }
+
   /**
    * An individual by exact (case-insensitive) name + email, or a new one created for the role
    * (contact person or beneficial owner). Concurrency-safe through the name+email unique index.
@@ -92,20 +111,7 @@ export function createEntitiesService(deps: {
     for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
       const existing = await customers.findIndividualByNameAndEmail(ctx.orgId, person.fullName, person.email, tx);
       if (existing) return existing;
-      const created = await customers.insertIfAbsent(
-        {
-          orgId: ctx.orgId,
-          kind: 'individual',
-          type: 'INDIVIDUAL',
-          name: person.fullName,
-          email: person.email,
-          isContactOnly: true,
-          addedVia,
-          // The person's own KYC is intended (kycRequired) but nothing is started or charged.
-          kycStatus: person.kycRequired ? 'NOT_STARTED' : 'NOT_REQUIRED',
-        },
-        tx,
-      );
+      const created = await customers.insertIfAbsent(contactPersonColumns(ctx, person, addedVia), tx);
       if (created) {
         await changes.record(
           { actor: ctx.actor, action: 'customer.created', before: undefined, after: created, dto: toIndividualDto(created) },
@@ -386,12 +392,7 @@ export function createEntitiesService(deps: {
       options: { addedVia: 'BULK_IMPORT'; dryRun: boolean },
       tx: Executor,
     ): Promise<BulkUpsertResult[]> {
-      const results = new Array<BulkUpsertResult | undefined>(items.length);
-      const refused = (index: number, error: unknown) => {
-        // A refusal of the row (what its request would answer 4xx); anything else stops the batch.
-        if (!isAppError(error) || error.status >= 500) throw error;
-        results[index] = { error };
-      };
+      const results = bulkResults(items.length);
       const inlineContact = (body: UpsertEntityBody) => {
         const contact = body.contact;
         if (!contact || contact.customerId !== undefined || contact.fullName === undefined || contact.email === undefined) return undefined;
@@ -460,7 +461,7 @@ export function createEntitiesService(deps: {
           matched?.kind === 'entity' &&
           changesNothing(ctx, matched, body, person && persons.get(person.key), options.addedVia)
         ) {
-          results[index] = { created: false, changed: false, id: matched.id };
+          results.set(index, { created: false, changed: false, id: matched.id });
           continue;
         }
         const stored = records.size > 0;
@@ -477,23 +478,13 @@ export function createEntitiesService(deps: {
       }
 
       if (options.dryRun) {
-        for (const { index } of creates) results[index] = { created: true, changed: true, id: null };
+        for (const { index } of creates) results.set(index, { created: true, changed: true, id: null });
       } else if (creates.length > 0) {
         // Contact persons found or created as findOrCreatePerson does: the first row naming one decides its KYC intent.
         const newPersons = new Map<string, NewCustomerRow>();
         for (const { person } of creates) {
           if (!person || persons.has(person.key) || newPersons.has(person.key)) continue;
-          newPersons.set(person.key, {
-            id: randomUUID(),
-            orgId: ctx.orgId,
-            kind: 'individual',
-            type: 'INDIVIDUAL',
-            name: person.fullName,
-            email: person.email,
-            isContactOnly: true,
-            addedVia: options.addedVia,
-            kycStatus: person.kycRequired ? 'NOT_STARTED' : 'NOT_REQUIRED',
-          });
+          newPersons.set(person.key, { ...contactPersonColumns(ctx, person, options.addedVia), id: randomUUID() });
         }
         if (newPersons.size > 0) {
           const inserted = new Map(
@@ -530,7 +521,7 @@ export function createEntitiesService(deps: {
           // Its key was taken since it was read (a concurrent request): decided by the single upsert.
           if (!row) return void single.push(index);
           recorded.push({ actor: ctx.actor, action: 'entity.created', after: row });
-          results[index] = { created: true, changed: true, id: row.id };
+          results.set(index, { created: true, changed: true, id: row.id });
         });
         await changes.recordCreated(
           recorded,
@@ -539,19 +530,11 @@ export function createEntitiesService(deps: {
         );
       }
 
-      for (const index of single.sort((a, b) => a - b)) {
-        try {
-          const upserted = await service.upsert(ctx, items[index]!.body, { addedVia: options.addedVia });
-          results[index] = {
-            created: upserted.created,
-            changed: upserted.changed,
-            id: options.dryRun && upserted.created ? null : upserted.entity.id,
-          };
-        } catch (error) {
-          refused(index, error);
-        }
-      }
-      return results as BulkUpsertResult[];
+      await results.upsertEach(single, options.dryRun, async (index) => {
+        const upserted = await service.upsert(ctx, items[index]!.body, { addedVia: options.addedVia });
+        return { ...upserted, id: upserted.entity.id };
+      });
+      return results.all();
     },
 
     async get(ctx: RequestContext, ref: string): Promise<EntityDto> {
