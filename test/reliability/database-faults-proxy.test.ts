@@ -95,9 +95,10 @@ it('when its TCP connections to PostgreSQL are cut at random points of the proto
     stormEnded,
   );
   const outcomes = await draining;
+  const loadStopped = new Date();
 
   await sleep(1000);
-  const busy = await busyBackends(admin, fault.name);
+  const busy = await busyBackends(admin, fault.name, { begunBefore: loadStopped });
   const connections = await backendCount(admin, fault.name);
 
   const figures = printFigures('database-faults (b) TCP cuts at random protocol points for 20 s', outcomes, {

@@ -219,14 +219,19 @@ export async function timeToHealthy(
   return null;
 }
 
-/** The server's backends on `database` that are not idle (running a statement or inside a transaction). */
-export async function busyBackends(admin: pg.Client, database: string, exceptPids: number[] = []) {
+/**
+ * The server's backends on `database` that are not idle (running a statement or inside a transaction).
+ * With `begunBefore`, only those whose transaction began before it: what a load left behind, not a
+ * statement of the server's own background work (its job runner polls) that began after.
+ */
+export async function busyBackends(admin: pg.Client, database: string, options: { exceptPids?: number[]; begunBefore?: Date } = {}) {
   const { rows } = await admin.query<{ pid: number; state: string; query: string; seconds: number }>(
     `SELECT pid, state, left(query, 120) AS query, extract(epoch FROM now() - state_change)::float AS seconds
        FROM pg_stat_activity
       WHERE datname = $1 AND pid <> pg_backend_pid() AND backend_type = 'client backend'
-        AND state IS DISTINCT FROM 'idle' AND NOT (pid = ANY($2::int[]))`,
-    [database, exceptPids],
+        AND state IS DISTINCT FROM 'idle' AND NOT (pid = ANY($2::int[]))
+        AND ($3::timestamptz IS NULL OR xact_start < $3::timestamptz)`,
+    [database, options.exceptPids ?? [], options.begunBefore ?? null],
   );
   return rows;
 }
