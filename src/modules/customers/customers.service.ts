@@ -639,17 +639,15 @@ export function createCustomersService(deps: {
       // The changes together, in one savepoint. The only refusal one can meet is a name and email
       // taken by a record outside the batch's candidates (its row gave one of the two): then that
       // savepoint is rolled back and each change is written in its own, so only that row fails.
-      const together =
-        updates.length > 0 &&
-        (await ctx
-          .transaction((savepoint) => writeUpdates(ctx, updates, savepoint))
-          .then(
-            () => true,
-            (error: unknown) => {
-              if (!isUniqueViolation(error)) throw error;
-              return false;
-            },
-          ));
+      let together = updates.length > 0;
+      if (together) {
+        try {
+          await ctx.transaction((savepoint) => writeUpdates(ctx, updates, savepoint));
+        } catch (error) {
+          if (!isUniqueViolation(error)) throw error;
+          together = false;
+        }
+      }
       for (const { index, update } of updates) {
         try {
           if (!together) await ctx.transaction((savepoint) => writeUpdate(ctx, update, savepoint));

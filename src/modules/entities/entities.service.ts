@@ -505,7 +505,11 @@ export function createEntitiesService(deps: {
           );
         }
         // A person another request created since the candidates were read: that row goes to the single upsert.
-        const ready = creates.filter(({ index, person }) => (person && !persons.has(person.key) ? void single.push(index) : true));
+        const ready: typeof creates = [];
+        for (const create of creates) {
+          if (create.person && !persons.has(create.person.key)) single.push(create.index);
+          else ready.push(create);
+        }
         const rows = await reviewColumns.forNewRecords(
           ready.map(({ values, person }) => {
             const contact = person && { contactCustomerId: persons.get(person.key)!.id, contactKycRequired: person.kycRequired };
