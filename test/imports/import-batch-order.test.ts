@@ -144,13 +144,12 @@ describe('rows of one batch that depend on each other', () => {
   ])(
     'when a file’s rows share keys (in %s), each row ends as its request would have, sent one after another in file order',
     async (_name, batchSize) => {
-      const imported = await ctx.createOrg();
-      const oneByOne = await ctx.createOrg();
-      await seed(imported);
-      await seed(oneByOne);
-      const seeded = new Date();
-
-      await importAndSendOneByOne(ctx, { imported, oneByOne }, { kind: 'individuals', bodies: BODIES, batchSize, expected: EXPECTED });
+      const { imported, oneByOne, seeded } = await importAndSendOneByOne(ctx, seed, {
+        kind: 'individuals',
+        bodies: BODIES,
+        batchSize,
+        expected: EXPECTED,
+      });
       expect(await individuals(imported)).toEqual(await individuals(oneByOne));
       expect(await auditActions(imported)).toEqual(await auditActions(oneByOne));
       // Each creation's audit row holds the record as the single route's does (ids and times aside).

@@ -168,15 +168,9 @@ describe('entity rows of one batch', () => {
   ])(
     'when a file of entities creates, matches and shares keys and contact persons (in %s), each row ends as its request would have, sent one after another in file order',
     async (_name, batchSize) => {
-      const imported = await ctx.createOrg();
-      const oneByOne = await ctx.createOrg();
-      await seed(imported);
-      await seed(oneByOne);
-      const seeded = new Date();
-
-      await importAndSendOneByOne(
+      const { imported, oneByOne, seeded } = await importAndSendOneByOne(
         ctx,
-        { imported, oneByOne },
+        seed,
         { kind: 'entities', bodies: BODIES, batchSize, expected: EXPECTED },
         withMatchByExternalId,
       );

@@ -105,18 +105,23 @@ export const csv = (lines: string[]) => lines.join('\n') + '\n';
 type ErrorBody = NonNullable<ImportRowDto['error']>;
 
 /**
- * Imports `bodies` (NDJSON, `kind`) into `imported` in batches of `batchSize` and sends the same bodies
- * one by one, in file order, to the single route in `oneByOne`; checks that the import completed with
- * `expected` outcomes and that each row ended as its request did (the status, and a refusal's error,
- * each error passed through `normalise` with its organisation first). Returns the import's rows.
+ * Makes two organisations and seeds each with `seed`; imports `bodies` (NDJSON, `kind`) into the first
+ * in batches of `batchSize` and sends the same bodies one by one, in file order, to the single route in
+ * the second. Checks that the import completed with `expected` outcomes and that each row ended as its
+ * request did (the status, and a refusal's error, each error passed through `normalise` with its
+ * organisation first). Returns both organisations and when their seeding ended.
  */
 export async function importAndSendOneByOne(
   ctx: TestContext,
-  orgs: { imported: TestOrg; oneByOne: TestOrg },
+  seed: (org: TestOrg) => Promise<void>,
   file: { kind: 'individuals' | 'entities'; bodies: Array<Record<string, unknown>>; batchSize: number; expected: string[] },
   normalise: (org: TestOrg, error: ErrorBody) => Promise<unknown> | unknown = (_org, error) => error,
-): Promise<ImportRowDto[]> {
-  const { imported, oneByOne } = orgs;
+): Promise<{ imported: TestOrg; oneByOne: TestOrg; seeded: Date }> {
+  const imported = await ctx.createOrg();
+  const oneByOne = await ctx.createOrg();
+  await seed(imported);
+  await seed(oneByOne);
+  const seeded = new Date();
   const created = await upload(ctx, imported, file.bodies.map((body) => JSON.stringify(body)).join('\n') + '\n', {
     kind: file.kind,
     contentType: 'application/x-ndjson',
@@ -139,5 +144,5 @@ export async function importAndSendOneByOne(
       expect(response.statusCode, `row ${index + 1}: ${response.body}`).toBe(row.outcome === 'CREATED' ? 201 : 200);
     }
   }
-  return rows;
+  return { imported, oneByOne, seeded };
 }
