@@ -1,4 +1,16 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createPageReads } from '../../src/db/page-reads.js';
+import { createCustomerChangeRecorder } from '../../src/modules/customers/customer-changes.js';
+import { createCustomersRepository } from '../../src/modules/customers/customers.repository.js';
+import { createReviewColumns } from '../../src/modules/customers/review-columns.js';
+import { createDueDiligenceRepository } from '../../src/modules/due-diligence/due-diligence.repository.js';
+import { createEntitiesRepository } from '../../src/modules/entities/entities.repository.js';
+import { createEntitiesService } from '../../src/modules/entities/entities.service.js';
+import type { UpsertEntityBody } from '../../src/modules/entities/entities.schemas.js';
+import { cursorKeyLoader } from '../../src/modules/service-secrets/cursor-key.js';
+import { AppError } from '../../src/shared/app-error.js';
+import { createAuditWriter } from '../../src/shared/audit-writer.js';
+import { systemClock } from '../../src/shared/clock.js';
 import { createTestContext, type TestContext, type TestOrg } from '../helpers/harness.js';
 import { allRows, importAndSendOneByOne, importServices, upload } from './import-helpers.js';
 
@@ -29,6 +41,14 @@ async function seed(org: TestOrg): Promise<void> {
     contact: { fullName: 'Pat Person', email: 'pat@example.com' },
   };
   expect((await post(org, '/v1/entities', epsilon)).statusCode).toBe(201);
+  const foxtrot = {
+    externalId: 'ent-f',
+    type: 'COMPANY',
+    name: 'Foxtrot Pty Ltd',
+    contact: { fullName: 'Pat Person', email: 'pat@example.com' },
+  };
+  expect((await post(org, '/v1/entities', foxtrot)).statusCode).toBe(201);
+  expect((await post(org, '/v1/entities', { externalId: 'ent-g', type: 'COMPANY', name: 'Golf Pty Ltd' })).statusCode).toBe(201);
 }
 
 /**
@@ -67,6 +87,10 @@ const BODIES: Array<Record<string, unknown>> = [
   { externalId: 'ent-d', type: 'COMPANY', name: 'Delta Pty Ltd', address: '1 Delta St' },
   { externalId: 'ent-e', type: 'TRUST', name: 'Epsilon Trust', contact: { fullName: 'pat person', email: 'pat@example.com' } },
   { externalId: 'ent-e', contact: { fullName: 'Pat Person', email: 'pat@example.com', kycRequired: false } },
+  { externalId: 'ent-f', address: '6 Foxtrot St', designatedServices: ['PRO-FORMATION'] },
+  { externalId: 'ent-g', name: 'Golf Holdings Pty Ltd', contact: { fullName: 'pat person', email: 'Pat@Example.com', kycRequired: false } },
+  { externalId: 'new-18', type: 'COMPANY', name: 'Golf Pty Ltd' },
+  { externalId: 'new-19', type: 'COMPANY', name: 'GOLF HOLDINGS PTY LTD' },
 ];
 
 const EXPECTED = [
@@ -96,6 +120,10 @@ const EXPECTED = [
   'UPDATED', // ent-d's address as it was before row 23
   'UNCHANGED', // ent-e as stored, its contact the same person
   'UPDATED', // ent-e's contact no longer needs KYC
+  'UPDATED', // ent-f's address and services; its contact person stays
+  'UPDATED', // ent-g renamed, its contact the stored individual
+  'CREATED', // the name ent-g gave up
+  'FAILED', // the name ent-g took, under another externalId
 ];
 
 /** What an organisation's records hold, entities with their contact's name and email, ids left out. */
@@ -177,7 +205,7 @@ describe('entity rows of one batch', () => {
       const stored = await records(imported);
       const expected = (await records(oneByOne)).map((record) =>
         record.added_via === 'INTEGRATION' &&
-        !['ent-a', 'ent-c', 'ent-d', 'ent-e', 'crm-p'].includes(record.external_id) &&
+        !['ent-a', 'ent-c', 'ent-d', 'ent-e', 'ent-f', 'ent-g', 'crm-p'].includes(record.external_id) &&
         record.name !== 'Beta Trust'
           ? { ...record, added_via: 'BULK_IMPORT' }
           : record,
@@ -228,9 +256,72 @@ describe('entity rows of one batch', () => {
       'UNCHANGED', // ent-d's address never moved
       'UNCHANGED',
       'UPDATED',
+      'UPDATED',
+      'UPDATED',
+      'FAILED', // ent-g still holds the name
+      'CREATED', // nor took the new one
     ]);
     expect(rows.filter((row) => row.outcome === 'CREATED').every((row) => row.customer_id === null)).toBe(true);
     expect(await records(org)).toEqual(before.records);
     expect(await auditActions(org)).toEqual(before.audit);
+  });
+
+  it("when a request takes the ABN a batch's change gives its entity after the batch read the keys, that row fails as its request would and the batch's other changes are written", async () => {
+    const org = await ctx.createOrg();
+    await seed(org);
+    const entitiesRepository = createEntitiesRepository();
+    const dueDiligence = createDueDiligenceRepository();
+    const service = createEntitiesService({
+      database: ctx.database,
+      pageReads: createPageReads({ primary: ctx.database }),
+      clock: systemClock,
+      cursorKey: cursorKeyLoader(ctx.database),
+      customers: createCustomersRepository(ctx.database.db),
+      changes: createCustomerChangeRecorder(),
+      audit: createAuditWriter(),
+      reviewColumns: createReviewColumns({ policies: dueDiligence, clock: systemClock }),
+      entities: {
+        ...entitiesRepository,
+        // Another request creates an entity with that ABN, and commits, right after the batch read who holds the keys.
+        async holdersOfKeys(...args: Parameters<typeof entitiesRepository.holdersOfKeys>) {
+          const held = await entitiesRepository.holdersOfKeys(...args);
+          const taken = await post(org, '/v1/entities', {
+            externalId: 'other',
+            type: 'COMPANY',
+            name: 'Other Pty Ltd',
+            abn: '33051775556',
+          });
+          expect(taken.statusCode, taken.body).toBe(201);
+          return held;
+        },
+      },
+    });
+    const bodies: UpsertEntityBody[] = [
+      { externalId: 'ent-c', abn: '33051775556' },
+      { externalId: 'ent-f', address: '7 Foxtrot St' },
+    ];
+    const results = await ctx.database.transaction((tx) =>
+      service.upsertMany(
+        { orgId: org.id, actor: { type: 'system', id: null }, transaction: (work) => tx.transaction(work) },
+        bodies.map((body) => ({ body })),
+        { addedVia: 'BULK_IMPORT', dryRun: false },
+        tx,
+      ),
+    );
+
+    const refused = results[0] as { error: AppError };
+    expect(refused.error).toBeInstanceOf(AppError);
+    expect(refused.error).toMatchObject({ status: 409, message: 'Another entity already has this ABN, ACN or legal name and type.' });
+    expect(results[1]).toMatchObject({ created: false, changed: true });
+    const stored = await records(org);
+    expect(stored.find((record) => record.external_id === 'ent-c')).toMatchObject({ abn: null });
+    expect(stored.find((record) => record.external_id === 'ent-f')).toMatchObject({ address: '7 Foxtrot St' });
+    expect(stored.find((record) => record.external_id === 'other')).toMatchObject({ abn: '33051775556' });
+    const { rows } = await ctx.database.pool.query<{ external_id: string }>(
+      `SELECT c.external_id FROM audit_log a JOIN customers c ON c.org_id = a.org_id AND c.id = a.subject_id
+        WHERE a.org_id = $1 AND a.action = 'entity.upserted'`,
+      [org.id],
+    );
+    expect(rows.map((row) => row.external_id)).toEqual(['ent-f']);
   });
 });

@@ -265,29 +265,54 @@ export function createEntitiesService(deps: {
   }
 
   /**
-   * Whether the single upsert of `body` onto `matched` (the entity its externalId names, locked) would
-   * change nothing, and so write nothing: no refusal, and every column it sets already holds its value.
-   * An inline contact counts only when its person is stored (`person`); a contact by id never does.
+   * What the single upsert of `body` onto `matched` (the entity its externalId names, locked) would
+   * write when it needs no record but that one: the columns it changes (none: it changes nothing). An
+   * inline contact counts only when its person is stored (`person`). Undefined when the single upsert
+   * must decide the row: a refusal, a type or origin conflict, a person to create, a contact by id.
    */
-  function changesNothing(
+  function changeOf(
     ctx: RequestContext,
     matched: CustomerRow,
     body: UpsertEntityBody,
     person: CustomerRow | undefined,
     addedVia: AddedVia,
-  ): boolean {
+  ): Partial<NewCustomerRow> | undefined {
     if ((body.type !== undefined && body.type !== matched.type) || (body.origin !== undefined && body.origin !== matched.origin))
-      return false;
-    if (body.contact && !person) return false;
+      return undefined;
+    if (body.contact && !person) return undefined;
     let values: Partial<NewCustomerRow>;
     try {
       values = columnsOf(ctx, matched, body, addedVia);
     } catch (error) {
-      if (isAppError(error)) return false;
+      if (isAppError(error)) return undefined;
       throw error;
     }
     const contact = person && { contactCustomerId: person.id, contactKycRequired: body.contact?.kycRequired ?? true };
-    return Object.keys(changedColumns(matched, { ...values, ...contact })).length === 0;
+    return changedColumns(matched, { ...values, ...contact });
+  }
+
+  /** Writes many upserts' changes to their locked entities as saveChange does each, in a few statements. */
+  async function writeUpdates(
+    ctx: RequestContext,
+    updates: Array<{ row: CustomerRow; changed: Partial<NewCustomerRow> }>,
+    contacts: Map<string, CustomerRow>,
+    tx: Executor,
+  ): Promise<void> {
+    const diffs: Array<{ actor: RequestContext['actor']; action: string; before: CustomerRow; diff: Partial<NewCustomerRow> }> = [];
+    for (const { row, changed } of updates) {
+      diffs.push({ actor: ctx.actor, action: 'entity.upserted', before: row, diff: await reviewColumns.withReview(row, changed, tx) });
+    }
+    await changes.writeChanges(
+      diffs,
+      (row) => toEntityDto(row, row.contactCustomerId ? contacts.get(row.contactCustomerId) : undefined),
+      () =>
+        customers.updateManyLocked(
+          ctx.orgId,
+          diffs.map(({ before, diff }) => ({ id: before.id, values: diff })),
+          tx,
+        ),
+      tx,
+    );
   }
 
   async function upsertColumns(
@@ -381,10 +406,12 @@ export function createEntitiesService(deps: {
      * sent one after another in the batch's order. A row that creates an entity (no stored entity and no
      * earlier row holds one of its keys) with at most an inline contact person is written with the others
      * like it: the new contact persons in one statement, the entities in another, their audit rows in one
-     * each. A row its externalId matches that would change nothing is UNCHANGED without a write. Every
-     * other row (a change, a key or record an earlier row holds, a refusal, a contact by id) goes through
-     * the single upsert afterwards, in order; so does a row whose key a concurrent request took meanwhile.
-     * A dry run writes none of the new entities and judges the other rows in savepoints it rolls back.
+     * each. A row its externalId matches that needs no record but that entity (no key of another record,
+     * no person to create) is UNCHANGED without a write when it would change nothing, and otherwise
+     * written with the others like it, one statement per set of changed columns. Every other row (a key
+     * or record an earlier row holds, a refusal, a contact by id) goes through the single upsert
+     * afterwards, in order; so does a row whose key a concurrent request took meanwhile. A dry run writes
+     * none of the new entities and rolls the changes' savepoints back.
      */
     async upsertMany(
       ctx: RequestContext,
@@ -438,6 +465,7 @@ export function createEntitiesService(deps: {
       const seen = new Set<string>();
       const personsOfSingle = new Set<string>();
       const creates: Array<{ index: number; values: NewCustomerRow; person: ReturnType<typeof inlineContact> }> = [];
+      const updates: Array<{ index: number; row: CustomerRow; changed: Partial<NewCustomerRow> }> = [];
       const slice = timeSlicer();
       for (const [index, { body }] of items.entries()) {
         // The batch is judged in slices, so requests served by this process are not held behind it.
@@ -456,12 +484,17 @@ export function createEntitiesService(deps: {
         const shared = keys.some((key) => seen.has(key));
         for (const key of keys) seen.add(key);
         const person = inlineContact(body);
-        if (
-          !shared &&
-          matched?.kind === 'entity' &&
-          changesNothing(ctx, matched, body, person && persons.get(person.key), options.addedVia)
-        ) {
-          results.set(index, { created: false, changed: false, id: matched.id });
+        // A change to the one stored entity its externalId names, holding no key of another record.
+        const changed =
+          !shared && matched?.kind === 'entity' && records.size === 1
+            ? changeOf(ctx, matched, body, person && persons.get(person.key), options.addedVia)
+            : undefined;
+        if (changed && Object.keys(changed).length === 0) {
+          results.set(index, { created: false, changed: false, id: matched!.id });
+          continue;
+        }
+        if (changed) {
+          updates.push({ index, row: matched!, changed });
           continue;
         }
         const stored = records.size > 0;
@@ -474,6 +507,26 @@ export function createEntitiesService(deps: {
         } else {
           single.push(index);
           if (person) personsOfSingle.add(person.key);
+        }
+      }
+
+      if (updates.length > 0) {
+        // Their events' DTOs name each entity's contact person: the stored ones not read above, in one read.
+        const contacts = new Map([...persons.values()].map((row) => [row.id, row]));
+        const unread = new Set<string>();
+        for (const { row, changed } of updates) {
+          const contactId = 'contactCustomerId' in changed ? changed.contactCustomerId : row.contactCustomerId;
+          if (contactId && !contacts.has(contactId)) unread.add(contactId);
+        }
+        for (const row of await customers.findManyByIds(ctx.orgId, [...unread], tx)) contacts.set(row.id, row);
+        try {
+          // In one savepoint (rolled back in a dry run). A key another request took since the batch read
+          // them refuses the whole statement: then each of these rows goes through the single upsert.
+          await ctx.transaction((savepoint) => writeUpdates(ctx, updates, contacts, savepoint));
+          for (const { index, row } of updates) results.set(index, { created: false, changed: true, id: row.id });
+        } catch (error) {
+          if (!isUniqueViolation(error)) throw error;
+          single.push(...updates.map(({ index }) => index));
         }
       }
 
