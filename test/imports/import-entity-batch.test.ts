@@ -22,33 +22,24 @@ afterAll(async () => ctx?.close());
 
 const post = (org: TestOrg, path: string, body: unknown) => ctx.request('POST', path, { key: org.key, body });
 
-/** The records an organisation starts with, the same in both: five entities and an individual. */
+/** The records an organisation starts with, the same in both: an individual and seven entities. */
+const PAT = { fullName: 'Pat Person', email: 'pat@example.com' };
+const SEEDED: Array<[path: string, body: Record<string, unknown>]> = [
+  ['/v1/customers', { externalId: 'crm-p', ...PAT }],
+  ['/v1/entities', { externalId: 'ent-a', type: 'COMPANY', name: 'Alpha Pty Ltd', abn: '51824753556' }],
+  ['/v1/entities', { type: 'TRUST', name: 'Beta Trust' }],
+  ['/v1/entities', { externalId: 'ent-c', type: 'COMPANY', name: 'Gamma Pty Ltd' }],
+  ['/v1/entities', { externalId: 'ent-d', type: 'COMPANY', name: 'Delta Pty Ltd', acn: '051775556', address: '1 Delta St' }],
+  ['/v1/entities', { externalId: 'ent-e', type: 'TRUST', name: 'Epsilon Trust', contact: PAT }],
+  ['/v1/entities', { externalId: 'ent-f', type: 'COMPANY', name: 'Foxtrot Pty Ltd', contact: PAT }],
+  ['/v1/entities', { externalId: 'ent-g', type: 'COMPANY', name: 'Golf Pty Ltd' }],
+];
+
 async function seed(org: TestOrg): Promise<void> {
-  expect((await post(org, '/v1/customers', { externalId: 'crm-p', fullName: 'Pat Person', email: 'pat@example.com' })).statusCode).toBe(
-    201,
-  );
-  expect(
-    (await post(org, '/v1/entities', { externalId: 'ent-a', type: 'COMPANY', name: 'Alpha Pty Ltd', abn: '51824753556' })).statusCode,
-  ).toBe(201);
-  expect((await post(org, '/v1/entities', { type: 'TRUST', name: 'Beta Trust' })).statusCode).toBe(201);
-  expect((await post(org, '/v1/entities', { externalId: 'ent-c', type: 'COMPANY', name: 'Gamma Pty Ltd' })).statusCode).toBe(201);
-  const delta = { externalId: 'ent-d', type: 'COMPANY', name: 'Delta Pty Ltd', acn: '051775556', address: '1 Delta St' };
-  expect((await post(org, '/v1/entities', delta)).statusCode).toBe(201);
-  const epsilon = {
-    externalId: 'ent-e',
-    type: 'TRUST',
-    name: 'Epsilon Trust',
-    contact: { fullName: 'Pat Person', email: 'pat@example.com' },
-  };
-  expect((await post(org, '/v1/entities', epsilon)).statusCode).toBe(201);
-  const foxtrot = {
-    externalId: 'ent-f',
-    type: 'COMPANY',
-    name: 'Foxtrot Pty Ltd',
-    contact: { fullName: 'Pat Person', email: 'pat@example.com' },
-  };
-  expect((await post(org, '/v1/entities', foxtrot)).statusCode).toBe(201);
-  expect((await post(org, '/v1/entities', { externalId: 'ent-g', type: 'COMPANY', name: 'Golf Pty Ltd' })).statusCode).toBe(201);
+  for (const [path, body] of SEEDED) {
+    const response = await post(org, path, body);
+    expect(response.statusCode, response.body).toBe(201);
+  }
 }
 
 /**
@@ -285,12 +276,8 @@ describe('entity rows of one batch', () => {
         // Another request creates an entity with that ABN, and commits, right after the batch read who holds the keys.
         async holdersOfKeys(...args: Parameters<typeof entitiesRepository.holdersOfKeys>) {
           const held = await entitiesRepository.holdersOfKeys(...args);
-          const taken = await post(org, '/v1/entities', {
-            externalId: 'other',
-            type: 'COMPANY',
-            name: 'Other Pty Ltd',
-            abn: '33051775556',
-          });
+          const other = { externalId: 'other', type: 'COMPANY', name: 'Other Pty Ltd', abn: '33051775556' };
+          const taken = await post(org, '/v1/entities', other);
           expect(taken.statusCode, taken.body).toBe(201);
           return held;
         },
