@@ -254,12 +254,28 @@ export function createEntitiesService(deps: {
     return values;
   }
 
-  /** A new entity's columns, its contact aside, or undefined when its body is refused (the single upsert then answers it). */
-  function newEntityColumns(ctx: RequestContext, body: UpsertEntityBody, addedVia: AddedVia): NewCustomerRow | undefined {
+  /** A payload that contradicts itself (e.g. INTERNATIONAL with an ABN) is invalid whatever is stored: the upsert's first check. */
+  function checkOwnIdentity(body: UpsertEntityBody): void {
+    if (body.origin === undefined) return;
+    const issues = new Issues();
+    identityRules(body.origin, body, issues);
+    issues.throwIfAny();
+  }
+
+  /**
+   * A new entity's columns, its contact aside, or the 422 its single upsert would answer: for a body
+   * that matches no stored record, that upsert's checks come in this order and read nothing.
+   */
+  function newEntityColumns(
+    ctx: RequestContext,
+    body: UpsertEntityBody,
+    addedVia: AddedVia,
+  ): { values: NewCustomerRow } | { refusal: AppError } {
     try {
-      return columnsOf(ctx, undefined, body, addedVia) as NewCustomerRow;
+      checkOwnIdentity(body);
+      return { values: columnsOf(ctx, undefined, body, addedVia) as NewCustomerRow };
     } catch (error) {
-      if (isAppError(error)) return undefined;
+      if (isAppError(error)) return { refusal: error };
       throw error;
     }
   }
@@ -365,12 +381,7 @@ export function createEntitiesService(deps: {
       body: UpsertEntityBody,
       options: Pick<UpsertOptions, 'addedVia'> = {},
     ): Promise<{ created: boolean; changed: boolean; entity: EntityDto }> {
-      if (body.origin !== undefined) {
-        // A payload that contradicts itself (e.g. INTERNATIONAL with an ABN) is invalid whatever is stored.
-        const issues = new Issues();
-        identityRules(body.origin, body, issues);
-        issues.throwIfAny();
-      }
+      checkOwnIdentity(body);
       try {
         return await ctx.transaction(async (tx) => {
           for (let attempt = 0; attempt < UPSERT_ATTEMPTS; attempt += 1) {
@@ -406,12 +417,13 @@ export function createEntitiesService(deps: {
      * sent one after another in the batch's order. A row that creates an entity (no stored entity and no
      * earlier row holds one of its keys) with at most an inline contact person is written with the others
      * like it: the new contact persons in one statement, the entities in another, their audit rows in one
-     * each. A row its externalId matches that needs no record but that entity (no key of another record,
-     * no person to create) is UNCHANGED without a write when it would change nothing, and otherwise
-     * written with the others like it, one statement per set of changed columns. Every other row (a key
-     * or record an earlier row holds, a refusal, a contact by id) goes through the single upsert
-     * afterwards, in order; so does a row whose key a concurrent request took meanwhile. A dry run writes
-     * none of the new entities and rolls the changes' savepoints back.
+     * each; such a row whose body is refused gets its 422 without a statement. A row its externalId
+     * matches that needs no record but that entity (no key of another record, no person to create) is
+     * UNCHANGED without a write when it would change nothing, and otherwise written with the others like
+     * it, one statement per set of changed columns. Every other row (a key or record an earlier row
+     * holds, a refusal of a change, a contact by id) goes through the single upsert afterwards, in
+     * order; so does a row whose key a concurrent request took meanwhile. A dry run writes none of the
+     * new entities and rolls the changes' savepoints back.
      */
     async upsertMany(
       ctx: RequestContext,
@@ -498,12 +510,14 @@ export function createEntitiesService(deps: {
           continue;
         }
         const stored = records.size > 0;
-        const values =
+        const judged =
           shared || stored || (body.contact && !person) || (person && personsOfSingle.has(person.key))
             ? undefined
             : newEntityColumns(ctx, body, options.addedVia);
-        if (values) {
-          creates.push({ index, values, person });
+        if (judged && 'refusal' in judged) {
+          results.refuse(index, judged.refusal);
+        } else if (judged) {
+          creates.push({ index, values: judged.values, person });
         } else {
           single.push(index);
           if (person) personsOfSingle.add(person.key);
