@@ -37,6 +37,9 @@ const UNIQUE_CONFLICT_MESSAGE = 'Another entity already has this ABN, ACN or leg
 /** The case-insensitive key of a legal name + type (the entities' unique index's expression, as far as JavaScript lowercases alike). */
 const nameTypeKey = (name: string, type: string) => `${name.toLowerCase()}\u0000${type}`;
 
+/** An inline contact person of an upsert's body, with the key of its name and email. */
+type InlineContact = { key: string; fullName: string; email: string; kycRequired: boolean };
+
 /** A row of an import's batch of entities. */
 export type EntityBulkUpsertItem = { body: UpsertEntityBody };
 
@@ -371,6 +374,107 @@ export function createEntitiesService(deps: {
     return (await saveChange(ctx, action, row, values, tx, ownersChanged)).dto;
   }
 
+  /** An inline contact person of an upsert's body (full name and email), keyed as the name + email index is. */
+  function inlineContact(body: UpsertEntityBody): InlineContact | undefined {
+    const contact = body.contact;
+    if (!contact || contact.customerId !== undefined || contact.fullName === undefined || contact.email === undefined) return undefined;
+    const kycRequired = contact.kycRequired ?? true;
+    return { key: nameAndEmailKey(contact.fullName, contact.email), fullName: contact.fullName, email: contact.email, kycRequired };
+  }
+
+  /**
+   * A batch's changes to the entities it locked, written together (writeUpdates) in a savepoint (rolled
+   * back in a dry run); `persons` are the contact persons the batch read. False, with nothing written,
+   * when a key another request took since the batch read them refused the statement.
+   */
+  async function writeBatchUpdates(
+    ctx: RequestContext,
+    updates: Array<{ row: CustomerRow; changed: Partial<NewCustomerRow> }>,
+    persons: Map<string, CustomerRow>,
+    tx: Executor,
+  ): Promise<boolean> {
+    // Their events' DTOs name each entity's contact person: the stored ones not read yet, in one read.
+    const contacts = new Map([...persons.values()].map((row) => [row.id, row]));
+    const unread = new Set<string>();
+    for (const { row, changed } of updates) {
+      const contactId = 'contactCustomerId' in changed ? changed.contactCustomerId : row.contactCustomerId;
+      if (contactId && !contacts.has(contactId)) unread.add(contactId);
+    }
+    for (const row of await customers.findManyByIds(ctx.orgId, [...unread], tx)) contacts.set(row.id, row);
+    try {
+      await ctx.transaction((savepoint) => writeUpdates(ctx, updates, contacts, savepoint));
+      return true;
+    } catch (error) {
+      if (!isUniqueViolation(error)) throw error;
+      return false;
+    }
+  }
+
+  /**
+   * A batch's new entities inserted together, with the new contact persons they bring (found or created
+   * as findOrCreatePerson does: the first row naming one decides its KYC intent) and their audit rows;
+   * `persons` (the stored ones, by key) gains the new. Returns the id of each created entity by row
+   * index, and the rows whose key or person another request took since the batch read them.
+   */
+  async function insertNewEntities(
+    ctx: RequestContext,
+    creates: Array<{ index: number; values: NewCustomerRow; person: InlineContact | undefined }>,
+    persons: Map<string, CustomerRow>,
+    addedVia: AddedVia,
+    tx: Executor,
+  ): Promise<{ created: Array<[index: number, id: string]>; taken: number[] }> {
+    const newPersons = new Map<string, NewCustomerRow>();
+    for (const { person } of creates) {
+      if (!person || persons.has(person.key) || newPersons.has(person.key)) continue;
+      newPersons.set(person.key, { ...contactPersonColumns(ctx, person, addedVia), id: randomUUID() });
+    }
+    if (newPersons.size > 0) {
+      const inserted = new Map((await customers.insertManyIfAbsent(ctx.orgId, [...newPersons.values()], tx)).map((row) => [row.id, row]));
+      const created: CustomerRow[] = [];
+      for (const [key, values] of newPersons) {
+        const row = inserted.get(values.id!);
+        if (row) {
+          persons.set(key, row);
+          created.push(row);
+        }
+      }
+      await changes.recordCreated(
+        created.map((after) => ({ actor: ctx.actor, action: 'customer.created', after })),
+        toIndividualDto,
+        tx,
+      );
+    }
+    const taken: number[] = [];
+    const ready: typeof creates = [];
+    for (const create of creates) {
+      if (create.person && !persons.has(create.person.key)) taken.push(create.index);
+      else ready.push(create);
+    }
+    const rows = await reviewColumns.forNewRecords(
+      ready.map(({ values, person }) => {
+        const contact = person && { contactCustomerId: persons.get(person.key)!.id, contactKycRequired: person.kycRequired };
+        return { ...values, ...contact, id: randomUUID() };
+      }),
+      tx,
+    );
+    const inserted = new Map((await customers.insertManyIfAbsent(ctx.orgId, rows, tx)).map((row) => [row.id, row]));
+    const contacts = new Map([...persons.values()].map((row) => [row.id, row]));
+    const recorded: Array<{ actor: RequestContext['actor']; action: string; after: CustomerRow }> = [];
+    const created: Array<[index: number, id: string]> = [];
+    ready.forEach(({ index }, position) => {
+      const row = inserted.get(rows[position]!.id!);
+      if (!row) return void taken.push(index);
+      recorded.push({ actor: ctx.actor, action: 'entity.created', after: row });
+      created.push([index, row.id]);
+    });
+    await changes.recordCreated(
+      recorded,
+      (row) => toEntityDto(row, row.contactCustomerId ? contacts.get(row.contactCustomerId) : undefined),
+      tx,
+    );
+    return { created, taken };
+  }
+
   const service = {
     /**
      * POST /entities: create or update per the matching order; never starts KYB, emails or charges.
@@ -432,13 +536,6 @@ export function createEntitiesService(deps: {
       tx: Executor,
     ): Promise<BulkUpsertResult[]> {
       const results = bulkResults(items.length);
-      const inlineContact = (body: UpsertEntityBody) => {
-        const contact = body.contact;
-        if (!contact || contact.customerId !== undefined || contact.fullName === undefined || contact.email === undefined) return undefined;
-        const kycRequired = contact.kycRequired ?? true;
-        return { key: nameAndEmailKey(contact.fullName, contact.email), fullName: contact.fullName, email: contact.email, kycRequired };
-      };
-
       const abns = [...new Set(items.flatMap(({ body }) => (body.abn ? [body.abn] : [])))];
       const acns = [...new Set(items.flatMap(({ body }) => (body.acn ? [body.acn] : [])))];
       const nameTypes = items.flatMap(({ body }) => (body.name && body.type ? [{ name: body.name, type: body.type }] : []));
@@ -476,7 +573,7 @@ export function createEntitiesService(deps: {
       // naming one must run after them, as its request would have.
       const seen = new Set<string>();
       const personsOfSingle = new Set<string>();
-      const creates: Array<{ index: number; values: NewCustomerRow; person: ReturnType<typeof inlineContact> }> = [];
+      const creates: Array<{ index: number; values: NewCustomerRow; person: InlineContact | undefined }> = [];
       const updates: Array<{ index: number; row: CustomerRow; changed: Partial<NewCustomerRow> }> = [];
       const slice = timeSlicer();
       for (const [index, { body }] of items.entries()) {
@@ -525,21 +622,9 @@ export function createEntitiesService(deps: {
       }
 
       if (updates.length > 0) {
-        // Their events' DTOs name each entity's contact person: the stored ones not read above, in one read.
-        const contacts = new Map([...persons.values()].map((row) => [row.id, row]));
-        const unread = new Set<string>();
-        for (const { row, changed } of updates) {
-          const contactId = 'contactCustomerId' in changed ? changed.contactCustomerId : row.contactCustomerId;
-          if (contactId && !contacts.has(contactId)) unread.add(contactId);
-        }
-        for (const row of await customers.findManyByIds(ctx.orgId, [...unread], tx)) contacts.set(row.id, row);
-        try {
-          // In one savepoint (rolled back in a dry run). A key another request took since the batch read
-          // them refuses the whole statement: then each of these rows goes through the single upsert.
-          await ctx.transaction((savepoint) => writeUpdates(ctx, updates, contacts, savepoint));
+        if (await writeBatchUpdates(ctx, updates, persons, tx)) {
           for (const { index, row } of updates) results.set(index, { created: false, changed: true, id: row.id });
-        } catch (error) {
-          if (!isUniqueViolation(error)) throw error;
+        } else {
           single.push(...updates.map(({ index }) => index));
         }
       }
@@ -547,58 +632,9 @@ export function createEntitiesService(deps: {
       if (options.dryRun) {
         for (const { index } of creates) results.set(index, { created: true, changed: true, id: null });
       } else if (creates.length > 0) {
-        // Contact persons found or created as findOrCreatePerson does: the first row naming one decides its KYC intent.
-        const newPersons = new Map<string, NewCustomerRow>();
-        for (const { person } of creates) {
-          if (!person || persons.has(person.key) || newPersons.has(person.key)) continue;
-          newPersons.set(person.key, { ...contactPersonColumns(ctx, person, options.addedVia), id: randomUUID() });
-        }
-        if (newPersons.size > 0) {
-          const inserted = new Map(
-            (await customers.insertManyIfAbsent(ctx.orgId, [...newPersons.values()], tx)).map((row) => [row.id, row]),
-          );
-          const created: CustomerRow[] = [];
-          for (const [key, values] of newPersons) {
-            const row = inserted.get(values.id!);
-            if (row) {
-              persons.set(key, row);
-              created.push(row);
-            }
-          }
-          await changes.recordCreated(
-            created.map((after) => ({ actor: ctx.actor, action: 'customer.created', after })),
-            toIndividualDto,
-            tx,
-          );
-        }
-        // A person another request created since the candidates were read: that row goes to the single upsert.
-        const ready: typeof creates = [];
-        for (const create of creates) {
-          if (create.person && !persons.has(create.person.key)) single.push(create.index);
-          else ready.push(create);
-        }
-        const rows = await reviewColumns.forNewRecords(
-          ready.map(({ values, person }) => {
-            const contact = person && { contactCustomerId: persons.get(person.key)!.id, contactKycRequired: person.kycRequired };
-            return { ...values, ...contact, id: randomUUID() };
-          }),
-          tx,
-        );
-        const inserted = new Map((await customers.insertManyIfAbsent(ctx.orgId, rows, tx)).map((row) => [row.id, row]));
-        const contacts = new Map([...persons.values()].map((row) => [row.id, row]));
-        const recorded: Array<{ actor: RequestContext['actor']; action: string; after: CustomerRow }> = [];
-        ready.forEach(({ index }, position) => {
-          const row = inserted.get(rows[position]!.id!);
-          // Its key was taken since it was read (a concurrent request): decided by the single upsert.
-          if (!row) return void single.push(index);
-          recorded.push({ actor: ctx.actor, action: 'entity.created', after: row });
-          results.set(index, { created: true, changed: true, id: row.id });
-        });
-        await changes.recordCreated(
-          recorded,
-          (row) => toEntityDto(row, row.contactCustomerId ? contacts.get(row.contactCustomerId) : undefined),
-          tx,
-        );
+        const { created, taken } = await insertNewEntities(ctx, creates, persons, options.addedVia, tx);
+        for (const [index, id] of created) results.set(index, { created: true, changed: true, id });
+        single.push(...taken);
       }
 
       await results.upsertEach(single, options.dryRun, async (index) => {
