@@ -310,30 +310,6 @@ export function createEntitiesService(deps: {
     return changedColumns(matched, { ...values, ...contact });
   }
 
-  /** Writes many upserts' changes to their locked entities as saveChange does each, in a few statements. */
-  async function writeUpdates(
-    ctx: RequestContext,
-    updates: Array<{ row: CustomerRow; changed: Partial<NewCustomerRow> }>,
-    contacts: Map<string, CustomerRow>,
-    tx: Executor,
-  ): Promise<void> {
-    const diffs: Array<{ actor: RequestContext['actor']; action: string; before: CustomerRow; diff: Partial<NewCustomerRow> }> = [];
-    for (const { row, changed } of updates) {
-      diffs.push({ actor: ctx.actor, action: 'entity.upserted', before: row, diff: await reviewColumns.withReview(row, changed, tx) });
-    }
-    await changes.writeChanges(
-      diffs,
-      (row) => toEntityDto(row, row.contactCustomerId ? contacts.get(row.contactCustomerId) : undefined),
-      () =>
-        customers.updateManyLocked(
-          ctx.orgId,
-          diffs.map(({ before, diff }) => ({ id: before.id, values: diff })),
-          tx,
-        ),
-      tx,
-    );
-  }
-
   async function upsertColumns(
     ctx: RequestContext,
     existing: CustomerRow | undefined,
@@ -383,9 +359,10 @@ export function createEntitiesService(deps: {
   }
 
   /**
-   * A batch's changes to the entities it locked, written together (writeUpdates) in a savepoint (rolled
-   * back in a dry run); `persons` are the contact persons the batch read. False, with nothing written,
-   * when a key another request took since the batch read them refused the statement.
+   * A batch's changes to the entities it locked, written together in a savepoint (rolled back in a dry
+   * run): one UPDATE per set of changed columns, the audit rows in one statement, the events in one
+   * more. `persons` are the contact persons the batch read. False, with nothing written, when a key
+   * another request took since the batch read them refused the statement.
    */
   async function writeBatchUpdates(
     ctx: RequestContext,
@@ -402,7 +379,29 @@ export function createEntitiesService(deps: {
     }
     for (const row of await customers.findManyByIds(ctx.orgId, [...unread], tx)) contacts.set(row.id, row);
     try {
-      await ctx.transaction((savepoint) => writeUpdates(ctx, updates, contacts, savepoint));
+      // As saveChange writes each: the diff with its review columns, the audit row and the events.
+      await ctx.transaction(async (savepoint) => {
+        const diffs: Array<{ actor: RequestContext['actor']; action: string; before: CustomerRow; diff: Partial<NewCustomerRow> }> = [];
+        for (const { row, changed } of updates) {
+          diffs.push({
+            actor: ctx.actor,
+            action: 'entity.upserted',
+            before: row,
+            diff: await reviewColumns.withReview(row, changed, savepoint),
+          });
+        }
+        await changes.writeChanges(
+          diffs,
+          (row) => toEntityDto(row, row.contactCustomerId ? contacts.get(row.contactCustomerId) : undefined),
+          () =>
+            customers.updateManyLocked(
+              ctx.orgId,
+              diffs.map(({ before, diff }) => ({ id: before.id, values: diff })),
+              savepoint,
+            ),
+          savepoint,
+        );
+      });
       return true;
     } catch (error) {
       if (!isUniqueViolation(error)) throw error;
