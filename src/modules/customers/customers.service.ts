@@ -355,6 +355,35 @@ export function bulkResults(count: number) {
   };
 }
 
+/**
+ * Many upserts' changes to records the caller locked, written as each single upsert writes its own (the
+ * diff with its review columns, the audit row, the events) in a few statements: one UPDATE per set of
+ * changed columns, the audit rows in one, the events in one more (customer-changes.ts writeChanges).
+ */
+export async function writeLockedChanges(
+  deps: { customers: CustomersRepository; changes: CustomerChangeRecorder; reviewColumns: ReviewColumnsWriter },
+  ctx: RequestContext,
+  change: { action: string; toDto: (row: CustomerRow) => unknown },
+  updates: Array<{ row: CustomerRow; changed: Partial<NewCustomerRow> }>,
+  tx: Executor,
+): Promise<void> {
+  const diffs: Array<{ actor: RequestContext['actor']; action: string; before: CustomerRow; diff: Partial<NewCustomerRow> }> = [];
+  for (const { row, changed } of updates) {
+    diffs.push({ actor: ctx.actor, action: change.action, before: row, diff: await deps.reviewColumns.withReview(row, changed, tx) });
+  }
+  await deps.changes.writeChanges(
+    diffs,
+    change.toDto,
+    () =>
+      deps.customers.updateManyLocked(
+        ctx.orgId,
+        diffs.map(({ before, diff }) => ({ id: before.id, values: diff })),
+        tx,
+      ),
+    tx,
+  );
+}
+
 export function createCustomersService(deps: {
   database: DataAccess;
   pageReads: PageReads;
@@ -476,34 +505,6 @@ export function createCustomersService(deps: {
       tx,
     );
     return dto;
-  }
-
-  /** Writes many upserts' changes to their locked records as writeUpdate does each, in a few statements. */
-  async function writeUpdates(
-    ctx: RequestContext,
-    updates: Array<{ update: { row: CustomerRow; changed: Partial<NewCustomerRow> } }>,
-    tx: Executor,
-  ): Promise<void> {
-    const diffs: Array<{ actor: RequestContext['actor']; action: string; before: CustomerRow; diff: Partial<NewCustomerRow> }> = [];
-    for (const { update } of updates) {
-      diffs.push({
-        actor: ctx.actor,
-        action: 'customer.upserted',
-        before: update.row,
-        diff: await reviewColumns.withReview(update.row, update.changed, tx),
-      });
-    }
-    await changes.writeChanges(
-      diffs,
-      toIndividualDto,
-      () =>
-        repository.updateManyLocked(
-          ctx.orgId,
-          diffs.map(({ before, diff }) => ({ id: before.id, values: diff })),
-          tx,
-        ),
-      tx,
-    );
   }
 
   /** An upsert's error as its route answers it: a taken name and email is a 409. */
@@ -642,7 +643,15 @@ export function createCustomersService(deps: {
       let together = updates.length > 0;
       if (together) {
         try {
-          await ctx.transaction((savepoint) => writeUpdates(ctx, updates, savepoint));
+          await ctx.transaction((savepoint) =>
+            writeLockedChanges(
+              { customers: repository, changes, reviewColumns },
+              ctx,
+              { action: 'customer.upserted', toDto: toIndividualDto },
+              updates.map(({ update }) => update),
+              savepoint,
+            ),
+          );
         } catch (error) {
           if (!isUniqueViolation(error)) throw error;
           together = false;

@@ -20,6 +20,7 @@ import {
   type ListQuery,
   type ListRead,
   type UpsertOptions,
+  writeLockedChanges,
 } from '../customers/customers.service.js';
 import type { RequestContext } from '../../shared/request-context.js';
 import { timeSlicer } from '../../shared/time-slice.js';
@@ -359,10 +360,9 @@ export function createEntitiesService(deps: {
   }
 
   /**
-   * A batch's changes to the entities it locked, written together in a savepoint (rolled back in a dry
-   * run): one UPDATE per set of changed columns, the audit rows in one statement, the events in one
-   * more. `persons` are the contact persons the batch read. False, with nothing written, when a key
-   * another request took since the batch read them refused the statement.
+   * A batch's changes to the entities it locked, written together (writeLockedChanges) in a savepoint
+   * (rolled back in a dry run). `persons` are the contact persons the batch read. False, with nothing
+   * written, when a key another request took since the batch read them refused the statement.
    */
   async function writeBatchUpdates(
     ctx: RequestContext,
@@ -379,29 +379,18 @@ export function createEntitiesService(deps: {
     }
     for (const row of await customers.findManyByIds(ctx.orgId, [...unread], tx)) contacts.set(row.id, row);
     try {
-      // As saveChange writes each: the diff with its review columns, the audit row and the events.
-      await ctx.transaction(async (savepoint) => {
-        const diffs: Array<{ actor: RequestContext['actor']; action: string; before: CustomerRow; diff: Partial<NewCustomerRow> }> = [];
-        for (const { row, changed } of updates) {
-          diffs.push({
-            actor: ctx.actor,
+      await ctx.transaction((savepoint) =>
+        writeLockedChanges(
+          { customers, changes, reviewColumns },
+          ctx,
+          {
             action: 'entity.upserted',
-            before: row,
-            diff: await reviewColumns.withReview(row, changed, savepoint),
-          });
-        }
-        await changes.writeChanges(
-          diffs,
-          (row) => toEntityDto(row, row.contactCustomerId ? contacts.get(row.contactCustomerId) : undefined),
-          () =>
-            customers.updateManyLocked(
-              ctx.orgId,
-              diffs.map(({ before, diff }) => ({ id: before.id, values: diff })),
-              savepoint,
-            ),
+            toDto: (row) => toEntityDto(row, row.contactCustomerId ? contacts.get(row.contactCustomerId) : undefined),
+          },
+          updates,
           savepoint,
-        );
-      });
+        ),
+      );
       return true;
     } catch (error) {
       if (!isUniqueViolation(error)) throw error;
